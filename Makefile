@@ -1,0 +1,36 @@
+# The README's quick start is exactly `make run` and `make test`; each must work as the
+# only command on a fresh clone, so each (re)builds .venv when pyproject.toml changes.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH_WHEEL := $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl)
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint bench venv clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# Prefer the local CPU wheel of torch where this machine has one (no multi-GB CUDA build).
+	$(if $(TORCH_WHEEL),$(BIN)/pip install -q $(TORCH_WHEEL))
+	$(BIN)/pip install -q -e '.[real,test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/pagesim run scenarios/default.yaml --out runs/default
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+bench: $(STAMP)
+	$(BIN)/python bench/allocator.py
+	$(BIN)/python bench/sim_speed.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .hypothesis

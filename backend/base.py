@@ -1,0 +1,231 @@
+"""The allocator interface: bookkeeping of KV-cache slots for sequences.
+
+Every allocator (the paged block manager, the contiguous baselines) implements
+:class:`Allocator`. The contract, shared by all of them:
+
+* Sequence ids are non-negative ints chosen by the caller and unique among live
+  sequences. Token ids are non-negative ints (stored as int32).
+* Queries (`can_*`, `block_table`, `usage`, ...) never mutate anything.
+* Commands come in pairs with a query (`can_allocate` / `allocate`, `can_append` /
+  `append`, ...). A command that is refused for lack of memory raises
+  :class:`OutOfBlocks` *before* mutating anything: the allocator is left exactly as it
+  was, bit for bit. A free-list miss is not a bug; what happens next (queue, preempt,
+  swap, evict, reject) is policy, decided by the caller.
+* Commands that need data to move (copy-on-write, swap) *return* the moves as a list
+  of :class:`BlockMove` for an executor to perform, in order, before the step runs.
+* Misuse (unknown id, double free, forking onto a live id, a non-positive size) raises
+  a subclass of ``ValueError`` or ``KeyError`` with a message; never silent corruption.
+* ``check_invariants()`` verifies the whole state and raises ``AssertionError`` on a
+  broken invariant (a bug); property tests call it after every step.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+
+class OutOfBlocks(RuntimeError):
+    """A free-list miss: the request needs more blocks (or slots) than are free.
+
+    Raised before any mutation. ``needed`` and ``available`` are in the allocator's
+    unit (blocks for the paged manager, token slots for contiguous baselines).
+    """
+
+    def __init__(self, message: str, *, needed: int = 0, available: int = 0):
+        super().__init__(message)
+        self.needed = needed
+        self.available = available
+
+
+class UnknownSequence(KeyError):
+    """The sequence id is not live in this allocator."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable
+        return str(self.args[0]) if self.args else "unknown sequence"
+
+
+class DuplicateSequence(ValueError):
+    """The sequence id is already live (allocate or fork onto an existing id)."""
+
+
+class InvalidRequest(ValueError):
+    """A size or argument that can never be valid (zero or negative, wrong shape)."""
+
+
+class BlockMove(NamedTuple):
+    """Copy the contents of block ``src`` into block ``dst``.
+
+    For copy-on-write both are device block ids; for swap-out ``src`` is a device block
+    and ``dst`` a CPU block; for swap-in the reverse. For contiguous allocators the unit
+    is one token slot range start (see the allocator's docs).
+    """
+
+    src: int
+    dst: int
+
+
+class KVUsage(NamedTuple):
+    """Split of the device KV pool in token slots.
+
+    ``token_slots + reserved_slots + internal_frag_slots + external_frag_slots +
+    free_slots == total_slots``. ``cached_slots`` (slots of cached-evictable prefix
+    blocks, reusable but reclaimable) are counted inside ``free_slots``.
+
+    * token_slots: slots holding a token of a live sequence (a shared block counts once)
+    * reserved_slots: slots reserved for tokens a live request will still write
+    * internal_frag_slots: slots allocated to a request that will never hold a token
+      (paged: the unused tail of partly filled blocks; contiguous: over-reservation)
+    * external_frag_slots: free slots in holes too small for the next request
+    * free_slots: everything else
+    """
+
+    total_slots: int
+    token_slots: int
+    reserved_slots: int
+    internal_frag_slots: int
+    external_frag_slots: int
+    free_slots: int
+    cached_slots: int
+    used_blocks: int
+    cached_blocks: int
+    free_blocks: int
+
+
+class Allocator(ABC):
+    """KV-cache bookkeeping for a set of live sequences (see the module docstring)."""
+
+    #: token slots per block (1 for allocators that are not block based)
+    block_size: int
+    #: device blocks in the pool
+    num_blocks: int
+
+    # -- allocation ------------------------------------------------------------------
+    @abstractmethod
+    def can_allocate(
+        self, token_ids: Sequence[int] | np.ndarray, *, salt: int = 0, max_new_tokens: int = 0
+    ) -> bool:
+        """Whether ``allocate`` with these arguments would succeed now. No mutation."""
+
+    @abstractmethod
+    def allocate(
+        self,
+        seq_id: int,
+        token_ids: Sequence[int] | np.ndarray,
+        *,
+        salt: int = 0,
+        max_new_tokens: int = 0,
+    ) -> int:
+        """Give new sequence ``seq_id`` the slots for its prompt ``token_ids``.
+
+        ``max_new_tokens`` is the number of tokens the request will still append (used
+        by reserving allocators; the paged manager ignores it). ``salt`` separates
+        tenants: prefixes are shared only between equal salts.
+
+        Returns the number of leading prompt tokens whose KV was found in the prefix
+        cache (always a multiple of ``block_size``; 0 without prefix caching).
+        Mutates: the free list, the new block table, refcounts, the prefix cache.
+        Raises: OutOfBlocks (nothing changed), DuplicateSequence, InvalidRequest.
+        """
+
+    @abstractmethod
+    def cached_prefix_tokens(self, token_ids: Sequence[int] | np.ndarray, *, salt: int = 0) -> int:
+        """Leading tokens of ``token_ids`` whose KV is in the prefix cache. No mutation,
+        not counted in the hit statistics."""
+
+    # -- growth ------------------------------------------------------------------------
+    @abstractmethod
+    def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
+        """Whether ``append`` of ``num_tokens`` tokens to ``seq_id`` would succeed now."""
+
+    @abstractmethod
+    def append(self, seq_id: int, token_ids: Sequence[int] | np.ndarray) -> list[BlockMove]:
+        """Append tokens to a live sequence, taking new blocks only when the last is full.
+
+        Returns the copy-on-write moves needed (a shared, partly filled last block is
+        copied to a private block before it is written).
+        Raises: OutOfBlocks (nothing changed), UnknownSequence.
+        """
+
+    @abstractmethod
+    def append_batch(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> list[BlockMove]:
+        """Append one token to each sequence of ``seq_ids`` (the decode step; hot path).
+
+        All or nothing: if the blocks needed by the whole batch are not available,
+        raises OutOfBlocks with nothing changed. Returns the copy-on-write moves.
+        Raises: UnknownSequence, InvalidRequest (duplicate ids, shape mismatch).
+        """
+
+    @abstractmethod
+    def blocks_needed_for_batch(self, seq_ids: np.ndarray) -> int:
+        """Blocks (or slots) ``append_batch(seq_ids, ...)`` would take now. No mutation."""
+
+    # -- sharing and release -----------------------------------------------------------
+    @abstractmethod
+    def fork(self, parent_id: int, child_id: int) -> list[BlockMove]:
+        """Create ``child_id`` reading the same tokens as ``parent_id``.
+
+        Paged: shares every block (refcounts up, no copy, returns []). Contiguous:
+        reserves a new region and returns the slot copies.
+        Raises: UnknownSequence, DuplicateSequence, OutOfBlocks (nothing changed).
+        """
+
+    @abstractmethod
+    def free(self, seq_id: int) -> None:
+        """Release a live sequence (device or swapped). Shared blocks are released when
+        their last reference drops; full blocks under prefix caching stay cached and
+        evictable. Raises: UnknownSequence (including a double free)."""
+
+    # -- swap ----------------------------------------------------------------------------
+    @abstractmethod
+    def can_swap_out(self, seq_id: int) -> bool:
+        """Whether the CPU pool has room for ``seq_id``'s blocks."""
+
+    @abstractmethod
+    def swap_out(self, seq_id: int) -> list[BlockMove]:
+        """Move a sequence's KV to the CPU pool; its device blocks are released.
+
+        Returns (device block, cpu block) moves. Raises OutOfBlocks (CPU pool full,
+        nothing changed), UnknownSequence, InvalidRequest (already swapped out)."""
+
+    @abstractmethod
+    def can_swap_in(self, seq_id: int) -> bool:
+        """Whether the device pool has room to bring ``seq_id`` back."""
+
+    @abstractmethod
+    def swap_in(self, seq_id: int) -> list[BlockMove]:
+        """Bring a swapped-out sequence back to the device; returns (cpu, device) moves.
+        Raises OutOfBlocks (device full, nothing changed), UnknownSequence,
+        InvalidRequest (not swapped out)."""
+
+    # -- queries ---------------------------------------------------------------------------
+    @abstractmethod
+    def is_swapped(self, seq_id: int) -> bool:
+        """Whether a live sequence currently lives in the CPU pool."""
+
+    @abstractmethod
+    def num_tokens(self, seq_id: int) -> int:
+        """Tokens held by a live sequence."""
+
+    @abstractmethod
+    def block_table(self, seq_id: int) -> list[int]:
+        """Physical block ids (CPU block ids while swapped out) of a live sequence, in
+        logical order. For contiguous allocators: the region's first slot and length."""
+
+    @abstractmethod
+    def read_tokens(self, seq_id: int) -> np.ndarray:
+        """The token ids a sequence reads back through its block table (the model's
+        "memory"); equals everything given to it by allocate/append."""
+
+    @abstractmethod
+    def usage(self, next_request_tokens: int = 0) -> KVUsage:
+        """The pool split in slots. ``next_request_tokens`` is the size of the request
+        at the head of the queue, which decides what counts as external fragmentation
+        for contiguous allocators."""
+
+    @abstractmethod
+    def check_invariants(self) -> None:
+        """Verify the whole state; raise AssertionError on any broken invariant."""

@@ -1,0 +1,53 @@
+"""What one engine step asks an executor to do.
+
+Lives in the backend (not in sim/) so the real backend stays importable without the
+simulator's dependencies; sim.types re-exports it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from backend.base import BlockMove
+
+
+class PrefillChunk(NamedTuple):
+    """Prompt tokens ``[start, start + len(token_ids))`` of one sequence computed this step.
+
+    ``start`` counts tokens whose KV is already in the pool (prefix-cache hit plus
+    earlier chunks); the chunk attends to them and causally to itself."""
+
+    seq_id: int
+    start: int
+    token_ids: np.ndarray
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.token_ids.shape[0])
+
+
+class Batch(NamedTuple):
+    """Everything one engine step asks an executor to do, in this order: swap-out,
+    swap-in and copy-on-write moves, then the forward pass over prefill chunks and one
+    decode token for each of ``decode_seq_ids``."""
+
+    prefills: tuple[PrefillChunk, ...]
+    decode_seq_ids: np.ndarray  # int64
+    decode_context_lens: np.ndarray  # int64, KV tokens each decode attends to (incl. new)
+    copies: tuple[BlockMove, ...] = ()
+    swap_out: tuple[BlockMove, ...] = ()
+    swap_in: tuple[BlockMove, ...] = ()
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(c.num_tokens for c in self.prefills)
+
+    @property
+    def num_decode_tokens(self) -> int:
+        return int(self.decode_seq_ids.shape[0])
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.prefills) + self.num_decode_tokens

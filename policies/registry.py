@@ -1,0 +1,79 @@
+"""A tiny name -> plug-in registry, one per policy family.
+
+Scenarios name policies by string; the schema validates the name against the registry
+so a typo is a clear error listing the valid names, never a KeyError deep in a run.
+A name of the form ``module:attribute`` or ``path/to/file.py:attribute`` loads a user's
+own plug-in without touching pagesim.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class UnknownPolicy(ValueError):
+    """A policy name that is neither registered nor a loadable ``module:attribute``."""
+
+
+class Registry(Generic[T]):
+    """Maps names to plug-ins (classes or factories) of one family."""
+
+    def __init__(self, family: str):
+        self.family = family
+        self._entries: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator: register the decorated object under ``name`` (unique)."""
+
+        def add(obj: T) -> T:
+            if name in self._entries:
+                raise ValueError(f"{self.family} policy {name!r} is already registered")
+            self._entries[name] = obj
+            return obj
+
+        return add
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries or (isinstance(name, str) and ":" in name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def get(self, name: str) -> T:
+        """The plug-in registered as ``name``, or loaded from ``module:attribute``.
+
+        Raises UnknownPolicy naming the valid choices."""
+        if name in self._entries:
+            return self._entries[name]
+        if ":" in name:
+            return load_object(name, self.family)
+        raise UnknownPolicy(
+            f"unknown {self.family} policy {name!r}; valid: {', '.join(self.names())}"
+        )
+
+
+def load_object(spec: str, family: str = "plug-in"):
+    """Load ``module:attribute`` or ``path/to/file.py:attribute``."""
+    target, _, attr = spec.rpartition(":")
+    try:
+        if target.endswith(".py"):
+            path = Path(target)
+            module_spec = importlib.util.spec_from_file_location(path.stem, path)
+            if module_spec is None or module_spec.loader is None or not path.is_file():
+                raise FileNotFoundError(target)
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(target)
+        return getattr(module, attr)
+    except (ImportError, FileNotFoundError, AttributeError) as err:
+        raise UnknownPolicy(f"cannot load {family} policy {spec!r}: {err}") from None

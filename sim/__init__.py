@@ -1,0 +1,1 @@
+"""The SimPy serving simulator: scenario, workload, engine, cost model, metrics, report."""

@@ -1,0 +1,29 @@
+"""Hypothesis profiles: a quick `ci` one (default) and a long `nightly` one.
+
+Select with HYPOTHESIS_PROFILE=nightly; the nightly profile runs at least 10x the
+examples of ci.
+"""
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci",
+    max_examples=60,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    derandomize=False,
+    print_blob=True,
+)
+settings.register_profile(
+    "nightly",
+    max_examples=1000,
+    stateful_step_count=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+settings.register_profile("dev", max_examples=20, stateful_step_count=20, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
