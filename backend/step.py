@@ -31,11 +31,19 @@ class PrefillChunk(NamedTuple):
 class Batch(NamedTuple):
     """Everything one engine step asks an executor to do, in this order: swap-out,
     swap-in and copy-on-write moves, then the forward pass over prefill chunks and one
-    decode token for each of ``decode_seq_ids``."""
+    decode token for each of ``decode_seq_ids``.
+
+    Slots for every token computed this step are already held by the allocator (the
+    engine allocates/appends before it executes), so an executor only reads block tables.
+    A prefill chunk that ends at the prompt's end samples the sequence's first output
+    token; each decode samples the next one."""
 
     prefills: tuple[PrefillChunk, ...]
     decode_seq_ids: np.ndarray  # int64
     decode_context_lens: np.ndarray  # int64, KV tokens each decode attends to (incl. new)
+    #: int32, the token each decode sequence feeds this step (its newest token, whose slot
+    #: the allocator already holds; its K/V is written this step, at position len - 1)
+    decode_token_ids: np.ndarray
     copies: tuple[BlockMove, ...] = ()
     swap_out: tuple[BlockMove, ...] = ()
     swap_in: tuple[BlockMove, ...] = ()
