@@ -1,0 +1,355 @@
+"""Model and accelerator specs (pydantic, frozen) with named presets.
+
+A scenario names a model and a GPU either by preset (``"llama-3-8b"``, ``"h100-sxm"``) or
+by an explicit shape; :func:`resolve_model` / :func:`resolve_hardware` accept both, plus a
+dict ``{"preset": NAME, ...overrides}``. An unknown preset raises ``ValueError`` listing the
+valid names, which pydantic turns into a field error for the scenario file.
+
+Parameter counting (:attr:`ModelSpec.num_params`) covers the token embedding, attention
+q/k/v/o, the MLP, the norms' scales and an untied LM head. Biases (OPT everywhere, Qwen2
+on q/k/v) and OPT's learned position embeddings are left out: they are < 0.2 % of the
+weights and add no matmul FLOPs worth modelling.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, model_validator
+
+__all__ = [
+    "HARDWARE_PRESETS",
+    "MODEL_PRESETS",
+    "HardwareSpec",
+    "ModelSpec",
+    "resolve_hardware",
+    "resolve_model",
+]
+
+_FROZEN = ConfigDict(extra="forbid", frozen=True)
+
+DtypeName = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
+
+
+class ModelSpec(BaseModel):
+    """The shape of a decoder-only transformer, enough to count bytes and FLOPs."""
+
+    model_config = _FROZEN
+
+    name: str = "custom"
+    num_layers: PositiveInt
+    hidden_size: PositiveInt
+    num_heads: PositiveInt
+    num_kv_heads: PositiveInt
+    head_dim: PositiveInt
+    intermediate_size: PositiveInt
+    vocab_size: PositiveInt
+    max_model_len: PositiveInt
+    dtype_bytes: Literal[1, 2, 4] = 2
+    #: "swiglu": gate, up and down projections (Llama, Mistral, Qwen);
+    #: "gelu": up and down only (OPT, GPT-2).
+    mlp: Literal["swiglu", "gelu"] = "swiglu"
+    tie_embeddings: bool = False
+
+    @model_validator(mode="after")
+    def _kv_heads_divide_heads(self) -> ModelSpec:
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads ({self.num_heads}) must be a multiple of "
+                f"num_kv_heads ({self.num_kv_heads})"
+            )
+        return self
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V for one token across all layers."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+
+    @property
+    def attention_params_per_layer(self) -> int:
+        q_out = self.num_heads * self.head_dim
+        kv_out = self.num_kv_heads * self.head_dim
+        # q, k, v project hidden -> heads; o projects q_out -> hidden
+        return self.hidden_size * (q_out + 2 * kv_out) + q_out * self.hidden_size
+
+    @property
+    def mlp_params_per_layer(self) -> int:
+        matrices = 3 if self.mlp == "swiglu" else 2
+        return matrices * self.hidden_size * self.intermediate_size
+
+    @property
+    def layer_linear_params(self) -> int:
+        """Matmul weights of all decoder layers (attention + MLP), no LM head."""
+        return self.num_layers * (self.attention_params_per_layer + self.mlp_params_per_layer)
+
+    @property
+    def lm_head_params(self) -> int:
+        """The output projection's weights (the embedding matrix itself when tied)."""
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def num_params(self) -> int:
+        embedding = self.vocab_size * self.hidden_size
+        norms = (2 * self.num_layers + 1) * self.hidden_size  # two per layer + final
+        lm_head = 0 if self.tie_embeddings else self.lm_head_params
+        return embedding + self.layer_linear_params + norms + lm_head
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.num_params * self.dtype_bytes
+
+    @property
+    def linear_flops_per_token(self) -> int:
+        """2 FLOPs (multiply + add) per matmul weight, LM head included."""
+        return 2 * (self.layer_linear_params + self.lm_head_params)
+
+
+class HardwareSpec(BaseModel):
+    """One accelerator's datasheet figures (dense, no sparsity)."""
+
+    model_config = _FROZEN
+
+    name: str = "custom"
+    #: dtype name -> dense peak FLOP/s
+    flops: dict[DtypeName, PositiveFloat]
+    mem_bandwidth_bytes_s: PositiveFloat
+    mem_capacity_bytes: PositiveInt
+    #: host <-> device link, one direction (PCIe or NVLink-C2C); used for swap
+    host_link_bytes_s: PositiveFloat
+    #: GPU <-> GPU bandwidth per GPU, one direction (NVLink; PCIe if none); used for TP
+    interconnect_bytes_s: PositiveFloat
+
+    @model_validator(mode="after")
+    def _has_a_float_format(self) -> HardwareSpec:
+        if not self.flops:
+            raise ValueError("flops must name at least one dtype, e.g. {'bf16': 1e15}")
+        return self
+
+    def peak_flops(self, dtype_bytes: int) -> float:
+        """Dense peak FLOP/s for matmuls on elements of ``dtype_bytes`` bytes.
+
+        4 -> fp32; 2 -> bf16, else fp16; 1 -> fp8, else the 2-byte rate (the hardware
+        would upcast). Raises ValueError if the device lists no matching format."""
+        order: dict[int, tuple[DtypeName, ...]] = {
+            4: ("fp32",),
+            2: ("bf16", "fp16"),
+            1: ("fp8", "bf16", "fp16"),
+        }
+        if dtype_bytes not in order:
+            raise ValueError(f"dtype_bytes must be 1, 2 or 4, got {dtype_bytes}")
+        for key in order[dtype_bytes]:
+            if key in self.flops:
+                return self.flops[key]
+        raise ValueError(
+            f"hardware {self.name!r} lists no FLOP/s for {dtype_bytes}-byte elements "
+            f"(tried {', '.join(order[dtype_bytes])}; has {', '.join(self.flops)})"
+        )
+
+
+# --- model presets, from each model's config.json on its Hugging Face hub card ----------
+
+MODEL_PRESETS: dict[str, ModelSpec] = {
+    # meta-llama/Meta-Llama-3-8B config.json (bf16, rope, GQA 32/8)
+    "llama-3-8b": ModelSpec(
+        name="llama-3-8b",
+        num_layers=32,
+        hidden_size=4096,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=14336,
+        vocab_size=128256,
+        max_model_len=8192,
+    ),
+    # meta-llama/Meta-Llama-3-70B config.json
+    "llama-3-70b": ModelSpec(
+        name="llama-3-70b",
+        num_layers=80,
+        hidden_size=8192,
+        num_heads=64,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=28672,
+        vocab_size=128256,
+        max_model_len=8192,
+    ),
+    # mistralai/Mistral-7B-v0.1 config.json (its 4096-token sliding window is not modelled)
+    "mistral-7b": ModelSpec(
+        name="mistral-7b",
+        num_layers=32,
+        hidden_size=4096,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=14336,
+        vocab_size=32000,
+        max_model_len=32768,
+    ),
+    # Qwen/Qwen2.5-7B config.json (q/k/v biases not counted)
+    "qwen2.5-7b": ModelSpec(
+        name="qwen2.5-7b",
+        num_layers=28,
+        hidden_size=3584,
+        num_heads=28,
+        num_kv_heads=4,
+        head_dim=128,
+        intermediate_size=18944,
+        vocab_size=152064,
+        max_model_len=131072,
+    ),
+    # facebook/opt-13b config.json (fp16, MHA, ffn_dim 20480, tied word embeddings)
+    "opt-13b": ModelSpec(
+        name="opt-13b",
+        num_layers=40,
+        hidden_size=5120,
+        num_heads=40,
+        num_kv_heads=40,
+        head_dim=128,
+        intermediate_size=20480,
+        vocab_size=50272,
+        max_model_len=2048,
+        mlp="gelu",
+        tie_embeddings=True,
+    ),
+    # facebook/opt-66b config.json
+    "opt-66b": ModelSpec(
+        name="opt-66b",
+        num_layers=64,
+        hidden_size=9216,
+        num_heads=72,
+        num_kv_heads=72,
+        head_dim=128,
+        intermediate_size=36864,
+        vocab_size=50272,
+        max_model_len=2048,
+        mlp="gelu",
+        tie_embeddings=True,
+    ),
+    # A tiny model for tests and for the real CPU backend (fp32 so torch CPU is exact).
+    "tiny": ModelSpec(
+        name="tiny",
+        num_layers=2,
+        hidden_size=64,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+        vocab_size=512,
+        max_model_len=2048,
+        dtype_bytes=4,
+    ),
+}
+
+# --- hardware presets ---------------------------------------------------------------------
+# Capacities are the datasheet's decimal GB (the usable figure nvidia-smi shows is a few
+# percent higher, so this errs on the small side). Links are one direction: the datasheets
+# quote NVLink and PCIe bidirectional totals, which we halve.
+_GB = 1e9
+_TF = 1e12
+
+HARDWARE_PRESETS: dict[str, HardwareSpec] = {
+    # NVIDIA A100 Tensor Core GPU datasheet (SXM, 40GB HBM2): 1,555 GB/s, NVLink 600 GB/s,
+    # PCIe Gen4 64 GB/s
+    "a100-40gb": HardwareSpec(
+        name="a100-40gb",
+        flops={"fp32": 19.5 * _TF, "tf32": 156 * _TF, "bf16": 312 * _TF, "fp16": 312 * _TF},
+        mem_bandwidth_bytes_s=1555 * _GB,
+        mem_capacity_bytes=40 * 10**9,
+        host_link_bytes_s=32 * _GB,
+        interconnect_bytes_s=300 * _GB,
+    ),
+    # NVIDIA A100 Tensor Core GPU datasheet (SXM, 80GB HBM2e): 2,039 GB/s
+    "a100-80gb": HardwareSpec(
+        name="a100-80gb",
+        flops={"fp32": 19.5 * _TF, "tf32": 156 * _TF, "bf16": 312 * _TF, "fp16": 312 * _TF},
+        mem_bandwidth_bytes_s=2039 * _GB,
+        mem_capacity_bytes=80 * 10**9,
+        host_link_bytes_s=32 * _GB,
+        interconnect_bytes_s=300 * _GB,
+    ),
+    # NVIDIA H100 Tensor Core GPU datasheet (SXM5, 80GB HBM3): 3.35 TB/s, NVLink 900 GB/s,
+    # PCIe Gen5 128 GB/s; dense = half the "with sparsity" figures
+    "h100-sxm": HardwareSpec(
+        name="h100-sxm",
+        flops={
+            "fp32": 67 * _TF,
+            "tf32": 494.5 * _TF,
+            "bf16": 989.5 * _TF,
+            "fp16": 989.5 * _TF,
+            "fp8": 1979 * _TF,
+        },
+        mem_bandwidth_bytes_s=3350 * _GB,
+        mem_capacity_bytes=80 * 10**9,
+        host_link_bytes_s=64 * _GB,
+        interconnect_bytes_s=450 * _GB,
+    ),
+    # NVIDIA H200 Tensor Core GPU datasheet (SXM, 141GB HBM3e): 4.8 TB/s, same compute and
+    # links as H100 SXM
+    "h200": HardwareSpec(
+        name="h200",
+        flops={
+            "fp32": 67 * _TF,
+            "tf32": 494.5 * _TF,
+            "bf16": 989.5 * _TF,
+            "fp16": 989.5 * _TF,
+            "fp8": 1979 * _TF,
+        },
+        mem_bandwidth_bytes_s=4800 * _GB,
+        mem_capacity_bytes=141 * 10**9,
+        host_link_bytes_s=64 * _GB,
+        interconnect_bytes_s=450 * _GB,
+    ),
+    # NVIDIA L4 Tensor Core GPU datasheet (24GB GDDR6): 300 GB/s, PCIe Gen4 x16 64 GB/s,
+    # no NVLink (tensor parallelism goes over PCIe)
+    "l4": HardwareSpec(
+        name="l4",
+        flops={
+            "fp32": 30.3 * _TF,
+            "tf32": 60 * _TF,
+            "bf16": 121 * _TF,
+            "fp16": 121 * _TF,
+            "fp8": 242 * _TF,
+        },
+        mem_bandwidth_bytes_s=300 * _GB,
+        mem_capacity_bytes=24 * 10**9,
+        host_link_bytes_s=32 * _GB,
+        interconnect_bytes_s=32 * _GB,
+    ),
+}
+
+
+def _resolve(value: Any, spec_type: type, presets: dict, kind: str) -> Any:
+    if isinstance(value, spec_type):
+        return value
+    if isinstance(value, str):
+        return _preset(value, presets, kind)
+    if isinstance(value, dict):
+        if "preset" not in value:
+            return spec_type.model_validate(value)
+        overrides = {k: v for k, v in value.items() if k != "preset"}
+        base = _preset(value["preset"], presets, kind)
+        return spec_type.model_validate({**base.model_dump(), **overrides})
+    raise ValueError(
+        f"{kind} must be a preset name or a mapping of fields, got {type(value).__name__}"
+    )
+
+
+def _preset(name: Any, presets: dict, kind: str) -> Any:
+    if not isinstance(name, str) or name not in presets:
+        raise ValueError(f"unknown {kind} preset {name!r}; valid: {', '.join(sorted(presets))}")
+    return presets[name]
+
+
+def resolve_model(value: str | dict | ModelSpec) -> ModelSpec:
+    """A ModelSpec from a preset name, a field mapping, or ``{"preset": NAME, **overrides}``.
+
+    Raises ValueError for an unknown preset name and pydantic's ValidationError (a
+    ValueError) for a bad field."""
+    return _resolve(value, ModelSpec, MODEL_PRESETS, "model")
+
+
+def resolve_hardware(value: str | dict | HardwareSpec) -> HardwareSpec:
+    """A HardwareSpec from a preset name, a field mapping, or ``{"preset": NAME, ...}``.
+
+    Raises like :func:`resolve_model`."""
+    return _resolve(value, HardwareSpec, HARDWARE_PRESETS, "hardware")

@@ -1,0 +1,166 @@
+"""Model/hardware specs: parameter counts against published sizes, validation, presets."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from sim.hardware import (
+    HARDWARE_PRESETS,
+    MODEL_PRESETS,
+    HardwareSpec,
+    ModelSpec,
+    resolve_hardware,
+    resolve_model,
+)
+
+TINY_FIELDS = dict(
+    num_layers=2,
+    hidden_size=64,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=128,
+    vocab_size=512,
+    max_model_len=2048,
+    dtype_bytes=4,
+)
+
+
+# Published sizes: Meta's Llama 3 model card (8.03B / 70.6B), Mistral 7B paper (7.24B),
+# Qwen2.5 model card (7.61B), OPT paper table 1 (13B / 66B, rounded there).
+@pytest.mark.parametrize(
+    "name, published, tolerance",
+    [
+        ("llama-3-8b", 8.03e9, 0.02),
+        ("llama-3-70b", 70.6e9, 0.02),
+        ("mistral-7b", 7.24e9, 0.02),
+        ("qwen2.5-7b", 7.61e9, 0.02),
+        ("opt-13b", 13e9, 0.03),
+        ("opt-66b", 66e9, 0.03),
+    ],
+)
+def test_preset_params_match_published_sizes(name, published, tolerance):
+    assert MODEL_PRESETS[name].num_params == pytest.approx(published, rel=tolerance)
+
+
+def test_llama_3_8b_kv_is_128_kib_per_token_in_bf16():
+    spec = MODEL_PRESETS["llama-3-8b"]
+    assert spec.dtype_bytes == 2
+    assert spec.kv_bytes_per_token == 128 * 1024
+    assert spec.weight_bytes == pytest.approx(16.06e9, rel=0.01)
+
+
+def test_tiny_counts_by_hand():
+    spec = ModelSpec(**TINY_FIELDS)
+    attention = 64 * 64 + 2 * (64 * 32) + 64 * 64  # q, k, v (2 kv heads x 16), o
+    mlp = 3 * 64 * 128
+    linear_layers = 2 * (attention + mlp)
+    embedding = lm_head = 512 * 64
+    norms = 5 * 64
+    assert spec.kv_bytes_per_token == 2 * 2 * 2 * 16 * 4
+    assert spec.num_params == embedding + linear_layers + norms + lm_head
+    assert spec.weight_bytes == 4 * spec.num_params
+    assert spec.linear_flops_per_token == 2 * (linear_layers + lm_head)
+    assert MODEL_PRESETS["tiny"] == ModelSpec(name="tiny", **TINY_FIELDS)
+
+
+def test_gelu_mlp_has_two_matrices_and_tied_head_is_not_counted_twice():
+    swiglu = ModelSpec(**TINY_FIELDS)
+    gelu_tied = ModelSpec(**{**TINY_FIELDS, "mlp": "gelu", "tie_embeddings": True})
+    saved = 2 * 64 * 128 + 512 * 64  # one MLP matrix per layer, and the LM head
+    assert swiglu.num_params - gelu_tied.num_params == saved
+    # a tied head is still a matmul every token
+    assert swiglu.linear_flops_per_token - gelu_tied.linear_flops_per_token == 2 * 2 * 64 * 128
+
+
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        ({"num_kv_heads": 3}, "multiple of num_kv_heads"),
+        ({"num_layers": 0}, "num_layers"),
+        ({"dtype_bytes": 3}, "dtype_bytes"),
+        ({"mlp": "relu"}, "mlp"),
+        ({"hidden": 1}, "hidden"),
+    ],
+)
+def test_bad_model_fields_are_errors_naming_the_problem(bad, field):
+    with pytest.raises(ValidationError, match=field):
+        ModelSpec(**{**TINY_FIELDS, **bad})
+
+
+def test_specs_are_frozen():
+    with pytest.raises(ValidationError):
+        MODEL_PRESETS["tiny"].num_layers = 3
+
+
+def test_resolve_model_accepts_name_mapping_preset_with_overrides_and_spec():
+    tiny = MODEL_PRESETS["tiny"]
+    assert resolve_model("tiny") is tiny
+    assert resolve_model(tiny) is tiny
+    assert resolve_model(TINY_FIELDS) == tiny.model_copy(update={"name": "custom"})
+    deeper = resolve_model({"preset": "tiny", "num_layers": 4})
+    assert deeper.num_layers == 4
+    assert deeper.kv_bytes_per_token == 2 * tiny.kv_bytes_per_token
+
+
+def test_resolve_unknown_preset_lists_valid_names():
+    with pytest.raises(ValueError, match="unknown model preset 'llama-4'.*llama-3-8b"):
+        resolve_model("llama-4")
+    with pytest.raises(ValueError, match="unknown hardware preset 'h300'.*h100-sxm"):
+        resolve_hardware({"preset": "h300"})
+    with pytest.raises(ValueError, match="preset name or a mapping"):
+        resolve_hardware(3)
+
+
+def test_override_is_validated():
+    with pytest.raises(ValidationError, match="num_kv_heads"):
+        resolve_model({"preset": "llama-3-8b", "num_kv_heads": 5})
+    with pytest.raises(ValidationError, match="mem_bandwidth_bytes_s"):
+        resolve_hardware({"preset": "h100-sxm", "mem_bandwidth_bytes_s": -1})
+
+
+def test_peak_flops_picks_the_format_and_falls_back():
+    a100, h100 = HARDWARE_PRESETS["a100-80gb"], HARDWARE_PRESETS["h100-sxm"]
+    assert h100.peak_flops(2) == h100.flops["bf16"]
+    assert h100.peak_flops(1) == h100.flops["fp8"]
+    assert h100.peak_flops(4) == h100.flops["fp32"]
+    assert a100.peak_flops(1) == a100.flops["bf16"]  # no fp8 on Ampere
+    only_fp16 = HardwareSpec(
+        flops={"fp16": 1e14},
+        mem_bandwidth_bytes_s=1e12,
+        mem_capacity_bytes=10**10,
+        host_link_bytes_s=1e10,
+        interconnect_bytes_s=1e10,
+    )
+    assert only_fp16.peak_flops(2) == 1e14
+    with pytest.raises(ValueError, match="no FLOP/s for 4-byte"):
+        only_fp16.peak_flops(4)
+    with pytest.raises(ValueError, match="1, 2 or 4"):
+        only_fp16.peak_flops(3)
+
+
+def test_hardware_needs_some_flops_and_known_dtype_names():
+    fields = dict(
+        mem_bandwidth_bytes_s=1e12,
+        mem_capacity_bytes=10**10,
+        host_link_bytes_s=1e10,
+        interconnect_bytes_s=1e10,
+    )
+    with pytest.raises(ValidationError, match="at least one dtype"):
+        HardwareSpec(flops={}, **fields)
+    with pytest.raises(ValidationError, match="flops"):
+        HardwareSpec(flops={"int4": 1e15}, **fields)
+
+
+def test_hardware_presets_are_ordered_like_their_datasheets():
+    hw = HARDWARE_PRESETS
+    assert hw["h200"].mem_bandwidth_bytes_s > hw["h100-sxm"].mem_bandwidth_bytes_s
+    assert hw["h100-sxm"].mem_bandwidth_bytes_s > hw["a100-80gb"].mem_bandwidth_bytes_s
+    assert hw["a100-80gb"].mem_bandwidth_bytes_s > hw["a100-40gb"].mem_bandwidth_bytes_s
+    assert hw["a100-40gb"].mem_bandwidth_bytes_s > hw["l4"].mem_bandwidth_bytes_s
+    assert hw["h200"].mem_capacity_bytes > hw["a100-80gb"].mem_capacity_bytes
+    for key, spec in hw.items():
+        # dense tensor-core rates sit well above the fp32 CUDA-core rate
+        assert spec.peak_flops(2) > 3 * spec.peak_flops(4)
+        assert spec.name == key
