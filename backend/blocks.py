@@ -1,0 +1,737 @@
+"""The pure-model paged block manager: free list, block tables, refcounts, prefix cache,
+copy-on-write and swap, over a token-id "memory" that tests can read back.
+
+Every physical block is in exactly one state:
+
+* free: on the free list, no references, no prefix key;
+* in use: referenced by at least one block table (refcount = number of table entries;
+  the prefix cache holds no pin);
+* cached-evictable: no references, but it still holds a full block whose prefix key is
+  in the cache, so a later prompt can reuse it; the eviction policy reclaims it (drops
+  its key) when the free list is empty and a block is needed.
+
+Per-sequence scalars live in numpy arrays indexed by sequence id so that the decode step
+(`append_batch`) is a handful of vectorised operations; Python work happens only for
+the sequences that cross a block boundary, need copy-on-write or fill a block.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+from collections import deque
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from backend.base import (
+    Allocator,
+    BlockMove,
+    DuplicateSequence,
+    InvalidRequest,
+    KVUsage,
+    OutOfBlocks,
+    UnknownSequence,
+)
+
+_DEAD, _ON_DEVICE, _SWAPPED = 0, 1, 2  # sequence states in ``_state``
+_INT32_MAX = np.iinfo(np.int32).max
+_NO_PARENT = b""
+
+
+class PrefixCacheStats(NamedTuple):
+    """Prompt tokens looked up in ``allocate`` and how many were found cached."""
+
+    queries_tokens: int
+    hits_tokens: int
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits_tokens / self.queries_tokens if self.queries_tokens else 0.0
+
+
+def block_key(parent: bytes, tokens: np.ndarray, salt: int) -> bytes:
+    """The prefix-cache key of one full block: a hash chained over the parent block's
+    key, the tenant salt and the block's int32 token ids.
+
+    blake2b with a 128-bit digest: a simulator is not an adversarial setting, and the
+    chance that two of n distinct blocks collide is about n**2 / 2**129 (below 1e-20 for
+    a billion blocks). On top of that, a hit is verified against the cached block's
+    tokens (see ``_lookup``), so a collision can never make a sequence read another's
+    tokens. Hashing the raw buffer costs one call per block, not per token.
+    """
+    digest = hashlib.blake2b(parent, digest_size=16)
+    digest.update(salt.to_bytes(8, "little", signed=True))
+    digest.update(np.ascontiguousarray(tokens, dtype="<i4"))
+    return digest.digest()
+
+
+def _check_count(name: str, value: int, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise InvalidRequest(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _as_tokens(token_ids: Sequence[int] | np.ndarray, *, allow_empty: bool) -> np.ndarray:
+    """Token ids as a contiguous 1-D int32 array; raises InvalidRequest on bad input."""
+    tokens = np.asarray(token_ids)
+    if tokens.ndim != 1:
+        raise InvalidRequest(f"token ids must be 1-D, got shape {tokens.shape}")
+    if tokens.size == 0:
+        if allow_empty:
+            return tokens.astype(np.int32)
+        raise InvalidRequest("empty prompt: a sequence needs at least one token")
+    if tokens.dtype.kind not in "iu":
+        raise InvalidRequest(f"token ids must be integers, got dtype {tokens.dtype}")
+    if tokens.min() < 0 or tokens.max() > _INT32_MAX:
+        raise InvalidRequest("token ids must be in [0, 2**31 - 1]")
+    return np.ascontiguousarray(tokens, dtype=np.int32)
+
+
+class BlockManager(Allocator):
+    """Paged KV bookkeeping over ``num_blocks`` device blocks of ``block_size`` slots
+    (see the module docstring and backend.base.Allocator for the contracts)."""
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        num_cpu_blocks: int = 0,
+        enable_prefix_caching: bool = False,
+        eviction: str = "lru",
+        rng: np.random.Generator | None = None,
+    ):
+        from policies.eviction import EVICTORS  # policies are plug-ins, looked up by name
+
+        self.num_blocks = _check_count("num_blocks", num_blocks, 1)
+        self.block_size = _check_count("block_size", block_size, 1)
+        self.num_cpu_blocks = _check_count("num_cpu_blocks", num_cpu_blocks, 0)
+        self.enable_prefix_caching = bool(enable_prefix_caching)
+        self.eviction = eviction
+        self.evictor = EVICTORS.get(eviction)(rng=rng)
+
+        # The "memory": the token id held in every slot.
+        self.slots = np.zeros((self.num_blocks, self.block_size), np.int32)
+        self.cpu_slots = np.zeros((self.num_cpu_blocks, self.block_size), np.int32)
+        self._refcount = np.zeros(self.num_blocks, np.int64)
+        self._fill = np.zeros(self.num_blocks, np.int64)  # tokens held per block
+        # Free lists are deques: O(1) take from the front, O(1) return at the back, so a
+        # block freed long ago is reused first (deterministic ids, easy to pin in tests).
+        self._free: deque[int] = deque(range(self.num_blocks))
+        self._cpu_free: deque[int] = deque(range(self.num_cpu_blocks))
+        self._key_of_block: list[bytes | None] = [None] * self.num_blocks
+        self._block_of_key: dict[bytes, int] = {}
+
+        self._clock = 0  # logical time for the eviction policy: one tick per command
+        self._token_slots = 0  # tokens held in in-use blocks (a shared block counts once)
+        self.peak_used_blocks = 0
+        self.prefix_queries_tokens = 0
+        self.prefix_hits_tokens = 0
+
+        capacity = 64
+        self._state = np.zeros(capacity, np.int8)
+        self._num_tokens = np.zeros(capacity, np.int64)
+        self._last_block = np.zeros(capacity, np.int64)
+        self._batch_mark = np.zeros(capacity, np.int64)  # scratch for duplicate detection
+        self._tables: dict[int, list[int]] = {}
+        self._keys: dict[int, list[bytes]] = {}  # the key chain of each sequence's full blocks
+        self._salt: dict[int, int] = {}
+        # can_allocate then allocate of the same prompt would hash it twice; remember one.
+        self._memo: tuple[int, bytes, list[bytes]] | None = None
+
+    # -- public counters -----------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_cached_blocks(self) -> int:
+        return len(self.evictor)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - len(self._free) - len(self.evictor)
+
+    @property
+    def num_free_cpu_blocks(self) -> int:
+        return len(self._cpu_free)
+
+    @property
+    def prefix_cache_stats(self) -> PrefixCacheStats:
+        return PrefixCacheStats(self.prefix_queries_tokens, self.prefix_hits_tokens)
+
+    # -- sequence id checks ----------------------------------------------------------------
+    def _seq_state(self, seq_id: int) -> int:
+        seq = int(seq_id)
+        return int(self._state[seq]) if 0 <= seq < self._state.shape[0] else _DEAD
+
+    def _live(self, seq_id: int) -> int:
+        if self._seq_state(seq_id) == _DEAD:
+            raise UnknownSequence(f"sequence {seq_id} is not live (never allocated or freed)")
+        return int(seq_id)
+
+    def _on_device(self, seq_id: int) -> int:
+        seq = self._live(seq_id)
+        if self._state[seq] == _SWAPPED:
+            raise InvalidRequest(f"sequence {seq} is swapped out; swap it in first")
+        return seq
+
+    def _new_seq(self, seq_id: int) -> int:
+        seq = _check_count("sequence id", seq_id, 0)
+        if self._seq_state(seq) != _DEAD:
+            raise DuplicateSequence(f"sequence {seq} is already live")
+        if seq >= self._state.shape[0]:
+            self._grow(seq + 1)
+        return seq
+
+    def _grow(self, needed: int) -> None:
+        # Geometric growth keeps the amortised cost per new id O(1).
+        size = max(needed, 2 * self._state.shape[0])
+        for name in ("_state", "_num_tokens", "_last_block", "_batch_mark"):
+            old = getattr(self, name)
+            new = np.zeros(size, old.dtype)
+            new[: old.shape[0]] = old
+            setattr(self, name, new)
+
+    # -- block pool --------------------------------------------------------------------------
+    def _require(self, needed: int, *, not_evictable: int = 0) -> None:
+        """Raise OutOfBlocks unless ``needed`` blocks can be taken. Cached-evictable blocks
+        count as available, except ``not_evictable`` of them that the caller will reuse."""
+        available = len(self._free) + len(self.evictor) - not_evictable
+        if needed > available:
+            raise OutOfBlocks(
+                f"need {needed} blocks, {available} free or evictable",
+                needed=needed,
+                available=available,
+            )
+
+    def _take(self, count: int) -> list[int]:
+        """Take ``count`` blocks (the caller checked availability): the free list first,
+        then eviction victims. Each comes back with refcount 1 and no tokens."""
+        if count == 0:
+            return []
+        from_free = min(count, len(self._free))
+        blocks = [self._free.popleft() for _ in range(from_free)]
+        if from_free < count:
+            victims = self.evictor.pick_victims(count - from_free)
+            for block in victims:
+                self._drop_key(block)
+            blocks.extend(victims)
+        self._refcount[blocks] = 1
+        self.peak_used_blocks = max(self.peak_used_blocks, self.num_used_blocks)
+        return blocks
+
+    def _drop_key(self, block: int) -> None:
+        del self._block_of_key[self._key_of_block[block]]
+        self._key_of_block[block] = None
+        self._fill[block] = 0
+
+    def _release(self, blocks: list[int]) -> None:
+        """Drop one reference to each block. Released in reverse order so that, under an
+        LRU-like policy, a sequence's tail (the least shareable part) is evicted first."""
+        for block in reversed(blocks):
+            self._refcount[block] -= 1
+            if self._refcount[block] > 0:
+                continue
+            self._token_slots -= int(self._fill[block])
+            if self._key_of_block[block] is not None:
+                self.evictor.on_cached(block, self._clock)
+            else:
+                self._fill[block] = 0
+                self._free.append(block)
+
+    def _reuse(self, block: int) -> None:
+        """Take one more reference to a cached block found by a prefix hit."""
+        if self._refcount[block] == 0:
+            self.evictor.on_removed(block)  # O(1): out of the evictable set, back in use
+            self._token_slots += int(self._fill[block])
+        self._refcount[block] += 1
+        self.evictor.on_hit(block, self._clock)
+
+    def _seal(self, seq: int, block: int) -> None:
+        """``block``, the newest block of ``seq``, just became full: extend the sequence's
+        key chain and publish the key unless another block already holds that prefix."""
+        chain = self._keys[seq]
+        parent = chain[-1] if chain else _NO_PARENT
+        key = block_key(parent, self.slots[block], self._salt[seq])
+        chain.append(key)
+        self._publish(key, block)
+
+    def _publish(self, key: bytes, block: int) -> None:
+        if key not in self._block_of_key:
+            self._block_of_key[key] = block
+            self._key_of_block[block] = key
+
+    # -- prefix cache lookup -------------------------------------------------------------------
+    def _prompt_keys(self, tokens: np.ndarray, salt: int) -> list[bytes]:
+        raw = tokens.tobytes()
+        if self._memo is not None and self._memo[0] == salt and self._memo[1] == raw:
+            return self._memo[2]
+        keys = self._chain_keys(tokens, salt)
+        self._memo = (salt, raw, keys)
+        return keys
+
+    def _chain_keys(self, tokens: np.ndarray, salt: int) -> list[bytes]:
+        """The chained keys of every full block of ``tokens``."""
+        keys: list[bytes] = []
+        parent = _NO_PARENT
+        size = self.block_size
+        for start in range(0, tokens.shape[0] - size + 1, size):
+            parent = block_key(parent, tokens[start : start + size], salt)
+            keys.append(parent)
+        return keys
+
+    def _lookup(self, tokens: np.ndarray, salt: int) -> tuple[list[bytes], list[int]]:
+        """The prompt's full-block keys and the longest run of cached blocks from its
+        start. No mutation (besides the hash memo)."""
+        if not self.enable_prefix_caching:
+            return [], []
+        keys = self._prompt_keys(tokens, salt)
+        hits: list[int] = []
+        for key in keys:
+            block = self._block_of_key.get(key)
+            if block is None:
+                break
+            hits.append(block)
+        if hits:
+            # Belt and braces against a hash collision: the hit blocks must hold exactly
+            # the prompt's tokens (one vectorised compare over the hit prefix).
+            size = self.block_size
+            expected = tokens[: len(hits) * size].reshape(len(hits), size)
+            same = (self.slots[hits] == expected).all(axis=1)
+            if not same.all():
+                hits = hits[: int(np.argmin(same))]
+        return keys, hits
+
+    # -- allocation ---------------------------------------------------------------------------
+    def _blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def can_allocate(self, token_ids, *, salt: int = 0, max_new_tokens: int = 0) -> bool:
+        tokens = _as_tokens(token_ids, allow_empty=False)
+        _, hits = self._lookup(tokens, int(salt))
+        revived = sum(1 for block in hits if self._refcount[block] == 0)
+        needed = self._blocks_for(tokens.shape[0]) - len(hits)
+        return needed <= len(self._free) + len(self.evictor) - revived
+
+    def allocate(self, seq_id, token_ids, *, salt: int = 0, max_new_tokens: int = 0) -> int:
+        seq = self._new_seq(seq_id)
+        tokens = _as_tokens(token_ids, allow_empty=False)
+        salt = int(salt)
+        keys, hits = self._lookup(tokens, salt)
+        # Hit blocks that are cached-evictable must not be counted as available: this
+        # very allocation takes them back.
+        revived = sum(1 for block in hits if self._refcount[block] == 0)
+        needed = self._blocks_for(tokens.shape[0]) - len(hits)
+        self._require(needed, not_evictable=revived)
+
+        self._clock += 1
+        for block in hits:
+            self._reuse(block)
+        hit_tokens = len(hits) * self.block_size
+        fresh = self._take(needed)
+        self._write_fresh(fresh, tokens[hit_tokens:])
+        table = hits + fresh
+        self._tables[seq] = table
+        self._keys[seq] = list(keys)
+        self._salt[seq] = salt
+        for index in range(len(hits), len(keys)):
+            self._publish(keys[index], table[index])
+        self._state[seq] = _ON_DEVICE
+        self._num_tokens[seq] = tokens.shape[0]
+        self._last_block[seq] = table[-1]
+        if self.enable_prefix_caching:
+            self.prefix_queries_tokens += int(tokens.shape[0])
+            self.prefix_hits_tokens += hit_tokens
+        return hit_tokens
+
+    def _write_fresh(self, blocks: list[int], tokens: np.ndarray) -> None:
+        """Write ``tokens`` from slot 0 of ``blocks`` (fresh, empty blocks)."""
+        size = self.block_size
+        full, rest = divmod(tokens.shape[0], size)
+        if full:
+            self.slots[blocks[:full]] = tokens[: full * size].reshape(full, size)
+            self._fill[blocks[:full]] = size
+        if rest:
+            self.slots[blocks[full], :rest] = tokens[full * size :]
+            self._fill[blocks[full]] = rest
+        self._token_slots += int(tokens.shape[0])
+
+    def cached_prefix_tokens(self, token_ids, *, salt: int = 0) -> int:
+        tokens = _as_tokens(token_ids, allow_empty=False)
+        return len(self._lookup(tokens, int(salt))[1]) * self.block_size
+
+    # -- growth ------------------------------------------------------------------------------
+    def _append_need(self, seq: int, num_new: int) -> tuple[int, bool]:
+        """(blocks needed, whether the first write needs copy-on-write)."""
+        held = int(self._num_tokens[seq])
+        partly_filled = held % self.block_size != 0
+        cow = num_new > 0 and partly_filled and self._refcount[self._last_block[seq]] > 1
+        grown = self._blocks_for(held + num_new) - self._blocks_for(held)
+        return grown + int(cow), bool(cow)
+
+    def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
+        seq = self._on_device(seq_id)
+        needed, _ = self._append_need(seq, _check_count("num_tokens", num_tokens, 0))
+        return needed <= len(self._free) + len(self.evictor)
+
+    def append(self, seq_id: int, token_ids) -> list[BlockMove]:
+        seq = self._on_device(seq_id)
+        tokens = _as_tokens(token_ids, allow_empty=True)
+        num_new = tokens.shape[0]
+        needed, cow = self._append_need(seq, num_new)
+        self._require(needed)
+        if num_new == 0:
+            return []
+
+        self._clock += 1
+        table = self._tables[seq]
+        moves = [self._copy_on_write(seq, table)] if cow else []
+        table.extend(self._take(needed - int(cow)))
+        held = int(self._num_tokens[seq])
+        self._write_at(table, held, tokens)
+        self._num_tokens[seq] = held + num_new
+        self._last_block[seq] = table[-1]
+        if self.enable_prefix_caching:
+            size = self.block_size
+            for index in range(held // size, (held + num_new) // size):
+                self._seal(seq, table[index])
+        return moves
+
+    def _write_at(self, table: list[int], start: int, tokens: np.ndarray) -> None:
+        """Write ``tokens`` at logical positions ``start...`` of a block table."""
+        size = self.block_size
+        end = start + tokens.shape[0]
+        first, last = start // size, (end - 1) // size
+        blocks = np.asarray(table[first : last + 1], dtype=np.int64)
+        offsets = np.arange(start - first * size, end - first * size)
+        self.slots[blocks[offsets // size], offsets % size] = tokens
+        block_starts = np.arange(first, last + 1) * size
+        self._fill[blocks] = np.minimum(size, end - block_starts)
+        self._token_slots += int(tokens.shape[0])
+
+    def _copy_on_write(self, seq: int, table: list[int]) -> BlockMove:
+        """Give ``seq`` a private copy of its shared, partly filled last block."""
+        shared = table[-1]
+        (private,) = self._take(1)
+        self.slots[private] = self.slots[shared]
+        held = int(self._fill[shared])
+        self._fill[private] = held
+        self._token_slots += held  # the same tokens now live in two in-use blocks
+        self._refcount[shared] -= 1  # still >= 1: another table keeps it
+        table[-1] = private
+        self._last_block[seq] = private
+        return BlockMove(shared, private)
+
+    def _check_batch(self, seq_ids, token_ids) -> tuple[np.ndarray, np.ndarray]:
+        seqs = np.asarray(seq_ids)
+        tokens = np.asarray(token_ids)
+        if seqs.ndim != 1 or tokens.shape != seqs.shape:
+            raise InvalidRequest(
+                f"seq_ids and token_ids must be 1-D of equal length, got {seqs.shape} "
+                f"and {tokens.shape}"
+            )
+        if seqs.size and (seqs.dtype.kind not in "iu" or tokens.dtype.kind not in "iu"):
+            raise InvalidRequest("seq_ids and token_ids must be integer arrays")
+        seqs = seqs.astype(np.int64, copy=False)
+        in_range = (seqs >= 0) & (seqs < self._state.shape[0])
+        states = self._state[np.where(in_range, seqs, 0)]
+        on_device = in_range & (states == _ON_DEVICE)
+        if not on_device.all():
+            bad = int(seqs[np.argmin(on_device)])
+            self._on_device(bad)  # raises the precise error
+        # Duplicate ids: scatter positions, the later duplicate overwrites the earlier.
+        positions = np.arange(seqs.shape[0])
+        self._batch_mark[seqs] = positions
+        if (self._batch_mark[seqs] != positions).any():
+            raise InvalidRequest("append_batch: duplicate sequence ids in one batch")
+        if tokens.size and (tokens.min() < 0 or tokens.max() > _INT32_MAX):
+            raise InvalidRequest("token ids must be in [0, 2**31 - 1]")
+        return seqs, tokens.astype(np.int32, copy=False)
+
+    def _batch_need(self, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """(mask: needs a new block, mask: may need copy-on-write, blocks needed)."""
+        held = self._num_tokens[seqs]
+        at_boundary = held % self.block_size == 0
+        last = self._last_block[seqs]
+        shared = ~at_boundary & (self._refcount[last] > 1)
+        needed = int(at_boundary.sum())
+        if shared.any():
+            # k batch members sharing a block with refcount r: each copies while another
+            # table still points at the block, so min(k, r - 1) copies (the last writer
+            # may keep the original when every sharer is in the batch).
+            blocks, members = np.unique(last[shared], return_counts=True)
+            needed += int(np.minimum(members, self._refcount[blocks] - 1).sum())
+        return at_boundary, shared, needed
+
+    def blocks_needed_for_batch(self, seq_ids: np.ndarray) -> int:
+        seqs, _ = self._check_batch(seq_ids, np.zeros(np.shape(seq_ids), np.int32))
+        return self._batch_need(seqs)[2]
+
+    def append_batch(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> list[BlockMove]:
+        seqs, tokens = self._check_batch(seq_ids, token_ids)
+        at_boundary, shared, needed = self._batch_need(seqs)
+        self._require(needed)
+        if seqs.size == 0:
+            return []
+
+        self._clock += 1
+        moves: list[BlockMove] = []
+        crossing = seqs[at_boundary].tolist()
+        for seq, block in zip(crossing, self._take(len(crossing))):
+            self._tables[seq].append(block)
+            self._last_block[seq] = block
+        for seq in seqs[shared].tolist():
+            table = self._tables[seq]
+            if self._refcount[table[-1]] > 1:  # an earlier batch member may have copied
+                moves.append(self._copy_on_write(seq, table))
+        # After the loops every batch member's last block is private, so the fancy
+        # indices below are distinct and one vectorised write is exact.
+        held = self._num_tokens[seqs]
+        last = self._last_block[seqs]
+        self.slots[last, held % self.block_size] = tokens
+        self._fill[last] += 1
+        self._num_tokens[seqs] = held + 1
+        self._token_slots += int(seqs.shape[0])
+        if self.enable_prefix_caching:
+            for seq in seqs[(held + 1) % self.block_size == 0].tolist():
+                self._seal(seq, self._tables[seq][-1])
+        return moves
+
+    # -- sharing and release ------------------------------------------------------------------
+    def fork(self, parent_id: int, child_id: int) -> list[BlockMove]:
+        parent = self._on_device(parent_id)
+        child = self._new_seq(child_id)
+        self._clock += 1
+        table = list(self._tables[parent])
+        self._refcount[table] += 1  # a table holds each block once, so no duplicates
+        self._tables[child] = table
+        self._keys[child] = list(self._keys[parent])
+        self._salt[child] = self._salt[parent]
+        self._state[child] = _ON_DEVICE
+        self._num_tokens[child] = self._num_tokens[parent]
+        self._last_block[child] = self._last_block[parent]
+        return []
+
+    def free(self, seq_id: int) -> None:
+        seq = self._live(seq_id)
+        self._clock += 1
+        table = self._tables.pop(seq)
+        if self._state[seq] == _SWAPPED:
+            self._cpu_free.extend(table)
+        else:
+            self._release(table)
+        del self._keys[seq], self._salt[seq]
+        self._state[seq] = _DEAD
+        self._num_tokens[seq] = 0
+
+    def evict(self, num_blocks: int = 1) -> list[int]:
+        """Reclaim up to ``num_blocks`` cached-evictable blocks, in the eviction policy's
+        order: their keys are dropped and they go to the back of the free list.
+        Returns their ids. Raises InvalidRequest for a negative count."""
+        count = _check_count("num_blocks", num_blocks, 0)
+        self._clock += 1
+        victims = self.evictor.pick_victims(count)
+        for block in victims:
+            self._drop_key(block)
+            self._free.append(block)
+        return victims
+
+    # -- swap ----------------------------------------------------------------------------------
+    def can_swap_out(self, seq_id: int) -> bool:
+        seq = self._live(seq_id)
+        return self._state[seq] == _ON_DEVICE and len(self._tables[seq]) <= len(self._cpu_free)
+
+    def swap_out(self, seq_id: int) -> list[BlockMove]:
+        seq = self._on_device(seq_id)
+        device = self._tables[seq]
+        if len(device) > len(self._cpu_free):
+            raise OutOfBlocks(
+                f"swap out of sequence {seq} needs {len(device)} CPU blocks, "
+                f"{len(self._cpu_free)} free",
+                needed=len(device),
+                available=len(self._cpu_free),
+            )
+        self._clock += 1
+        cpu = [self._cpu_free.popleft() for _ in device]
+        self.cpu_slots[cpu] = self.slots[device]
+        self._release(device)
+        self._tables[seq] = cpu
+        self._state[seq] = _SWAPPED
+        return [BlockMove(d, c) for d, c in zip(device, cpu)]
+
+    def can_swap_in(self, seq_id: int) -> bool:
+        seq = self._live(seq_id)
+        needed = len(self._tables[seq])
+        return self._state[seq] == _SWAPPED and needed <= len(self._free) + len(self.evictor)
+
+    def swap_in(self, seq_id: int) -> list[BlockMove]:
+        seq = self._live(seq_id)
+        if self._state[seq] != _SWAPPED:
+            raise InvalidRequest(f"sequence {seq} is not swapped out")
+        cpu = self._tables[seq]
+        self._require(len(cpu))
+        self._clock += 1
+        device = self._take(len(cpu))
+        self.slots[device] = self.cpu_slots[cpu]
+        held = int(self._num_tokens[seq])
+        self._fill[device] = self.block_size
+        self._fill[device[-1]] = held - (len(device) - 1) * self.block_size
+        self._token_slots += held
+        # Full blocks become prefix-cache candidates again under their (unchanged) keys.
+        for key, block in zip(self._keys[seq], device):
+            self._publish(key, block)
+        self._cpu_free.extend(cpu)
+        self._tables[seq] = device
+        self._state[seq] = _ON_DEVICE
+        self._last_block[seq] = device[-1]
+        return [BlockMove(c, d) for c, d in zip(cpu, device)]
+
+    # -- queries ---------------------------------------------------------------------------------
+    def is_swapped(self, seq_id: int) -> bool:
+        return self._state[self._live(seq_id)] == _SWAPPED
+
+    def num_tokens(self, seq_id: int) -> int:
+        return int(self._num_tokens[self._live(seq_id)])
+
+    def block_table(self, seq_id: int) -> list[int]:
+        return list(self._tables[self._live(seq_id)])
+
+    def read_tokens(self, seq_id: int) -> np.ndarray:
+        seq = self._live(seq_id)
+        pool = self.cpu_slots if self._state[seq] == _SWAPPED else self.slots
+        return pool[self._tables[seq]].reshape(-1)[: self._num_tokens[seq]].copy()
+
+    def usage(self, next_request_tokens: int = 0) -> KVUsage:
+        size = self.block_size
+        used = self.num_used_blocks
+        cached = len(self.evictor)
+        free = len(self._free)
+        return KVUsage(
+            total_slots=self.num_blocks * size,
+            token_slots=self._token_slots,
+            reserved_slots=0,
+            internal_frag_slots=used * size - self._token_slots,
+            external_frag_slots=0,  # any free block fits any request's next block
+            free_slots=(free + cached) * size,
+            cached_slots=cached * size,
+            used_blocks=used,
+            cached_blocks=cached,
+            free_blocks=free,
+        )
+
+    def snapshot(self) -> bytes:
+        """Every piece of mutable state, serialised, for bit-for-bit comparisons in
+        tests (a refused command must leave it unchanged). The hash memo is excluded:
+        it is a pure cache."""
+        state = (
+            self.slots,
+            self.cpu_slots,
+            self._refcount,
+            self._fill,
+            list(self._free),
+            list(self._cpu_free),
+            self._key_of_block,
+            sorted(self._block_of_key.items()),
+            self.evictor,
+            self._clock,
+            self._token_slots,
+            self.peak_used_blocks,
+            self.prefix_queries_tokens,
+            self.prefix_hits_tokens,
+            self._state,
+            self._num_tokens,
+            self._last_block,
+            sorted(self._tables.items()),
+            sorted(self._keys.items()),
+            sorted(self._salt.items()),
+        )
+        return pickle.dumps(state)
+
+    # -- invariants ------------------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        """Verify the whole state (O(pool + tokens)); AssertionError names the break."""
+        on_device, swapped = self._sequences_by_state()
+        self._check_partition()
+        self._check_tables(on_device)
+        self._check_prefix_cache(on_device)
+        self._check_cpu_pool(swapped)
+        usage = self.usage()
+        assert usage.token_slots + usage.internal_frag_slots == usage.used_blocks * self.block_size
+        assert usage.token_slots + usage.internal_frag_slots + usage.free_slots == (
+            usage.total_slots
+        ), f"usage split does not sum to the pool: {usage}"
+        assert self.peak_used_blocks >= usage.used_blocks
+
+    def _sequences_by_state(self) -> tuple[list[int], list[int]]:
+        live = sorted(self._tables)
+        assert sorted(self._keys) == live and sorted(self._salt) == live
+        assert set(np.flatnonzero(self._state).tolist()) == set(live), "state vs tables"
+        on_device = [s for s in live if self._state[s] == _ON_DEVICE]
+        swapped = [s for s in live if self._state[s] == _SWAPPED]
+        return on_device, swapped
+
+    def _check_partition(self) -> None:
+        free = list(self._free)
+        cached = self.evictor.blocks()
+        assert len(set(free)) == len(free), "a block is on the free list twice"
+        assert len(cached) == len(self.evictor) == len(set(cached))
+        assert not set(free) & set(cached), "a block is both free and cached-evictable"
+        for block in free:
+            assert self._refcount[block] == 0 and self._fill[block] == 0, f"free {block}"
+            assert self._key_of_block[block] is None, f"free block {block} has a key"
+        for block in cached:
+            assert self._refcount[block] == 0, f"cached block {block} is referenced"
+            assert self._key_of_block[block] is not None, f"cached block {block} has no key"
+            assert self._fill[block] == self.block_size, f"cached block {block} not full"
+        idle = set(free) | set(cached)
+        in_use = [b for b in range(self.num_blocks) if b not in idle]
+        assert all(self._refcount[b] > 0 for b in in_use), "an unreferenced block is lost"
+
+    def _check_tables(self, on_device: list[int]) -> None:
+        size = self.block_size
+        references = np.zeros(self.num_blocks, np.int64)
+        fill = np.zeros(self.num_blocks, np.int64)
+        for seq in on_device:
+            table, held = self._tables[seq], int(self._num_tokens[seq])
+            assert held > 0 and len(table) == self._blocks_for(held), f"table of {seq}"
+            assert len(set(table)) == len(table), f"sequence {seq} holds a block twice"
+            assert self._last_block[seq] == table[-1], f"last block of {seq}"
+            np.add.at(references, table, 1)
+            for index, block in enumerate(table):
+                expected = min(size, held - index * size)
+                assert fill[block] in (0, expected), f"sharers disagree on block {block}"
+                fill[block] = expected
+        assert np.array_equal(references, self._refcount), "refcount != table references"
+        in_use = references > 0
+        assert np.array_equal(fill[in_use], self._fill[in_use]), "block fill levels"
+        assert int(fill.sum()) == self._token_slots, "token slot counter"
+
+    def _check_prefix_cache(self, on_device: list[int]) -> None:
+        for key, block in self._block_of_key.items():
+            assert self._key_of_block[block] == key, f"key map of block {block}"
+        keyed = sum(k is not None for k in self._key_of_block)
+        assert keyed == len(self._block_of_key), "block -> key map has extra entries"
+        if not self.enable_prefix_caching:
+            assert keyed == 0 and all(not chain for chain in self._keys.values())
+            return
+        for block in self._block_of_key.values():
+            assert self._fill[block] == self.block_size, f"keyed block {block} is not full"
+        for seq in self._tables:
+            chain = self._chain_keys(self.read_tokens(seq), self._salt[seq])
+            assert self._keys[seq] == chain, f"key chain of sequence {seq}"
+        for seq in on_device:
+            for key, block in zip(self._keys[seq], self._tables[seq]):
+                own = self._key_of_block[block]
+                assert own is None or own == key, f"block {block} cached under another key"
+
+    def _check_cpu_pool(self, swapped: list[int]) -> None:
+        owned = [block for seq in swapped for block in self._tables[seq]]
+        free = list(self._cpu_free)
+        assert len(set(owned)) == len(owned), "a CPU block belongs to two sequences"
+        assert len(set(free)) == len(free), "a CPU block is on the free list twice"
+        assert sorted(owned + free) == list(range(self.num_cpu_blocks)), "CPU pool leak"
+        for seq in swapped:
+            assert len(self._tables[seq]) == self._blocks_for(int(self._num_tokens[seq]))
