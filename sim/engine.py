@@ -1,0 +1,571 @@
+"""The SimPy serving engine: one schedule -> execute -> apply loop per replica.
+
+Iteration-level (continuous) batching as in vLLM: every step, each running sequence in
+its decode phase gets one token, and what is left of the token budget goes to prompt
+chunks (chunked prefill) of running and newly admitted requests.
+
+Memory follows the allocator contract (backend/base.py): a prompt's slots are allocated
+in full when the request is admitted (prefix-cache hits come back from ``allocate``), a
+decode appends one slot, and a free-list miss makes the preemption policy pick a victim
+whose memory is released by recompute (blocks freed, request re-queued at the front,
+re-prefilled from prompt + tokens generated so far) or swap (blocks copied to the CPU
+pool; falls back to recompute when the CPU pool is full). A request that can never fit
+is rejected with its reason, never retried forever.
+
+Hot path: running decode sequences live in parallel numpy arrays (:class:`DecodeSet`),
+so a step costs one vectorised ``append_batch`` plus Python work only for sequences that
+finish, start or are preempted — never per token.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from backend.base import Allocator, BlockMove, OutOfBlocks
+from sim.types import Batch, Executor, PrefillChunk, Request
+
+#: output token ids of a (stream, position): the engine's synthetic decode tokens
+TokenFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+#: stream id of (request id, sample index)
+StreamFn = Callable[[int, int], int]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The scheduler knobs of one replica (validated by the scenario schema)."""
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    chunked_prefill: bool = True
+    watermark_blocks: int = 0  # blocks kept free when admitting new requests
+    preemption_mode: str = "recompute"  # or "swap"
+    max_model_len: int = 8192
+
+
+@dataclass(eq=False)
+class PrefillSeq:
+    """A sequence whose prompt (plus, after a recompute preemption, its generated
+    tokens) is being computed. ``generated`` tokens were sampled before this prefill."""
+
+    request: Request
+    sample: int
+    tokens: np.ndarray
+    generated: int = 0
+    resumed: bool = False
+    fork_children: int = 0  # samples to fork from this one when its prompt is done
+    seq_id: int = -1
+    computed: int = 0  # tokens whose KV is in the pool
+
+
+@dataclass(eq=False)
+class SwappedRequest:
+    """A request whose sequences all live in the CPU pool."""
+
+    request: Request
+    prefills: list[PrefillSeq]
+    decodes: dict[str, np.ndarray]
+    num_blocks: int
+
+
+class DecodeSet:
+    """Running sequences in their decode phase, as parallel int64 numpy arrays."""
+
+    FIELDS = ("seq_id", "req_id", "sample", "stream", "generated", "target", "context")
+
+    def __init__(self) -> None:
+        for name in self.FIELDS:
+            setattr(self, name, np.zeros(0, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return int(self.seq_id.shape[0])
+
+    def extend(self, rows: dict[str, np.ndarray] | list[tuple[int, ...]]) -> None:
+        """Append rows given as column arrays or as tuples in FIELDS order."""
+        if isinstance(rows, list):
+            if not rows:
+                return
+            data = np.asarray(rows, dtype=np.int64)
+            rows = {name: data[:, i] for i, name in enumerate(self.FIELDS)}
+        for name in self.FIELDS:
+            setattr(self, name, np.concatenate([getattr(self, name), rows[name]]))
+
+    def take(self, mask: np.ndarray) -> dict[str, np.ndarray]:
+        """Remove the rows selected by ``mask`` and return them as column arrays."""
+        keep = ~mask
+        taken = {}
+        for name in self.FIELDS:
+            column = getattr(self, name)
+            taken[name] = column[mask]
+            setattr(self, name, column[keep])
+        return taken
+
+
+@dataclass(eq=False)
+class WaitingEntry:
+    """A prefill waiting for admission (what scheduling policies order)."""
+
+    request: Request
+    seq: PrefillSeq
+
+    @property
+    def resumed(self) -> bool:
+        return self.seq.resumed
+
+
+@dataclass
+class StepPlan:
+    """What the scheduler decided for one step; applied after the step's time passes."""
+
+    decode_rows: int = 0
+    chunks: list[tuple[PrefillSeq, int]] = field(default_factory=list)
+    num_preempted: int = 0
+
+
+class Replica:
+    """One serving instance: its own waiting queue, running set, allocator, executor."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        index: int,
+        allocator: Allocator,
+        executor: Executor,
+        scheduler,
+        victim_policy,
+        config: EngineConfig,
+        output_tokens: TokenFn,
+        stream_id: StreamFn,
+        on_step: Callable[..., None],
+        on_done: Callable[[Request], None],
+    ):
+        self.env = env
+        self.index = index
+        self.alloc = allocator
+        self.executor = executor
+        self.scheduler = scheduler
+        self.victims = victim_policy
+        self.cfg = config
+        self.output_tokens = output_tokens
+        self.stream_id = stream_id
+        self.on_step = on_step
+        self.on_done = on_done
+
+        self.waiting: deque[WaitingEntry] = deque()
+        self.prefilling: list[PrefillSeq] = []
+        self.decodes = DecodeSet()
+        self.swapped: deque[SwappedRequest] = deque()
+        self.holders: dict[int, Request] = {}  # requests with KV on the device
+        self.samples_left: dict[int, int] = {}
+        self.swapped_blocks = 0
+        self.outstanding = 0
+        self.num_preemptions = 0
+        self.num_swaps_out = 0
+        self.num_steps = 0
+        self._next_seq_id = 0
+        self._wake: simpy.Event | None = None
+        self.process = env.process(self.loop())
+
+    # -- arrivals -------------------------------------------------------------------
+    def submit(self, request: Request) -> None:
+        """Queue a newly arrived request (called by the router at its arrival time)."""
+        request.replica = self.index
+        self.outstanding += 1
+        reason = self.never_fits(request)
+        if reason:
+            self.reject(request, reason)
+            return
+        seq = PrefillSeq(request, 0, request.prompt, fork_children=request.n - 1)
+        self.samples_left[request.req_id] = request.n
+        self.waiting.append(WaitingEntry(request, seq))
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    def never_fits(self, request: Request) -> str:
+        """Why ``request`` can never be served by this replica ('' if it can)."""
+        prompt, out, n = request.prompt_len, request.output_len, request.n
+        if prompt + out > self.cfg.max_model_len:
+            limit = self.cfg.max_model_len
+            return f"prompt+output {prompt + out} tokens exceed max_model_len {limit}"
+        if not self.cfg.chunked_prefill and prompt > self.cfg.max_num_batched_tokens:
+            return (
+                f"prompt {prompt} tokens exceed max_num_batched_tokens "
+                f"{self.cfg.max_num_batched_tokens} without chunked prefill"
+            )
+        needed, pool = self.worst_case_blocks(prompt, out, n), self.alloc.num_blocks
+        if needed > pool:
+            return f"needs {needed} KV blocks, the pool has {pool}"
+        return ""
+
+    def worst_case_blocks(self, prompt: int, output: int, n: int) -> int:
+        """Blocks (slots for contiguous) a request holds at its largest, alone."""
+        reserve = getattr(self.alloc, "reservation_size", None)
+        if reserve is not None:
+            return n * reserve(prompt, output)
+        bs = self.alloc.block_size
+        # The last sampled token is never written, so KV peaks at prompt + output - 1.
+        peak = prompt + max(output - 1, 0)
+        shared = prompt // bs if n > 1 else 0  # full prompt blocks are shared by forks
+        return shared + n * (math.ceil(peak / bs) - shared)
+
+    def reject(self, request: Request, reason: str) -> None:
+        request.rejected_reason = reason
+        self.finish_request(request)
+
+    def finish_request(self, request: Request) -> None:
+        self.outstanding -= 1
+        self.samples_left.pop(request.req_id, None)
+        self.on_done(request)
+
+    # -- the loop ---------------------------------------------------------------------
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.prefilling or len(self.decodes) or self.swapped)
+
+    def loop(self):
+        while True:
+            if not self.has_work():
+                self._wake = self.env.event()
+                yield self._wake
+                self._wake = None
+                continue
+            batch, plan = self.schedule()
+            if batch.batch_size == 0 and not batch.swap_out:
+                self.unblock()
+                continue
+            duration = self.executor.execute(batch)
+            yield self.env.timeout(duration)
+            self.apply(plan)
+            self.num_steps += 1
+            self.on_step(self, batch, duration, plan)
+
+    def unblock(self) -> None:
+        """Nothing could be scheduled although work is queued: with nothing running,
+        the head of the queue can never be admitted, so it is rejected (liveness)."""
+        if self.swapped and not (self.prefilling or len(self.decodes)):
+            # Bring one swapped request back by recompute instead of waiting forever.
+            self.resume_by_recompute(self.swapped.popleft())
+            return
+        if self.waiting and not (self.prefilling or len(self.decodes)):
+            entry = self.waiting.popleft()
+            self.reject(entry.request, "cannot be admitted even with an empty replica")
+
+    # -- scheduling ---------------------------------------------------------------------
+    def schedule(self) -> tuple[Batch, StepPlan]:
+        plan = StepPlan()
+        moves = Moves()
+        self.swap_in_waiting(moves)
+        decode_ids, decode_ctx, decode_tokens = self.schedule_decodes(plan, moves)
+        budget = self.cfg.max_num_batched_tokens - len(decode_ids)
+        budget = self.schedule_running_prefills(plan, budget)
+        self.admit_waiting(plan, budget)
+        chunks = tuple(
+            PrefillChunk(s.seq_id, s.computed, s.tokens[s.computed : s.computed + n])
+            for s, n in plan.chunks
+        )
+        batch = Batch(
+            chunks,
+            decode_ids,
+            decode_ctx,
+            decode_tokens,
+            tuple(moves.copies),
+            tuple(moves.swap_out),
+            tuple(moves.swap_in),
+        )
+        return batch, plan
+
+    def available_blocks(self) -> int:
+        usage = self.alloc.usage()
+        return usage.free_blocks + usage.cached_blocks
+
+    def schedule_decodes(self, plan: StepPlan, moves: Moves):
+        """Give every decoding sequence one slot, preempting on a free-list miss."""
+        while len(self.decodes):
+            needed = self.alloc.blocks_needed_for_batch(self.decodes.seq_id)
+            if needed <= self.available_blocks():
+                break
+            self.preempt(self.victims.pick(list(self.holders.values()), self.env.now), moves)
+            plan.num_preempted += 1
+        d = self.decodes
+        plan.decode_rows = len(d)
+        if not plan.decode_rows:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, np.zeros(0, dtype=np.int32)
+        # The newest sampled token (position generated - 1) is fed and gets its slot now.
+        tokens = self.output_tokens(d.stream, d.generated - 1)
+        moves.copies.extend(self.alloc.append_batch(d.seq_id, tokens))
+        d.context += 1
+        return d.seq_id.copy(), d.context.copy(), tokens
+
+    def schedule_running_prefills(self, plan: StepPlan, budget: int) -> int:
+        for seq in self.prefilling:
+            if budget <= 0:
+                break
+            take = self.chunk_size(seq, budget, plan)
+            if not take:
+                break
+            plan.chunks.append((seq, take))
+            budget -= take
+        return budget
+
+    def chunk_size(self, seq: PrefillSeq, budget: int, plan: StepPlan) -> int:
+        """Prompt tokens of ``seq`` to compute this step (0: none)."""
+        remaining = seq.tokens.shape[0] - seq.computed
+        if self.cfg.chunked_prefill or remaining <= budget:
+            return min(remaining, budget)
+        # Without chunking a prompt runs whole; one longer than the budget (a resumed
+        # request's prompt + outputs) may still run alone so it cannot wait forever.
+        alone = not plan.chunks and not plan.decode_rows
+        return remaining if alone else 0
+
+    def num_running_seqs(self) -> int:
+        return len(self.decodes) + len(self.prefilling)
+
+    def admit_waiting(self, plan: StepPlan, budget: int) -> None:
+        if not self.waiting or budget <= 0:
+            return
+        admitted = []
+        for entry in self.scheduler.order(self.waiting, self.env.now):
+            if budget <= 0 or self.num_running_seqs() >= self.cfg.max_num_seqs:
+                break
+            seq = entry.seq
+            cached = self.admit(seq)
+            if cached is None:
+                break  # head of line does not fit now: wait, do not let others jump it
+            admitted.append(entry)
+            # Without chunking a prompt longer than what is left waits, admitted (its
+            # memory held), for the next step.
+            take = self.chunk_size(seq, budget, plan)
+            if take:
+                plan.chunks.append((seq, take))
+                budget -= take
+        for entry in admitted:
+            self.waiting.remove(entry)
+
+    def admit(self, seq: PrefillSeq) -> int | None:
+        """Allocate ``seq``'s prompt; None when it does not fit now (nothing changed)."""
+        request = seq.request
+        total = seq.tokens.shape[0]
+        remaining_out = request.output_len - seq.generated
+        if not seq.resumed and self.num_running_seqs() > 0:
+            # The watermark keeps headroom so running sequences can grow (vLLM's
+            # watermark); it is waived on an empty replica, where nothing could grow.
+            cached = self.alloc.cached_prefix_tokens(seq.tokens, salt=request.tenant)
+            needed = self.blocks_for(total - cached, remaining_out)
+            if self.available_blocks() - needed < self.cfg.watermark_blocks:
+                return None
+        if not self.alloc.can_allocate(
+            seq.tokens, salt=request.tenant, max_new_tokens=remaining_out
+        ):
+            return None
+        seq.seq_id = self._next_seq_id
+        self._next_seq_id += 1
+        cached = self.alloc.allocate(
+            seq.seq_id, seq.tokens, salt=request.tenant, max_new_tokens=remaining_out
+        )
+        # At least one token is computed so the step has logits to sample from.
+        seq.computed = min(cached, total - 1)
+        if not seq.resumed:
+            request.cached_prompt_tokens = seq.computed
+        if math.isnan(request.first_scheduled_s):
+            request.first_scheduled_s = self.env.now
+        self.holders[request.req_id] = request
+        self.prefilling.append(seq)
+        return cached
+
+    def blocks_for(self, tokens: int, max_new_tokens: int) -> int:
+        reserve = getattr(self.alloc, "reservation_size", None)
+        if reserve is not None:
+            return reserve(tokens, max_new_tokens)
+        return math.ceil(tokens / self.alloc.block_size)
+
+    # -- preemption and swap --------------------------------------------------------------
+    def preempt(self, victim: Request, moves: Moves) -> None:
+        """Release ``victim``'s device memory (swap if asked and possible, else recompute)."""
+        self.num_preemptions += 1
+        victim.num_preemptions += 1
+        del self.holders[victim.req_id]
+        prefills = [s for s in self.prefilling if s.request is victim]
+        self.prefilling = [s for s in self.prefilling if s.request is not victim]
+        decodes = self.decodes.take(self.decodes.req_id == victim.req_id)
+        seq_ids = [s.seq_id for s in prefills] + decodes["seq_id"].tolist()
+        if self.cfg.preemption_mode == "swap" and self.try_swap_out(seq_ids, moves):
+            blocks = sum(len(self.alloc.block_table(s)) for s in seq_ids)
+            self.swapped.append(SwappedRequest(victim, prefills, decodes, blocks))
+            self.swapped_blocks += blocks
+            self.num_swaps_out += 1
+            return
+        for seq_id in seq_ids:
+            self.alloc.free(seq_id)
+        self.requeue_for_recompute(victim, prefills, decodes)
+
+    def try_swap_out(self, seq_ids: list[int], moves: Moves) -> bool:
+        needed = sum(len(self.alloc.block_table(s)) for s in seq_ids)
+        free_cpu = getattr(self.alloc, "num_free_cpu_blocks", 0)
+        if needed > free_cpu or not all(self.alloc.can_swap_out(s) for s in seq_ids):
+            return False
+        done = []
+        try:
+            for seq_id in seq_ids:
+                moves.swap_out.extend(self.alloc.swap_out(seq_id))
+                done.append(seq_id)
+        except OutOfBlocks:
+            # Shared blocks can make the sum above an underestimate; undo cleanly.
+            for seq_id in done:
+                self.alloc.swap_in(seq_id)
+            return False
+        return True
+
+    def requeue_for_recompute(self, request, prefills, decodes) -> None:
+        """Put the victim's sequences back at the front of the queue, to be re-prefilled
+        from prompt + the tokens each has generated so far."""
+        entries = []
+        for seq in prefills:
+            fresh = PrefillSeq(request, seq.sample, seq.tokens, seq.generated, True,
+                               seq.fork_children)
+            entries.append(WaitingEntry(request, fresh))
+        for i in range(decodes["seq_id"].shape[0]):
+            sample = int(decodes["sample"][i])
+            generated = int(decodes["generated"][i])
+            tokens = self.sequence_tokens(request, sample, generated)
+            entries.append(WaitingEntry(request, PrefillSeq(request, sample, tokens, generated,
+                                                            resumed=True)))
+        self.waiting.extendleft(reversed(entries))
+
+    def sequence_tokens(self, request: Request, sample: int, generated: int) -> np.ndarray:
+        stream = np.full(generated, self.stream_id(request.req_id, sample), dtype=np.int64)
+        outputs = self.output_tokens(stream, np.arange(generated, dtype=np.int64))
+        return np.concatenate([request.prompt, outputs.astype(request.prompt.dtype)])
+
+    def resume_by_recompute(self, item: SwappedRequest) -> None:
+        seq_ids = [s.seq_id for s in item.prefills] + item.decodes["seq_id"].tolist()
+        for seq_id in seq_ids:
+            self.alloc.free(seq_id)
+        self.swapped_blocks -= item.num_blocks
+        self.requeue_for_recompute(item.request, item.prefills, item.decodes)
+
+    def swap_in_waiting(self, moves: Moves) -> None:
+        """Swapped requests resume, in order, before any new request is admitted."""
+        while self.swapped:
+            item = self.swapped[0]
+            seq_ids = [s.seq_id for s in item.prefills] + item.decodes["seq_id"].tolist()
+            if item.num_blocks + len(self.decodes) > self.available_blocks():
+                return
+            if self.num_running_seqs() + len(seq_ids) > self.cfg.max_num_seqs:
+                return
+            if not all(self.alloc.can_swap_in(s) for s in seq_ids):
+                return
+            for seq_id in seq_ids:
+                moves.swap_in.extend(self.alloc.swap_in(seq_id))
+            self.swapped.popleft()
+            self.swapped_blocks -= item.num_blocks
+            self.holders[item.request.req_id] = item.request
+            self.prefilling.extend(item.prefills)
+            self.decodes.extend(item.decodes)
+
+    # -- applying a finished step ---------------------------------------------------------
+    def apply(self, plan: StepPlan) -> None:
+        now = self.env.now
+        self.apply_decodes(plan, now)
+        new_rows: list[tuple[int, ...]] = []
+        for seq, take in plan.chunks:
+            seq.computed += take
+            if seq.computed == seq.tokens.shape[0]:
+                self.complete_prefill(seq, now, new_rows)
+        self.decodes.extend(new_rows)
+
+    def apply_decodes(self, plan: StepPlan, now: float) -> None:
+        rows = plan.decode_rows
+        if not rows:
+            return
+        d = self.decodes
+        d.generated[:rows] += 1
+        done = np.zeros(len(d), dtype=bool)
+        done[:rows] = d.generated[:rows] >= d.target[:rows]
+        if not done.any():
+            return
+        finished = d.take(done)
+        for seq_id, req_id in zip(finished["seq_id"].tolist(), finished["req_id"].tolist()):
+            self.alloc.free(seq_id)
+            self.sample_done(self.holders[req_id], now)
+
+    def complete_prefill(self, seq: PrefillSeq, now: float, new_rows: list) -> None:
+        """The prompt's last chunk ran: its logits gave one more token."""
+        self.prefilling.remove(seq)
+        request = seq.request
+        if math.isnan(request.first_token_s):
+            request.first_token_s = now
+        generated = seq.generated + 1
+        samples = [seq.sample] + [seq.sample + 1 + i for i in range(seq.fork_children)]
+        context = seq.tokens.shape[0]
+        for sample in samples:
+            seq_id = seq.seq_id if sample == seq.sample else self.fork(seq, sample)
+            if seq_id is None:
+                continue  # could not fork: that sample was re-queued for recompute
+            if generated >= request.output_len:
+                self.alloc.free(seq_id)
+                self.sample_done(request, now)
+                continue
+            stream = self.stream_id(request.req_id, sample)
+            new_rows.append((seq_id, request.req_id, sample, stream, generated,
+                             request.output_len, context))
+
+    def fork(self, parent: PrefillSeq, sample: int) -> int | None:
+        child = self._next_seq_id
+        self._next_seq_id += 1
+        try:
+            # Paged forks share blocks (copy-on-write later). A contiguous baseline copies
+            # the region; its moves are charged to nothing, a simplification.
+            self.alloc.fork(parent.seq_id, child)
+        except OutOfBlocks:
+            tokens = self.sequence_tokens(parent.request, sample, parent.generated + 1)
+            entry = PrefillSeq(parent.request, sample, tokens, parent.generated + 1, True)
+            self.waiting.appendleft(WaitingEntry(parent.request, entry))
+            return None
+        return child
+
+    def sample_done(self, request: Request, now: float) -> None:
+        left = self.samples_left[request.req_id] - 1
+        self.samples_left[request.req_id] = left
+        if left == 0:
+            request.finish_s = now
+            request.generated = request.output_len * request.n
+            self.holders.pop(request.req_id, None)
+            self.finish_request(request)
+
+    def next_request_tokens(self) -> int:
+        """Slots the head of the queue would need (for external fragmentation)."""
+        if not self.waiting:
+            return 0
+        seq = self.waiting[0].seq
+        remaining_out = seq.request.output_len - seq.generated
+        return self.blocks_for(seq.tokens.shape[0], remaining_out) * self.alloc.block_size
+
+
+@dataclass
+class Moves:
+    copies: list[BlockMove] = field(default_factory=list)
+    swap_out: list[BlockMove] = field(default_factory=list)
+    swap_in: list[BlockMove] = field(default_factory=list)
+
+
+class Cluster:
+    """Replicas behind a router, fed by one arrival process."""
+
+    def __init__(self, env: simpy.Environment, replicas: Sequence[Replica], router):
+        self.env = env
+        self.replicas = list(replicas)
+        self.router = router
+
+    def arrivals(self, requests: Sequence[Request]):
+        """SimPy process: hand each request to a replica at its arrival time."""
+        for request in requests:
+            delay = request.arrival_s - self.env.now
+            if delay > 0:
+                yield self.env.timeout(delay)
+            chosen = self.router.route(request, self.replicas, self.env.now)
+            self.replicas[chosen].submit(request)

@@ -1,0 +1,175 @@
+"""Engine tests in SimPy's style: a fixed-time executor logs every step, and the tests
+assert the whole log (what ran when) as well as each request's recorded times."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import simpy
+
+from backend.blocks import BlockManager
+from backend.contiguous import make_contiguous
+from policies.preemption import VICTIMS
+from policies.routing import ROUTERS
+from policies.scheduling import SCHEDULERS
+from sim.engine import Cluster, EngineConfig, Replica
+from sim.types import Request
+
+
+class FixedStep:
+    """An executor whose every step takes ``seconds``; it logs what each step did."""
+
+    def __init__(self, seconds: float = 1.0):
+        self.seconds = seconds
+        self.log: list[tuple] = []
+
+    def execute(self, batch):
+        prefill = tuple((c.seq_id, c.start, c.num_tokens) for c in batch.prefills)
+        self.log.append(
+            (prefill, batch.decode_seq_ids.tolist(), len(batch.copies), len(batch.swap_out),
+             len(batch.swap_in))
+        )
+        return self.seconds
+
+
+def output_tokens(streams, positions):
+    # Distinct per stream and position, deterministic, far from prompt ids.
+    return (1000 + streams * 97 + positions).astype(np.int32)
+
+
+def stream_id(req_id, sample):
+    return req_id * 16 + sample
+
+
+def request(req_id, arrival, prompt_len, output_len, **kw):
+    prompt = np.arange(req_id * 100, req_id * 100 + prompt_len, dtype=np.int32)
+    return Request(req_id=req_id, arrival_s=arrival, prompt=prompt, output_len=output_len, **kw)
+
+
+def run(requests, allocator, config=None, seconds=1.0, mode="recompute"):
+    env = simpy.Environment()
+    executor = FixedStep(seconds)
+    done = []
+    cfg = config or EngineConfig(preemption_mode=mode, max_model_len=4096)
+    replica = Replica(
+        env, 0, allocator, executor, SCHEDULERS.get("fcfs")(), VICTIMS.get("last-arrived")(),
+        cfg, output_tokens, stream_id, on_step=lambda *a: None, on_done=done.append,
+    )
+    cluster = Cluster(env, [replica], ROUTERS.get("round-robin")())
+    env.process(cluster.arrivals(requests))
+    env.run(until=10_000)
+    return executor.log, done, replica
+
+
+def test_one_request_prefill_then_decodes():
+    alloc = BlockManager(num_blocks=8, block_size=4)
+    req = request(0, 0.0, prompt_len=10, output_len=3)
+    log, done, _ = run([req], alloc)
+    # step 1: whole prompt (first token sampled); steps 2-3 decode tokens 2 and 3
+    assert log == [(((0, 0, 10),), [], 0, 0, 0), ((), [0], 0, 0, 0), ((), [0], 0, 0, 0)]
+    assert done == [req]
+    assert (req.first_scheduled_s, req.first_token_s, req.finish_s) == (0.0, 1.0, 3.0)
+    assert req.generated == 3 and req.rejected_reason == ""
+    assert alloc.usage().used_blocks == 0
+    alloc.check_invariants()
+
+
+def test_chunked_prefill_splits_prompt_under_token_budget():
+    alloc = BlockManager(num_blocks=8, block_size=4)
+    req = request(0, 0.0, prompt_len=10, output_len=2)
+    cfg = EngineConfig(max_num_batched_tokens=4, max_num_seqs=4, max_model_len=64)
+    log, _, _ = run([req], alloc, cfg)
+    assert [entry[0] for entry in log] == [((0, 0, 4),), ((0, 4, 4),), ((0, 8, 2),), ()]
+    assert req.first_token_s == 3.0 and req.finish_s == 4.0
+
+
+def test_decode_and_prefill_share_a_step_under_continuous_batching():
+    alloc = BlockManager(num_blocks=16, block_size=4)
+    a = request(0, 0.0, prompt_len=4, output_len=3)
+    b = request(1, 0.5, prompt_len=4, output_len=2)
+    log, _, _ = run([a, b], alloc)
+    assert log == [
+        (((0, 0, 4),), [], 0, 0, 0),  # t=0: a's prompt
+        (((1, 0, 4),), [0], 0, 0, 0),  # t=1: a decodes while b (arrived 0.5) prefills
+        ((), [0, 1], 0, 0, 0),  # t=2: both decode; both finish
+    ]
+    assert (a.finish_s, b.first_token_s, b.finish_s) == (3.0, 2.0, 3.0)
+
+
+def test_free_list_miss_preempts_last_arrived_and_everyone_finishes():
+    # 4 blocks of 2 slots: two requests of 3-token prompts growing to 7 tokens cannot
+    # both stay resident; the later one is preempted (recompute) and comes back.
+    alloc = BlockManager(num_blocks=4, block_size=2)
+    a = request(0, 0.0, prompt_len=3, output_len=5)
+    b = request(1, 0.0, prompt_len=3, output_len=5)
+    log, done, replica = run([a, b], alloc)
+    assert sorted(r.req_id for r in done) == [0, 1]
+    assert b.num_preemptions >= 1 and a.num_preemptions == 0
+    assert replica.num_preemptions == b.num_preemptions
+    assert a.generated == 5 and b.generated == 5
+    assert alloc.usage().used_blocks == 0
+    alloc.check_invariants()
+
+
+def test_swap_mode_moves_blocks_out_and_back():
+    alloc = BlockManager(num_blocks=4, block_size=2, num_cpu_blocks=8)
+    a = request(0, 0.0, prompt_len=3, output_len=5)
+    b = request(1, 0.0, prompt_len=3, output_len=5)
+    log, done, replica = run([a, b], alloc, mode="swap")
+    swapped_out = sum(entry[3] for entry in log)
+    swapped_in = sum(entry[4] for entry in log)
+    assert replica.num_swaps_out >= 1
+    assert swapped_out > 0 and swapped_in == swapped_out
+    assert len(done) == 2 and all(r.generated == 5 for r in done)
+    alloc.check_invariants()
+
+
+def test_request_that_can_never_fit_is_rejected_with_reason():
+    alloc = BlockManager(num_blocks=4, block_size=2)
+    big = request(0, 0.0, prompt_len=20, output_len=2)
+    small = request(1, 0.1, prompt_len=2, output_len=2)
+    _, done, _ = run([big, small], alloc)
+    assert "KV blocks" in big.rejected_reason and np.isnan(big.first_token_s)
+    assert small.rejected_reason == "" and small.generated == 2
+    assert [r.req_id for r in done] == [0, 1]
+
+
+def test_too_long_for_the_model_is_rejected():
+    alloc = BlockManager(num_blocks=64, block_size=2)
+    req = request(0, 0.0, prompt_len=30, output_len=10)
+    cfg = EngineConfig(max_model_len=32)
+    _, done, _ = run([req], alloc, cfg)
+    assert "max_model_len" in req.rejected_reason
+
+
+def test_parallel_samples_fork_and_copy_on_write():
+    alloc = BlockManager(num_blocks=32, block_size=4)
+    req = request(0, 0.0, prompt_len=6, output_len=3, n=3)
+    log, done, _ = run([req], alloc)
+    # The prompt runs once; the two forks share its half-full last block, so the first
+    # decode step copies it for two of the three samples.
+    assert log[0][0] == ((0, 0, 6),)
+    assert log[1][1] == [0, 1, 2] and log[1][2] == 2
+    assert done == [req] and req.generated == 9
+    assert alloc.usage().used_blocks == 0
+
+
+def test_prefix_cache_hit_skips_cached_prompt_blocks():
+    alloc = BlockManager(num_blocks=32, block_size=4, enable_prefix_caching=True)
+    shared = np.arange(500, 508, dtype=np.int32)
+    a = Request(0, 0.0, np.concatenate([shared, [1, 2]]).astype(np.int32), 2)
+    b = Request(1, 5.0, np.concatenate([shared, [3]]).astype(np.int32), 2)
+    log, _, _ = run([a, b], alloc)
+    b_prefill = [entry[0] for entry in log if entry[0] and entry[0][0][0] != 0]
+    assert b_prefill == [((1, 8, 1),)]  # b (seq 1) starts after its 8 cached tokens
+    assert b.cached_prompt_tokens == 8 and a.cached_prompt_tokens == 0
+
+
+@pytest.mark.parametrize("name", ["contiguous-max", "contiguous-pow2", "contiguous-oracle"])
+def test_contiguous_baselines_serve_the_same_requests(name):
+    alloc = make_contiguous(name, num_slots=64, max_model_len=32)
+    reqs = [request(i, 0.1 * i, prompt_len=5 + i, output_len=3 + i) for i in range(4)]
+    _, done, _ = run(reqs, alloc, EngineConfig(max_model_len=32))
+    assert sorted(r.req_id for r in done) == [0, 1, 2, 3]
+    assert all(r.generated == r.output_len for r in reqs)
+    alloc.check_invariants()
