@@ -1,0 +1,11 @@
+"""The real paged KV backend: torch KV pool, Triton kernels with torch fallbacks, a
+float64 reference, a small Llama-style model and an executor for the engine's steps.
+
+Imports nothing from ``sim`` or ``policies`` (the GPU machine has neither simpy nor
+pydantic); Triton is optional and loaded only when a Triton path is used.
+"""
+
+from backend.paged.kv_cache import KVCache, slot_mapping
+from backend.paged.shape import LLAMA3_8B, ModelShape
+
+__all__ = ["LLAMA3_8B", "KVCache", "ModelShape", "slot_mapping"]

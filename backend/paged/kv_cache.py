@@ -1,0 +1,125 @@
+"""The real KV pool: device tensors indexed by the allocator's block ids, plus a CPU pool.
+
+One tensor holds every layer's K and V, shape ``[num_layers, 2, num_blocks, block_size,
+num_kv_heads, head_dim]`` (NHD inside a block, as vLLM and FlashInfer lay it out), so a
+copy-on-write or swap move of one block id is one indexed copy over all layers at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from backend.base import BlockMove
+from backend.paged import ops
+from backend.paged.shape import ModelShape
+
+
+class KVCache:
+    """Device KV blocks and a CPU swap pool with the same block geometry.
+
+    Block id ``b`` of the allocator is ``data[:, :, b]`` here (CPU block ids index
+    ``cpu_data``), so the pure-model allocator and this pool agree on what a block is.
+    """
+
+    def __init__(
+        self,
+        shape: ModelShape,
+        num_blocks: int,
+        block_size: int,
+        *,
+        num_cpu_blocks: int = 0,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        use_triton: bool = False,
+    ):
+        if num_blocks <= 0 or block_size <= 0 or num_cpu_blocks < 0:
+            raise ValueError("num_blocks and block_size must be positive")
+        self.shape = shape
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.num_cpu_blocks = num_cpu_blocks
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.use_triton = use_triton
+        geometry = (shape.num_layers, 2, block_size, shape.num_kv_heads, shape.head_dim)
+        self.data = torch.zeros(self._dims(geometry, num_blocks), dtype=dtype, device=self.device)
+        # Pinned host memory makes device<->host copies DMA-able (and async-capable).
+        pin = self.device.type == "cuda"
+        self.cpu_data = torch.zeros(
+            self._dims(geometry, num_cpu_blocks), dtype=dtype, pin_memory=pin
+        )
+
+    @staticmethod
+    def _dims(geometry: tuple[int, ...], blocks: int) -> tuple[int, ...]:
+        layers, two, block_size, heads, head_dim = geometry
+        return (layers, two, blocks, block_size, heads, head_dim)
+
+    def key_cache(self, layer: int) -> torch.Tensor:
+        """``[num_blocks, block_size, num_kv_heads, head_dim]`` view of one layer's K."""
+        return self.data[layer, 0]
+
+    def value_cache(self, layer: int) -> torch.Tensor:
+        """``[num_blocks, block_size, num_kv_heads, head_dim]`` view of one layer's V."""
+        return self.data[layer, 1]
+
+    @property
+    def bytes_per_block(self) -> int:
+        return self.data[:, :, 0].numel() * self.data.element_size()
+
+    # -- block moves -------------------------------------------------------------------
+    def copy_blocks(self, moves: Sequence[BlockMove]) -> None:
+        """Copy-on-write: device block ``src`` -> device block ``dst`` for every move, all
+        layers, in one batched launch. Mutates device blocks; ``dst`` must not be a ``src``
+        of the same batch (the allocator never returns such a batch)."""
+        if moves:
+            src, dst = self._move_indices(moves, self.device)
+            ops.copy_blocks(self.data, src, dst, use_triton=self.use_triton)
+
+    def swap_out(self, moves: Sequence[BlockMove]) -> None:
+        """Device block ``src`` -> CPU block ``dst`` for every move (one gather, one
+        transfer, one scatter). Mutates the CPU pool only."""
+        if moves:
+            src, dst = self._move_indices(moves, self.device)
+            staged = self.data.index_select(2, src).to("cpu", non_blocking=False)
+            self.cpu_data.index_copy_(2, dst.cpu(), staged)
+
+    def swap_in(self, moves: Sequence[BlockMove]) -> None:
+        """CPU block ``src`` -> device block ``dst`` for every move. Mutates device blocks."""
+        if moves:
+            src, dst = self._move_indices(moves, self.device)
+            staged = self.cpu_data.index_select(2, src.cpu()).to(self.device)
+            self.data.index_copy_(2, dst, staged)
+
+    @staticmethod
+    def _move_indices(
+        moves: Sequence[BlockMove], device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        pairs = torch.tensor([tuple(m) for m in moves], dtype=torch.int64)
+        return pairs[:, 0].to(device), pairs[:, 1].to(device)
+
+    # -- reading back (tests, debugging) -------------------------------------------------
+    def read_sequence(
+        self, block_table: Sequence[int], num_tokens: int, *, on_cpu: bool = False
+    ) -> torch.Tensor:
+        """K/V of a sequence's first ``num_tokens`` tokens through its block table:
+        ``[num_layers, 2, num_tokens, num_kv_heads, head_dim]``. No mutation."""
+        pool = self.cpu_data if on_cpu else self.data
+        table = torch.as_tensor(list(block_table), dtype=torch.int64, device=pool.device)
+        blocks = pool.index_select(2, table)
+        layers, two, nb, bs, heads, dim = blocks.shape
+        return blocks.reshape(layers, two, nb * bs, heads, dim)[:, :, :num_tokens]
+
+
+def slot_mapping(
+    block_table: Sequence[int], positions: torch.Tensor, block_size: int
+) -> torch.Tensor:
+    """Flat slot ids (``block * block_size + offset``) of token ``positions`` of a sequence.
+
+    Raises IndexError if a position lies beyond the block table."""
+    table = torch.as_tensor(list(block_table), dtype=torch.int64)
+    positions = positions.to(torch.int64).cpu()
+    if positions.numel() and int(positions.max()) >= table.numel() * block_size:
+        raise IndexError("position beyond the sequence's block table")
+    return table[positions // block_size] * block_size + positions % block_size

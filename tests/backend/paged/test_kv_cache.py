@@ -1,0 +1,76 @@
+"""The KV pool's block moves (copy-on-write, swap) and slot arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from backend.base import BlockMove
+from backend.paged import KVCache, ModelShape, slot_mapping
+
+from .helpers import TRITON_DEVICE, needs_triton
+
+SHAPE = ModelShape(
+    num_layers=2, hidden_size=16, num_heads=4, num_kv_heads=2, head_dim=4,
+    intermediate_size=32, vocab_size=50, max_model_len=64,
+)  # fmt: skip
+
+
+def _random_pool(rng, *, device="cpu", use_triton=False, num_blocks=6, num_cpu_blocks=4):
+    cache = KVCache(
+        SHAPE, num_blocks, 4, num_cpu_blocks=num_cpu_blocks, device=device, use_triton=use_triton
+    )
+    cache.data.copy_(torch.from_numpy(rng.standard_normal(cache.data.shape)))
+    cache.cpu_data.copy_(torch.from_numpy(rng.standard_normal(cache.cpu_data.shape)))
+    return cache
+
+
+@pytest.mark.parametrize(
+    "use_triton", [False, pytest.param(True, marks=needs_triton)], ids=["torch", "triton"]
+)
+def test_copy_blocks_copies_every_layer_and_only_the_destinations(rng, use_triton):
+    device = TRITON_DEVICE if use_triton else "cpu"
+    cache = _random_pool(rng, device=device, use_triton=use_triton)
+    before = cache.data.clone()
+    moves = [BlockMove(1, 4), BlockMove(1, 0), BlockMove(3, 5)]
+    cache.copy_blocks(moves)
+    for src, dst in moves:
+        assert torch.equal(cache.data[:, :, dst], before[:, :, src])
+    for untouched in (1, 2, 3):
+        assert torch.equal(cache.data[:, :, untouched], before[:, :, untouched])
+
+
+def test_swap_round_trip_restores_contents_into_other_blocks(rng):
+    cache = _random_pool(rng)
+    before = cache.data.clone()
+    cache.swap_out([BlockMove(2, 3), BlockMove(5, 0)])
+    assert torch.equal(cache.cpu_data[:, :, 3], before[:, :, 2])
+    assert torch.equal(cache.cpu_data[:, :, 0], before[:, :, 5])
+    cache.data.fill_(float("nan"))  # the device blocks were released and reused
+    cache.swap_in([BlockMove(3, 1), BlockMove(0, 4)])
+    assert torch.equal(cache.data[:, :, 1], before[:, :, 2])
+    assert torch.equal(cache.data[:, :, 4], before[:, :, 5])
+    assert cache.data[:, :, [0, 2, 3, 5]].isnan().all()
+
+
+def test_read_sequence_follows_the_block_table(rng):
+    cache = _random_pool(rng)
+    table, num_tokens = [4, 1, 3], 10
+    got = cache.read_sequence(table, num_tokens)
+    for pos in range(num_tokens):
+        block, offset = table[pos // 4], pos % 4
+        assert torch.equal(got[:, :, pos], cache.data[:, :, block, offset])
+
+
+def test_slot_mapping_and_out_of_table_position():
+    positions = torch.tensor([0, 3, 4, 9])
+    assert slot_mapping([7, 2, 11], positions, 4).tolist() == [28, 31, 8, 45]
+    with pytest.raises(IndexError):
+        slot_mapping([7, 2, 11], torch.tensor([12]), 4)
+
+
+def test_pool_size_matches_the_capacity_formula():
+    cache = KVCache(SHAPE, 3, 8, dtype=torch.float16)
+    per_token = SHAPE.num_layers * 2 * SHAPE.num_kv_heads * SHAPE.head_dim * 2
+    assert cache.bytes_per_block == per_token * 8
+    assert cache.key_cache(1).shape == (3, 8, SHAPE.num_kv_heads, SHAPE.head_dim)
