@@ -342,6 +342,8 @@ class BlockManager(Allocator):
         self._state[seq] = _ON_DEVICE
         self._num_tokens[seq] = tokens.shape[0]
         self._last_block[seq] = table[-1]
+        # A hit can bring cached blocks back into use without taking any.
+        self.peak_used_blocks = max(self.peak_used_blocks, self.num_used_blocks)
         if self.enable_prefix_caching:
             self.prefix_queries_tokens += int(tokens.shape[0])
             self.prefix_hits_tokens += hit_tokens
