@@ -72,3 +72,72 @@ def reference_prefill(
         outs.append(attention_f64(query[row : row + n], keys, values, positions))
         row += n
     return torch.cat(outs)
+
+
+class ContiguousRunner:
+    """The contiguous baseline: the same model, one dense KV tensor per sequence, no
+    block tables, attention by torch's own ``scaled_dot_product_attention``.
+
+    Tokens are fed one sequence at a time; each sequence's K/V lives in
+    ``[layers, 2, max_model_len, kv_heads, head_dim]`` at positions 0..len-1.
+    """
+
+    def __init__(self, model):
+        self.model = model
+        self.kv: dict[int, torch.Tensor] = {}
+        self.lengths: dict[int, int] = {}
+
+    def feed(self, seq_id: int, token_ids) -> torch.Tensor:
+        """Append tokens to a sequence (creating it if new) and return the logits of its
+        last new token. Mutates the sequence's dense K/V."""
+        model, s = self.model, self.model.shape
+        if seq_id not in self.kv:
+            dims = (s.num_layers, 2, s.max_model_len, s.num_kv_heads, s.head_dim)
+            self.kv[seq_id] = torch.zeros(dims, dtype=model.dtype, device=model.device)
+            self.lengths[seq_id] = 0
+        start = self.lengths[seq_id]
+        tokens = torch.as_tensor(token_ids, dtype=torch.int64, device=model.device).reshape(-1)
+        positions = torch.arange(start, start + tokens.numel(), device=model.device)
+        dense = self.kv[seq_id]
+
+        def attend(layer, query, key, value):
+            end = start + key.shape[0]
+            dense[layer, 0, start:end] = key
+            dense[layer, 1, start:end] = value
+            return _dense_sdpa(query, dense[layer, 0, :end], dense[layer, 1, :end], start)
+
+        hidden = model.forward(tokens, positions, attend)
+        self.lengths[seq_id] = start + tokens.numel()
+        return model.logits(hidden[-1:])[0]
+
+    def fork(self, parent_id: int, child_id: int) -> None:
+        """The child gets its own dense copy of the parent's K/V (no sharing)."""
+        self.kv[child_id] = self.kv[parent_id].clone()
+        self.lengths[child_id] = self.lengths[parent_id]
+
+    def drop(self, seq_id: int) -> None:
+        del self.kv[seq_id], self.lengths[seq_id]
+
+    def generate(self, seq_id: int, prompt, num_tokens: int) -> tuple[list[int], torch.Tensor]:
+        """Greedy generation: the prompt, then ``num_tokens`` tokens. Returns the tokens
+        and their logits ``[num_tokens, vocab]``."""
+        logits = self.feed(seq_id, prompt)
+        tokens, all_logits = [], []
+        for step in range(num_tokens):
+            tokens.append(int(logits.argmax()))
+            all_logits.append(logits)
+            if step + 1 < num_tokens:
+                logits = self.feed(seq_id, [tokens[-1]])
+        return tokens, torch.stack(all_logits)
+
+
+def _dense_sdpa(query, key, value, query_start: int) -> torch.Tensor:
+    """Causal grouped-query attention over dense K/V via torch SDPA: ``[n, heads, dim]``."""
+    n, kv_len = query.shape[0], key.shape[0]
+    q_pos = torch.arange(query_start, query_start + n, device=query.device)
+    mask = torch.arange(kv_len, device=query.device)[None, :] <= q_pos[:, None]
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1),
+        attn_mask=mask, enable_gqa=True,
+    )  # fmt: skip
+    return out.transpose(0, 1)

@@ -1,0 +1,197 @@
+"""The real executor: runs an engine step (backend.step.Batch) on the paged KV pool.
+
+Hardware in the loop: ``execute`` returns the measured seconds (CUDA events on a GPU,
+``perf_counter`` on the CPU) and the SimPy clock advances by them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from backend.base import Allocator
+from backend.paged import ops
+from backend.paged.kv_cache import KVCache
+from backend.paged.model import LlamaModel
+from backend.paged.shape import ModelShape
+from backend.step import Batch
+
+
+class StepInputs(NamedTuple):
+    """The flattened step: prefill chunk tokens first, then one token per decode."""
+
+    token_ids: torch.Tensor  # [T] int64
+    positions: torch.Tensor  # [T] int64
+    slots: torch.Tensor  # [T] int64, flat slot each token's K/V is written to
+    num_prefill_tokens: int
+    prefill_tables: torch.Tensor  # [chunks, max_blocks] int32
+    query_start_loc: torch.Tensor  # [chunks + 1] int32
+    context_starts: torch.Tensor  # [chunks] int32
+    decode_tables: torch.Tensor  # [decodes, max_blocks] int32
+    context_lens: torch.Tensor  # [decodes] int32
+    sample_rows: torch.Tensor  # [samples] int64: last row of each chunk, every decode row
+    sample_seq_ids: list[int]
+
+
+class PagedExecutor:
+    """Runs steps for real on a KV pool indexed by ``allocator``'s block ids.
+
+    The allocator is only read (``block_table``, ``block_size``, ``num_blocks``,
+    ``num_cpu_blocks``); the engine mutates it before each step. After each step
+    ``last_sampled`` / ``last_logits`` map the sampled sequences to their greedy token and
+    logits (every prefill chunk's last token and every decode).
+    """
+
+    def __init__(
+        self,
+        shape: ModelShape,
+        allocator: Allocator,
+        *,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        seed: int = 0,
+        use_triton: bool | None = None,
+        num_cpu_blocks: int | None = None,
+    ):
+        self.shape = shape
+        self.allocator = allocator
+        self.device = torch.device(device)
+        if use_triton is None:  # Triton on a GPU, torch on the CPU (the interpreter is slow)
+            use_triton = self.device.type == "cuda" and ops.triton_usable(self.device)
+        self.use_triton = bool(use_triton)
+        if num_cpu_blocks is None:
+            num_cpu_blocks = int(getattr(allocator, "num_cpu_blocks", 0))
+        self.model = LlamaModel(shape, device=self.device, dtype=dtype, seed=seed)
+        self.kv = KVCache(
+            shape, allocator.num_blocks, allocator.block_size, num_cpu_blocks=num_cpu_blocks,
+            device=self.device, dtype=dtype, use_triton=self.use_triton,
+        )  # fmt: skip
+        self.last_sampled: dict[int, int] = {}
+        self.last_logits: dict[int, torch.Tensor] = {}
+
+    @classmethod
+    def from_spec(cls, spec, allocator: Allocator, **kwargs) -> PagedExecutor:
+        """Build from any model spec object with ModelShape's attribute names."""
+        return cls(ModelShape.from_spec(spec), allocator, **kwargs)
+
+    # -- the step ------------------------------------------------------------------------
+    def execute(self, batch: Batch) -> float:
+        """Perform the batch's block moves (swap-out, swap-in, copy-on-write, in that
+        order), then the forward pass, writing K/V through the block tables and sampling
+        greedily. Returns the measured seconds. Mutates the KV pool and ``last_*``.
+        Raises ValueError if a token lies beyond its sequence's block table."""
+        if self.device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(True)
+            start.record()
+            self._step(batch)
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+        began = time.perf_counter()
+        self._step(batch)
+        return time.perf_counter() - began
+
+    def _step(self, batch: Batch) -> None:
+        self.kv.swap_out(batch.swap_out)
+        self.kv.swap_in(batch.swap_in)
+        self.kv.copy_blocks(batch.copies)
+        self.last_sampled, self.last_logits = {}, {}
+        if batch.batch_size == 0:
+            return
+        inputs = self.prepare(batch)
+        with torch.inference_mode():
+            hidden = self.model.forward(inputs.token_ids, inputs.positions, self._attend_fn(inputs))
+            logits = self.model.logits(hidden[inputs.sample_rows])
+        tokens = logits.argmax(dim=-1).tolist()
+        self.last_sampled = dict(zip(inputs.sample_seq_ids, tokens, strict=True))
+        self.last_logits = dict(zip(inputs.sample_seq_ids, logits.unbind(0), strict=True))
+
+    def _attend_fn(self, inputs: StepInputs):
+        kv, use_triton, scale = self.kv, self.use_triton, self.model.scale
+        split = inputs.num_prefill_tokens
+
+        def attend(layer, query, key, value):
+            key_cache, value_cache = kv.key_cache(layer), kv.value_cache(layer)
+            ops.write_kv(key, value, key_cache, value_cache, inputs.slots, use_triton=use_triton)
+            out = torch.empty_like(query)
+            if split:
+                ops.paged_prefill_attention(
+                    query[:split], key_cache, value_cache, inputs.prefill_tables,
+                    inputs.query_start_loc, inputs.context_starts, scale,
+                    use_triton=use_triton, out=out[:split],
+                )  # fmt: skip
+            if split < query.shape[0]:
+                ops.paged_decode_attention(
+                    query[split:], key_cache, value_cache, inputs.decode_tables,
+                    inputs.context_lens, scale, use_triton=use_triton, out=out[split:],
+                )  # fmt: skip
+            return out
+
+        return attend
+
+    # -- flattening the batch ----------------------------------------------------------------
+    def prepare(self, batch: Batch) -> StepInputs:
+        """Flatten a batch into model inputs and attention metadata. No mutation."""
+        size = self.allocator.block_size
+        chunk_tables = [self.allocator.block_table(c.seq_id) for c in batch.prefills]
+        decode_ids = [int(s) for s in batch.decode_seq_ids]
+        decode_tables = [self.allocator.block_table(s) for s in decode_ids]
+        context_lens = np.asarray(batch.decode_context_lens, dtype=np.int64)
+
+        tokens, positions, slots = [], [], []
+        for chunk, table in zip(batch.prefills, chunk_tables, strict=True):
+            pos = np.arange(chunk.start, chunk.start + chunk.num_tokens)
+            tokens.append(np.asarray(chunk.token_ids, dtype=np.int64))
+            positions.append(pos)
+            slots.append(_slots(table, pos, size, chunk.seq_id))
+        decode_pos = context_lens - 1
+        tokens.append(np.asarray(batch.decode_token_ids, dtype=np.int64))
+        positions.append(decode_pos)
+        for seq_id, table, pos in zip(decode_ids, decode_tables, decode_pos, strict=True):
+            slots.append(_slots(table, pos[None], size, seq_id))
+
+        chunk_lens = [c.num_tokens for c in batch.prefills]
+        bounds = np.concatenate([[0], np.cumsum(chunk_lens, dtype=np.int64)])
+        num_prefill = int(bounds[-1])
+        sample_rows = np.concatenate([bounds[1:] - 1, num_prefill + np.arange(len(decode_ids))])
+        dev = self.device
+
+        def as_tensor(array, dtype=torch.int64):
+            return torch.as_tensor(np.asarray(array), dtype=dtype).to(dev)
+
+        return StepInputs(
+            token_ids=as_tensor(np.concatenate(tokens)),
+            positions=as_tensor(np.concatenate(positions)),
+            slots=as_tensor(np.concatenate(slots) if slots else np.zeros(0)),
+            num_prefill_tokens=num_prefill,
+            prefill_tables=as_tensor(_pad(chunk_tables), torch.int32),
+            query_start_loc=as_tensor(bounds, torch.int32),
+            context_starts=as_tensor([c.start for c in batch.prefills], torch.int32),
+            decode_tables=as_tensor(_pad(decode_tables), torch.int32),
+            context_lens=as_tensor(context_lens, torch.int32),
+            sample_rows=as_tensor(sample_rows),
+            sample_seq_ids=[c.seq_id for c in batch.prefills] + decode_ids,
+        )
+
+
+def _slots(table: list[int], positions: np.ndarray, block_size: int, seq_id: int) -> np.ndarray:
+    blocks = np.asarray(table, dtype=np.int64)
+    if positions.size and int(positions.max()) >= blocks.size * block_size:
+        raise ValueError(
+            f"sequence {seq_id}: position {int(positions.max())} lies beyond its "
+            f"{blocks.size} blocks of {block_size} slots"
+        )
+    return blocks[positions // block_size] * block_size + positions % block_size
+
+
+def _pad(tables: list[list[int]]) -> np.ndarray:
+    """Block tables as one rectangular array, padded with block 0 (a valid id that the
+    kernels gather but mask)."""
+    width = max((len(t) for t in tables), default=0) or 1
+    out = np.zeros((len(tables), width), dtype=np.int32)
+    for row, table in enumerate(tables):
+        out[row, : len(table)] = table
+    return out
