@@ -1,0 +1,371 @@
+"""Example tests of the paged block manager that pin exact block ids, moves and counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import backend.blocks as blocks_module
+from backend.base import (
+    BlockMove,
+    DuplicateSequence,
+    InvalidRequest,
+    OutOfBlocks,
+    UnknownSequence,
+)
+from backend.blocks import BlockManager
+from policies.registry import UnknownPolicy
+
+
+def caching(num_blocks: int, block_size: int, **kwargs) -> BlockManager:
+    return BlockManager(num_blocks, block_size, enable_prefix_caching=True, **kwargs)
+
+
+# -- the seed example ----------------------------------------------------------------------
+def test_seed_example_35_tokens_take_3_blocks_with_13_unused_slots():
+    mgr = BlockManager(8, 16)
+    assert mgr.allocate(0, np.arange(35)) == 0
+    assert mgr.block_table(0) == [0, 1, 2]
+    usage = mgr.usage()
+    assert (usage.used_blocks, usage.token_slots, usage.internal_frag_slots) == (3, 35, 13)
+    assert usage.free_slots == 5 * 16
+    assert mgr.read_tokens(0).tolist() == list(range(35))
+    mgr.check_invariants()
+
+
+def test_seed_example_table_7_2_11_after_a_free_history():
+    mgr = BlockManager(12, 16)
+    for seq in range(12):  # one block each: sequence i holds block i
+        mgr.allocate(seq, [seq])
+    for seq in (7, 2, 11):  # the free list is FIFO: freed blocks are reused in this order
+        mgr.free(seq)
+    mgr.allocate(100, np.arange(35))
+    assert mgr.block_table(100) == [7, 2, 11]
+    assert mgr.usage().internal_frag_slots == 13 + 9 * 15
+    mgr.check_invariants()
+
+
+# -- growth --------------------------------------------------------------------------------
+def test_append_takes_a_block_only_when_the_last_is_full():
+    mgr = BlockManager(4, 4)
+    mgr.allocate(0, [1, 2, 3])
+    assert mgr.append(0, [4]) == [] and mgr.block_table(0) == [0]
+    assert mgr.append(0, [5]) == [] and mgr.block_table(0) == [0, 1]
+    assert mgr.append(0, [6, 7, 8, 9, 10]) == [] and mgr.block_table(0) == [0, 1, 2]
+    assert mgr.read_tokens(0).tolist() == list(range(1, 11))
+    assert mgr.num_tokens(0) == 10 and mgr.usage().internal_frag_slots == 2
+
+
+def test_append_batch_takes_blocks_in_batch_order_and_writes_every_token():
+    mgr = BlockManager(8, 2)
+    for seq, prompt in enumerate(([1, 2], [3], [4, 5])):
+        mgr.allocate(seq, prompt)  # tables [0], [1], [2]
+    assert mgr.blocks_needed_for_batch(np.array([2, 1, 0])) == 2
+    assert mgr.append_batch(np.array([2, 1, 0]), np.array([50, 30, 10])) == []
+    assert [mgr.block_table(s) for s in range(3)] == [[0, 4], [1], [2, 3]]
+    assert [mgr.read_tokens(s).tolist() for s in range(3)] == [[1, 2, 10], [3, 30], [4, 5, 50]]
+    mgr.check_invariants()
+
+
+def test_sequence_ids_far_beyond_the_initial_capacity():
+    mgr = BlockManager(4, 4)
+    mgr.allocate(10_000, [7])
+    mgr.append_batch(np.array([10_000]), np.array([8]))
+    assert mgr.read_tokens(10_000).tolist() == [7, 8]
+
+
+# -- fork and copy-on-write -----------------------------------------------------------------
+def test_fork_shares_every_block_and_cow_copies_the_partly_filled_last_block():
+    mgr = BlockManager(6, 4)
+    mgr.allocate(0, [1, 2, 3, 4, 5, 6])  # [0, 1], block 1 half full
+    assert mgr.fork(0, 1) == []
+    assert mgr.block_table(1) == [0, 1] and mgr.usage().used_blocks == 2
+    assert mgr.usage().token_slots == 6  # shared blocks count once
+
+    assert mgr.append(1, [9]) == [BlockMove(1, 2)]
+    assert mgr.block_table(1) == [0, 2] and mgr.block_table(0) == [0, 1]
+    assert mgr.read_tokens(1).tolist() == [1, 2, 3, 4, 5, 6, 9]
+    assert mgr.read_tokens(0).tolist() == [1, 2, 3, 4, 5, 6]
+    # The parent is now the only reader of block 1: it writes in place.
+    assert mgr.append(0, [7]) == [] and mgr.block_table(0) == [0, 1]
+    assert mgr.read_tokens(0).tolist() == [1, 2, 3, 4, 5, 6, 7]
+    mgr.check_invariants()
+
+
+def test_full_shared_blocks_are_never_copied():
+    mgr = BlockManager(6, 4)
+    mgr.allocate(0, np.arange(8))  # two full blocks
+    mgr.fork(0, 1)
+    assert mgr.append(1, [9]) == [] and mgr.block_table(1) == [0, 1, 2]
+    assert mgr.block_table(0) == [0, 1]
+
+
+def test_batch_cow_copies_once_when_every_sharer_writes():
+    mgr = BlockManager(6, 4)
+    mgr.allocate(0, [1, 2])
+    mgr.fork(0, 1)
+    assert mgr.blocks_needed_for_batch(np.array([0, 1])) == 1
+    assert mgr.append_batch(np.array([0, 1]), np.array([3, 4])) == [BlockMove(0, 1)]
+    assert mgr.block_table(0) == [1] and mgr.block_table(1) == [0]
+    assert mgr.read_tokens(0).tolist() == [1, 2, 3] and mgr.read_tokens(1).tolist() == [1, 2, 4]
+    mgr.check_invariants()
+
+
+# -- prefix caching -------------------------------------------------------------------------
+def test_prefix_hits_share_full_blocks_and_are_counted_in_tokens():
+    mgr = caching(8, 4)
+    prompt = list(range(10))
+    assert mgr.allocate(0, prompt) == 0 and mgr.block_table(0) == [0, 1, 2]
+    assert mgr.cached_prefix_tokens(prompt) == 8
+    assert mgr.allocate(1, prompt) == 8 and mgr.block_table(1) == [0, 1, 3]
+    assert mgr.prefix_cache_stats == (20, 8) and mgr.prefix_cache_stats.hit_rate == 0.4
+    assert mgr.usage().used_blocks == 4
+
+    mgr.free(0)
+    mgr.free(1)  # blocks 0 and 1 stay cached; the partial blocks 2, 3 go to the free list
+    assert (mgr.num_cached_blocks, mgr.num_free_blocks) == (2, 6)
+    assert mgr.usage().cached_slots == 8
+    assert mgr.allocate(2, prompt + [99]) == 8 and mgr.block_table(2) == [0, 1, 4]
+    assert mgr.num_cached_blocks == 0
+    mgr.check_invariants()
+
+
+def test_output_tokens_are_cached_so_the_next_turn_hits():
+    mgr = caching(8, 4)
+    mgr.allocate(0, [1, 2, 3, 4, 5, 6])
+    mgr.append(0, [7])
+    mgr.append_batch(np.array([0]), np.array([8]))  # block 1 becomes full here
+    mgr.free(0)
+    assert mgr.allocate(1, [1, 2, 3, 4, 5, 6, 7, 8, 9]) == 8
+
+
+def test_salts_never_share():
+    mgr = caching(8, 4)
+    mgr.allocate(0, np.arange(8), salt=0)
+    assert mgr.cached_prefix_tokens(np.arange(8), salt=1) == 0
+    assert mgr.allocate(1, np.arange(8), salt=1) == 0
+    assert set(mgr.block_table(0)).isdisjoint(mgr.block_table(1))
+    assert mgr.allocate(2, np.arange(8), salt=0) == 8
+
+
+def test_only_the_longest_run_from_the_start_is_reused():
+    mgr = caching(8, 2)
+    mgr.allocate(0, [1, 2, 3, 4, 5, 6])
+    assert mgr.cached_prefix_tokens([1, 2, 9, 9, 5, 6]) == 2  # same 3rd block, new parent
+    assert mgr.cached_prefix_tokens([9, 9, 3, 4]) == 0
+
+
+def test_refused_allocation_does_not_count_its_own_hits_as_evictable():
+    mgr = caching(4, 2)
+    mgr.allocate(0, [1, 2, 3, 4])  # blocks 0, 1
+    mgr.free(0)  # both cached-evictable
+    mgr.allocate(1, [5, 6, 7, 8])  # blocks 2, 3: free list empty, 2 cached
+    before = mgr.snapshot()
+    # Hits blocks 0, 1 and needs one more: the only evictable blocks are its own hits.
+    assert not mgr.can_allocate([1, 2, 3, 4, 9])
+    with pytest.raises(OutOfBlocks) as refused:
+        mgr.allocate(2, [1, 2, 3, 4, 9])
+    assert (refused.value.needed, refused.value.available) == (1, 0)
+    assert mgr.snapshot() == before
+
+    mgr.free(1)  # blocks 3, 2 cached (tail first)
+    assert mgr.allocate(2, [1, 2, 3, 4, 9]) == 4
+    assert mgr.block_table(2) == [0, 1, 3]  # LRU evicts the tail block 3 first
+    mgr.check_invariants()
+
+
+def test_evict_drops_keys_in_policy_order():
+    mgr = caching(6, 1)
+    mgr.allocate(0, [1, 2, 3])
+    mgr.free(0)  # released tail first: 2, 1, 0
+    assert mgr.evict(2) == [2, 1]
+    assert mgr.cached_prefix_tokens([1, 2, 3]) == 1
+    assert mgr.evict(5) == [0] and mgr.evict() == []
+    assert mgr.num_free_blocks == 6
+    mgr.check_invariants()
+
+
+@pytest.mark.parametrize(
+    ("policy", "order"),
+    [("lru", [2, 0, 1]), ("fifo", [0, 1, 2]), ("lfu", [2, 1, 0]), ("reuse-weighted", [2, 1, 0])],
+)
+def test_eviction_order_through_the_manager(policy, order):
+    mgr = caching(6, 1, eviction=policy)
+    for seq, token in enumerate((1, 2, 3)):
+        mgr.allocate(seq, [token])  # blocks 0, 1, 2
+    for seq in range(3):
+        mgr.free(seq)
+    for seq, token in ((3, 1), (4, 1), (5, 2)):  # block 0 hit twice, block 1 once
+        assert mgr.allocate(seq, [token]) == 1
+        mgr.free(seq)
+    assert mgr.evict(3) == order
+
+
+def test_a_hash_collision_cannot_alias_different_tokens(monkeypatch):
+    # Make every block of a given salt collide, then check the hit is refused.
+    monkeypatch.setattr(blocks_module, "block_key", lambda parent, tokens, salt: bytes([salt]))
+    mgr = caching(8, 2)
+    mgr.allocate(0, [1, 2])
+    assert mgr.cached_prefix_tokens([3, 4]) == 0
+    assert mgr.allocate(1, [3, 4]) == 0 and mgr.read_tokens(1).tolist() == [3, 4]
+    assert mgr.allocate(2, [1, 2]) == 2
+
+
+# -- swap ------------------------------------------------------------------------------------
+def test_swap_round_trip_moves_and_contents():
+    mgr = BlockManager(4, 2, num_cpu_blocks=3)
+    mgr.allocate(0, [1, 2, 3])  # blocks 0, 1
+    mgr.allocate(1, [4])  # block 2
+    assert mgr.can_swap_out(0)
+    assert mgr.swap_out(0) == [BlockMove(0, 0), BlockMove(1, 1)]
+    assert mgr.is_swapped(0) and mgr.block_table(0) == [0, 1]
+    assert mgr.read_tokens(0).tolist() == [1, 2, 3]
+    assert mgr.num_free_blocks == 3 and mgr.num_free_cpu_blocks == 1
+    mgr.check_invariants()
+
+    assert mgr.can_swap_in(0)
+    # The free list is [3, 1, 0]: block 3 was never used, then the release (tail first).
+    assert mgr.swap_in(0) == [BlockMove(0, 3), BlockMove(1, 1)]
+    assert not mgr.is_swapped(0) and mgr.read_tokens(0).tolist() == [1, 2, 3]
+    assert mgr.num_free_cpu_blocks == 3
+    mgr.append(0, [5])
+    assert mgr.read_tokens(0).tolist() == [1, 2, 3, 5]
+    mgr.check_invariants()
+
+
+def test_swap_refused_cleanly_when_either_pool_is_full():
+    mgr = BlockManager(3, 2, num_cpu_blocks=1)
+    mgr.allocate(0, [1, 2, 3])  # blocks 0, 1: needs 2 CPU blocks
+    before = mgr.snapshot()
+    assert not mgr.can_swap_out(0)
+    with pytest.raises(OutOfBlocks):
+        mgr.swap_out(0)
+    assert mgr.snapshot() == before
+
+    mgr.allocate(1, [1])  # block 2
+    assert mgr.swap_out(1) == [BlockMove(2, 0)]
+    mgr.allocate(2, [5, 6])  # takes block 2 again: the device pool is full
+    before = mgr.snapshot()
+    assert not mgr.can_swap_in(1)
+    with pytest.raises(OutOfBlocks):
+        mgr.swap_in(1)
+    assert mgr.snapshot() == before
+    mgr.free(1)  # freeing a swapped sequence returns its CPU block
+    assert mgr.num_free_cpu_blocks == 1
+
+
+def test_refused_append_changes_nothing():
+    mgr = BlockManager(2, 2)
+    mgr.allocate(0, [1, 2, 3, 4])
+    before = mgr.snapshot()
+    assert not mgr.can_append(0)
+    with pytest.raises(OutOfBlocks):
+        mgr.append(0, [5])
+    with pytest.raises(OutOfBlocks):
+        mgr.append_batch(np.array([0]), np.array([5]))
+    assert mgr.snapshot() == before
+
+
+def test_peak_and_usage_split():
+    mgr = BlockManager(8, 4)
+    mgr.allocate(0, np.arange(9))
+    mgr.allocate(1, np.arange(2))
+    mgr.free(0)
+    usage = mgr.usage()
+    assert mgr.peak_used_blocks == 4 and usage.used_blocks == 1
+    assert (usage.token_slots, usage.internal_frag_slots, usage.free_slots) == (2, 2, 28)
+    assert usage.reserved_slots == usage.external_frag_slots == 0
+
+
+# -- bad input ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"num_blocks": 0, "block_size": 16},
+        {"num_blocks": 4, "block_size": 0},
+        {"num_blocks": -1, "block_size": 16},
+        {"num_blocks": 4, "block_size": -2},
+        {"num_blocks": 4, "block_size": 16, "num_cpu_blocks": -1},
+        {"num_blocks": 2.5, "block_size": 16},
+    ],
+)
+def test_bad_sizes(kwargs):
+    with pytest.raises(InvalidRequest, match="must be an integer"):
+        BlockManager(**kwargs)
+
+
+def test_unknown_eviction_policy_lists_valid_names():
+    with pytest.raises(UnknownPolicy, match="lru"):
+        BlockManager(4, 4, eviction="nope")
+
+
+@pytest.fixture
+def mgr() -> BlockManager:
+    mgr = BlockManager(8, 2, num_cpu_blocks=4)
+    mgr.allocate(0, [1, 2, 3])
+    return mgr
+
+
+def test_unknown_sequence(mgr):
+    for command in (mgr.free, mgr.read_tokens, mgr.block_table, mgr.swap_out, mgr.swap_in):
+        with pytest.raises(UnknownSequence, match="sequence 5 is not live"):
+            command(5)
+    with pytest.raises(UnknownSequence):
+        mgr.append(5, [1])
+    with pytest.raises(UnknownSequence):
+        mgr.fork(5, 6)
+    with pytest.raises(UnknownSequence):
+        mgr.append_batch(np.array([0, 5]), np.array([1, 1]))
+
+
+def test_double_free_and_append_after_free(mgr):
+    mgr.free(0)
+    with pytest.raises(UnknownSequence):
+        mgr.free(0)
+    with pytest.raises(UnknownSequence):
+        mgr.append(0, [4])
+    mgr.check_invariants()
+
+
+def test_duplicate_ids(mgr):
+    with pytest.raises(DuplicateSequence, match="already live"):
+        mgr.allocate(0, [1])
+    mgr.allocate(1, [1])
+    with pytest.raises(DuplicateSequence):
+        mgr.fork(0, 1)
+    with pytest.raises(InvalidRequest, match="duplicate"):
+        mgr.append_batch(np.array([0, 1, 0]), np.array([1, 2, 3]))
+
+
+@pytest.mark.parametrize(
+    ("prompt", "message"),
+    [([], "empty prompt"), ([1, -2], r"\[0, 2\*\*31"), ([[1, 2]], "1-D"), ([1.5], "integers")],
+)
+def test_bad_prompts(mgr, prompt, message):
+    with pytest.raises(InvalidRequest, match=message):
+        mgr.allocate(1, prompt)
+
+
+def test_bad_appends(mgr):
+    with pytest.raises(InvalidRequest):
+        mgr.append(0, [-1])
+    with pytest.raises(InvalidRequest, match="equal length"):
+        mgr.append_batch(np.array([0]), np.array([1, 2]))
+    with pytest.raises(InvalidRequest):
+        mgr.append_batch(np.array([0]), np.array([-1]))
+    with pytest.raises(InvalidRequest):
+        mgr.allocate(-1, [1])
+    with pytest.raises(InvalidRequest):
+        mgr.evict(-1)
+    assert mgr.read_tokens(0).tolist() == [1, 2, 3]
+
+
+def test_swap_state_errors(mgr):
+    with pytest.raises(InvalidRequest, match="not swapped out"):
+        mgr.swap_in(0)
+    mgr.swap_out(0)
+    for command, args in ((mgr.swap_out, (0,)), (mgr.append, (0, [1])), (mgr.fork, (0, 1))):
+        with pytest.raises(InvalidRequest, match="swapped out"):
+            command(*args)
+    with pytest.raises(InvalidRequest):
+        mgr.append_batch(np.array([0]), np.array([1]))
