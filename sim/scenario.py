@@ -49,7 +49,7 @@ from sim.costmodel import CostParams, kv_bytes_per_token_per_gpu, kv_pool_blocks
 from sim.hardware import HARDWARE_PRESETS, MODEL_PRESETS, HardwareSpec, ModelSpec
 from sim.workload import StrictModel, WorkloadSpec, expand_length_shorthand, resolve_existing_file
 
-__all__ = ["Scenario", "ScenarioError", "apply_override", "load_scenario"]
+__all__ = ["Scenario", "ScenarioError", "apply_override", "load_scenario", "validate_scenario"]
 
 _GIB = 1 << 30
 
@@ -555,7 +555,7 @@ def _message(error: dict) -> str:
         valid = [t.strip(" '") for t in str(ctx.get("expected_tags", "")).split(",")]
         return f"unknown kind {ctx.get('tag')!r}{_suggest(ctx.get('tag'), valid)}"
     if kind == "union_tag_not_found":
-        return f"missing 'kind' ({msg.split(':')[-1].strip()})"
+        return "required field missing (the variant's kind)"
     if kind.startswith("value_error") or kind == "assertion_error":
         return msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
     if kind == "extra_forbidden":

@@ -350,9 +350,17 @@ class TraceArrival(FileRef):
         return load_trace(self.resolved_path, self.format)
 
 
+def _poisson_by_default(value: Any) -> Any:
+    """``arrival: {rate_rps: 5}`` (or a ``--set`` creating it) means Poisson."""
+    if isinstance(value, dict) and "kind" not in value:
+        return {"kind": "poisson", **value}
+    return value
+
+
 ArrivalSpec = Annotated[
     PoissonArrival | GammaArrival | ConstantArrival | TraceArrival,
     Field(discriminator="kind"),
+    BeforeValidator(_poisson_by_default),
 ]
 
 

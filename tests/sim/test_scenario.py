@@ -1,0 +1,284 @@
+"""The scenario schema and loader: defaults, presets, overrides, one-line errors, and
+every shipped scenario."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sim.costmodel import kv_bytes_per_token_per_gpu, kv_pool_blocks
+from sim.hardware import HARDWARE_PRESETS, MODEL_PRESETS
+from sim.scenario import Scenario, ScenarioError, load_scenario, validate_scenario
+from sim.workload import generate_requests
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = sorted((REPO / "scenarios").rglob("*.yaml"))
+
+
+def write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def load_error(path: Path, overrides=()) -> str:
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path, overrides)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: ")
+    return message
+
+
+# --- defaults and presets ----------------------------------------------------------------
+
+
+def test_a_three_line_scenario_gets_the_documented_defaults(tmp_path):
+    path = write(tmp_path, "model: llama-3-8b\nhardware: h100-sxm\nworkload: {input: 64}\n")
+    s = load_scenario(path)
+    assert s.name == "s"  # the file's stem
+    assert s.model == MODEL_PRESETS["llama-3-8b"]
+    assert s.hardware == HARDWARE_PRESETS["h100-sxm"]
+    assert (s.tensor_parallel, s.cache.block_size, s.cache.num_blocks) == (1, 16, None)
+    assert (s.cache.allocator, s.cache.prefix_caching) == ("paged", False)
+    assert (s.scheduler.policy, s.scheduler.max_num_seqs) == ("fcfs", 256)
+    assert (s.scheduler.max_num_batched_tokens, s.scheduler.watermark) == (8192, 0.01)
+    assert s.scheduler.chunked_prefill is True
+    assert (s.preemption.mode, s.preemption.victim) == ("recompute", "last-arrived")
+    assert (s.eviction.policy, s.routing.router, s.routing.replicas) == ("lru", "round-robin", 1)
+    assert (s.slo.ttft_s, s.slo.tpot_s) == (2.0, 0.2)
+    assert (s.simulation.num_requests, s.simulation.seed) == (1000, 0)
+    assert (s.backend.kind, s.cost_model.kind) == ("model", "analytic")
+    assert s.workload.input.value == 64
+
+
+def test_empty_mapping_is_a_valid_scenario():
+    assert validate_scenario({}).model.name == "llama-3-8b"
+
+
+def test_presets_explicit_shapes_and_preset_overrides_resolve():
+    tiny = MODEL_PRESETS["tiny"].model_dump()
+    s = validate_scenario({"model": tiny, "hardware": "a100-40gb"})
+    assert s.model == MODEL_PRESETS["tiny"] and s.hardware.name == "a100-40gb"
+    s = validate_scenario({"model": {"preset": "opt-13b", "max_model_len": 1024}})
+    assert s.model.max_model_len == 1024 and s.model.num_layers == 40
+
+
+def test_pool_size_explicit_or_derived_from_memory():
+    s = validate_scenario({"model": "opt-13b", "hardware": "a100-40gb"})
+    derived = kv_pool_blocks(MODEL_PRESETS["opt-13b"], HARDWARE_PRESETS["a100-40gb"])
+    assert s.cache.device_blocks(s.model, s.hardware, 1) == derived
+    s = validate_scenario({"cache": {"num_blocks": 77, "gpu_memory_utilization": 0.5}})
+    assert s.cache.device_blocks(s.model, s.hardware, 1) == 77
+
+
+def test_cpu_blocks_from_gib_or_explicit():
+    s = validate_scenario({"model": "llama-3-8b", "cache": {"cpu_swap_gib": 4}})
+    block_bytes = 16 * kv_bytes_per_token_per_gpu(s.model, 2)
+    assert s.cache.cpu_blocks(s.model, 2) == 4 * 2**30 // block_bytes
+    s = validate_scenario({"cache": {"num_cpu_blocks": 12}})
+    assert s.cache.cpu_blocks(s.model) == 12
+    assert validate_scenario({}).cache.cpu_blocks(s.model) == 0
+
+
+def test_dump_is_json_and_deterministic(tmp_path):
+    path = write(tmp_path, "model: opt-13b\nworkload: {input: alpaca, output: alpaca}\n")
+    first = json.dumps(load_scenario(path).model_dump(mode="json"), sort_keys=True)
+    again = json.dumps(load_scenario(path).model_dump(mode="json"), sort_keys=True)
+    assert first == again
+    assert json.loads(first)["model"]["num_layers"] == 40
+
+
+# --- overrides ----------------------------------------------------------------------------
+
+
+def test_overrides_are_typed_nested_and_create_sections(tmp_path):
+    path = write(tmp_path, "model: llama-3-8b\n")
+    s = load_scenario(
+        path,
+        [
+            "cache.prefix_caching=true",
+            "cache.block_size=32",
+            "workload.arrival.rate_rps=0.5",
+            "scheduler.params.weights=[1,2]",
+            "model=opt-13b",
+            "hardware=a100-80gb",
+            "name=renamed",
+        ],
+        seed=9,
+    )
+    assert s.cache.prefix_caching is True and s.cache.block_size == 32
+    assert s.workload.arrival.rate_rps == 0.5
+    assert s.scheduler.params == {"weights": [1, 2]}
+    assert (s.model.name, s.hardware.name, s.name) == ("opt-13b", "a100-80gb", "renamed")
+    assert s.simulation.seed == 9
+
+
+def test_override_expands_a_preset_to_set_one_field(tmp_path):
+    path = write(tmp_path, "model: opt-13b\nworkload: {input: 12}\n")
+    s = load_scenario(path, ["model.max_model_len=512", "workload.input.value=7"])
+    assert (s.model.name, s.model.max_model_len, s.model.num_layers) == ("opt-13b", 512, 40)
+    assert s.workload.input.value == 7
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        (
+            "workload.arival.rate_rps=3",
+            "--set workload.arival.rate_rps: unknown field 'arival'; did you mean 'arrival'?",
+        ),
+        ("cache.block_size.x=3", "cache.block_size is a value, not a section"),
+        ("cache", "expected KEY.PATH=VALUE"),
+        ("cache.block_size=-4", "cache.block_size: expected greater than or equal to 1, got -4"),
+    ],
+)
+def test_bad_overrides_give_one_line(tmp_path, override, expected):
+    path = write(tmp_path, "model: tiny\ncache: {num_blocks: 64}\n")
+    assert expected in load_error(path, [override])
+
+
+# --- one-line errors ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            "scheduler: {policy: fcsf}\n",
+            "scheduler.policy: unknown scheduler policy 'fcsf'; did you mean 'fcfs'? (valid: ",
+        ),
+        ("eviction: {policy: lru2}\n", "eviction.policy: unknown eviction policy 'lru2'"),
+        (
+            "workload:\n  arrival: {kind: poisson, rate_rps: -2}\n",
+            "workload.arrival.rate_rps: expected greater than 0, got -2",
+        ),
+        (
+            "workload:\n  arrival: {kind: poisson}\n",
+            "workload.arrival.rate_rps: required field missing",
+        ),
+        (
+            "workload:\n  input: {kind: uniform, min: 3}\n",
+            "workload.input.max: required field missing",
+        ),
+        (
+            "workload:\n  arrival: {kind: poisson, rate_rp: 2}\n",
+            "workload.arrival.rate_rp: unknown field; did you mean 'rate_rps'?",
+        ),
+        ("cahce: {block_size: 8}\n", "cahce: unknown field; did you mean 'cache'?"),
+        (
+            "workload:\n  arrival: {kind: poison, rate_rps: 2}\n",
+            "workload.arrival.kind: unknown kind 'poison'; did you mean 'poisson'?",
+        ),
+        ("model: llama-3-8\n", "model: unknown model preset 'llama-3-8'; did you mean"),
+        ("model: {preset: tiny, num_layer: 3}\n", "model.num_layer: unknown field 'num_layer'"),
+        ("cache: {block_size: many}\n", "cache.block_size: expected a valid integer"),
+        ("cache: {allocator: buddy}\n", "cache.allocator: expected 'paged', 'contiguous-max'"),
+        ("workload:\n  input: gpt4\n", "workload.input.name: expected 'sharegpt' or 'alpaca'"),
+        ("model: tiny\ncache: {block_size: 16\n", "line 3: invalid YAML"),
+        ("- just\n- a list\n", "(top level): expected a mapping of sections"),
+        (
+            "workload:\n  arrival: {kind: trace, format: azure-csv, path: nowhere.csv}\n",
+            "workload.arrival.path: file not found: nowhere.csv",
+        ),
+        (
+            "preemption: {mode: swap}\n",
+            "preemption.mode: swap needs CPU space",
+        ),
+        (
+            "cache: {allocator: contiguous-max, prefix_caching: true}\n",
+            "cache.prefix_caching: prefix caching needs the paged allocator",
+        ),
+        ("model: llama-3-70b\nhardware: l4\n", "tensor_parallel: 'llama-3-70b' does not leave"),
+        (
+            "simulation: {num_requests: 10, warmup_requests: 10}\n",
+            "simulation.warmup_requests: expected fewer than num_requests (10), got 10",
+        ),
+        (
+            "simulation: {num_requests: null, duration_s: null}\n",
+            "simulation.num_requests: set num_requests or duration_s",
+        ),
+    ],
+)
+def test_each_mistake_is_one_line_naming_file_and_field(tmp_path, text, expected):
+    assert expected in load_error(write(tmp_path, text))
+
+
+def test_several_mistakes_are_counted(tmp_path):
+    text = "cache: {block_size: 0, num_blocks: -1}\n"
+    assert load_error(write(tmp_path, text)).endswith("(+1 more)")
+
+
+def test_unreadable_scenario_file(tmp_path):
+    assert "cannot read the scenario" in load_error(tmp_path / "missing.yaml")
+
+
+def test_bad_trace_row_names_trace_file_line_and_column(tmp_path):
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "t.csv").write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,12,3\n"
+        "2023-11-16 18:15:47.1,12,many\n"
+    )
+    path = write(
+        tmp_path, "workload:\n  arrival: {kind: trace, format: azure-csv, path: traces/t.csv}\n"
+    )
+    message = load_error(path)
+    assert "workload.arrival.path: " in message
+    assert "t.csv:3: GeneratedTokens: expected a non-negative integer, got 'many'" in message
+
+
+# --- paths ----------------------------------------------------------------------------------
+
+
+def test_relative_paths_resolve_against_the_scenario_file(tmp_path, monkeypatch):
+    data = tmp_path / "scen"
+    data.mkdir()
+    (data / "lengths.txt").write_text("5\n9\n")
+    path = write(
+        data,
+        "model: tiny\ncache: {num_blocks: 64}\n"
+        "workload: {input: {kind: empirical, path: lengths.txt}, output: 3}\n",
+    )
+    monkeypatch.chdir(tmp_path)  # somewhere else
+    s = load_scenario(path)
+    assert s.workload.input.path == "lengths.txt"  # kept as written
+    assert s.workload.input.resolved_path == (data / "lengths.txt").resolve()
+    requests = generate_requests(s, s.model, num_requests=50, rng=np.random.default_rng(0))
+    assert {r.prompt_len for r in requests} == {5, 9}
+
+
+# --- shipped scenarios ------------------------------------------------------------------------
+
+
+def test_the_expected_scenarios_are_shipped():
+    names = {p.relative_to(REPO / "scenarios").as_posix() for p in SHIPPED}
+    for required in [
+        "default.yaml",
+        "tiny.yaml",
+        "shared-prompt.yaml",
+        "bursty.yaml",
+        "parallel-sampling.yaml",
+        "long-context.yaml",
+        "trace-azure.yaml",
+        "trace-mooncake.yaml",
+        "paged-vs-contiguous/sharegpt-oracle.yaml",
+        "paged-vs-contiguous/alpaca-pow2.yaml",
+    ]:
+        assert required in names
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_every_shipped_scenario_loads_and_dumps_without_absolute_paths(path):
+    scenario = load_scenario(path)
+    assert isinstance(scenario, Scenario)
+    dumped = json.dumps(scenario.model_dump(mode="json"))
+    assert str(REPO) not in dumped
+    requests = generate_requests(
+        scenario, scenario.model, num_requests=20, rng=np.random.default_rng(0)
+    )
+    assert len(requests) == 20
+    assert all(r.prompt_len + r.output_len <= scenario.model.max_model_len for r in requests)
