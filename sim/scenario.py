@@ -47,7 +47,13 @@ from pydantic_core import PydanticCustomError
 
 from sim.costmodel import CostParams, kv_bytes_per_token_per_gpu, kv_pool_blocks
 from sim.hardware import HARDWARE_PRESETS, MODEL_PRESETS, HardwareSpec, ModelSpec
-from sim.workload import StrictModel, WorkloadSpec, expand_length_shorthand, resolve_existing_file
+from sim.workload import (
+    StrictModel,
+    TraceArrival,
+    WorkloadSpec,
+    expand_length_shorthand,
+    resolve_existing_file,
+)
 
 __all__ = ["Scenario", "ScenarioError", "apply_override", "load_scenario", "validate_scenario"]
 
@@ -236,8 +242,9 @@ class SLOSpec(StrictModel):
 
 
 class SimulationSpec(StrictModel):
-    """Run length (requests or simulated seconds, whichever ends first), the warm-up
-    excluded from metrics, the seed, and a safety horizon for the SimPy clock."""
+    """Run length (requests or simulated seconds, whichever ends first; num_requests
+    defaults to 1000 when neither is given; both null replays a whole trace), the
+    warm-up excluded from metrics, the seed, and a safety horizon for the SimPy clock."""
 
     num_requests: int | None = Field(default=None, ge=1)
     duration_s: float | None = Field(default=None, gt=0)
@@ -253,9 +260,7 @@ class SimulationSpec(StrictModel):
         return data
 
     @model_validator(mode="after")
-    def _has_an_end(self) -> SimulationSpec:
-        if self.num_requests is None and self.duration_s is None:
-            raise _error_at("simulation.num_requests", "set num_requests or duration_s")
+    def _warmup_leaves_requests(self) -> SimulationSpec:
         if self.num_requests is not None and self.warmup_requests >= self.num_requests:
             raise _error_at(
                 "simulation.warmup_requests",
@@ -330,6 +335,12 @@ class Scenario(StrictModel):
 
     @model_validator(mode="after")
     def _fits_together(self) -> Scenario:
+        sim = self.simulation
+        replay = isinstance(self.workload.arrival, TraceArrival)
+        if sim.num_requests is None and sim.duration_s is None and not replay:
+            raise _error_at(
+                "simulation.num_requests", "set num_requests or duration_s (or replay a trace)"
+            )
         try:
             blocks = self.cache.device_blocks(self.model, self.hardware, self.tensor_parallel)
         except ValueError as err:

@@ -717,7 +717,8 @@ def generate_requests(
 
     Accepts a Scenario (its ``workload``; ``num_requests``, ``duration_s`` and the token
     seed default to its ``simulation`` section) or a bare WorkloadSpec (token seed 0).
-    Generation stops at ``num_requests`` or at ``duration_s``, whichever comes first.
+    Generation stops at ``num_requests`` or at ``duration_s``, whichever comes first (a
+    trace replays whole without either).
     Draws only from ``rng``; mutates nothing else. Raises ValueError if neither limit
     is given, TraceError/LengthTableError for a bad file.
     """
@@ -727,7 +728,8 @@ def generate_requests(
         num_requests = sim.num_requests if num_requests is None else num_requests
         duration_s = sim.duration_s if duration_s is None else duration_s
         token_seed = sim.seed if token_seed is None else token_seed
-    if num_requests is None and duration_s is None:
+    replay = isinstance(spec.arrival, TraceArrival)
+    if num_requests is None and duration_s is None and not replay:
         raise ValueError("generate_requests needs num_requests or duration_s")
     token_seed = 0 if token_seed is None else token_seed
     if isinstance(spec.arrival, TraceArrival):

@@ -334,3 +334,59 @@ def test_bad_trace_rows_name_file_line_and_column(tmp_path, fmt, text, expected)
     message = str(info.value)
     assert message.startswith(f"{trace}:") and expected in message
     assert "\n" not in message
+
+
+def test_a_whole_trace_replays_without_limits(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,5,5\n1,6,6\n2,7,7\n")
+    spec = workload(arrival={"kind": "trace", "format": "azure-csv", "path": str(trace)})
+    assert [r.prompt_len for r in generate(spec, TINY, num_requests=None)] == [5, 6, 7]
+
+
+length_dists = st.one_of(
+    st.integers(1, 400),
+    st.sampled_from(["sharegpt", "alpaca"]),
+    st.builds(
+        lambda a, b: {"kind": "uniform", "min": min(a, b), "max": max(a, b)},
+        st.integers(1, 300),
+        st.integers(1, 300),
+    ),
+    st.builds(
+        lambda m, cv: {"kind": "lognormal", "mean": m, "cv": cv}, st.floats(1, 500), st.floats(0, 2)
+    ),
+)
+
+
+@given(
+    input_dist=length_dists,
+    output_dist=length_dists,
+    max_len=st.integers(2, 400),
+    groups=st.integers(0, 3),
+    prefix_len=st.integers(1, 500),
+    turns=st.one_of(st.none(), st.integers(1, 5)),
+    count=st.integers(1, 40),
+    seed=st.integers(0, 2**16),
+)
+def test_any_workload_respects_the_stream_invariants(
+    input_dist, output_dist, max_len, groups, prefix_len, turns, count, seed
+):
+    spec = workload(
+        input=input_dist,
+        output=output_dist,
+        prefix={"num_groups": groups, "length": prefix_len},
+        sessions=None if turns is None else {"turns": turns, "think_time_s": 1.0},
+    )
+    model = TINY.model_copy(update={"max_model_len": max_len})
+    requests = generate(spec, model, seed=seed, num_requests=count)
+    assert 1 <= len(requests) <= count
+    assert [r.req_id for r in requests] == list(range(len(requests)))
+    assert all(a.arrival_s <= b.arrival_s for a, b in zip(requests, requests[1:]))
+    for r in requests:
+        assert r.prompt_len >= 1 and r.output_len >= 1
+        assert r.prompt_len + r.output_len <= max_len
+        assert r.prompt.min() >= 0 and r.prompt.max() < model.vocab_size
+    by_session = {}
+    for r in requests:
+        if r.session >= 0:
+            assert r.turn == by_session.get(r.session, -1) + 1  # turns 0..k, in order
+            by_session[r.session] = r.turn
