@@ -84,7 +84,13 @@ def _as_tokens(token_ids: Sequence[int] | np.ndarray, *, allow_empty: bool) -> n
         raise InvalidRequest("empty prompt: a sequence needs at least one token")
     if tokens.dtype.kind not in "iu":
         raise InvalidRequest(f"token ids must be integers, got dtype {tokens.dtype}")
-    if tokens.min() < 0 or tokens.max() > _INT32_MAX:
+    # numpy reductions cost microseconds on tiny arrays; a decode append has one token.
+    if tokens.size <= 16:
+        values = tokens.tolist()
+        low, high = min(values), max(values)
+    else:
+        low, high = tokens.min(), tokens.max()
+    if low < 0 or high > _INT32_MAX:
         raise InvalidRequest("token ids must be in [0, 2**31 - 1]")
     return np.ascontiguousarray(tokens, dtype=np.int32)
 
@@ -116,7 +122,6 @@ class BlockManager(Allocator):
         self.slots = np.zeros((self.num_blocks, self.block_size), np.int32)
         self.cpu_slots = np.zeros((self.num_cpu_blocks, self.block_size), np.int32)
         self._refcount = np.zeros(self.num_blocks, np.int64)
-        self._fill = np.zeros(self.num_blocks, np.int64)  # tokens held per block
         # Free lists are deques: O(1) take from the front, O(1) return at the back, so a
         # block freed long ago is reused first (deterministic ids, easy to pin in tests).
         self._free: deque[int] = deque(range(self.num_blocks))
@@ -226,27 +231,39 @@ class BlockManager(Allocator):
     def _drop_key(self, block: int) -> None:
         del self._block_of_key[self._key_of_block[block]]
         self._key_of_block[block] = None
-        self._fill[block] = 0
 
-    def _release(self, blocks: list[int]) -> None:
-        """Drop one reference to each block. Released in reverse order so that, under an
-        LRU-like policy, a sequence's tail (the least shareable part) is evicted first."""
-        for block in reversed(blocks):
-            self._refcount[block] -= 1
-            if self._refcount[block] > 0:
-                continue
-            self._token_slots -= int(self._fill[block])
+    def _release(self, table: list[int], num_tokens: int) -> None:
+        """Drop one reference to each block of a table holding ``num_tokens`` tokens.
+
+        Released in reverse order so that, under an LRU-like policy, a sequence's tail
+        (the least shareable part) is evicted first. Vectorised: a table holds each
+        block once, so the fancy-indexed decrement is exact."""
+        if not table:
+            return
+        blocks = np.array(table[::-1], dtype=np.int64)
+        self._refcount[blocks] -= 1
+        dropped = self._refcount[blocks] == 0
+        if not dropped.any():
+            return
+        size = self.block_size
+        # Block i of a table holds min(size, num_tokens - i * size) tokens.
+        fills = np.minimum(size, num_tokens - np.arange(len(table) - 1, -1, -1) * size)
+        self._token_slots -= int(fills[dropped].sum())
+        released = blocks[dropped].tolist()
+        if not self._block_of_key:  # nothing can be cached: straight to the free list
+            self._free.extend(released)
+            return
+        for block in released:
             if self._key_of_block[block] is not None:
                 self.evictor.on_cached(block, self._clock)
             else:
-                self._fill[block] = 0
                 self._free.append(block)
 
     def _reuse(self, block: int) -> None:
         """Take one more reference to a cached block found by a prefix hit."""
         if self._refcount[block] == 0:
             self.evictor.on_removed(block)  # O(1): out of the evictable set, back in use
-            self._token_slots += int(self._fill[block])
+            self._token_slots += self.block_size  # a cached block is always full
         self._refcount[block] += 1
         self.evictor.on_hit(block, self._clock)
 
@@ -333,6 +350,7 @@ class BlockManager(Allocator):
         hit_tokens = len(hits) * self.block_size
         fresh = self._take(needed)
         self._write_fresh(fresh, tokens[hit_tokens:])
+        self._token_slots += int(tokens.shape[0]) - hit_tokens  # hits were counted in _reuse
         table = hits + fresh
         self._tables[seq] = table
         self._keys[seq] = list(keys)
@@ -355,11 +373,8 @@ class BlockManager(Allocator):
         full, rest = divmod(tokens.shape[0], size)
         if full:
             self.slots[blocks[:full]] = tokens[: full * size].reshape(full, size)
-            self._fill[blocks[:full]] = size
         if rest:
             self.slots[blocks[full], :rest] = tokens[full * size :]
-            self._fill[blocks[full]] = rest
-        self._token_slots += int(tokens.shape[0])
 
     def cached_prefix_tokens(self, token_ids, *, salt: int = 0) -> int:
         tokens = _as_tokens(token_ids, allow_empty=False)
@@ -369,9 +384,10 @@ class BlockManager(Allocator):
     def _append_need(self, seq: int, num_new: int) -> tuple[int, bool]:
         """(blocks needed, whether the first write needs copy-on-write)."""
         held = int(self._num_tokens[seq])
-        partly_filled = held % self.block_size != 0
-        cow = num_new > 0 and partly_filled and self._refcount[self._last_block[seq]] > 1
-        grown = self._blocks_for(held + num_new) - self._blocks_for(held)
+        size = self.block_size
+        room = -held % size  # free slots left in the last block
+        grown = -(-(num_new - room) // size) if num_new > room else 0
+        cow = room > 0 and num_new > 0 and self._refcount[self._last_block[seq]] > 1
         return grown + int(cow), bool(cow)
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
@@ -390,12 +406,17 @@ class BlockManager(Allocator):
 
         self._clock += 1
         table = self._tables[seq]
-        moves = [self._copy_on_write(seq, table)] if cow else []
-        table.extend(self._take(needed - int(cow)))
         held = int(self._num_tokens[seq])
-        self._write_at(table, held, tokens)
+        moves = [self._copy_on_write(seq, table, held)] if cow else []
+        if needed:
+            table.extend(self._take(needed - int(cow)))
+            self._last_block[seq] = table[-1]
+        if num_new == 1:  # the decode case: one scalar write, no index arrays
+            self.slots[table[-1], held % self.block_size] = tokens[0]
+        else:
+            self._write_at(table, held, tokens)
+        self._token_slots += num_new
         self._num_tokens[seq] = held + num_new
-        self._last_block[seq] = table[-1]
         if self.enable_prefix_caching:
             size = self.block_size
             for index in range(held // size, (held + num_new) // size):
@@ -410,18 +431,15 @@ class BlockManager(Allocator):
         blocks = np.asarray(table[first : last + 1], dtype=np.int64)
         offsets = np.arange(start - first * size, end - first * size)
         self.slots[blocks[offsets // size], offsets % size] = tokens
-        block_starts = np.arange(first, last + 1) * size
-        self._fill[blocks] = np.minimum(size, end - block_starts)
-        self._token_slots += int(tokens.shape[0])
 
-    def _copy_on_write(self, seq: int, table: list[int]) -> BlockMove:
-        """Give ``seq`` a private copy of its shared, partly filled last block."""
+    def _copy_on_write(self, seq: int, table: list[int], num_tokens: int) -> BlockMove:
+        """Give ``seq`` (holding ``num_tokens``) a private copy of its shared, partly
+        filled last block."""
         shared = table[-1]
         (private,) = self._take(1)
         self.slots[private] = self.slots[shared]
-        held = int(self._fill[shared])
-        self._fill[private] = held
-        self._token_slots += held  # the same tokens now live in two in-use blocks
+        # The same tokens now live in two in-use blocks.
+        self._token_slots += num_tokens % self.block_size
         self._refcount[shared] -= 1  # still >= 1: another table keeps it
         table[-1] = private
         self._last_block[seq] = private
@@ -488,13 +506,12 @@ class BlockManager(Allocator):
         for seq in seqs[shared].tolist():
             table = self._tables[seq]
             if self._refcount[table[-1]] > 1:  # an earlier batch member may have copied
-                moves.append(self._copy_on_write(seq, table))
+                moves.append(self._copy_on_write(seq, table, int(self._num_tokens[seq])))
         # After the loops every batch member's last block is private, so the fancy
         # indices below are distinct and one vectorised write is exact.
         held = self._num_tokens[seqs]
         last = self._last_block[seqs]
         self.slots[last, held % self.block_size] = tokens
-        self._fill[last] += 1
         self._num_tokens[seqs] = held + 1
         self._token_slots += int(seqs.shape[0])
         if self.enable_prefix_caching:
@@ -524,7 +541,7 @@ class BlockManager(Allocator):
         if self._state[seq] == _SWAPPED:
             self._cpu_free.extend(table)
         else:
-            self._release(table)
+            self._release(table, int(self._num_tokens[seq]))
         del self._keys[seq], self._salt[seq]
         self._state[seq] = _DEAD
         self._num_tokens[seq] = 0
@@ -559,7 +576,7 @@ class BlockManager(Allocator):
         self._clock += 1
         cpu = [self._cpu_free.popleft() for _ in device]
         self.cpu_slots[cpu] = self.slots[device]
-        self._release(device)
+        self._release(device, int(self._num_tokens[seq]))
         self._tables[seq] = cpu
         self._state[seq] = _SWAPPED
         return [BlockMove(d, c) for d, c in zip(device, cpu)]
@@ -578,10 +595,7 @@ class BlockManager(Allocator):
         self._clock += 1
         device = self._take(len(cpu))
         self.slots[device] = self.cpu_slots[cpu]
-        held = int(self._num_tokens[seq])
-        self._fill[device] = self.block_size
-        self._fill[device[-1]] = held - (len(device) - 1) * self.block_size
-        self._token_slots += held
+        self._token_slots += int(self._num_tokens[seq])
         # Full blocks become prefix-cache candidates again under their (unchanged) keys.
         for key, block in zip(self._keys[seq], device):
             self._publish(key, block)
@@ -632,7 +646,6 @@ class BlockManager(Allocator):
             self.slots,
             self.cpu_slots,
             self._refcount,
-            self._fill,
             list(self._free),
             list(self._cpu_free),
             self._key_of_block,
@@ -682,12 +695,11 @@ class BlockManager(Allocator):
         assert len(cached) == len(self.evictor) == len(set(cached))
         assert not set(free) & set(cached), "a block is both free and cached-evictable"
         for block in free:
-            assert self._refcount[block] == 0 and self._fill[block] == 0, f"free {block}"
+            assert self._refcount[block] == 0, f"free block {block} is referenced"
             assert self._key_of_block[block] is None, f"free block {block} has a key"
         for block in cached:
             assert self._refcount[block] == 0, f"cached block {block} is referenced"
             assert self._key_of_block[block] is not None, f"cached block {block} has no key"
-            assert self._fill[block] == self.block_size, f"cached block {block} not full"
         idle = set(free) | set(cached)
         in_use = [b for b in range(self.num_blocks) if b not in idle]
         assert all(self._refcount[b] > 0 for b in in_use), "an unreferenced block is lost"
@@ -707,9 +719,9 @@ class BlockManager(Allocator):
                 assert fill[block] in (0, expected), f"sharers disagree on block {block}"
                 fill[block] = expected
         assert np.array_equal(references, self._refcount), "refcount != table references"
-        in_use = references > 0
-        assert np.array_equal(fill[in_use], self._fill[in_use]), "block fill levels"
         assert int(fill.sum()) == self._token_slots, "token slot counter"
+        for block in self._block_of_key.values():  # keys are given to full blocks only
+            assert fill[block] in (0, size), f"keyed block {block} is not full"
 
     def _check_prefix_cache(self, on_device: list[int]) -> None:
         for key, block in self._block_of_key.items():
@@ -719,8 +731,6 @@ class BlockManager(Allocator):
         if not self.enable_prefix_caching:
             assert keyed == 0 and all(not chain for chain in self._keys.values())
             return
-        for block in self._block_of_key.values():
-            assert self._fill[block] == self.block_size, f"keyed block {block} is not full"
         for seq in self._tables:
             chain = self._chain_keys(self.read_tokens(seq), self._salt[seq])
             assert self._keys[seq] == chain, f"key chain of sequence {seq}"
