@@ -25,6 +25,7 @@ was expected / got>``.
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import pkgutil
 import types
@@ -114,13 +115,19 @@ _REGISTRIES = {
 }
 
 
-def _registry(family: str):
-    """The registry of a policy family, after importing every module of ``policies``
-    so that everything that registers itself has done so."""
+@functools.cache
+def _import_policy_modules() -> None:
+    """Import every module of ``policies`` once, so everything that registers itself
+    has done so before a name is checked."""
     import policies
 
     for info in pkgutil.iter_modules(policies.__path__, "policies."):
         importlib.import_module(info.name)
+
+
+def _registry(family: str):
+    """The registry of a policy family (``scheduling``, ``preemption``, ...)."""
+    _import_policy_modules()
     return getattr(importlib.import_module(f"policies.{family}"), _REGISTRIES[family])
 
 

@@ -204,13 +204,18 @@ class EmpiricalLength(FileRef):
         load_length_table(resolve_existing_file(value, info))
         return value
 
+    @model_validator(mode="after")
+    def _column_exists(self) -> EmpiricalLength:
+        width = load_length_table(self.resolved_path).shape[1]
+        if self.column is not None and self.column >= width:
+            raise ValueError(f"column {self.column} not in {self.path} ({width} column(s))")
+        return self
+
     def column_for(self, role: Role) -> int:
-        table = load_length_table(self.resolved_path)
         if self.column is not None:
-            if self.column >= table.shape[1]:
-                raise ValueError(f"{self.path}: has {table.shape[1]} column(s), no {self.column}")
             return self.column
-        return 1 if role == "output" and table.shape[1] > 1 else 0
+        width = load_length_table(self.resolved_path).shape[1]
+        return 1 if role == "output" and width > 1 else 0
 
 
 class PresetLength(StrictModel):
@@ -270,14 +275,17 @@ class LengthTableError(ValueError):
 @functools.lru_cache(maxsize=16)
 def _cached_table(path: str, mtime_ns: int) -> np.ndarray:
     rows: list[list[int]] = []
+    first = True
     with open(path, encoding="utf-8") as handle:
         for line_no, line in enumerate(handle, start=1):
             text = line.split("#", 1)[0].strip()
             if not text:
                 continue
             cells = text.replace(",", " ").split()
-            if not rows and not cells[0].lstrip("-").isdigit():
-                continue  # a header line
+            if first and not cells[0].lstrip("-").isdigit():
+                first = False
+                continue  # a header line (only the first line may be one)
+            first = False
             rows.append([_table_cell(path, line_no, col, cell) for col, cell in enumerate(cells)])
             if len(rows[-1]) != len(rows[0]):
                 raise LengthTableError(

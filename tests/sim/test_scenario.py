@@ -241,7 +241,7 @@ def test_relative_paths_resolve_against_the_scenario_file(tmp_path, monkeypatch)
     path = write(
         data,
         "model: tiny\ncache: {num_blocks: 64}\n"
-        "workload: {input: {kind: empirical, path: lengths.txt}, output: 3}\n",
+        "workload: {input: {kind: empirical, path: lengths.txt, column: 0}, output: 3}\n",
     )
     monkeypatch.chdir(tmp_path)  # somewhere else
     s = load_scenario(path)

@@ -149,6 +149,16 @@ def test_empirical_two_column_table_is_sampled_in_pairs(tmp_path):
     assert {(r.prompt_len, r.output_len) for r in requests} == {(10, 100), (20, 200), (30, 300)}
 
 
+def test_bad_length_table_rows_are_reported(tmp_path):
+    table = tmp_path / "lengths.txt"
+    table.write_text("length\n5\nsix\n")
+    with pytest.raises(ValueError, match=r"lengths.txt:3: column 0: expected a positive"):
+        workload(input={"kind": "empirical", "path": str(table)})
+    table.write_text("length\n5\n6\n")
+    with pytest.raises(ValueError, match=r"column 1 not in"):
+        workload(input={"kind": "empirical", "path": str(table), "column": 1})
+
+
 def test_empirical_single_column(tmp_path):
     table = tmp_path / "out.txt"
     table.write_text("5\n6\n")
