@@ -1,0 +1,170 @@
+"""Glue from a validated scenario to a finished run: build, simulate, write outputs.
+
+scenario -> requests (workload) -> replicas (allocator + executor + policies) -> SimPy
+run -> requests.csv / steps.csv / summary.json / scenario.json / report.html.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import simpy
+
+from backend.base import Allocator
+from backend.blocks import BlockManager
+from backend.contiguous import make_contiguous
+from policies.preemption import VICTIMS
+from policies.routing import ROUTERS
+from policies.scheduling import SCHEDULERS
+from sim import metrics, report, workload
+from sim.costmodel import AnalyticCostModel, CostParams
+from sim.engine import Cluster, EngineConfig, Replica
+from sim.progress import Progress
+from sim.types import Request
+
+
+@dataclass
+class RunResult:
+    """What a run produced (in memory; the files are written by :func:`write_run`)."""
+
+    requests: list[Request]
+    steps: metrics.StepLog
+    summary: dict[str, Any]
+    wall_s: float
+    num_steps: int
+
+
+def build_allocator(scenario) -> Allocator:
+    """One replica's allocator, sized from the scenario."""
+    cache = scenario.cache
+    model, hw, tp = scenario.model_spec, scenario.hardware_spec, scenario.tensor_parallel
+    num_blocks = cache.device_blocks(model, hw, tp)
+    num_cpu_blocks = cache.cpu_blocks(model, tp)
+    if cache.allocator == "paged":
+        return BlockManager(
+            num_blocks,
+            cache.block_size,
+            num_cpu_blocks=num_cpu_blocks,
+            enable_prefix_caching=cache.prefix_caching,
+            eviction=scenario.eviction.policy,
+        )
+    return make_contiguous(
+        cache.allocator,
+        num_slots=num_blocks * cache.block_size,
+        max_model_len=model.max_model_len,
+        num_cpu_slots=num_cpu_blocks * cache.block_size,
+    )
+
+
+def build_executor(scenario, allocator: Allocator):
+    """The step-time source: the analytic cost model, a calibrated one, or the real
+    torch backend (hardware in the loop)."""
+    if scenario.backend.kind == "torch":
+        from sim.realbackend import build_torch_executor
+
+        return build_torch_executor(scenario, allocator)
+    params = scenario.cost_model.params or CostParams()
+    return AnalyticCostModel(
+        scenario.model_spec,
+        scenario.hardware_spec,
+        tensor_parallel=scenario.tensor_parallel,
+        params=params,
+        block_size=scenario.cache.block_size,
+    )
+
+
+def engine_config(scenario, allocator: Allocator) -> EngineConfig:
+    sched = scenario.scheduler
+    return EngineConfig(
+        max_num_seqs=sched.max_num_seqs,
+        max_num_batched_tokens=sched.max_num_batched_tokens,
+        chunked_prefill=sched.chunked_prefill,
+        watermark_blocks=int(sched.watermark * allocator.num_blocks),
+        preemption_mode=scenario.preemption.mode,
+        max_model_len=scenario.model_spec.max_model_len,
+    )
+
+
+def make_policy(registry, name: str, params: dict | None = None):
+    return registry.get(name)(**(params or {}))
+
+
+def simulate(scenario, *, progress: bool = False) -> RunResult:
+    """Run ``scenario`` to completion (or its safety horizon). Deterministic: the same
+    scenario gives the same result, whatever the machine."""
+    wall_start = time.perf_counter()
+    seed = scenario.simulation.seed
+    rng = np.random.default_rng(seed)
+    requests = workload.generate_requests(scenario, scenario.model_spec, rng=rng)
+    env = simpy.Environment()
+    steps = metrics.StepLog()
+    vocab = scenario.model_spec.vocab_size
+    finished = [0]
+    bar = Progress(len(requests), "simulating", enabled=progress)
+
+    def output_tokens(streams: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        return workload.output_token_ids(seed, streams, positions, vocab)
+
+    def on_step(replica: Replica, batch, duration: float, plan) -> None:
+        usage = replica.alloc.usage(replica.next_request_tokens())
+        steps.record(
+            replica.index, replica.env.now - duration, duration, batch.batch_size,
+            batch.num_prefill_tokens, batch.num_decode_tokens, usage.used_blocks,
+            usage.cached_blocks, usage.free_blocks, usage.token_slots, usage.reserved_slots,
+            usage.internal_frag_slots, usage.external_frag_slots, usage.free_slots,
+            replica.swapped_blocks, len(replica.waiting), plan.num_preempted,
+        )
+
+    def on_done(request: Request) -> None:
+        finished[0] += 1
+        bar.update(finished[0])
+
+    replicas = []
+    for index in range(scenario.routing.replicas):
+        allocator = build_allocator(scenario)
+        replicas.append(
+            Replica(
+                env, index, allocator, build_executor(scenario, allocator),
+                make_policy(SCHEDULERS, scenario.scheduler.policy, scenario.scheduler.params),
+                make_policy(VICTIMS, scenario.preemption.victim),
+                engine_config(scenario, allocator), output_tokens, workload.stream_id,
+                on_step, on_done,
+            )
+        )
+    router = make_policy(ROUTERS, scenario.routing.router, scenario.routing.params)
+    cluster = Cluster(env, replicas, router)
+    env.process(cluster.arrivals(requests))
+    env.run(until=scenario.simulation.max_sim_time_s)
+    bar.close()
+    for request in requests:
+        if np.isnan(request.finish_s) and not request.rejected_reason:
+            request.rejected_reason = "unfinished at max_sim_time_s"
+    total_slots = replicas[0].alloc.num_blocks * replicas[0].alloc.block_size
+    summary = metrics.summarize(
+        requests, steps, total_slots=total_slots, slo_ttft_s=scenario.slo.ttft_s,
+        slo_tpot_s=scenario.slo.tpot_s, warmup_requests=scenario.simulation.warmup_requests,
+        num_replicas=len(replicas),
+    )
+    summary["kv"]["peak_used_blocks"] = max(r.alloc.peak_used_blocks for r in replicas)
+    summary["num_blocks"] = replicas[0].alloc.num_blocks
+    summary["block_size"] = replicas[0].alloc.block_size
+    num_steps = sum(r.num_steps for r in replicas)
+    return RunResult(requests, steps, summary, time.perf_counter() - wall_start, num_steps)
+
+
+def write_run(result: RunResult, scenario, out_dir: str | Path, *, html: bool = True) -> Path:
+    """Write the run's files into ``out_dir``; returns the directory."""
+    out = Path(out_dir)
+    metrics.write_outputs(out, result.requests, result.steps, result.summary)
+    (out / "scenario.json").write_text(
+        json.dumps(scenario.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+    )
+    if html:
+        report.write_report(out, result.requests, result.steps, result.summary,
+                            title=scenario.name)
+    return out
