@@ -51,7 +51,7 @@ class PrefixCacheStats(NamedTuple):
         return self.hits_tokens / self.queries_tokens if self.queries_tokens else 0.0
 
 
-def block_key(parent: bytes, tokens: np.ndarray, salt: int) -> bytes:
+def block_key(parent: bytes, tokens: np.ndarray | memoryview, salt: int) -> bytes:
     """The prefix-cache key of one full block: a hash chained over the parent block's
     key, the tenant salt and the block's int32 token ids.
 
@@ -60,10 +60,13 @@ def block_key(parent: bytes, tokens: np.ndarray, salt: int) -> bytes:
     a billion blocks). On top of that, a hit is verified against the cached block's
     tokens (see ``_lookup``), so a collision can never make a sequence read another's
     tokens. Hashing the raw buffer costs one call per block, not per token.
+
+    ``tokens`` is a contiguous buffer of native int32 (a slot row or a slice of a
+    prompt): keys live only as long as the process, so byte order does not matter.
     """
     digest = hashlib.blake2b(parent, digest_size=16)
     digest.update(salt.to_bytes(8, "little", signed=True))
-    digest.update(np.ascontiguousarray(tokens, dtype="<i4"))
+    digest.update(tokens)
     return digest.digest()
 
 
@@ -140,6 +143,7 @@ class BlockManager(Allocator):
         self._num_tokens = np.zeros(capacity, np.int64)
         self._last_block = np.zeros(capacity, np.int64)
         self._batch_mark = np.zeros(capacity, np.int64)  # scratch for duplicate detection
+        self._arange = np.arange(capacity)
         self._tables: dict[int, list[int]] = {}
         self._keys: dict[int, list[bytes]] = {}  # the key chain of each sequence's full blocks
         self._salt: dict[int, int] = {}
@@ -259,13 +263,16 @@ class BlockManager(Allocator):
             else:
                 self._free.append(block)
 
-    def _reuse(self, block: int) -> None:
-        """Take one more reference to a cached block found by a prefix hit."""
-        if self._refcount[block] == 0:
+    def _reuse(self, hits: list[int]) -> None:
+        """Take one more reference to each cached block found by a prefix hit."""
+        blocks = np.array(hits, dtype=np.int64)
+        revived = blocks[self._refcount[blocks] == 0].tolist()
+        for block in revived:
             self.evictor.on_removed(block)  # O(1): out of the evictable set, back in use
-            self._token_slots += self.block_size  # a cached block is always full
-        self._refcount[block] += 1
-        self.evictor.on_hit(block, self._clock)
+        self._token_slots += len(revived) * self.block_size  # a cached block is full
+        self._refcount[blocks] += 1  # distinct blocks: the fancy increment is exact
+        for block in hits:
+            self.evictor.on_hit(block, self._clock)
 
     def _seal(self, seq: int, block: int) -> None:
         """``block``, the newest block of ``seq``, just became full: extend the sequence's
@@ -295,8 +302,9 @@ class BlockManager(Allocator):
         keys: list[bytes] = []
         parent = _NO_PARENT
         size = self.block_size
+        buffer = memoryview(np.ascontiguousarray(tokens, dtype=np.int32))  # cheap slices
         for start in range(0, tokens.shape[0] - size + 1, size):
-            parent = block_key(parent, tokens[start : start + size], salt)
+            parent = block_key(parent, buffer[start : start + size], salt)
             keys.append(parent)
         return keys
 
@@ -329,7 +337,7 @@ class BlockManager(Allocator):
     def can_allocate(self, token_ids, *, salt: int = 0, max_new_tokens: int = 0) -> bool:
         tokens = _as_tokens(token_ids, allow_empty=False)
         _, hits = self._lookup(tokens, int(salt))
-        revived = sum(1 for block in hits if self._refcount[block] == 0)
+        revived = self._revived(hits)
         needed = self._blocks_for(tokens.shape[0]) - len(hits)
         return needed <= len(self._free) + len(self.evictor) - revived
 
@@ -340,13 +348,13 @@ class BlockManager(Allocator):
         keys, hits = self._lookup(tokens, salt)
         # Hit blocks that are cached-evictable must not be counted as available: this
         # very allocation takes them back.
-        revived = sum(1 for block in hits if self._refcount[block] == 0)
+        revived = self._revived(hits)
         needed = self._blocks_for(tokens.shape[0]) - len(hits)
         self._require(needed, not_evictable=revived)
 
         self._clock += 1
-        for block in hits:
-            self._reuse(block)
+        if hits:
+            self._reuse(hits)
         hit_tokens = len(hits) * self.block_size
         fresh = self._take(needed)
         self._write_fresh(fresh, tokens[hit_tokens:])
@@ -366,6 +374,10 @@ class BlockManager(Allocator):
             self.prefix_queries_tokens += int(tokens.shape[0])
             self.prefix_hits_tokens += hit_tokens
         return hit_tokens
+
+    def _revived(self, hits: list[int]) -> int:
+        """How many hit blocks are cached-evictable (and would leave the evictable set)."""
+        return int((self._refcount[hits] == 0).sum()) if hits else 0
 
     def _write_fresh(self, blocks: list[int], tokens: np.ndarray) -> None:
         """Write ``tokens`` from slot 0 of ``blocks`` (fresh, empty blocks)."""
@@ -455,21 +467,28 @@ class BlockManager(Allocator):
             )
         if seqs.size and (seqs.dtype.kind not in "iu" or tokens.dtype.kind not in "iu"):
             raise InvalidRequest("seq_ids and token_ids must be integer arrays")
+        if not seqs.size:
+            return seqs.astype(np.int64), tokens.astype(np.int32)
         seqs = seqs.astype(np.int64, copy=False)
-        in_range = (seqs >= 0) & (seqs < self._state.shape[0])
-        states = self._state[np.where(in_range, seqs, 0)]
-        on_device = in_range & (states == _ON_DEVICE)
+        if seqs.min() < 0 or seqs.max() >= self._state.shape[0]:
+            self._on_device(int(seqs[(seqs < 0) | (seqs >= self._state.shape[0])][0]))
+        on_device = self._state[seqs] == _ON_DEVICE
         if not on_device.all():
-            bad = int(seqs[np.argmin(on_device)])
-            self._on_device(bad)  # raises the precise error
+            self._on_device(int(seqs[np.argmin(on_device)]))  # raises the precise error
         # Duplicate ids: scatter positions, the later duplicate overwrites the earlier.
-        positions = np.arange(seqs.shape[0])
+        positions = self._positions(seqs.shape[0])
         self._batch_mark[seqs] = positions
         if (self._batch_mark[seqs] != positions).any():
             raise InvalidRequest("append_batch: duplicate sequence ids in one batch")
-        if tokens.size and (tokens.min() < 0 or tokens.max() > _INT32_MAX):
+        if tokens.min() < 0 or tokens.max() > _INT32_MAX:
             raise InvalidRequest("token ids must be in [0, 2**31 - 1]")
         return seqs, tokens.astype(np.int32, copy=False)
+
+    def _positions(self, count: int) -> np.ndarray:
+        """``arange(count)``, cached: the decode batch has the same size step after step."""
+        if self._arange.shape[0] < count:
+            self._arange = np.arange(max(count, 2 * self._arange.shape[0]))
+        return self._arange[:count]
 
     def _batch_need(self, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
         """(mask: needs a new block, mask: may need copy-on-write, blocks needed)."""
@@ -499,10 +518,13 @@ class BlockManager(Allocator):
 
         self._clock += 1
         moves: list[BlockMove] = []
-        crossing = seqs[at_boundary].tolist()
-        for seq, block in zip(crossing, self._take(len(crossing))):
-            self._tables[seq].append(block)
-            self._last_block[seq] = block
+        crossing = seqs[at_boundary]
+        if crossing.size:
+            fresh = self._take(crossing.shape[0])
+            tables = self._tables
+            for seq, block in zip(crossing.tolist(), fresh):
+                tables[seq].append(block)
+            self._last_block[crossing] = fresh
         for seq in seqs[shared].tolist():
             table = self._tables[seq]
             if self._refcount[table[-1]] > 1:  # an earlier batch member may have copied
