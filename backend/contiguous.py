@@ -405,21 +405,26 @@ class ContiguousAllocator(Allocator):
         return moves
 
     def _batch_ids(self, seq_ids: np.ndarray) -> np.ndarray:
-        """Validate a batch of live, device-resident, distinct sequence ids."""
+        """Validate a batch of live, device-resident, distinct sequence ids (hot path:
+        a few vector operations when the batch is valid, the diagnosis only when not)."""
         ids = np.asarray(seq_ids)
         if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
             raise InvalidRequest(f"seq_ids must be a 1-D integer array, got shape {ids.shape}")
-        ids = ids.astype(np.int64)
-        if np.unique(ids).shape[0] != ids.shape[0]:
+        ids = ids.astype(np.int64, copy=False)
+        if ids.size == 0:
+            return ids
+        ordered = np.sort(ids)
+        if (ordered[1:] == ordered[:-1]).any():
             raise InvalidRequest("seq_ids contains duplicates")
-        known = (ids >= 0) & (ids < self._where.shape[0])
-        live = np.zeros(ids.shape[0], dtype=bool)
-        live[known] = self._where[ids[known]] != _NOT_LIVE
-        if not live.all():
-            raise UnknownSequence(f"sequence {int(ids[~live][0])} is not live")
-        swapped = self._where[ids] != _ON_DEVICE
-        if swapped.any():
-            raise InvalidRequest(f"sequence {int(ids[swapped][0])} is swapped out")
+        if ordered[0] < 0 or ordered[-1] >= self._where.shape[0]:
+            bad = ordered[0] if ordered[0] < 0 else ordered[-1]
+            raise UnknownSequence(f"sequence {int(bad)} is not live")
+        where = self._where[ids]
+        if (where != _ON_DEVICE).any():
+            first_dead = ids[where == _NOT_LIVE]
+            if first_dead.size:
+                raise UnknownSequence(f"sequence {int(first_dead[0])} is not live")
+            raise InvalidRequest(f"sequence {int(ids[where == _ON_CPU][0])} is swapped out")
         return ids
 
     def blocks_needed_for_batch(self, seq_ids: np.ndarray) -> int:
@@ -439,10 +444,13 @@ class ContiguousAllocator(Allocator):
         if tokens.shape != ids.shape:
             raise InvalidRequest(f"{ids.shape[0]} sequences but {tokens.shape[0]} tokens")
         moves = self._grow_full(ids[self._tokens[ids] >= self._reserved[ids]])
-        self._account(ids, -1)
-        self.slots[self._start[ids] + self._tokens[ids]] = tokens
-        self._tokens[ids] += 1
-        self._account(ids, +1)
+        held = self._tokens[ids]
+        self.slots[self._start[ids] + held] = tokens
+        self._tokens[ids] = held + 1
+        # every region now has room for its token, so the reservations are unchanged; a
+        # token counts as "will fill" already, and adds one only past the true length
+        self._token_slots += ids.shape[0]
+        self._fill_slots += int(np.count_nonzero(held >= self._target[ids]))
         return moves
 
     def _grow_full(self, full: np.ndarray) -> list[BlockMove]:
