@@ -98,6 +98,17 @@ def _as_tokens(token_ids: Sequence[int] | np.ndarray, *, allow_empty: bool) -> n
     return np.ascontiguousarray(tokens, dtype=np.int32)
 
 
+class _BatchNeed(NamedTuple):
+    """What one decode step needs, gathered once per ``append_batch``."""
+
+    held: np.ndarray  # tokens each sequence holds before the step
+    slot: np.ndarray  # the slot each new token goes to within its block
+    last: np.ndarray  # each sequence's last block before the step
+    at_boundary: np.ndarray  # the last block is full: take a new one
+    shared: np.ndarray  # the last block is partly filled and shared: maybe copy-on-write
+    needed: int  # blocks the whole step takes
+
+
 class BlockManager(Allocator):
     """Paged KV bookkeeping over ``num_blocks`` device blocks of ``block_size`` slots
     (see the module docstring and backend.base.Allocator for the contracts)."""
@@ -490,50 +501,50 @@ class BlockManager(Allocator):
             self._arange = np.arange(max(count, 2 * self._arange.shape[0]))
         return self._arange[:count]
 
-    def _batch_need(self, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-        """(mask: needs a new block, mask: may need copy-on-write, blocks needed)."""
+    def _batch_need(self, seqs: np.ndarray) -> _BatchNeed:
         held = self._num_tokens[seqs]
-        at_boundary = held % self.block_size == 0
+        slot = held % self.block_size
+        at_boundary = slot == 0
         last = self._last_block[seqs]
-        shared = ~at_boundary & (self._refcount[last] > 1)
-        needed = int(at_boundary.sum())
+        shared = (self._refcount[last] > 1) & ~at_boundary
+        needed = int(np.count_nonzero(at_boundary))
         if shared.any():
             # k batch members sharing a block with refcount r: each copies while another
             # table still points at the block, so min(k, r - 1) copies (the last writer
             # may keep the original when every sharer is in the batch).
             blocks, members = np.unique(last[shared], return_counts=True)
             needed += int(np.minimum(members, self._refcount[blocks] - 1).sum())
-        return at_boundary, shared, needed
+        return _BatchNeed(held, slot, last, at_boundary, shared, needed)
 
     def blocks_needed_for_batch(self, seq_ids: np.ndarray) -> int:
         seqs, _ = self._check_batch(seq_ids, np.zeros(np.shape(seq_ids), np.int32))
-        return self._batch_need(seqs)[2]
+        return self._batch_need(seqs).needed
 
     def append_batch(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> list[BlockMove]:
         seqs, tokens = self._check_batch(seq_ids, token_ids)
-        at_boundary, shared, needed = self._batch_need(seqs)
-        self._require(needed)
+        need = self._batch_need(seqs)
+        self._require(need.needed)
         if seqs.size == 0:
             return []
 
         self._clock += 1
         moves: list[BlockMove] = []
-        crossing = seqs[at_boundary]
+        crossing = seqs[need.at_boundary]
         if crossing.size:
             fresh = self._take(crossing.shape[0])
             tables = self._tables
             for seq, block in zip(crossing.tolist(), fresh):
                 tables[seq].append(block)
             self._last_block[crossing] = fresh
-        for seq in seqs[shared].tolist():
+        for seq in seqs[need.shared].tolist():
             table = self._tables[seq]
             if self._refcount[table[-1]] > 1:  # an earlier batch member may have copied
                 moves.append(self._copy_on_write(seq, table, int(self._num_tokens[seq])))
         # After the loops every batch member's last block is private, so the fancy
         # indices below are distinct and one vectorised write is exact.
-        held = self._num_tokens[seqs]
-        last = self._last_block[seqs]
-        self.slots[last, held % self.block_size] = tokens
+        held = need.held
+        last = self._last_block[seqs] if crossing.size or moves else need.last
+        self.slots[last, need.slot] = tokens
         self._num_tokens[seqs] = held + 1
         self._token_slots += int(seqs.shape[0])
         if self.enable_prefix_caching:

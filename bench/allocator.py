@@ -91,7 +91,11 @@ def main() -> None:
     rows = [
         ("(a) append, caching off", f"{a:.3f}", "us / token step"),
         ("(b) append, caching on, no hits", f"{b:.3f}", "us / token step"),
-        ("(c) shared 1,024-token prefix", f"{c:.1f}", f"us / request ({c / prompt_tokens:.4f} / token)"),
+        (
+            "(c) shared 1,024-token prefix",
+            f"{c:.1f}",
+            f"us / request ({c / prompt_tokens:.4f} / token)",
+        ),
         ("(d) append_batch, caching off", f"{d:.3f}", "us / token step"),
     ]
     print(f"pagesim BlockManager, median of {RUNS} runs")
