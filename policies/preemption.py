@@ -13,8 +13,18 @@ from typing import Any, Protocol
 from policies.registry import Registry
 
 
+class VictimView(Protocol):
+    """What a victim policy may read about its replica."""
+
+    now: float
+
+    def blocks_held(self, request: Any) -> int: ...
+
+    def generated_tokens(self, request: Any) -> int: ...
+
+
 class VictimPolicy(Protocol):
-    def pick(self, running: Sequence[Any], now: float) -> Any:
+    def pick(self, running: Sequence[Any], view: VictimView) -> Any:
         """One element of ``running`` (never empty) to preempt."""
         ...
 
@@ -26,5 +36,5 @@ VICTIMS: Registry = Registry("preemption victim")
 class LastArrived:
     """The most recently arrived request loses its memory first (vLLM's default)."""
 
-    def pick(self, running, now):
+    def pick(self, running, view):
         return max(running, key=lambda r: (r.arrival_s, r.req_id))

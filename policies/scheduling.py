@@ -20,8 +20,21 @@ class WaitingEntry(Protocol):
     resumed: bool
 
 
+class SchedulerView(Protocol):
+    """What a scheduler may read about its replica (the engine's Replica provides it)."""
+
+    now: float
+
+    def cached_prefix_tokens(self, request: Any) -> int: ...
+
+    def served_tokens(self, tenant: int) -> int:
+        """Tokens computed for ``tenant``; kept only if the policy sets
+        ``uses_served_tokens = True``."""
+        ...
+
+
 class Scheduler(Protocol):
-    def order(self, waiting: Sequence[WaitingEntry], now: float) -> Sequence[WaitingEntry]:
+    def order(self, waiting: Sequence[WaitingEntry], view: SchedulerView) -> Sequence[WaitingEntry]:
         """The entries of ``waiting`` in the order to try them. Must not mutate it."""
         ...
 
@@ -33,6 +46,6 @@ SCHEDULERS: Registry = Registry("scheduler")
 class FirstComeFirstServed:
     """Arrival order; preempted requests go back to the front (as vLLM does)."""
 
-    def order(self, waiting, now):
+    def order(self, waiting, view):
         # The engine keeps the queue in exactly this order, so nothing to sort.
         return waiting

@@ -46,6 +46,9 @@ class EngineConfig:
     watermark_blocks: int = 0  # blocks kept free when admitting new requests
     preemption_mode: str = "recompute"  # or "swap"
     max_model_len: int = 8192
+    #: "whole-prompt": a request is admitted only if its whole prompt's KV fits now;
+    #: "first-chunk": only its first chunk must fit, later chunks take blocks as they run
+    admission: str = "whole-prompt"
 
 
 @dataclass(eq=False)
@@ -61,6 +64,7 @@ class PrefillSeq:
     fork_children: int = 0  # samples to fork from this one when its prompt is done
     seq_id: int = -1
     computed: int = 0  # tokens whose KV is in the pool
+    held: int = 0  # tokens whose slots the allocator holds (>= computed)
 
 
 @dataclass(eq=False)
@@ -76,7 +80,7 @@ class SwappedRequest:
 class DecodeSet:
     """Running sequences in their decode phase, as parallel int64 numpy arrays."""
 
-    FIELDS = ("seq_id", "req_id", "sample", "stream", "generated", "target", "context")
+    FIELDS = ("seq_id", "req_id", "sample", "stream", "generated", "target", "context", "tenant")
 
     def __init__(self) -> None:
         for name in self.FIELDS:
@@ -169,7 +173,49 @@ class Replica:
         self.num_steps = 0
         self._next_seq_id = 0
         self._wake: simpy.Event | None = None
+        # Tokens computed per tenant, kept only for schedulers that ask (fair share).
+        self.served: dict[int, int] = {}
+        self.track_service = bool(getattr(scheduler, "uses_served_tokens", False))
+        # Reserving (contiguous) allocators hold a request's whole reservation from the
+        # start, so they always admit by whole prompt.
+        self.first_chunk_admission = config.admission == "first-chunk" and not hasattr(
+            allocator, "reservation_size"
+        )
         self.process = env.process(self.loop())
+
+    # -- what policies may look at (policies/ Protocols; nothing here is mutated) -----
+    @property
+    def now(self) -> float:
+        return self.env.now
+
+    @property
+    def kv_usage(self) -> float:
+        """Fraction of the device pool in use by live sequences."""
+        return self.alloc.usage().used_blocks / self.alloc.num_blocks
+
+    def cached_prefix_tokens(self, request: Request) -> int:
+        """Leading prompt tokens of ``request`` this replica's prefix cache holds."""
+        return self.alloc.cached_prefix_tokens(request.prompt, salt=request.tenant)
+
+    def served_tokens(self, tenant: int) -> int:
+        """Tokens computed for ``tenant`` so far (schedulers with uses_served_tokens)."""
+        return self.served.get(tenant, 0)
+
+    def seq_ids_of(self, request: Request) -> list[int]:
+        prefills = [s.seq_id for s in self.prefilling if s.request is request]
+        return prefills + self.decodes.seq_id[self.decodes.req_id == request.req_id].tolist()
+
+    def blocks_held(self, request: Request) -> int:
+        """Device blocks (slots for contiguous) held by a running request's sequences."""
+        return sum(len(self.alloc.block_table(s)) for s in self.seq_ids_of(request))
+
+    def generated_tokens(self, request: Request) -> int:
+        """Output tokens a running request's sequences have produced so far."""
+        decoding = int(self.decodes.generated[self.decodes.req_id == request.req_id].sum())
+        return decoding + sum(s.generated for s in self.prefilling if s.request is request)
+
+    def pick_victim(self) -> Request:
+        return self.victims.pick(list(self.holders.values()), self)
 
     # -- arrivals -------------------------------------------------------------------
     def submit(self, request: Request) -> None:
@@ -246,6 +292,13 @@ class Replica:
     def unblock(self) -> None:
         """Nothing could be scheduled although work is queued: with nothing running,
         the head of the queue can never be admitted, so it is rejected (liveness)."""
+        if self.prefilling and not len(self.decodes):
+            # First-chunk admission let partial prompts fill the pool: free one.
+            victim = self.pick_victim()
+            self.num_preemptions += 1
+            victim.num_preemptions += 1
+            self.release_for_recompute(victim)
+            return
         if self.swapped and not (self.prefilling or len(self.decodes)):
             # Bring one swapped request back by recompute instead of waiting forever.
             self.resume_by_recompute(self.swapped.popleft())
@@ -288,7 +341,7 @@ class Replica:
             needed = self.alloc.blocks_needed_for_batch(self.decodes.seq_id)
             if needed <= self.available_blocks():
                 break
-            self.preempt(self.victims.pick(list(self.holders.values()), self.env.now), moves)
+            self.preempt(self.pick_victim(), moves)
             plan.num_preempted += 1
         d = self.decodes
         plan.decode_rows = len(d)
@@ -305,12 +358,28 @@ class Replica:
         for seq in self.prefilling:
             if budget <= 0:
                 break
-            take = self.chunk_size(seq, budget, plan)
+            take = self.hold_slots(seq, self.chunk_size(seq, budget, plan))
             if not take:
+                if self.first_chunk_admission:
+                    continue  # out of blocks for this one; others may still fit
                 break
             plan.chunks.append((seq, take))
             budget -= take
         return budget
+
+    def hold_slots(self, seq: PrefillSeq, take: int) -> int:
+        """Make the allocator hold slots for the next ``take`` tokens of ``seq``; returns
+        how many it could (fewer when blocks run out under first-chunk admission)."""
+        missing = seq.computed + take - seq.held
+        if missing <= 0:
+            return take
+        bs = self.alloc.block_size
+        room = (-seq.held) % bs + self.available_blocks() * bs
+        grow = min(missing, room)
+        if grow > 0:
+            self.alloc.append(seq.seq_id, seq.tokens[seq.held : seq.held + grow])
+            seq.held += grow
+        return min(take, seq.held - seq.computed)
 
     def chunk_size(self, seq: PrefillSeq, budget: int, plan: StepPlan) -> int:
         """Prompt tokens of ``seq`` to compute this step (0: none)."""
@@ -329,11 +398,11 @@ class Replica:
         if not self.waiting or budget <= 0:
             return
         admitted = []
-        for entry in self.scheduler.order(self.waiting, self.env.now):
+        for entry in self.scheduler.order(self.waiting, self):
             if budget <= 0 or self.num_running_seqs() >= self.cfg.max_num_seqs:
                 break
             seq = entry.seq
-            cached = self.admit(seq)
+            cached = self.admit(seq, budget)
             if cached is None:
                 break  # head of line does not fit now: wait, do not let others jump it
             admitted.append(entry)
@@ -346,27 +415,31 @@ class Replica:
         for entry in admitted:
             self.waiting.remove(entry)
 
-    def admit(self, seq: PrefillSeq) -> int | None:
-        """Allocate ``seq``'s prompt; None when it does not fit now (nothing changed)."""
+    def admit(self, seq: PrefillSeq, budget: int) -> int | None:
+        """Allocate ``seq``'s prompt (whole, or its first chunk under first-chunk
+        admission); None when it does not fit now (nothing changed)."""
         request = seq.request
         total = seq.tokens.shape[0]
         remaining_out = request.output_len - seq.generated
-        if not seq.resumed and self.num_running_seqs() > 0:
-            # The watermark keeps headroom so running sequences can grow (vLLM's
-            # watermark); it is waived on an empty replica, where nothing could grow.
+        tokens = seq.tokens
+        if self.first_chunk_admission or (not seq.resumed and self.num_running_seqs() > 0):
             cached = self.alloc.cached_prefix_tokens(seq.tokens, salt=request.tenant)
-            needed = self.blocks_for(total - cached, remaining_out)
-            if self.available_blocks() - needed < self.cfg.watermark_blocks:
-                return None
-        if not self.alloc.can_allocate(
-            seq.tokens, salt=request.tenant, max_new_tokens=remaining_out
-        ):
+            if self.first_chunk_admission:
+                tokens = seq.tokens[: min(total, max(cached, 0) + budget)]
+            if not seq.resumed and self.num_running_seqs() > 0:
+                # The watermark keeps headroom so running sequences can grow (vLLM's
+                # watermark); it is waived on an empty replica, where nothing could grow.
+                needed = self.blocks_for(tokens.shape[0] - cached, remaining_out)
+                if self.available_blocks() - needed < self.cfg.watermark_blocks:
+                    return None
+        if not self.alloc.can_allocate(tokens, salt=request.tenant, max_new_tokens=remaining_out):
             return None
         seq.seq_id = self._next_seq_id
         self._next_seq_id += 1
         cached = self.alloc.allocate(
-            seq.seq_id, seq.tokens, salt=request.tenant, max_new_tokens=remaining_out
+            seq.seq_id, tokens, salt=request.tenant, max_new_tokens=remaining_out
         )
+        seq.held = tokens.shape[0]
         # At least one token is computed so the step has logits to sample from.
         seq.computed = min(cached, total - 1)
         if not seq.resumed:
@@ -388,18 +461,27 @@ class Replica:
         """Release ``victim``'s device memory (swap if asked and possible, else recompute)."""
         self.num_preemptions += 1
         victim.num_preemptions += 1
+        if self.cfg.preemption_mode == "swap":
+            seq_ids = self.seq_ids_of(victim)
+            blocks = sum(len(self.alloc.block_table(s)) for s in seq_ids)
+            if self.try_swap_out(seq_ids, moves):
+                prefills, decodes = self.detach(victim)
+                self.swapped.append(SwappedRequest(victim, prefills, decodes, blocks))
+                self.swapped_blocks += blocks
+                self.num_swaps_out += 1
+                return
+        self.release_for_recompute(victim)
+
+    def detach(self, victim: Request) -> tuple[list[PrefillSeq], dict[str, np.ndarray]]:
+        """Take ``victim``'s sequences out of the running set (allocator untouched)."""
         del self.holders[victim.req_id]
         prefills = [s for s in self.prefilling if s.request is victim]
         self.prefilling = [s for s in self.prefilling if s.request is not victim]
-        decodes = self.decodes.take(self.decodes.req_id == victim.req_id)
-        seq_ids = [s.seq_id for s in prefills] + decodes["seq_id"].tolist()
-        if self.cfg.preemption_mode == "swap" and self.try_swap_out(seq_ids, moves):
-            blocks = sum(len(self.alloc.block_table(s)) for s in seq_ids)
-            self.swapped.append(SwappedRequest(victim, prefills, decodes, blocks))
-            self.swapped_blocks += blocks
-            self.num_swaps_out += 1
-            return
-        for seq_id in seq_ids:
+        return prefills, self.decodes.take(self.decodes.req_id == victim.req_id)
+
+    def release_for_recompute(self, victim: Request) -> None:
+        prefills, decodes = self.detach(victim)
+        for seq_id in [s.seq_id for s in prefills] + decodes["seq_id"].tolist():
             self.alloc.free(seq_id)
         self.requeue_for_recompute(victim, prefills, decodes)
 
@@ -470,6 +552,8 @@ class Replica:
     # -- applying a finished step ---------------------------------------------------------
     def apply(self, plan: StepPlan) -> None:
         now = self.env.now
+        if self.track_service:
+            self.count_service(plan)
         self.apply_decodes(plan, now)
         new_rows: list[tuple[int, ...]] = []
         for seq, take in plan.chunks:
@@ -477,6 +561,14 @@ class Replica:
             if seq.computed == seq.tokens.shape[0]:
                 self.complete_prefill(seq, now, new_rows)
         self.decodes.extend(new_rows)
+
+    def count_service(self, plan: StepPlan) -> None:
+        tenants = self.decodes.tenant[: plan.decode_rows]
+        for tenant, count in zip(*np.unique(tenants, return_counts=True)):
+            self.served[int(tenant)] = self.served.get(int(tenant), 0) + int(count)
+        for seq, take in plan.chunks:
+            tenant = seq.request.tenant
+            self.served[tenant] = self.served.get(tenant, 0) + take
 
     def apply_decodes(self, plan: StepPlan, now: float) -> None:
         rows = plan.decode_rows
@@ -512,7 +604,7 @@ class Replica:
                 continue
             stream = self.stream_id(request.req_id, sample)
             new_rows.append((seq_id, request.req_id, sample, stream, generated,
-                             request.output_len, context))
+                             request.output_len, context, request.tenant))
 
     def fork(self, parent: PrefillSeq, sample: int) -> int | None:
         child = self._next_seq_id
@@ -568,4 +660,6 @@ class Cluster:
             if delay > 0:
                 yield self.env.timeout(delay)
             chosen = self.router.route(request, self.replicas, self.env.now)
+            if not 0 <= chosen < len(self.replicas):
+                raise RuntimeError(f"router returned replica {chosen} of {len(self.replicas)}")
             self.replicas[chosen].submit(request)
