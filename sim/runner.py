@@ -87,6 +87,7 @@ def engine_config(scenario, allocator: Allocator) -> EngineConfig:
         watermark_blocks=int(sched.watermark * allocator.num_blocks),
         preemption_mode=scenario.preemption.mode,
         max_model_len=scenario.model_spec.max_model_len,
+        admission=sched.admission,
     )
 
 

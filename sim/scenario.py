@@ -202,6 +202,9 @@ class SchedulerSpec(StrictModel):
     chunked_prefill: bool = True
     #: fraction of device blocks kept free when admitting a new request
     watermark: float = Field(default=0.01, ge=0, lt=1)
+    #: "whole-prompt": admit only if the whole prompt's KV fits now; "first-chunk": only
+    #: the first chunk must fit, later chunks take blocks as they run (paged only)
+    admission: Literal["whole-prompt", "first-chunk"] = "whole-prompt"
 
     @field_validator("policy")
     @classmethod
