@@ -51,11 +51,13 @@ class PagedExecutor:
         allocator: Allocator,
         *,
         device: str | torch.device = "cpu",
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | str = torch.float32,
         seed: int = 0,
         use_triton: bool | None = None,
         num_cpu_blocks: int | None = None,
     ):
+        if isinstance(dtype, str):  # scenario files name dtypes: "float32", "bfloat16"
+            dtype = getattr(torch, dtype)
         self.shape = shape
         self.allocator = allocator
         self.device = torch.device(device)
@@ -134,7 +136,9 @@ class PagedExecutor:
 
     # -- flattening the batch ----------------------------------------------------------------
     def prepare(self, batch: Batch) -> StepInputs:
-        """Flatten a batch into model inputs and attention metadata. No mutation."""
+        """Flatten a batch into model inputs and attention metadata. No mutation.
+        Raises ValueError for a token id outside the vocabulary or a position beyond its
+        sequence's block table."""
         size = self.allocator.block_size
         chunk_tables = [self.allocator.block_table(c.seq_id) for c in batch.prefills]
         decode_ids = [int(s) for s in batch.decode_seq_ids]
@@ -153,6 +157,11 @@ class PagedExecutor:
         for seq_id, table, pos in zip(decode_ids, decode_tables, decode_pos, strict=True):
             slots.append(_slots(table, pos[None], size, seq_id))
 
+        all_tokens = np.concatenate(tokens)
+        if all_tokens.size and not 0 <= int(all_tokens.min()) <= int(all_tokens.max()) < (
+            self.shape.vocab_size
+        ):
+            raise ValueError(f"token ids must lie in the vocabulary [0, {self.shape.vocab_size})")
         chunk_lens = [c.num_tokens for c in batch.prefills]
         bounds = np.concatenate([[0], np.cumsum(chunk_lens, dtype=np.int64)])
         num_prefill = int(bounds[-1])
@@ -163,7 +172,7 @@ class PagedExecutor:
             return torch.as_tensor(np.asarray(array), dtype=dtype).to(dev)
 
         return StepInputs(
-            token_ids=as_tensor(np.concatenate(tokens)),
+            token_ids=as_tensor(all_tokens),
             positions=as_tensor(np.concatenate(positions)),
             slots=as_tensor(np.concatenate(slots) if slots else np.zeros(0)),
             num_prefill_tokens=num_prefill,

@@ -34,6 +34,9 @@ def test_token_beyond_its_block_table_is_refused_before_any_compute():
     beyond = Batch((PrefillChunk(0, 2, np.array([3, 4, 5], np.int32)),), empty, empty, empty)
     with pytest.raises(ValueError, match="beyond"):
         harness.executor.execute(beyond)
+    outside = Batch((PrefillChunk(0, 0, np.array([1, TINY.vocab_size], np.int32)),), *[empty] * 3)
+    with pytest.raises(ValueError, match="vocab"):
+        harness.executor.execute(outside)
 
 
 def test_samples_every_chunk_end_and_decode():
