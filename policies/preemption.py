@@ -3,6 +3,9 @@
 A policy gets the requests currently holding KV blocks on the device (each a
 ``sim.types.Request``) and returns the one to preempt. The mode (recompute or swap) is
 the engine's, chosen by the scenario.
+
+Ties always go to the most recently arrived request (then the highest id), so a run is
+deterministic and, all else equal, the request with the least waiting invested loses.
 """
 
 from __future__ import annotations
@@ -25,11 +28,16 @@ class VictimView(Protocol):
 
 class VictimPolicy(Protocol):
     def pick(self, running: Sequence[Any], view: VictimView) -> Any:
-        """One element of ``running`` (never empty) to preempt."""
+        """One element of ``running`` (never empty) to preempt. Mutates nothing."""
         ...
 
 
 VICTIMS: Registry = Registry("preemption victim")
+
+
+def latest(request: Any) -> tuple[float, int]:
+    """The shared tie-break, as a key for ``max``: later arrival, then higher id."""
+    return (request.arrival_s, request.req_id)
 
 
 @VICTIMS.register("last-arrived")
@@ -37,4 +45,28 @@ class LastArrived:
     """The most recently arrived request loses its memory first (vLLM's default)."""
 
     def pick(self, running, view):
-        return max(running, key=lambda r: (r.arrival_s, r.req_id))
+        return max(running, key=latest)
+
+
+@VICTIMS.register("lowest-priority")
+class LowestPriority:
+    """The lowest-priority request first (vLLM's priority mode); ties: last arrived."""
+
+    def pick(self, running, view):
+        return max(running, key=lambda r: (-r.priority, *latest(r)))
+
+
+@VICTIMS.register("most-blocks")
+class MostBlocks:
+    """The request holding the most device blocks first: one preemption frees the most."""
+
+    def pick(self, running, view):
+        return max(running, key=lambda r: (view.blocks_held(r), *latest(r)))
+
+
+@VICTIMS.register("fewest-generated")
+class FewestGenerated:
+    """The request with the fewest output tokens so far first: the least work is redone."""
+
+    def pick(self, running, view):
+        return max(running, key=lambda r: (-view.generated_tokens(r), *latest(r)))

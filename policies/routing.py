@@ -1,13 +1,18 @@
 """Routing policies: which replica serves an arriving request.
 
-A router sees the request and a view of each replica (``outstanding`` requests and
-``kv_usage`` fraction, plus ``cached_prefix_tokens(request)``) and returns a replica index.
+A router sees the request and a view of each replica (``index``, ``outstanding``
+requests queued or running there, ``kv_usage`` fraction of its pool in use, plus
+``cached_prefix_tokens(request)``) and returns a replica index. Every router here is
+deterministic: ties go to the lowest index.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any, Protocol
+
+import numpy as np
 
 from policies.registry import Registry
 
@@ -21,6 +26,11 @@ class Router(Protocol):
 ROUTERS: Registry = Registry("router")
 
 
+def least_outstanding(replicas: Sequence[Any]) -> int:
+    """Index of the replica with the fewest outstanding requests (lowest index on ties)."""
+    return min(range(len(replicas)), key=lambda i: (replicas[i].outstanding, i))
+
+
 @ROUTERS.register("round-robin")
 class RoundRobin:
     """Replicas in turn, regardless of load."""
@@ -32,3 +42,58 @@ class RoundRobin:
         chosen = self._next % len(replicas)
         self._next += 1
         return chosen
+
+
+@ROUTERS.register("least-outstanding")
+class LeastOutstanding:
+    """The replica with the fewest requests queued or running."""
+
+    def route(self, request, replicas, now):
+        return least_outstanding(replicas)
+
+
+@ROUTERS.register("least-kv-usage")
+class LeastKVUsage:
+    """The replica whose KV pool is least used; ties by fewest outstanding."""
+
+    def route(self, request, replicas, now):
+        return min(
+            range(len(replicas)),
+            key=lambda i: (replicas[i].kv_usage, replicas[i].outstanding, i),
+        )
+
+
+@ROUTERS.register("prefix-affinity")
+class PrefixAffinity:
+    """Same first prompt tokens -> same replica (hash), least-outstanding above a load cap."""
+
+    def __init__(self, prefix_tokens: int = 32, load_cap: float = 1.5, slack: int = 4):
+        if prefix_tokens < 1 or load_cap < 1 or slack < 0:
+            raise ValueError(
+                "prefix-affinity: expected prefix_tokens >= 1, load_cap >= 1, slack >= 0; "
+                f"got {prefix_tokens}, {load_cap}, {slack}"
+            )
+        self.prefix_tokens = int(prefix_tokens)
+        self.load_cap = float(load_cap)
+        self.slack = int(slack)
+
+    def home(self, request: Any, num_replicas: int) -> int:
+        """The replica ``request``'s prefix hashes to. A stable hash (not Python's
+        salted ``hash``) so the same scenario routes the same way in every process;
+        the tenant is hashed too because it salts the prefix cache."""
+        head = np.asarray(request.prompt[: self.prefix_tokens], dtype=np.int64)
+        digest = hashlib.blake2b(head.tobytes(), digest_size=8, salt=_salt(request.tenant))
+        return int.from_bytes(digest.digest(), "little") % num_replicas
+
+    def route(self, request, replicas, now):
+        home = self.home(request, len(replicas))
+        mean = sum(r.outstanding for r in replicas) / len(replicas)
+        # The cap keeps one hot prefix from melting its replica: above cap x mean + slack
+        # the request goes where the queue is shortest (and warms that cache too).
+        if replicas[home].outstanding > self.load_cap * mean + self.slack:
+            return least_outstanding(replicas)
+        return home
+
+
+def _salt(tenant: int) -> bytes:
+    return int(tenant).to_bytes(8, "little", signed=True)

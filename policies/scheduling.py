@@ -5,11 +5,17 @@ and ``.resumed``, true for requests preempted by recompute) and returns the orde
 them in. The engine admits in that order until the token budget, the sequence cap or the
 KV pool runs out; it stops at the first entry that does not fit, so a large request at
 the head is not starved by smaller ones behind it.
+
+Every policy here keeps resumed entries first, in the queue's own order: they were
+running and hold progress (generated tokens), and the engine put them at the front on
+purpose. Only fresh entries are reordered, by a sort key whose last elements are the
+arrival time and the request id, so every order is deterministic. Each ``order`` call is
+one O(n log n) sort at worst.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from policies.registry import Registry
@@ -42,6 +48,20 @@ class Scheduler(Protocol):
 SCHEDULERS: Registry = Registry("scheduler")
 
 
+def resumed_first(waiting: Sequence[WaitingEntry], key: Callable[[Any], Any]) -> list[WaitingEntry]:
+    """Resumed entries in queue order, then the fresh ones sorted by ``key(request)``.
+    Returns a new list; ``waiting`` is not mutated."""
+    resumed = [entry for entry in waiting if entry.resumed]
+    fresh = [entry for entry in waiting if not entry.resumed]
+    fresh.sort(key=lambda entry: key(entry.request))
+    return resumed + fresh
+
+
+def arrival(request: Any) -> tuple[float, int]:
+    """The tie-break shared by every policy: earlier arrival, then lower id."""
+    return (request.arrival_s, request.req_id)
+
+
 @SCHEDULERS.register("fcfs")
 class FirstComeFirstServed:
     """Arrival order; preempted requests go back to the front (as vLLM does)."""
@@ -49,3 +69,76 @@ class FirstComeFirstServed:
     def order(self, waiting, view):
         # The engine keeps the queue in exactly this order, so nothing to sort.
         return waiting
+
+
+@SCHEDULERS.register("priority")
+class PriorityWithAging:
+    """Highest priority first, a priority level gained per ``aging_s`` waited (no starvation)."""
+
+    def __init__(self, aging_s: float = 10.0):
+        if not aging_s > 0:
+            raise ValueError(f"priority scheduler: aging_s must be > 0, got {aging_s}")
+        self.aging_s = float(aging_s)
+
+    def order(self, waiting, view):
+        # Effective priority = priority + (now - arrival) / aging_s. ``now`` is the same
+        # for every entry, so ordering by priority - arrival / aging_s is equivalent and
+        # needs no clock: a request waiting aging_s longer outranks one level above it.
+        def key(request):
+            return (-(request.priority - request.arrival_s / self.aging_s), *arrival(request))
+
+        return resumed_first(waiting, key)
+
+
+@SCHEDULERS.register("shortest-prompt-first")
+class ShortestPromptFirst:
+    """Fewest prompt tokens first (cheapest prefill; long prompts can wait behind a stream)."""
+
+    def order(self, waiting, view):
+        return resumed_first(waiting, lambda r: (r.prompt_len, *arrival(r)))
+
+
+@SCHEDULERS.register("sjf-oracle")
+class ShortestJobFirstOracle:
+    """Fewest true output tokens (x n samples) first: the upper-bound baseline no server has."""
+
+    def order(self, waiting, view):
+        return resumed_first(waiting, lambda r: (r.output_len * r.n, r.prompt_len, *arrival(r)))
+
+
+@SCHEDULERS.register("fair-share")
+class FairShare:
+    """The tenant with the fewest tokens served so far first, arrival order within a tenant."""
+
+    uses_served_tokens = True  # asks the engine to count tokens computed per tenant
+
+    def order(self, waiting, view):
+        served: dict[int, int] = {}  # one lookup per tenant, not per entry
+
+        def key(request):
+            tenant = request.tenant
+            if tenant not in served:
+                served[tenant] = view.served_tokens(tenant)
+            return (served[tenant], *arrival(request))
+
+        return resumed_first(waiting, key)
+
+
+@SCHEDULERS.register("longest-prefix-match")
+class LongestPrefixMatch:
+    """Longest prompt prefix already in this replica's cache first (SGLang's LPM)."""
+
+    def __init__(self, max_scan: int = 128):
+        if max_scan < 1:
+            raise ValueError(f"longest-prefix-match: max_scan must be >= 1, got {max_scan}")
+        # Looking a prefix up hashes the prompt's blocks; like SGLang, only the first
+        # ``max_scan`` fresh entries are ranked and the rest keep arrival order, which
+        # bounds the per-step cost on a long queue.
+        self.max_scan = int(max_scan)
+
+    def order(self, waiting, view):
+        resumed = [entry for entry in waiting if entry.resumed]
+        fresh = [entry for entry in waiting if not entry.resumed]
+        head, tail = fresh[: self.max_scan], fresh[self.max_scan :]
+        head.sort(key=lambda e: (-view.cached_prefix_tokens(e.request), *arrival(e.request)))
+        return resumed + head + tail

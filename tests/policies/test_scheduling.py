@@ -1,0 +1,164 @@
+"""Scheduling policies: exact orders on hand-written queues."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from policies.scheduling import SCHEDULERS
+from sim.types import Request
+
+
+@dataclass
+class Entry:
+    request: Request
+    resumed: bool = False
+
+
+@dataclass
+class View:
+    """A replica view with a fixed cache content and per-tenant service."""
+
+    now: float = 100.0
+    cached: dict[int, int] = field(default_factory=dict)  # req_id -> cached tokens
+    served: dict[int, int] = field(default_factory=dict)  # tenant -> tokens
+    lookups: list[int] = field(default_factory=list)
+
+    def cached_prefix_tokens(self, request):
+        self.lookups.append(request.req_id)
+        return self.cached.get(request.req_id, 0)
+
+    def served_tokens(self, tenant):
+        return self.served.get(tenant, 0)
+
+
+def req(req_id, arrival_s, prompt_len=8, output_len=4, **kw):
+    prompt = np.arange(prompt_len, dtype=np.int32)
+    return Request(req_id=req_id, arrival_s=arrival_s, prompt=prompt, output_len=output_len, **kw)
+
+
+def ids(entries):
+    return [e.request.req_id for e in entries]
+
+
+def make(name, **params):
+    return SCHEDULERS.get(name)(**params)
+
+
+def test_every_policy_is_registered():
+    expected = {
+        "fcfs",
+        "priority",
+        "shortest-prompt-first",
+        "sjf-oracle",
+        "fair-share",
+        "longest-prefix-match",
+    }
+    assert expected <= set(SCHEDULERS.names())
+
+
+def test_fcfs_returns_the_queue_itself():
+    waiting = deque([Entry(req(1, 0.0)), Entry(req(0, 1.0))])
+    assert make("fcfs").order(waiting, View()) is waiting
+
+
+def test_priority_orders_by_level_then_arrival():
+    waiting = deque(
+        [
+            Entry(req(0, 0.0, priority=0)),
+            Entry(req(1, 1.0, priority=2)),
+            Entry(req(2, 2.0, priority=1)),
+            Entry(req(3, 3.0, priority=2)),
+        ]
+    )
+    # aging_s large: aging is negligible within 3 s.
+    assert ids(make("priority", aging_s=1e6).order(waiting, View())) == [1, 3, 2, 0]
+
+
+def test_priority_aging_lets_an_old_low_priority_request_pass():
+    # Request 0 (priority 0) waited 25 s longer than request 1 (priority 2): with one
+    # level per 10 s it has earned 2.5 levels and goes first; with 20 s only 1.25.
+    waiting = deque([Entry(req(0, 0.0, priority=0)), Entry(req(1, 25.0, priority=2))])
+    assert ids(make("priority", aging_s=10.0).order(waiting, View())) == [0, 1]
+    assert ids(make("priority", aging_s=20.0).order(waiting, View())) == [1, 0]
+
+
+def test_priority_rejects_a_non_positive_aging_time():
+    with pytest.raises(ValueError, match="aging_s"):
+        make("priority", aging_s=0)
+
+
+def test_shortest_prompt_first_ties_by_arrival():
+    waiting = deque(
+        [
+            Entry(req(0, 0.0, prompt_len=64)),
+            Entry(req(1, 1.0, prompt_len=8)),
+            Entry(req(2, 2.0, prompt_len=32)),
+            Entry(req(3, 0.5, prompt_len=8)),
+        ]
+    )
+    assert ids(make("shortest-prompt-first").order(waiting, View())) == [3, 1, 2, 0]
+
+
+def test_sjf_oracle_counts_output_times_samples():
+    waiting = deque(
+        [
+            Entry(req(0, 0.0, output_len=10)),
+            Entry(req(1, 1.0, output_len=4, n=3)),  # 12 tokens in all
+            Entry(req(2, 2.0, output_len=2)),
+            Entry(req(3, 3.0, output_len=10, prompt_len=4)),  # ties 0 on output, shorter prompt
+        ]
+    )
+    assert ids(make("sjf-oracle").order(waiting, View())) == [2, 3, 0, 1]
+
+
+def test_fair_share_prefers_the_least_served_tenant():
+    waiting = deque(
+        [
+            Entry(req(0, 0.0, tenant=0)),
+            Entry(req(1, 1.0, tenant=1)),
+            Entry(req(2, 2.0, tenant=2)),
+            Entry(req(3, 3.0, tenant=1)),
+        ]
+    )
+    view = View(served={0: 500, 1: 20})  # tenant 2 has had nothing
+    policy = make("fair-share")
+    assert policy.uses_served_tokens is True
+    assert ids(policy.order(waiting, view)) == [2, 1, 3, 0]
+
+
+def test_longest_prefix_match_prefers_cached_prompts():
+    waiting = deque([Entry(req(i, float(i))) for i in range(4)])
+    view = View(cached={1: 16, 2: 48, 3: 16})
+    assert ids(make("longest-prefix-match").order(waiting, view)) == [2, 1, 3, 0]
+
+
+def test_longest_prefix_match_ranks_only_the_scanned_head():
+    waiting = deque([Entry(req(i, float(i))) for i in range(5)])
+    view = View(cached={1: 16, 4: 64})
+    order = make("longest-prefix-match", max_scan=3).order(waiting, view)
+    # Request 4 has the longest prefix but lies beyond the scan window: arrival order.
+    assert ids(order) == [1, 0, 2, 3, 4]
+    assert sorted(view.lookups) == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["priority", "shortest-prompt-first", "sjf-oracle", "fair-share", "longest-prefix-match"],
+)
+def test_resumed_entries_stay_first_in_queue_order(name):
+    waiting = deque(
+        [
+            Entry(req(5, 5.0, prompt_len=90, output_len=90), resumed=True),
+            Entry(req(4, 4.0, prompt_len=80, output_len=80), resumed=True),
+            Entry(req(0, 0.0, prompt_len=8, output_len=2, priority=3)),
+            Entry(req(1, 1.0, prompt_len=8, output_len=2, priority=3)),
+        ]
+    )
+    before = list(waiting)
+    order = make(name).order(waiting, View(cached={0: 8, 1: 8}))
+    assert ids(order) == [5, 4, 0, 1]
+    assert list(waiting) == before  # not mutated
