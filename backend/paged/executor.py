@@ -40,7 +40,8 @@ class PagedExecutor:
     """Runs steps for real on a KV pool indexed by ``allocator``'s block ids.
 
     The allocator is only read (``block_table``, ``block_size``, ``num_blocks``,
-    ``num_cpu_blocks``); the engine mutates it before each step. After each step
+    ``num_cpu_blocks``); the engine mutates it before each step. On the CPU,
+    ``cpu_threads`` (if given) is torch's thread count during a step. After each step
     ``last_sampled`` / ``last_logits`` map the sampled sequences to their greedy token and
     logits (every prefill chunk's last token and every decode).
     """
@@ -55,6 +56,7 @@ class PagedExecutor:
         seed: int = 0,
         use_triton: bool | None = None,
         num_cpu_blocks: int | None = None,
+        cpu_threads: int | None = None,
     ):
         if isinstance(dtype, str):  # scenario files name dtypes: "float32", "bfloat16"
             dtype = getattr(torch, dtype)
@@ -71,6 +73,9 @@ class PagedExecutor:
             shape, allocator.num_blocks, allocator.block_size, num_cpu_blocks=num_cpu_blocks,
             device=self.device, dtype=dtype, use_triton=self.use_triton,
         )  # fmt: skip
+        # torch's intra-op threads spin-wait; on a shared CPU that turns a 4 ms tiny-model
+        # step into 100+ ms. ``cpu_threads`` caps them for the step (then restores them).
+        self.cpu_threads = cpu_threads
         self.last_sampled: dict[int, int] = {}
         self.last_logits: dict[int, torch.Tensor] = {}
 
@@ -92,9 +97,15 @@ class PagedExecutor:
             end.record()
             end.synchronize()
             return start.elapsed_time(end) / 1e3
-        began = time.perf_counter()
-        self._step(batch)
-        return time.perf_counter() - began
+        previous = torch.get_num_threads()
+        if self.cpu_threads:
+            torch.set_num_threads(self.cpu_threads)
+        try:
+            began = time.perf_counter()
+            self._step(batch)
+            return time.perf_counter() - began
+        finally:
+            torch.set_num_threads(previous)
 
     def _step(self, batch: Batch) -> None:
         self.kv.swap_out(batch.swap_out)

@@ -32,8 +32,9 @@ class PagedHarness:
             enable_prefix_caching=prefix_caching,
         )  # fmt: skip
         self.executor = PagedExecutor(
-            shape, self.alloc, dtype=dtype, use_triton=use_triton, seed=seed, device=device
-        )
+            shape, self.alloc, dtype=dtype, use_triton=use_triton, seed=seed, device=device,
+            cpu_threads=1,
+        )  # fmt: skip
         self.copies: list[BlockMove] = []
         self.copies_done = 0  # copy-on-write moves executed so far
         self.swap_out_moves: list[BlockMove] = []
