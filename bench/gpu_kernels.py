@@ -185,6 +185,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a small grid (smoke run)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if not torch.cuda.is_available():
+        sys.exit("gpu_kernels.py needs a CUDA device (none found); nothing timed")
     device = torch.cuda.get_device_name()
     print(f"device: {device}; torch {torch.__version__}", flush=True)
     copy_gbs = copy_bandwidth_gbs()
