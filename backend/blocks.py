@@ -193,10 +193,12 @@ class BlockManager(Allocator):
         return int(seq_id)
 
     def _on_device(self, seq_id: int) -> int:
-        seq = self._live(seq_id)
-        if self._state[seq] == _SWAPPED:
-            raise InvalidRequest(f"sequence {seq} is swapped out; swap it in first")
-        return seq
+        state = self._seq_state(seq_id)
+        if state == _ON_DEVICE:
+            return int(seq_id)
+        if state == _SWAPPED:
+            raise InvalidRequest(f"sequence {seq_id} is swapped out; swap it in first")
+        return self._live(seq_id)  # raises UnknownSequence
 
     def _new_seq(self, seq_id: int) -> int:
         seq = _check_count("sequence id", seq_id, 0)
@@ -255,16 +257,21 @@ class BlockManager(Allocator):
         block once, so the fancy-indexed decrement is exact."""
         if not table:
             return
-        blocks = np.array(table[::-1], dtype=np.int64)
+        ordered = table[::-1]
+        blocks = np.array(ordered, dtype=np.int64)
         self._refcount[blocks] -= 1
         dropped = self._refcount[blocks] == 0
-        if not dropped.any():
+        if dropped.all():  # the common case, a private table: all its tokens go
+            self._token_slots -= num_tokens
+            released = ordered
+        elif not dropped.any():
             return
-        size = self.block_size
-        # Block i of a table holds min(size, num_tokens - i * size) tokens.
-        fills = np.minimum(size, num_tokens - np.arange(len(table) - 1, -1, -1) * size)
-        self._token_slots -= int(fills[dropped].sum())
-        released = blocks[dropped].tolist()
+        else:
+            size = self.block_size
+            # Block i of a table holds min(size, num_tokens - i * size) tokens.
+            fills = np.minimum(size, num_tokens - np.arange(len(table) - 1, -1, -1) * size)
+            self._token_slots -= int(fills[dropped].sum())
+            released = blocks[dropped].tolist()
         if not self._block_of_key:  # nothing can be cached: straight to the free list
             self._free.extend(released)
             return
@@ -503,7 +510,9 @@ class BlockManager(Allocator):
 
     def _batch_need(self, seqs: np.ndarray) -> _BatchNeed:
         held = self._num_tokens[seqs]
-        slot = held % self.block_size
+        size = self.block_size
+        # int64 modulo is the slowest op of the step; a power-of-two size needs a mask.
+        slot = held & (size - 1) if size & (size - 1) == 0 else held % size
         at_boundary = slot == 0
         last = self._last_block[seqs]
         shared = (self._refcount[last] > 1) & ~at_boundary
@@ -548,7 +557,7 @@ class BlockManager(Allocator):
         self._num_tokens[seqs] = held + 1
         self._token_slots += int(seqs.shape[0])
         if self.enable_prefix_caching:
-            for seq in seqs[(held + 1) % self.block_size == 0].tolist():
+            for seq in seqs[need.slot == self.block_size - 1].tolist():
                 self._seal(seq, self._tables[seq][-1])
         return moves
 
