@@ -80,7 +80,7 @@ def decode_grid(copy_gbs: float, batches, contexts, device="cuda") -> list[dict]
             tables = order.view(batch, per_seq).to(torch.int32)
             lens = torch.full((batch,), context, dtype=torch.int32, device=device)
             query = torch.randn(batch, HEADS, HEAD_DIM, device=device, dtype=torch.bfloat16)
-            splits = ops.choose_num_splits(batch * KV_HEADS, lens, query)
+            splits = ops.choose_num_splits(batch * KV_HEADS, context, query.device)
 
             def paged(query=query, tables=tables, lens=lens):
                 ops.paged_decode_attention(

@@ -34,6 +34,8 @@ class StepInputs(NamedTuple):
     context_lens: torch.Tensor  # [decodes] int32
     sample_rows: torch.Tensor  # [samples] int64: last row of each chunk, every decode row
     sample_seq_ids: list[int]
+    chunk_lens: tuple[int, ...]  # host copies of the metadata, so kernels need no sync
+    max_context_len: int
 
 
 class PagedExecutor:
@@ -134,12 +136,13 @@ class PagedExecutor:
                 ops.paged_prefill_attention(
                     query[:split], key_cache, value_cache, inputs.prefill_tables,
                     inputs.query_start_loc, inputs.context_starts, scale,
-                    use_triton=use_triton, out=out[:split],
+                    use_triton=use_triton, out=out[:split], chunk_lens=inputs.chunk_lens,
                 )  # fmt: skip
             if split < query.shape[0]:
                 ops.paged_decode_attention(
                     query[split:], key_cache, value_cache, inputs.decode_tables,
                     inputs.context_lens, scale, use_triton=use_triton, out=out[split:],
+                    max_context_len=inputs.max_context_len,
                 )  # fmt: skip
             return out
 
@@ -194,6 +197,8 @@ class PagedExecutor:
             context_lens=as_tensor(context_lens, torch.int32),
             sample_rows=as_tensor(sample_rows),
             sample_seq_ids=[c.seq_id for c in batch.prefills] + decode_ids,
+            chunk_lens=tuple(chunk_lens),
+            max_context_len=int(context_lens.max()) if context_lens.size else 0,
         )
 
 

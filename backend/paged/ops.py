@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+from collections.abc import Sequence
 from types import ModuleType
 
 import torch
@@ -53,47 +54,61 @@ def write_kv(key, value, key_cache, value_cache, slot_mapping, *, use_triton=Fal
 def paged_decode_attention(
     query, key_cache, value_cache, block_tables, context_lens, scale, *,
     num_splits: int | None = None, use_triton=False, out: torch.Tensor | None = None,
+    max_context_len: int | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """Decode attention through block tables; ``num_splits`` (Triton only) picks split-KV,
-    None lets a heuristic choose. Writes into ``out`` when given; no other mutation."""
+    None lets a heuristic choose. ``max_context_len``, when the caller knows it, saves a
+    device-to-host sync. Writes into ``out`` when given; no other mutation."""
     if not use_triton:
         result = torch_ops.paged_decode_attention(
             query, key_cache, value_cache, block_tables, context_lens, scale
         )
         return result if out is None else out.copy_(result)
+    if max_context_len is None:
+        max_context_len = int(context_lens.max())
     if num_splits is None:
-        num_splits = choose_num_splits(query.shape[0] * key_cache.shape[2], context_lens, query)
+        programs = query.shape[0] * key_cache.shape[2]
+        num_splits = choose_num_splits(programs, max_context_len, query.device)
     return _impl(True).paged_decode_attention(
-        query, key_cache, value_cache, block_tables, context_lens, scale, num_splits, out
-    )
+        query, key_cache, value_cache, block_tables, context_lens, scale, num_splits, out,
+        max_context_len,
+    )  # fmt: skip
 
 
-def choose_num_splits(programs: int, context_lens: torch.Tensor, query: torch.Tensor) -> int:
+def choose_num_splits(programs: int, max_len: int, device: torch.device) -> int:
     """Split-KV only pays when (sequences x KV heads) leaves SMs idle and contexts are long:
     aim for about two waves of programs, each split covering at least 512 tokens."""
-    if query.device.type != "cuda":
+    if torch.device(device).type != "cuda":
         return 1
-    sms = torch.cuda.get_device_properties(query.device).multi_processor_count
-    max_len = int(context_lens.max())
+    sms = _multiprocessors(torch.device(device))
     if programs >= sms or max_len < 1024:
         return 1
     return max(1, min(-(-2 * sms // programs), max_len // 512, 64))
 
 
+@functools.cache
+def _multiprocessors(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def paged_prefill_attention(
     query, key_cache, value_cache, block_tables, query_start_loc, context_starts, scale, *,
-    use_triton=False, out: torch.Tensor | None = None,
+    use_triton=False, out: torch.Tensor | None = None, chunk_lens: Sequence[int] | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """Chunked-prefill attention through block tables (the chunk's own K/V must already be
-    written). Writes into ``out`` when given; no other mutation."""
+    written). ``chunk_lens``, when the caller knows them, saves a device-to-host sync.
+    Writes into ``out`` when given; no other mutation."""
     if not use_triton:
         result = torch_ops.paged_prefill_attention(
             query, key_cache, value_cache, block_tables, query_start_loc, context_starts, scale
         )
         return result if out is None else out.copy_(result)
+    if chunk_lens is None:
+        chunk_lens = query_start_loc.diff().tolist()
     return _impl(True).paged_prefill_attention(
-        query, key_cache, value_cache, block_tables, query_start_loc, context_starts, scale, out
-    )
+        query, key_cache, value_cache, block_tables, query_start_loc, context_starts, scale, out,
+        tuple(chunk_lens),
+    )  # fmt: skip
 
 
 def copy_blocks(data, src, dst, *, use_triton=False) -> None:

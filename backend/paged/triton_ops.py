@@ -12,6 +12,8 @@ Supported dtypes: float32, float16, bfloat16 (the torch paths also take float64)
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -160,17 +162,20 @@ def _combine_splits_kernel(
 
 
 def paged_decode_attention(
-    query, key_cache, value_cache, block_tables, context_lens, scale, num_splits=1, out=None
-) -> torch.Tensor:
+    query, key_cache, value_cache, block_tables, context_lens, scale, num_splits=1, out=None,
+    max_len=None,
+) -> torch.Tensor:  # fmt: skip
     """See torch_ops.paged_decode_attention. ``num_splits > 1`` splits each sequence's
-    context into that many ranges computed in parallel, then combined (split-KV)."""
+    context into that many ranges computed in parallel, then combined (split-KV).
+    ``max_len`` is ``context_lens.max()`` if the caller has it on the host."""
     batch, num_heads, head_dim = query.shape
     _, block_size, kv_heads, _ = key_cache.shape
     group = num_heads // kv_heads
     query = query.contiguous()
     out = torch.empty_like(query) if out is None else out
     block_n = 64 if block_size >= 16 else 32
-    max_len = int(context_lens.max())
+    if max_len is None:
+        max_len = int(context_lens.max())
     tokens_per_split = -(-max_len // num_splits)
     tokens_per_split = -(-tokens_per_split // block_n) * block_n
     common = dict(
@@ -253,28 +258,39 @@ def _prefill_kernel(
     tl.store(out_ptr + o_offs, out.to(out_ptr.dtype.element_ty), mask=out_mask)
 
 
+@functools.lru_cache(maxsize=16)
+def _prefill_tiles(
+    chunk_lens: tuple[int, ...], block_m: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(chunk, first query row) of every BLOCK_M tile; cached so the layers of one step
+    share one host-to-device copy."""
+    tile_chunk, tile_offset = [], []
+    for chunk, length in enumerate(chunk_lens):
+        for first in range(0, length, block_m):
+            tile_chunk.append(chunk)
+            tile_offset.append(first)
+    as_tensor = functools.partial(torch.tensor, dtype=torch.int32, device=device)
+    return as_tensor(tile_chunk), as_tensor(tile_offset)
+
+
 def paged_prefill_attention(
-    query, key_cache, value_cache, block_tables, query_start_loc, context_starts, scale, out=None
-) -> torch.Tensor:
-    """See torch_ops.paged_prefill_attention."""
+    query, key_cache, value_cache, block_tables, query_start_loc, context_starts, scale,
+    out=None, chunk_lens=None,
+) -> torch.Tensor:  # fmt: skip
+    """See torch_ops.paged_prefill_attention; ``chunk_lens`` (host ints) avoids a sync."""
     tokens, num_heads, head_dim = query.shape
     _, block_size, kv_heads, _ = key_cache.shape
     query = query.contiguous()
     out = torch.empty_like(query) if out is None else out
     block_m = 16 if tokens <= 64 else 64
-    bounds = query_start_loc.tolist()
-    tile_chunk, tile_offset = [], []
-    for c in range(len(bounds) - 1):
-        for first in range(0, bounds[c + 1] - bounds[c], block_m):
-            tile_chunk.append(c)
-            tile_offset.append(first)
-    if not tile_chunk:
+    if chunk_lens is None:
+        chunk_lens = query_start_loc.diff().tolist()
+    tile_chunk, tile_offset = _prefill_tiles(tuple(chunk_lens), block_m, query.device)
+    if tile_chunk.numel() == 0:
         return out
-    dev = query.device
-    _prefill_kernel[(len(tile_chunk), num_heads)](
+    _prefill_kernel[(tile_chunk.numel(), num_heads)](
         query, key_cache, value_cache, block_tables, query_start_loc, context_starts,
-        torch.tensor(tile_chunk, dtype=torch.int32, device=dev),
-        torch.tensor(tile_offset, dtype=torch.int32, device=dev), out,
+        tile_chunk, tile_offset, out,
         query.stride(0), query.stride(1), block_tables.stride(0), out.stride(0), out.stride(1),
         block_size, kv_heads, scale,
         GROUP=num_heads // kv_heads, HEAD_DIM=head_dim, BLOCK_M=block_m,
