@@ -7,7 +7,7 @@ copy-on-write or swap move of one block id is one indexed copy over all layers a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 
@@ -71,24 +71,25 @@ class KVCache:
     # -- block moves -------------------------------------------------------------------
     def copy_blocks(self, moves: Sequence[BlockMove]) -> None:
         """Copy-on-write: device block ``src`` -> device block ``dst`` for every move, all
-        layers, in one batched launch. Mutates device blocks; ``dst`` must not be a ``src``
-        of the same batch (the allocator never returns such a batch)."""
-        if moves:
-            src, dst = self._move_indices(moves, self.device)
+        layers, with the result of performing the moves in order. Independent moves go in
+        one batched launch. Mutates device blocks."""
+        for wave in independent_waves(moves, same_pool=True):
+            src, dst = self._move_indices(wave, self.device)
             ops.copy_blocks(self.data, src, dst, use_triton=self.use_triton)
 
     def swap_out(self, moves: Sequence[BlockMove]) -> None:
-        """Device block ``src`` -> CPU block ``dst`` for every move (one gather, one
-        transfer, one scatter). Mutates the CPU pool only."""
-        if moves:
-            src, dst = self._move_indices(moves, self.device)
+        """Device block ``src`` -> CPU block ``dst`` for every move, in order (one gather,
+        one transfer, one scatter per wave). Mutates the CPU pool only."""
+        for wave in independent_waves(moves, same_pool=False):
+            src, dst = self._move_indices(wave, self.device)
             staged = self.data.index_select(2, src).to("cpu", non_blocking=False)
             self.cpu_data.index_copy_(2, dst.cpu(), staged)
 
     def swap_in(self, moves: Sequence[BlockMove]) -> None:
-        """CPU block ``src`` -> device block ``dst`` for every move. Mutates device blocks."""
-        if moves:
-            src, dst = self._move_indices(moves, self.device)
+        """CPU block ``src`` -> device block ``dst`` for every move, in order. Mutates
+        device blocks only."""
+        for wave in independent_waves(moves, same_pool=False):
+            src, dst = self._move_indices(wave, self.device)
             staged = self.cpu_data.index_select(2, src.cpu()).to(self.device)
             self.data.index_copy_(2, dst, staged)
 
@@ -110,6 +111,31 @@ class KVCache:
         blocks = pool.index_select(2, table)
         layers, two, nb, bs, heads, dim = blocks.shape
         return blocks.reshape(layers, two, nb * bs, heads, dim)[:, :, :num_tokens]
+
+
+def independent_waves(moves: Sequence[BlockMove], *, same_pool: bool) -> Iterator[list[BlockMove]]:
+    """Split moves into consecutive waves that can each run as one parallel launch and
+    still give the result of performing every move in order.
+
+    A wave ends before a move that writes a block the wave already writes (the later write
+    must win) or, within one pool, reads a block the wave writes or writes a block the wave
+    reads (a parallel kernel would race). The allocator's moves are almost always one wave.
+    """
+    wave: list[BlockMove] = []
+    reads: set[int] = set()
+    writes: set[int] = set()
+    for src, dst in moves:
+        conflict = dst in writes
+        if same_pool:
+            conflict = conflict or src in writes or dst in reads
+        if conflict:
+            yield wave
+            wave, reads, writes = [], set(), set()
+        wave.append(BlockMove(src, dst))
+        reads.add(src)
+        writes.add(dst)
+    if wave:
+        yield wave
 
 
 def slot_mapping(

@@ -7,6 +7,7 @@ import torch
 
 from backend.base import BlockMove
 from backend.paged import KVCache, ModelShape, slot_mapping
+from backend.paged.kv_cache import independent_waves
 
 from .helpers import TRITON_DEVICE, needs_triton
 
@@ -38,6 +39,31 @@ def test_copy_blocks_copies_every_layer_and_only_the_destinations(rng, use_trito
         assert torch.equal(cache.data[:, :, dst], before[:, :, src])
     for untouched in (1, 2, 3):
         assert torch.equal(cache.data[:, :, untouched], before[:, :, untouched])
+
+
+@pytest.mark.parametrize(
+    "use_triton", [False, pytest.param(True, marks=needs_triton)], ids=["torch", "triton"]
+)
+def test_dependent_copies_act_as_if_performed_in_order(rng, use_triton):
+    device = TRITON_DEVICE if use_triton else "cpu"
+    cache = _random_pool(rng, device=device, use_triton=use_triton)
+    before = cache.data.clone()
+    # A chain (1 -> 4 -> 5), a block overwritten twice (0), and a read of a block that a
+    # later move overwrites (2 read, then written).
+    cache.copy_blocks([BlockMove(1, 4), BlockMove(4, 5), BlockMove(2, 0), BlockMove(3, 0),
+                       BlockMove(2, 1), BlockMove(3, 2)])  # fmt: skip
+    expected = before.clone()
+    for src, dst in [(1, 4), (4, 5), (2, 0), (3, 0), (2, 1), (3, 2)]:
+        expected[:, :, dst] = expected[:, :, src]
+    assert torch.equal(cache.data, expected)
+
+
+def test_waves_split_only_at_conflicts():
+    moves = [BlockMove(1, 4), BlockMove(2, 5), BlockMove(4, 6), BlockMove(7, 5)]
+    waves = list(independent_waves(moves, same_pool=True))
+    assert waves == [moves[:2], moves[2:]]
+    # Between pools (swap) reading a src that is also some dst id is no conflict.
+    assert list(independent_waves(moves[:3], same_pool=False)) == [moves[:3]]
 
 
 def test_swap_round_trip_restores_contents_into_other_blocks(rng):
