@@ -623,29 +623,53 @@ class BlockManager(Allocator):
         self._state[seq] = _SWAPPED
         return [BlockMove(d, c) for d, c in zip(device, cpu)]
 
+    def _swap_in_plan(self, seq: int) -> tuple[list[int], int, int]:
+        """(device blocks to share instead of copying, blocks to take, of the shared ones
+        how many are cached-evictable). Full blocks whose prefix is still cached on the
+        device (a forked sibling's, or this sequence's own, not yet evicted) are shared
+        again rather than copied back: swapping a fork out and in must not turn its
+        shared prompt into private copies, which could need more memory than it freed."""
+        cpu = self._tables[seq]
+        hits: list[int] = []
+        for key, cpu_block in zip(self._keys[seq], cpu):
+            block = self._block_of_key.get(key)
+            # Verify the content, as for a prompt hit (see block_key).
+            if block is None or not np.array_equal(self.slots[block], self.cpu_slots[cpu_block]):
+                break
+            hits.append(block)
+        return hits, len(cpu) - len(hits), self._revived(hits)
+
     def can_swap_in(self, seq_id: int) -> bool:
         seq = self._live(seq_id)
-        needed = len(self._tables[seq])
-        return self._state[seq] == _SWAPPED and needed <= len(self._free) + len(self.evictor)
+        if self._state[seq] != _SWAPPED:
+            return False
+        _, needed, revived = self._swap_in_plan(seq)
+        return needed <= len(self._free) + len(self.evictor) - revived
 
     def swap_in(self, seq_id: int) -> list[BlockMove]:
         seq = self._live(seq_id)
         if self._state[seq] != _SWAPPED:
             raise InvalidRequest(f"sequence {seq} is not swapped out")
-        cpu = self._tables[seq]
-        self._require(len(cpu))
+        hits, needed, revived = self._swap_in_plan(seq)
+        self._require(needed, not_evictable=revived)
         self._clock += 1
-        device = self._take(len(cpu))
-        self.slots[device] = self.cpu_slots[cpu]
-        self._token_slots += int(self._num_tokens[seq])
+        if hits:
+            self._reuse(hits)
+        cpu = self._tables[seq]
+        copied = cpu[len(hits) :]
+        device = self._take(needed)
+        self.slots[device] = self.cpu_slots[copied]
+        self._token_slots += int(self._num_tokens[seq]) - len(hits) * self.block_size
         # Full blocks become prefix-cache candidates again under their (unchanged) keys.
-        for key, block in zip(self._keys[seq], device):
+        for key, block in zip(self._keys[seq][len(hits) :], device):
             self._publish(key, block)
         self._cpu_free.extend(cpu)
-        self._tables[seq] = device
+        table = hits + device
+        self._tables[seq] = table
         self._state[seq] = _ON_DEVICE
-        self._last_block[seq] = device[-1]
-        return [BlockMove(c, d) for c, d in zip(cpu, device)]
+        self._last_block[seq] = table[-1]
+        self.peak_used_blocks = max(self.peak_used_blocks, self.num_used_blocks)
+        return [BlockMove(c, d) for c, d in zip(copied, device)]
 
     # -- queries ---------------------------------------------------------------------------------
     def is_swapped(self, seq_id: int) -> bool:

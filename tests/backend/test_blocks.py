@@ -369,3 +369,16 @@ def test_swap_state_errors(mgr):
             command(*args)
     with pytest.raises(InvalidRequest):
         mgr.append_batch(np.array([0]), np.array([1]))
+
+
+def test_swap_in_shares_blocks_still_cached_instead_of_copying():
+    mgr = caching(8, 2, num_cpu_blocks=4)
+    mgr.allocate(0, [1, 2, 3, 4, 5])  # blocks 0, 1 full (cached keys), block 2 partial
+    mgr.fork(0, 1)
+    assert mgr.swap_out(1) == [BlockMove(0, 0), BlockMove(1, 1), BlockMove(2, 2)]
+    assert mgr.num_used_blocks == 3  # the parent still holds every block
+    # The full blocks are shared again (no copy); only the partial block comes back.
+    assert mgr.swap_in(1) == [BlockMove(2, 3)]
+    assert mgr.block_table(1) == [0, 1, 3] and mgr.read_tokens(1).tolist() == [1, 2, 3, 4, 5]
+    assert mgr.prefix_cache_stats == (5, 0)  # a swap-in is not a prompt lookup
+    mgr.check_invariants()
