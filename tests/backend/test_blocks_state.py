@@ -64,14 +64,14 @@ class BlockManagerMachine(RuleBasedStateMachine):
             self.computed.add((self.salt[seq], tuple(tokens[:end])))
 
     def _refused(self, before: bytes, command, *args):
-        """Run a command expected to be refused; assert it changed nothing at all."""
+        """Run a command that may be refused: (refused, its result). A refused command
+        must have changed nothing at all."""
         try:
-            command(*args)
+            return False, command(*args)
         except OutOfBlocks:
             assert self.mgr.snapshot() == before, "a refused command mutated the state"
             event(f"refused {command.__name__}")
-            return True
-        return False
+            return True, None
 
     def _on_device(self) -> list[int]:
         return sorted(set(self.shadow) - self.swapped)
@@ -150,7 +150,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
         seq_ids, token_ids = np.array(batch), np.array(tokens, np.int32)
         before, needed = self.mgr.snapshot(), self.mgr.blocks_needed_for_batch(seq_ids)
         free = self.mgr.num_free_blocks + self.mgr.num_cached_blocks
-        if self._refused(before, self.mgr.append_batch, seq_ids, token_ids):
+        if self._refused(before, self.mgr.append_batch, seq_ids, token_ids)[0]:
             assert needed > free
             return
         assert needed <= free
@@ -179,10 +179,14 @@ class BlockManagerMachine(RuleBasedStateMachine):
         if seq in self.swapped:
             return
         before, possible = self.mgr.snapshot(), self.mgr.can_swap_out(seq)
-        if self._refused(before, self.mgr.swap_out, seq):
+        device = self.mgr.block_table(seq)
+        refused, moves = self._refused(before, self.mgr.swap_out, seq)
+        if refused:
             assert not possible
             return
         assert possible and self.mgr.is_swapped(seq)
+        # Every device block, in table order, goes to the CPU block now in the table.
+        assert moves == list(zip(device, self.mgr.block_table(seq)))
         self.swapped.add(seq)
 
     @precondition(lambda self: self.swapped)
@@ -190,10 +194,16 @@ class BlockManagerMachine(RuleBasedStateMachine):
     def swap_in(self, data):
         seq = data.draw(st.sampled_from(sorted(self.swapped)))
         before, possible = self.mgr.snapshot(), self.mgr.can_swap_in(seq)
-        if self._refused(before, self.mgr.swap_in, seq):
+        cpu = self.mgr.block_table(seq)
+        refused, moves = self._refused(before, self.mgr.swap_in, seq)
+        if refused:
             assert not possible
             return
         assert possible and not self.mgr.is_swapped(seq)
+        # Blocks still cached on the device are shared again; the rest (a tail) are copied.
+        table = self.mgr.block_table(seq)
+        shared = len(table) - len(moves)
+        assert moves == list(zip(cpu[shared:], table[shared:]))
         self.swapped.discard(seq)
 
     @rule(count=st.integers(1, 3))
