@@ -11,11 +11,11 @@ import torch
 
 from backend.paged import ops
 
+TRITON_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 needs_triton = pytest.mark.skipif(
-    not ops.triton_usable("cpu") and not torch.cuda.is_available(),
+    not ops.triton_usable(TRITON_DEVICE),
     reason="Triton kernels need triton plus CUDA or TRITON_INTERPRET=1",
 )
-TRITON_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @dataclass
