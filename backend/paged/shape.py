@@ -25,6 +25,8 @@ class ModelShape:
                 raise ValueError(f"ModelShape.{f.name} must be positive")
         if self.num_heads % self.num_kv_heads:
             raise ValueError("num_heads must be a multiple of num_kv_heads (grouped-query)")
+        if self.head_dim % 2:
+            raise ValueError("head_dim must be even (rotary embeddings rotate pairs)")
 
     @classmethod
     def from_spec(cls, spec: Any) -> ModelShape:
