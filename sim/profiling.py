@@ -131,8 +131,10 @@ def default_grid(
     contexts = _powers(min(block_size, max_context), max_context, 4)
     # Prefill cost mixes terms in n and n^2 (and n x start): sizes every factor of 2 and
     # four starts keep those columns apart even in the quick grid.
-    chunk_sizes = _powers(min(16, max_batched_tokens), max_batched_tokens, 2)
+    longest_chunk = min(max_batched_tokens, max_context)
+    chunk_sizes = _powers(min(16, longest_chunk), longest_chunk, 2)
     starts = sorted({0, min(4 * block_size, max_context // 2), max_context // 4, max_context // 2})
+    mixed_start = starts[1] if len(starts) > 1 else 0
     shapes = []
     for batch in batch_sizes:
         for context in contexts:
@@ -146,13 +148,14 @@ def default_grid(
         several = min(4, max_num_seqs, max_batched_tokens // tokens)
         if several > 1:
             shapes.append(StepShape(num_chunks=several, chunk_tokens=tokens))
-    context = contexts[len(contexts) // 2]
+    shortest, context = contexts[0], contexts[len(contexts) // 2]
     for batch in batch_sizes[1:] or batch_sizes:  # mixed: decodes plus one or two chunks
         for tokens in chunk_sizes:
-            for chunks, start in ((1, 0), (2, 0), (1, starts[1])):
-                if batch + chunks <= max_num_seqs and batch + chunks * tokens <= max_batched_tokens:
-                    shapes.append(StepShape(batch, block_size, context, chunks, tokens, start))
-    return shapes
+            for chunks, start in ((1, 0), (2, 0), (1, mixed_start)):
+                fits = batch + chunks <= max_num_seqs and start + tokens <= max_context
+                if fits and batch + chunks * tokens <= max_batched_tokens:
+                    shapes.append(StepShape(batch, shortest, context, chunks, tokens, start))
+    return list(dict.fromkeys(shapes))  # drop repeats (tiny limits collapse the ranges)
 
 
 # --------------------------------------------------------------------------------------

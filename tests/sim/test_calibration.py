@@ -1,0 +1,226 @@
+"""The calibrated cost model: NNLS, the fit, the JSON file and the executor seam."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from backend.step import Batch, PrefillChunk
+from sim import calibration as cal
+from sim.profiling import default_grid
+from sim.scenario import ScenarioError, validate_scenario
+
+seeds = st.integers(0, 2**32 - 1)
+
+
+def grid_features() -> np.ndarray:
+    return np.array([shape.features() for shape in default_grid()])
+
+
+def true_coefficients(rng: np.random.Generator) -> np.ndarray:
+    """Positive unit costs of realistic magnitude for every column the grid exercises
+    (the grid has no block moves, so those two stay 0)."""
+    scale = {"step": 1e-3, "tokens": 1e-5, "seqs": 1e-5, "prefill_chunks": 1e-4,
+             "prefill_cached_pairs": 1e-8, "prefill_new_pairs": 1e-8, "prefill_context": 1e-7,
+             "decode_context": 1e-7, "decode_padded": 1e-7}  # fmt: skip
+    units = np.array([scale.get(name, 0.0) for name in cal.FEATURES])
+    return units * rng.uniform(0.5, 2.0, len(cal.FEATURES))
+
+
+# -- features ---------------------------------------------------------------------------
+
+
+def test_step_features_of_a_mixed_step():
+    row = dict(zip(cal.FEATURES, cal.step_features([(32, 16)], np.array([10, 20]))))
+    assert row["step"] == 1
+    assert row["tokens"] == 16 + 2
+    assert row["seqs"] == 1 + 2
+    assert row["prefill_chunks"] == 1
+    assert row["prefill_cached_pairs"] == 16 * 32
+    assert row["prefill_new_pairs"] == 16 * 17 / 2
+    assert row["prefill_context"] == 32 + 16
+    assert row["decode_context"] == 10 + 20
+    assert row["decode_padded"] == 2 * 20
+    assert row["swapped_blocks"] == row["copied_blocks"] == 0
+
+
+def test_an_empty_step_has_only_its_moves():
+    row = cal.step_features([], np.zeros(0, dtype=np.int64), swap_blocks=3, copy_blocks=2)
+    expected = {"swapped_blocks": 3, "copied_blocks": 2}
+    assert dict(zip(cal.FEATURES, row)) == {name: expected.get(name, 0) for name in cal.FEATURES}
+
+
+def test_the_default_grid_identifies_every_forward_pass_coefficient():
+    features = grid_features()
+    forward_columns = len(cal.FEATURES) - 2  # no block moves in the grid
+    assert np.linalg.matrix_rank(features[:, :forward_columns]) == forward_columns
+
+
+# -- NNLS -------------------------------------------------------------------------------
+
+
+@given(seeds)
+def test_nnls_recovers_an_exact_nonnegative_solution(seed):
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(0.0, 1.0, (30, 6))
+    x = rng.uniform(0.0, 3.0, 6) * (rng.random(6) < 0.7)  # some exact zeros
+    np.testing.assert_allclose(cal.nnls(a, a @ x), x, rtol=1e-6, atol=1e-9)
+
+
+@given(seeds)
+def test_nnls_meets_the_optimality_conditions(seed):
+    rng = np.random.default_rng(seed)
+    a = rng.normal(size=(25, 5)) * rng.uniform(1e-3, 1e3, 5)  # badly scaled columns
+    b = rng.normal(size=25)
+    x = cal.nnls(a, b)
+    gradient = a.T @ (b - a @ x)  # minus the objective's gradient / 2
+    scale = np.linalg.norm(a, axis=0) * max(np.linalg.norm(b), 1.0)
+    assert (x >= 0).all()
+    assert (gradient <= 1e-8 * scale).all()  # no column could lower the residual
+    assert np.all(np.abs(gradient[x > 0]) <= 1e-8 * scale[x > 0])  # stationary where free
+
+
+def test_nnls_gives_an_all_zero_column_coefficient_zero():
+    a = np.array([[1.0, 0.0], [2.0, 0.0], [3.0, 0.0]])
+    np.testing.assert_allclose(cal.nnls(a, np.array([2.0, 4.0, 6.0])), [2.0, 0.0])
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (np.ones((3, 2)), np.ones(2)),
+        (np.ones(3), np.ones(3)),
+        (np.full((2, 2), np.nan), np.ones(2)),
+    ],
+)
+def test_nnls_rejects_bad_input(a, b):
+    with pytest.raises(ValueError):
+        cal.nnls(a, b)
+
+
+# -- fitting ----------------------------------------------------------------------------
+
+
+@given(seeds)
+def test_fit_recovers_known_coefficients_from_exact_times(seed):
+    features = grid_features()
+    truth = true_coefficients(np.random.default_rng(seed))
+    fitted = cal.fit(features, features @ truth)
+    np.testing.assert_allclose(fitted.vector(), truth, rtol=1e-6, atol=1e-15)
+    assert fitted.fit["heldout_mape"] < 1e-6
+    assert fitted.fit["heldout_rows"] + fitted.fit["train_rows"] == fitted.fit["rows"]
+
+
+@given(seeds)
+def test_fit_with_noise_predicts_held_out_shapes_within_the_noise(seed):
+    rng = np.random.default_rng(seed)
+    features = grid_features()
+    exact = features @ true_coefficients(rng)
+    noisy = exact * rng.lognormal(0.0, 0.02, exact.size)  # 2 % timing noise
+    fitted = cal.fit(features, noisy)
+    assert 0 < fitted.fit["heldout_mape"] < 0.05
+    assert cal.error_stats(fitted.predict(features), exact)["mape"] < 0.03
+    assert (fitted.vector() >= 0).all()
+
+
+def test_fit_refuses_too_few_rows_and_bad_times():
+    features = grid_features()
+    with pytest.raises(cal.CalibrationError, match="at least"):
+        cal.fit(features[:3], np.ones(3))
+    times = np.ones(len(features))
+    times[4] = 0.0
+    with pytest.raises(cal.CalibrationError, match="positive"):
+        cal.fit(features, times)
+
+
+def test_error_stats():
+    stats = cal.error_stats(np.array([1.1, 0.8, 2.0]), np.array([1.0, 1.0, 2.0]))
+    assert stats["mape"] == pytest.approx((0.1 + 0.2 + 0.0) / 3)
+    assert stats["mean_rel_error"] == pytest.approx((0.1 - 0.2) / 3)
+    assert stats["n"] == 3
+    assert cal.error_stats(np.zeros(0), np.zeros(0))["mape"] is None
+
+
+# -- file and executor ------------------------------------------------------------------
+
+
+def sample_calibration(**profile) -> cal.Calibration:
+    coefficients = dict(zip(cal.FEATURES, true_coefficients(np.random.default_rng(7))))
+    return cal.Calibration(coefficients, {"rows": 12}, dict(profile))
+
+
+def test_save_and_load_round_trip(tmp_path):
+    original = sample_calibration(model="tiny", device="cpu")
+    loaded = cal.load(cal.save(original, tmp_path / "c.json"))
+    assert loaded == original
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ('{"format": "other"}', "not a pagesim calibration"),
+        ('{"format": "pagesim-calibration", "version": 1, "coefficients": {"step": -1}}', ">= 0"),
+        ('{"format": "pagesim-calibration", "version": 1, "coefficients": {"stpe": 1}}', "stpe"),
+        ('{"format": "pagesim-calibration", "version": 9, "coefficients": {}}', "version"),
+    ],
+)
+def test_load_rejects_bad_files_in_one_line(tmp_path, text, message):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(cal.CalibrationError, match=message) as err:
+        cal.load(path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_executor_predicts_features_times_coefficients():
+    calibration = sample_calibration()
+    model = cal.CalibratedCostModel(calibration)
+    chunk = PrefillChunk(0, 32, np.arange(16, dtype=np.int32))
+    contexts = np.array([10, 20], dtype=np.int64)
+    batch = Batch((chunk,), np.array([1, 2]), contexts, np.zeros(2, dtype=np.int32),
+                  copies=((1, 2),), swap_out=((3, 4), (5, 6)))  # fmt: skip
+    expected = cal.step_features([(32, 16)], contexts, swap_blocks=2, copy_blocks=1)
+    expected = float(expected @ calibration.vector())
+    assert model.execute(batch) == pytest.approx(expected)
+    assert model.predict([(32, 16)], contexts, swap_blocks=2, copy_blocks=1) == pytest.approx(
+        expected
+    )
+    assert expected > 0
+
+
+def scenario_with(tmp_path, calibration: cal.Calibration, model: str = "tiny"):
+    cal.save(calibration, tmp_path / "calibration.json")
+    raw = {
+        "model": model,
+        "cache": {"num_blocks": 64},
+        "simulation": {"num_requests": 4},
+        "cost_model": {"kind": "calibrated", "file": "calibration.json"},
+    }
+    return validate_scenario(raw, base_dir=tmp_path)
+
+
+def test_build_calibrated_executor_reads_the_scenarios_file(tmp_path):
+    from sim.hardware import MODEL_PRESETS
+
+    calibration = sample_calibration(model_shape=cal.model_shape_key(MODEL_PRESETS["tiny"]))
+    executor = cal.build_calibrated_executor(scenario_with(tmp_path, calibration))
+    assert executor.calibration == calibration
+
+
+def test_build_calibrated_executor_refuses_another_models_profile(tmp_path):
+    from sim.hardware import MODEL_PRESETS
+
+    calibration = sample_calibration(model_shape=cal.model_shape_key(MODEL_PRESETS["llama-3-8b"]))
+    with pytest.raises(ScenarioError, match="profile this model"):
+        cal.build_calibrated_executor(scenario_with(tmp_path, calibration))
+
+
+def test_calibration_json_is_plain_json(tmp_path):
+    document = json.loads(cal.save(sample_calibration(), tmp_path / "c.json").read_text())
+    assert document["format"] == "pagesim-calibration"
+    assert set(document["coefficients"]) == set(cal.FEATURES)

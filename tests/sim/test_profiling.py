@@ -1,0 +1,143 @@
+"""`pagesim profile` / `calibrate`: the grid, the CSV and the commands."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sim import profiling
+from sim.calibration import FEATURES
+from sim.cli_validation import main
+from sim.hardware import MODEL_PRESETS
+
+TINY = MODEL_PRESETS["tiny"]
+
+
+@given(
+    max_num_seqs=st.integers(1, 64),
+    max_batched_tokens=st.integers(1, 2048),
+    max_context=st.integers(1, 4096),
+    block_size=st.sampled_from([1, 8, 16, 32]),
+    quick=st.booleans(),
+)
+def test_grid_shapes_respect_the_limits(
+    max_num_seqs, max_batched_tokens, max_context, block_size, quick
+):
+    shapes = profiling.default_grid(
+        max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
+        max_context=max_context, block_size=block_size, quick=quick,
+    )  # fmt: skip
+    assert shapes
+    kinds = {shape.kind for shape in shapes}
+    assert {"decode", "prefill"} <= kinds
+    for shape in shapes:
+        tokens = shape.num_decodes + shape.num_chunks * shape.chunk_tokens
+        assert shape.num_decodes + shape.num_chunks <= max_num_seqs
+        assert 1 <= tokens <= max_batched_tokens or shape.num_chunks == 0
+        assert shape.num_decodes <= max_batched_tokens
+        if shape.num_decodes:
+            assert 1 <= shape.decode_context_min <= shape.decode_context_max <= max_context
+        if shape.num_chunks:
+            assert shape.chunk_tokens >= 1
+            assert shape.chunk_start + shape.chunk_tokens <= max_context
+
+
+def test_quick_grid_is_smaller():
+    assert len(profiling.default_grid(quick=True)) < len(profiling.default_grid())
+
+
+def test_grid_rejects_non_positive_limits():
+    with pytest.raises(ValueError):
+        profiling.default_grid(max_num_seqs=0)
+
+
+def test_decode_contexts_spread_evenly_between_the_bounds():
+    contexts = profiling.StepShape(5, 16, 80).decode_contexts()
+    assert contexts.tolist() == [16, 32, 48, 64, 80]
+    assert profiling.StepShape(num_chunks=2, chunk_tokens=8, chunk_start=4).chunks() == [(4, 8)] * 2
+
+
+def test_blocks_needed_counts_every_sequence():
+    shape = profiling.StepShape(2, 17, 17, 1, 10, 6)  # two decodes of 17, one chunk to 16
+    assert shape.blocks_needed(16) == 2 + 2 + 1
+
+
+SHAPES = [
+    profiling.StepShape(3, 16, 40),
+    profiling.StepShape(num_chunks=2, chunk_tokens=12, chunk_start=20),
+    profiling.StepShape(2, 16, 33, 1, 9, 0),
+]
+
+
+@pytest.fixture(scope="module")
+def profile_rows():
+    profiling.set_cpu_threads("cpu", 1)
+    return profiling.profile(TINY, SHAPES, block_size=16, warmup=1, repeats=3)
+
+
+def test_profile_rows_describe_each_shape_and_its_timing(profile_rows):
+    assert len(profile_rows) == len(SHAPES)
+    for row, shape in zip(profile_rows, SHAPES):
+        assert set(row) == set(profiling.CSV_COLUMNS)
+        assert row["kind"] == shape.kind
+        assert row["num_decodes"] == shape.num_decodes and row["chunk_start"] == shape.chunk_start
+        assert 0 < row["min_s"] <= row["p10_s"] <= row["median_s"] <= row["p90_s"]
+        assert row["repeats"] == 3 and row["device"] == "cpu" and row["model"] == "tiny"
+        assert row["torch_version"]
+
+
+def test_profile_csv_round_trip(profile_rows, tmp_path):
+    path = profiling.write_profile(profile_rows, tmp_path / "p.csv")
+    with path.open() as handle:
+        assert next(csv.reader(handle)) == list(profiling.CSV_COLUMNS)
+    shapes, seconds, meta = profiling.read_profile(path, "median_s")
+    assert shapes == SHAPES
+    np.testing.assert_allclose(seconds, [r["median_s"] for r in profile_rows], rtol=1e-8)
+    assert meta["model"] == "tiny" and meta["statistic"] == "median_s"
+
+
+def test_read_profile_names_the_problem(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("kind,num_decodes\ndecode,1\n")
+    with pytest.raises(ValueError, match="missing columns"):
+        profiling.read_profile(path)
+    rows = [dict.fromkeys(profiling.CSV_COLUMNS, "1")]
+    rows[0]["min_s"] = "fast"
+    profiling.write_profile(rows, path)
+    with pytest.raises(ValueError, match="line 2"):
+        profiling.read_profile(path)
+
+
+def test_profile_and_calibrate_commands(tmp_path, capsys):
+    csv_path, json_path = tmp_path / "profile.csv", tmp_path / "calibration.json"
+    code = main(["profile", "--model", "tiny", "--quick", "--repeats", "1", "--warmup", "0",
+                 "--max-context", "64", "--out", str(csv_path), "--quiet"])  # fmt: skip
+    assert code == 0
+    shapes, seconds, _ = profiling.read_profile(csv_path)
+    assert len(shapes) > len(FEATURES) and (seconds > 0).all()
+    assert main(["calibrate", str(csv_path), "--out", str(json_path)]) == 0
+    out = capsys.readouterr().out
+    assert "held-out error" in out and "MAPE" in out
+    document = json.loads(json_path.read_text())
+    assert document["profile"]["model"] == "tiny"
+    assert document["fit"]["rows"] == len(shapes)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["profile", "--model", "tinyy"], "unknown model preset"),
+        (["profile", "--model", "tiny", "--repeats", "0"], "--repeats must be >= 1"),
+        (["calibrate", "missing.csv"], "cannot read"),
+    ],
+)
+def test_user_mistakes_end_in_one_line(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

@@ -1,0 +1,203 @@
+"""`pagesim validate`: a reduced validation on the tiny model, the recording executor,
+the error arithmetic and the report's structure (not its accuracy: that is the machine's)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from backend.step import Batch
+from sim import runner, validation
+from sim.calibration import FEATURES, Calibration
+from sim.cli_validation import main
+from sim.profiling import set_cpu_threads
+from sim.scenario import validate_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SMALL = {
+    "name": "small-validation",
+    "model": "tiny",
+    "cache": {"block_size": 16, "num_blocks": 64},
+    "scheduler": {"max_num_seqs": 4, "max_num_batched_tokens": 64},
+    "workload": {
+        "arrival": {"kind": "poisson", "rate_rps": 200},
+        "input": {"kind": "uniform", "min": 8, "max": 80},
+        "output": {"kind": "uniform", "min": 2, "max": 8},
+    },
+    "simulation": {"num_requests": 6, "seed": 3},
+    "backend": {"kind": "torch", "device": "cpu"},
+}
+
+#: plausible CPU unit costs (accuracy is not under test here)
+COEFFICIENTS = {"step": 1e-3, "tokens": 1e-5, "seqs": 2e-5, "decode_context": 1e-7}
+
+
+def calibration() -> Calibration:
+    return Calibration({name: COEFFICIENTS.get(name, 0.0) for name in FEATURES}, {"rows": 0})
+
+
+@pytest.fixture(scope="module")
+def result():
+    set_cpu_threads("cpu", 1)
+    return validation.run_validation(validate_scenario(SMALL), calibration(), step_repeats=2)
+
+
+def is_finite_number(value) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+def test_every_measured_step_is_recorded_and_predicted(result):
+    measured_run = result.runs["measured"]
+    assert len(result.records) == measured_run.num_steps > 0
+    assert measured_run.steps.column("duration_s") == pytest.approx(result.measured_s)
+    for name in ("calibrated", "analytic"):
+        assert result.predictions[name].shape == (len(result.records),)
+        assert (result.predictions[name] > 0).all()
+
+
+def test_calibrated_predictions_are_the_calibrations_on_the_recorded_shapes(result):
+    features = np.array([record.features for record in result.records])
+    assert result.predictions["calibrated"] == pytest.approx(calibration().predict(features))
+
+
+def test_report_errors_are_finite_and_come_from_both_runs(result):
+    report = result.report
+    assert report["num_measured_steps"] == len(result.records)
+    for name in ("calibrated", "analytic"):
+        per_step = report["per_step"][name]
+        assert per_step["n"] == len(result.records)
+        assert all(is_finite_number(per_step[k]) for k in ("mape", "p50_ape", "p90_ape"))
+        expected = np.mean(np.abs(result.predictions[name] / result.measured_s - 1))
+        assert per_step["mape"] == pytest.approx(expected)
+        for key, entry in report["end_to_end"][name].items():
+            assert all(is_finite_number(entry[k]) for k in ("measured", "predicted", "rel_error"))
+            metric, _, quantile = key.partition(".")
+            measured = result.runs["measured"].summary[metric]
+            predicted = result.runs[name].summary[metric]
+            assert entry["measured"] == (measured[quantile] if quantile else measured)
+            assert entry["predicted"] == (predicted[quantile] if quantile else predicted)
+    assert set(report["end_to_end"]["calibrated"]) >= {"ttft_s.p50", "tpot_s.p99", "e2e_s.p90"}
+    assert report["target"]["bound"] == validation.CPU_TARGET
+    assert isinstance(report["target"]["met"], bool)
+
+
+def test_the_three_runs_replay_the_same_trace(result):
+    arrivals = {
+        name: [request.arrival_s for request in run.requests] for name, run in result.runs.items()
+    }
+    assert arrivals["measured"] == arrivals["calibrated"] == arrivals["analytic"]
+    assert all(run.summary["num_finished"] == 6 for run in result.runs.values())
+
+
+def test_write_validation_files(result, tmp_path):
+    out = validation.write_validation(result, tmp_path / "v")
+    report = json.loads((out / "validation.json").read_text())
+    assert report["per_step"]["calibrated"]["n"] == len(result.records)
+    html = (out / "validation.html").read_text()
+    assert html.count("plotly-graph-div") == 3 and "per-step MAPE" in html
+    steps = (out / "steps.csv").read_text().splitlines()
+    assert len(steps) == len(result.records) + 1
+    assert steps[0].split(",")[-3:] == ["measured_s", "calibrated_s", "analytic_s"]
+    for name in ("measured", "calibrated", "analytic"):
+        assert (out / name / "summary.json").is_file()
+
+
+def test_format_table_lists_both_models(result):
+    table = validation.format_table(result.report)
+    assert "| per-step MAPE |" in table and "| ttft_s.p50 |" in table
+    assert "calibrated" in table and "analytic" in table
+
+
+# -- pieces -----------------------------------------------------------------------------
+
+
+class FakeExecutor:
+    def __init__(self, times):
+        self.times = list(times)
+        self.calls = 0
+
+    def execute(self, batch):
+        self.calls += 1
+        return self.times.pop(0)
+
+
+def decode_batch(**moves) -> Batch:
+    one = np.array([1], dtype=np.int64)
+    return Batch((), one, np.array([5], dtype=np.int64), np.zeros(1, dtype=np.int32), **moves)
+
+
+def test_recording_executor_keeps_the_minimum_of_its_repeats():
+    recorder = validation.RecordingExecutor(FakeExecutor([3.0, 1.0, 2.0]), repeats=3)
+    assert recorder.execute(decode_batch()) == 1.0
+    assert recorder.inner.calls == 3
+    assert recorder.records[0].measured_s == 1.0
+    assert recorder.records[0].decode_context_lens.tolist() == [5]
+
+
+def test_recording_executor_runs_steps_that_move_blocks_once():
+    recorder = validation.RecordingExecutor(FakeExecutor([3.0, 1.0]), repeats=2)
+    assert recorder.execute(decode_batch(swap_out=((1, 2),))) == 3.0
+    assert recorder.inner.calls == 1
+    assert recorder.records[0].swap_blocks == 1
+
+
+def test_end_to_end_errors_are_relative_to_the_measured_run():
+    def summary(scale, throughput):
+        quantiles = {"p50": 1.0 * scale, "p90": 2.0 * scale, "p99": 4.0 * scale}
+        latencies = {m: dict(quantiles) for m in ("ttft_s", "tpot_s", "e2e_s")}
+        return {**latencies, "throughput_rps": throughput, "throughput_tok_s": None}
+
+    errors = validation.end_to_end_errors(summary(1.0, 10.0), summary(1.1, 9.0))
+    assert errors["ttft_s.p90"]["rel_error"] == pytest.approx(0.1)
+    assert errors["throughput_rps"]["rel_error"] == pytest.approx(-0.1)
+    assert errors["throughput_tok_s"]["rel_error"] is None
+
+
+def test_simulate_with_leaves_the_runner_as_it_was():
+    builder = runner.build_executor
+
+    def broken(scenario, allocator):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        validation.simulate_with(validate_scenario(SMALL), broken)
+    assert runner.build_executor is builder
+
+
+def test_validate_command_profiles_calibrates_and_reports(tmp_path, capsys):
+    scenario = tmp_path / "small.yaml"
+    scenario.write_text(json.dumps(SMALL))  # JSON is YAML
+    out = tmp_path / "out"
+    code = main(["validate", str(scenario), "--out", str(out), "--quick", "--repeats", "1",
+                 "--warmup", "0", "--max-context", "128", "--step-repeats", "1", "--quiet",
+                 "--no-report"])  # fmt: skip
+    assert code == 0
+    for name in ("profile.csv", "calibration.json", "validation.json", "steps.csv"):
+        assert (out / name).is_file(), name
+    assert "| per-step MAPE |" in capsys.readouterr().out
+    report = json.loads((out / "validation.json").read_text())
+    assert report["calibration"]["profile"]["model"] == "tiny"
+    assert report["measurement"]["step_repeats"] == 1
+
+
+def test_validate_refuses_another_models_calibration(tmp_path, capsys):
+    from sim.calibration import save
+
+    path = save(Calibration(dict.fromkeys(FEATURES, 1e-6), {}, {"model_shape": "L1-h8"}),
+                tmp_path / "c.json")  # fmt: skip
+    scenario = tmp_path / "small.yaml"
+    scenario.write_text(json.dumps(SMALL))
+    assert main(["validate", str(scenario), "--calibration", str(path), "--quiet"]) == 2
+    assert "profile this model" in capsys.readouterr().err
+
+
+def test_shipped_validation_scenario_loads():
+    from sim.scenario import load_scenario
+
+    scenario = load_scenario(ROOT / "scenarios" / "validation.yaml")
+    assert scenario.model_spec.name == "tiny" and scenario.backend.kind == "torch"
