@@ -23,6 +23,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import simpy
@@ -30,10 +31,18 @@ import simpy
 from backend.base import Allocator, BlockMove, OutOfBlocks
 from sim.types import Batch, Executor, PrefillChunk, Request
 
-#: output token ids of a (stream, position): the engine's synthetic decode tokens
-TokenFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
-#: stream id of (request id, sample index)
-StreamFn = Callable[[int, int], int]
+
+class TokenSource(Protocol):
+    """What each sequence generates (the engine feeds these tokens back as decode
+    inputs, so prefix caching and multi-turn sessions see them)."""
+
+    def stream_state(self, req_id: int, sample: int) -> int:
+        """An int64 key for sample ``sample`` of request ``req_id``, computed once."""
+        ...
+
+    def tokens(self, states: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """int32 token ids: the ``positions[i]``-th output token of ``states[i]``."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -143,8 +152,7 @@ class Replica:
         scheduler,
         victim_policy,
         config: EngineConfig,
-        output_tokens: TokenFn,
-        stream_id: StreamFn,
+        outputs: TokenSource,
         on_step: Callable[..., None],
         on_done: Callable[[Request], None],
     ):
@@ -155,8 +163,7 @@ class Replica:
         self.scheduler = scheduler
         self.victims = victim_policy
         self.cfg = config
-        self.output_tokens = output_tokens
-        self.stream_id = stream_id
+        self.outputs = outputs
         self.on_step = on_step
         self.on_done = on_done
 
@@ -337,20 +344,22 @@ class Replica:
 
     def schedule_decodes(self, plan: StepPlan, moves: Moves):
         """Give every decoding sequence one slot, preempting on a free-list miss."""
-        while len(self.decodes):
-            needed = self.alloc.blocks_needed_for_batch(self.decodes.seq_id)
-            if needed <= self.available_blocks():
-                break
-            self.preempt(self.pick_victim(), moves)
-            plan.num_preempted += 1
         d = self.decodes
+        while len(d):
+            # The newest sampled token (position generated - 1) is fed and gets its slot.
+            tokens = self.outputs.tokens(d.stream, d.generated - 1)
+            try:
+                # Refused appends change nothing (OutOfBlocks is raised before any
+                # mutation), so trying first costs one call on the common path.
+                moves.copies.extend(self.alloc.append_batch(d.seq_id, tokens))
+                break
+            except OutOfBlocks:
+                self.preempt(self.pick_victim(), moves)
+                plan.num_preempted += 1
         plan.decode_rows = len(d)
         if not plan.decode_rows:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty, np.zeros(0, dtype=np.int32)
-        # The newest sampled token (position generated - 1) is fed and gets its slot now.
-        tokens = self.output_tokens(d.stream, d.generated - 1)
-        moves.copies.extend(self.alloc.append_batch(d.seq_id, tokens))
         d.context += 1
         return d.seq_id.copy(), d.context.copy(), tokens
 
@@ -519,8 +528,8 @@ class Replica:
         self.waiting.extendleft(reversed(entries))
 
     def sequence_tokens(self, request: Request, sample: int, generated: int) -> np.ndarray:
-        stream = np.full(generated, self.stream_id(request.req_id, sample), dtype=np.int64)
-        outputs = self.output_tokens(stream, np.arange(generated, dtype=np.int64))
+        state = np.asarray([self.outputs.stream_state(request.req_id, sample)], dtype=np.int64)
+        outputs = self.outputs.tokens(state, np.arange(generated, dtype=np.int64))
         return np.concatenate([request.prompt, outputs.astype(request.prompt.dtype)])
 
     def resume_by_recompute(self, item: SwappedRequest) -> None:
@@ -602,7 +611,7 @@ class Replica:
                 self.alloc.free(seq_id)
                 self.sample_done(request, now)
                 continue
-            stream = self.stream_id(request.req_id, sample)
+            stream = self.outputs.stream_state(request.req_id, sample)
             new_rows.append((seq_id, request.req_id, sample, stream, generated,
                              request.output_len, context, request.tenant))
 

@@ -104,12 +104,9 @@ def simulate(scenario, *, progress: bool = False) -> RunResult:
     requests = workload.generate_requests(scenario, scenario.model_spec, rng=rng)
     env = simpy.Environment()
     steps = metrics.StepLog()
-    vocab = scenario.model_spec.vocab_size
+    outputs = workload.SyntheticOutputs(seed, scenario.model_spec.vocab_size)
     finished = [0]
     bar = Progress(len(requests), "simulating", enabled=progress)
-
-    def output_tokens(streams: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        return workload.output_token_ids(seed, streams, positions, vocab)
 
     def on_step(replica: Replica, batch, duration: float, plan) -> None:
         usage = replica.alloc.usage(replica.next_request_tokens())
@@ -133,7 +130,7 @@ def simulate(scenario, *, progress: bool = False) -> RunResult:
                 env, index, allocator, build_executor(scenario, allocator),
                 make_policy(SCHEDULERS, scenario.scheduler.policy, scenario.scheduler.params),
                 make_policy(VICTIMS, scenario.preemption.victim),
-                engine_config(scenario, allocator), output_tokens, workload.stream_id,
+                engine_config(scenario, allocator), outputs,
                 on_step, on_done,
             )
         )

@@ -596,6 +596,35 @@ def output_token_ids(
     return _tokens_at(_stream_states(seed, _OUTPUT_DOMAIN, stream_ids), positions, vocab_size)
 
 
+def output_stream_states(seed: int, stream_ids: np.ndarray) -> np.ndarray:
+    """The uint64 generator state of each output stream: computing it once per sequence
+    lets the engine's decode step call :func:`output_tokens_at` alone (its hot path)."""
+    return _stream_states(seed, _OUTPUT_DOMAIN, stream_ids)
+
+
+def output_tokens_at(states: np.ndarray, positions: np.ndarray, vocab_size: int) -> np.ndarray:
+    """``output_token_ids`` from precomputed :func:`output_stream_states`."""
+    return _tokens_at(states, positions, vocab_size)
+
+
+class SyntheticOutputs:
+    """The engine's source of decode tokens: what each request's sample generates.
+
+    ``stream_state`` is computed once per sequence (kept by the engine as an int64 bit
+    pattern); ``tokens`` is then the only per-step work."""
+
+    def __init__(self, seed: int, vocab_size: int):
+        self.seed = seed
+        self.vocab_size = vocab_size
+
+    def stream_state(self, req_id: int, sample: int) -> int:
+        keys = np.asarray([stream_id(req_id, sample)], dtype=np.int64)
+        return int(output_stream_states(self.seed, keys).view(np.int64)[0])
+
+    def tokens(self, states: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        return output_tokens_at(states.view(np.uint64), positions, self.vocab_size)
+
+
 def hash_block_tokens(seed: int, hash_ids: np.ndarray, vocab_size: int) -> np.ndarray:
     """The concatenated 512-token blocks behind Mooncake ``hash_ids`` (int32)."""
     states = _stream_states(seed, _HASH_BLOCK_DOMAIN, np.asarray(hash_ids, dtype=np.int64))

@@ -32,13 +32,14 @@ class FixedStep:
         return self.seconds
 
 
-def output_tokens(streams, positions):
-    # Distinct per stream and position, deterministic, far from prompt ids.
-    return (1000 + streams * 97 + positions).astype(np.int32)
+class Outputs:
+    """Decode tokens distinct per (request, sample) and position, far from prompt ids."""
 
+    def stream_state(self, req_id, sample):
+        return req_id * 16 + sample
 
-def stream_id(req_id, sample):
-    return req_id * 16 + sample
+    def tokens(self, states, positions):
+        return (1000 + states * 97 + positions).astype(np.int32)
 
 
 def request(req_id, arrival, prompt_len, output_len, **kw):
@@ -53,7 +54,7 @@ def run(requests, allocator, config=None, seconds=1.0, mode="recompute"):
     cfg = config or EngineConfig(preemption_mode=mode, max_model_len=4096)
     replica = Replica(
         env, 0, allocator, executor, SCHEDULERS.get("fcfs")(), VICTIMS.get("last-arrived")(),
-        cfg, output_tokens, stream_id, on_step=lambda *a: None, on_done=done.append,
+        cfg, Outputs(), on_step=lambda *a: None, on_done=done.append,
     )
     cluster = Cluster(env, [replica], ROUTERS.get("round-robin")())
     env.process(cluster.arrivals(requests))
