@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The GPU step of issue 6: profile, calibrate and validate a llama-3-8b-shaped model with
+# random weights (bf16, Triton kernels) on one CUDA GPU, then print the error table.
+#
+#   bench/gpu_validate.sh [OUT]     # called by bench/gpu_check.sh with OUT=$OUT
+#
+# The GPU machine has python3 with torch, triton and numpy but no network: simpy, pydantic,
+# pyyaml and plotly come from wheels made here beforehand by bench/make_wheelhouse.sh
+# (shared/wheels/, or WHEELS=DIR), installed into a venv that sees the system's torch.
+# Writes into OUT only two files: gpu_validation.tar.gz (profile.csv, calibration.json,
+# validation.json, steps.csv, validation.html) and gpu_validation.json. About 2-3 minutes
+# on an H200; VALIDATE_TIMEOUT (default 270 s) bounds it.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${1:-${OUT:-$(mktemp -d)}}"
+PY="${PYTHON:-python3}"
+WHEELS="${WHEELS:-shared/wheels}"
+WORK="${WORK:-/tmp/pagesim-gpu-validation}"
+mkdir -p "$OUT" "$WORK"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+unset TRITON_INTERPRET # compile the kernels for the GPU
+
+# -- dependencies ------------------------------------------------------------------------
+if ! "$PY" -c "import simpy, pydantic, yaml, plotly" 2>/dev/null; then
+    if [ ! -d "$WHEELS" ]; then
+        echo "gpu_validate: no $WHEELS; run bench/make_wheelhouse.sh where pip works" >&2
+        exit 3
+    fi
+    deps=(simpy pydantic pyyaml plotly)
+    venv=/tmp/pagesim-venv
+    if "$PY" -m venv --system-site-packages "$venv" 2>/dev/null \
+        && "$venv/bin/python" -m pip install -q --no-index --find-links "$WHEELS" "${deps[@]}"; then
+        PY="$venv/bin/python"
+    else # no venv module there: install beside the system packages instead
+        "$PY" -m pip install -q --no-index --no-cache-dir --find-links "$WHEELS" \
+            --target /tmp/pagesim-site "${deps[@]}" || exit 3
+        export PYTHONPATH="$PYTHONPATH:/tmp/pagesim-site"
+    fi
+fi
+
+# -- profile + calibrate + validate (one command) ------------------------------------------
+# llama-3-8b shape, bf16, a 16 GiB pool (8192 blocks x 16 tokens x 128 KiB); traffic that
+# batches decodes and chunks prefills; 150 requests keep the measured run near a minute.
+overrides=(
+    model=llama-3-8b hardware=h200 backend.device=cuda backend.dtype=bfloat16
+    cache.num_blocks=8192 scheduler.max_num_seqs=64 scheduler.max_num_batched_tokens=1024
+    workload.input.min=128 workload.input.max=1024 workload.output.min=16
+    workload.output.max=128 workload.arrival.rate_rps=10 simulation.num_requests=150
+)
+set_args=()
+for assignment in "${overrides[@]}"; do set_args+=(--set "$assignment"); done
+timeout "${VALIDATE_TIMEOUT:-270}" "$PY" -m sim.cli_validation validate \
+    scenarios/validation.yaml "${set_args[@]}" --out "$WORK" --quick --warmup 2 --repeats 3 \
+    --max-context 2048 --step-repeats 2 --quiet
+rc=$?
+if [ -f "$WORK/validation.json" ]; then
+    cp "$WORK/validation.json" "$OUT/gpu_validation.json"
+    tar -czf "$OUT/gpu_validation.tar.gz" -C "$WORK" \
+        $(cd "$WORK" && ls profile.csv calibration.json validation.json steps.csv validation.html 2>/dev/null)
+fi
+echo "gpu_validate exit $rc"
+exit $rc
