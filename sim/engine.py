@@ -86,37 +86,49 @@ class SwappedRequest:
     num_blocks: int
 
 
+def _field(index: int) -> property:
+    def get(self) -> np.ndarray:
+        return self.data[index]
+
+    def put(self, value) -> None:  # `d.context += 1` rebinds: write through
+        self.data[index] = value
+
+    return property(get, put)
+
+
 class DecodeSet:
-    """Running sequences in their decode phase, as parallel int64 numpy arrays."""
+    """Running sequences in their decode phase: one int64 array, a row per field.
+
+    Fields are exposed as contiguous row views (``d.generated``, ...), so per-step
+    updates are in-place numpy operations and removing finished sequences is a single
+    fancy-indexing call, whatever the number of fields."""
 
     FIELDS = ("seq_id", "req_id", "sample", "stream", "generated", "target", "context", "tenant")
+    seq_id, req_id, sample, stream, generated, target, context, tenant = (
+        _field(i) for i in range(len(FIELDS))
+    )
 
     def __init__(self) -> None:
-        for name in self.FIELDS:
-            setattr(self, name, np.zeros(0, dtype=np.int64))
+        self.data = np.zeros((len(self.FIELDS), 0), dtype=np.int64)
 
     def __len__(self) -> int:
-        return int(self.seq_id.shape[0])
+        return int(self.data.shape[1])
 
     def extend(self, rows: dict[str, np.ndarray] | list[tuple[int, ...]]) -> None:
         """Append rows given as column arrays or as tuples in FIELDS order."""
         if isinstance(rows, list):
             if not rows:
                 return
-            data = np.asarray(rows, dtype=np.int64)
-            rows = {name: data[:, i] for i, name in enumerate(self.FIELDS)}
-        for name in self.FIELDS:
-            setattr(self, name, np.concatenate([getattr(self, name), rows[name]]))
+            block = np.asarray(rows, dtype=np.int64).T
+        else:
+            block = np.stack([rows[name] for name in self.FIELDS])
+        self.data = np.concatenate([self.data, block], axis=1)
 
     def take(self, mask: np.ndarray) -> dict[str, np.ndarray]:
         """Remove the rows selected by ``mask`` and return them as column arrays."""
-        keep = ~mask
-        taken = {}
-        for name in self.FIELDS:
-            column = getattr(self, name)
-            taken[name] = column[mask]
-            setattr(self, name, column[keep])
-        return taken
+        taken = self.data[:, mask]
+        self.data = self.data[:, ~mask]
+        return {name: taken[i] for i, name in enumerate(self.FIELDS)}
 
 
 @dataclass(eq=False)
