@@ -118,18 +118,28 @@ class Allocator(ABC):
         *,
         salt: int = 0,
         max_new_tokens: int = 0,
+        computed_tokens: int | None = None,
     ) -> int:
         """Give new sequence ``seq_id`` the slots for its prompt ``token_ids``.
 
         ``max_new_tokens`` is the number of tokens the request will still append (used
         by reserving allocators; the paged manager ignores it). ``salt`` separates
-        tenants: prefixes are shared only between equal salts.
+        tenants: prefixes are shared only between equal salts. ``computed_tokens`` says
+        how many leading tokens have their KV computed once this call returns (None:
+        all); only those may be offered to other sequences by the prefix cache, the rest
+        after ``mark_computed``.
 
         Returns the number of leading prompt tokens whose KV was found in the prefix
-        cache (always a multiple of ``block_size``; 0 without prefix caching).
+        cache (a multiple of ``block_size``, never covering the last prompt token; 0
+        without prefix caching).
         Mutates: the free list, the new block table, refcounts, the prefix cache.
         Raises: OutOfBlocks (nothing changed), DuplicateSequence, InvalidRequest.
         """
+
+    def mark_computed(self, seq_id: int, num_tokens: int) -> None:  # noqa: B027
+        """The KV of ``seq_id``'s first ``num_tokens`` tokens is computed (or is being
+        computed this step): a prefix cache may now offer those blocks to others.
+        Allocators without a prefix cache ignore it."""
 
     @abstractmethod
     def cached_prefix_tokens(self, token_ids: Sequence[int] | np.ndarray, *, salt: int = 0) -> int:

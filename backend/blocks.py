@@ -158,6 +158,11 @@ class BlockManager(Allocator):
         self._tables: dict[int, list[int]] = {}
         self._keys: dict[int, list[bytes]] = {}  # the key chain of each sequence's full blocks
         self._salt: dict[int, int] = {}
+        # How many leading full blocks of each sequence are published in the prefix cache.
+        # A block is published only once its KV is computed (scheduled), as vLLM does:
+        # a prompt admitted whole but prefilled in chunks must not let another request
+        # "hit" blocks whose KV does not exist yet.
+        self._published: dict[int, int] = {}
         # can_allocate then allocate of the same prompt would hash it twice; remember one.
         self._memo: tuple[int, bytes, list[bytes]] | None = None
 
@@ -299,7 +304,17 @@ class BlockManager(Allocator):
         parent = chain[-1] if chain else _NO_PARENT
         key = block_key(parent, self.slots[block], self._salt[seq])
         chain.append(key)
-        self._publish(key, block)
+        if self._published[seq] == len(chain) - 1:  # not behind deferred prompt blocks
+            self._publish(key, block)
+            self._published[seq] += 1
+
+    def _publish_through(self, seq: int, count: int) -> None:
+        """Publish the keys of ``seq``'s first ``count`` full blocks (those not yet)."""
+        chain, table = self._keys[seq], self._tables[seq]
+        done, count = self._published[seq], min(count, len(chain))
+        for index in range(done, count):
+            self._publish(chain[index], table[index])
+        self._published[seq] = max(done, count)
 
     def _publish(self, key: bytes, block: int) -> None:
         if key not in self._block_of_key:
@@ -333,7 +348,10 @@ class BlockManager(Allocator):
             return [], []
         keys = self._prompt_keys(tokens, salt)
         hits: list[int] = []
-        for key in keys:
+        # The block holding the prompt's last token is never reused: its logits must be
+        # computed, and recomputing that token into a shared block would rewrite KV that
+        # other sequences read (vLLM caps hits the same way).
+        for key in keys[: (tokens.shape[0] - 1) // self.block_size]:
             block = self._block_of_key.get(key)
             if block is None:
                 break
@@ -359,7 +377,15 @@ class BlockManager(Allocator):
         needed = self._blocks_for(tokens.shape[0]) - len(hits)
         return needed <= len(self._free) + len(self.evictor) - revived
 
-    def allocate(self, seq_id, token_ids, *, salt: int = 0, max_new_tokens: int = 0) -> int:
+    def allocate(
+        self,
+        seq_id,
+        token_ids,
+        *,
+        salt: int = 0,
+        max_new_tokens: int = 0,
+        computed_tokens: int | None = None,
+    ) -> int:
         seq = self._new_seq(seq_id)
         tokens = _as_tokens(token_ids, allow_empty=False)
         salt = int(salt)
@@ -381,8 +407,9 @@ class BlockManager(Allocator):
         self._tables[seq] = table
         self._keys[seq] = list(keys)
         self._salt[seq] = salt
-        for index in range(len(hits), len(keys)):
-            self._publish(keys[index], table[index])
+        ready = len(keys) if computed_tokens is None else computed_tokens // self.block_size
+        self._published[seq] = len(hits)
+        self._publish_through(seq, ready)
         self._state[seq] = _ON_DEVICE
         self._num_tokens[seq] = tokens.shape[0]
         self._last_block[seq] = table[-1]
@@ -405,6 +432,13 @@ class BlockManager(Allocator):
             self.slots[blocks[:full]] = tokens[: full * size].reshape(full, size)
         if rest:
             self.slots[blocks[full], :rest] = tokens[full * size :]
+
+    def mark_computed(self, seq_id: int, num_tokens: int) -> None:
+        """The KV of ``seq_id``'s first ``num_tokens`` tokens is computed (or scheduled
+        this step): publish its full blocks among them in the prefix cache."""
+        seq = self._live(seq_id)
+        if self._state[seq] == _ON_DEVICE:
+            self._publish_through(seq, _check_count("num_tokens", num_tokens, 0) // self.block_size)
 
     def cached_prefix_tokens(self, token_ids, *, salt: int = 0) -> int:
         tokens = _as_tokens(token_ids, allow_empty=False)
@@ -571,6 +605,7 @@ class BlockManager(Allocator):
         self._tables[child] = table
         self._keys[child] = list(self._keys[parent])
         self._salt[child] = self._salt[parent]
+        self._published[child] = self._published[parent]
         self._state[child] = _ON_DEVICE
         self._num_tokens[child] = self._num_tokens[parent]
         self._last_block[child] = self._last_block[parent]
@@ -584,7 +619,7 @@ class BlockManager(Allocator):
             self._cpu_free.extend(table)
         else:
             self._release(table, int(self._num_tokens[seq]))
-        del self._keys[seq], self._salt[seq]
+        del self._keys[seq], self._salt[seq], self._published[seq]
         self._state[seq] = _DEAD
         self._num_tokens[seq] = 0
 
@@ -660,12 +695,13 @@ class BlockManager(Allocator):
         device = self._take(needed)
         self.slots[device] = self.cpu_slots[copied]
         self._token_slots += int(self._num_tokens[seq]) - len(hits) * self.block_size
-        # Full blocks become prefix-cache candidates again under their (unchanged) keys.
-        for key, block in zip(self._keys[seq][len(hits) :], device):
-            self._publish(key, block)
         self._cpu_free.extend(cpu)
         table = hits + device
         self._tables[seq] = table
+        # Computed full blocks become prefix-cache candidates again under their keys.
+        published = self._published[seq]
+        for index in range(len(hits), min(published, len(table))):
+            self._publish(self._keys[seq][index], table[index])
         self._state[seq] = _ON_DEVICE
         self._last_block[seq] = table[-1]
         self.peak_used_blocks = max(self.peak_used_blocks, self.num_used_blocks)
@@ -728,6 +764,7 @@ class BlockManager(Allocator):
             sorted(self._tables.items()),
             sorted(self._keys.items()),
             sorted(self._salt.items()),
+            sorted(self._published.items()),
         )
         return pickle.dumps(state)
 
@@ -749,6 +786,9 @@ class BlockManager(Allocator):
     def _sequences_by_state(self) -> tuple[list[int], list[int]]:
         live = sorted(self._tables)
         assert sorted(self._keys) == live and sorted(self._salt) == live
+        assert sorted(self._published) == live
+        for seq in live:
+            assert 0 <= self._published[seq] <= len(self._keys[seq]), f"published of {seq}"
         assert set(np.flatnonzero(self._state).tolist()) == set(live), "state vs tables"
         on_device = [s for s in live if self._state[s] == _ON_DEVICE]
         swapped = [s for s in live if self._state[s] == _SWAPPED]

@@ -312,10 +312,12 @@ class ContiguousAllocator(Allocator):
         *,
         salt: int = 0,
         max_new_tokens: int = 0,
+        computed_tokens: int | None = None,
     ) -> int:
         """Reserve a region of ``reservation_size(prompt, max_new_tokens)`` slots at the
         lowest hole that fits and write the prompt into it. ``max_new_tokens`` is the
-        request's true output length. No prefix caching: always returns 0.
+        request's true output length. No prefix caching: always returns 0 (and
+        ``computed_tokens`` does not matter).
 
         Raises OutOfBlocks (no hole fits, or prompt + output > max_model_len; nothing
         changed), DuplicateSequence, InvalidRequest."""

@@ -339,6 +339,8 @@ class Replica:
             PrefillChunk(s.seq_id, s.computed, s.tokens[s.computed : s.computed + n])
             for s, n in plan.chunks
         )
+        for seq, take in plan.chunks:
+            self.alloc.mark_computed(seq.seq_id, seq.computed + take)
         batch = Batch(
             chunks,
             decode_ids,
@@ -457,8 +459,11 @@ class Replica:
             return None
         seq.seq_id = self._next_seq_id
         self._next_seq_id += 1
+        # Blocks are offered to other requests' prefix lookups only once their chunk is
+        # scheduled (see schedule()), never while their KV does not exist yet.
         cached = self.alloc.allocate(
-            seq.seq_id, tokens, salt=request.tenant, max_new_tokens=remaining_out
+            seq.seq_id, tokens, salt=request.tenant, max_new_tokens=remaining_out,
+            computed_tokens=0,
         )
         seq.held = tokens.shape[0]
         # At least one token is computed so the step has logits to sample from.

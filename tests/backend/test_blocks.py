@@ -145,7 +145,43 @@ def test_salts_never_share():
     assert mgr.cached_prefix_tokens(np.arange(8), salt=1) == 0
     assert mgr.allocate(1, np.arange(8), salt=1) == 0
     assert set(mgr.block_table(0)).isdisjoint(mgr.block_table(1))
-    assert mgr.allocate(2, np.arange(8), salt=0) == 8
+    # Same salt shares, except the block holding the prompt's last token (never reused).
+    assert mgr.allocate(2, np.arange(8), salt=0) == 4
+
+
+def test_block_of_the_last_prompt_token_is_never_a_hit():
+    mgr = caching(8, 4)
+    mgr.allocate(0, np.arange(12))
+    # A block-aligned, fully cached prompt still computes its last token privately.
+    assert mgr.cached_prefix_tokens(np.arange(8)) == 4
+    assert mgr.allocate(1, np.arange(8)) == 4
+    assert mgr.block_table(1)[0] == mgr.block_table(0)[0]
+    assert mgr.block_table(1)[1] != mgr.block_table(0)[1]
+    assert mgr.allocate(2, np.arange(9)) == 8
+
+
+def test_blocks_are_published_only_once_computed():
+    mgr = caching(16, 4)
+    prompt = np.arange(16)
+    mgr.allocate(0, prompt, computed_tokens=0)  # admitted whole, prefilled in chunks
+    assert mgr.cached_prefix_tokens(prompt) == 0  # nothing computed: nothing to hit
+    mgr.mark_computed(0, 6)  # first chunk: one full block computed
+    assert mgr.cached_prefix_tokens(prompt) == 4
+    mgr.mark_computed(0, 16)
+    assert mgr.cached_prefix_tokens(np.arange(17)) == 16
+    mgr.append(0, [99, 98, 97, 96])  # decode tokens fill a block: published as they come
+    assert mgr.cached_prefix_tokens(np.concatenate([prompt, [99, 98, 97, 96, 0]])) == 20
+    mgr.check_invariants()
+
+
+def test_decode_blocks_wait_behind_unpublished_prompt_blocks():
+    mgr = caching(16, 2)
+    mgr.allocate(0, [1, 2, 3, 4], computed_tokens=2)
+    mgr.append(0, [5, 6])  # sealed, but block 1 is still unpublished: so is this one
+    assert mgr.cached_prefix_tokens([1, 2, 3, 4, 5, 6, 7]) == 2
+    mgr.mark_computed(0, 6)
+    assert mgr.cached_prefix_tokens([1, 2, 3, 4, 5, 6, 7]) == 6
+    mgr.check_invariants()
 
 
 def test_only_the_longest_run_from_the_start_is_reused():
@@ -190,13 +226,15 @@ def test_evict_drops_keys_in_policy_order():
     [("lru", [2, 0, 1]), ("fifo", [0, 1, 2]), ("lfu", [2, 1, 0]), ("reuse-weighted", [2, 1, 0])],
 )
 def test_eviction_order_through_the_manager(policy, order):
-    mgr = caching(6, 1, eviction=policy)
+    mgr = caching(6, 2, eviction=policy)
     for seq, token in enumerate((1, 2, 3)):
-        mgr.allocate(seq, [token])  # blocks 0, 1, 2
+        mgr.allocate(seq, [token, token])  # blocks 0, 1, 2
     for seq in range(3):
         mgr.free(seq)
     for seq, token in ((3, 1), (4, 1), (5, 2)):  # block 0 hit twice, block 1 once
-        assert mgr.allocate(seq, [token]) == 1
+        # (a third token, since the block holding the last prompt token is never a hit;
+        # its partly filled block goes back to the free list, never to the cache)
+        assert mgr.allocate(seq, [token, token, 7]) == 2
         mgr.free(seq)
     assert mgr.evict(3) == order
 
@@ -208,7 +246,7 @@ def test_a_hash_collision_cannot_alias_different_tokens(monkeypatch):
     mgr.allocate(0, [1, 2])
     assert mgr.cached_prefix_tokens([3, 4]) == 0
     assert mgr.allocate(1, [3, 4]) == 0 and mgr.read_tokens(1).tolist() == [3, 4]
-    assert mgr.allocate(2, [1, 2]) == 2
+    assert mgr.allocate(2, [1, 2, 5]) == 2
 
 
 # -- swap ------------------------------------------------------------------------------------
