@@ -368,7 +368,7 @@ class Replica:
                 moves.copies.extend(self.alloc.append_batch(d.seq_id, tokens))
                 break
             except OutOfBlocks:
-                self.preempt(self.pick_victim(), moves)
+                self.make_room(moves)
                 plan.num_preempted += 1
         plan.decode_rows = len(d)
         if not plan.decode_rows:
@@ -498,6 +498,33 @@ class Replica:
                 return
         self.release_for_recompute(victim)
 
+    def make_room(self, moves: Moves) -> None:
+        """Free device memory for the decode step by preempting a victim request. When a
+        single request holds all of it, only its newest sequence is recomputed: swapping
+        or recomputing the whole request would bring it back to the same state (a
+        livelock), while its other samples can finish with the memory they hold."""
+        if len(self.holders) == 1:
+            (request,) = self.holders.values()
+            if len(self.seq_ids_of(request)) > 1:
+                self.preempt_newest_sequence(request)
+                return
+        self.preempt(self.pick_victim(), moves)
+
+    def preempt_newest_sequence(self, request: Request) -> None:
+        self.num_preemptions += 1
+        request.num_preemptions += 1
+        rows = self.decodes.req_id == request.req_id
+        if rows.any():
+            newest = self.decodes.seq_id == self.decodes.seq_id[rows].max()
+            decodes, prefills = self.decodes.take(newest), []
+        else:
+            prefills = [next(s for s in reversed(self.prefilling) if s.request is request)]
+            self.prefilling.remove(prefills[0])
+            decodes = self.decodes.take(np.zeros(len(self.decodes), dtype=bool))
+        for seq_id in [s.seq_id for s in prefills] + decodes["seq_id"].tolist():
+            self.alloc.free(seq_id)
+        self.requeue_for_recompute(request, prefills, decodes)
+
     def detach(self, victim: Request) -> tuple[list[PrefillSeq], dict[str, np.ndarray]]:
         """Take ``victim``'s sequences out of the running set (allocator untouched)."""
         del self.holders[victim.req_id]
@@ -619,15 +646,17 @@ class Replica:
             request.first_token_s = now
         generated = seq.generated + 1
         samples = [seq.sample] + [seq.sample + 1 + i for i in range(seq.fork_children)]
+        if generated >= request.output_len:
+            # Every sample's only token came from these logits: nothing left to fork.
+            self.alloc.free(seq.seq_id)
+            for _ in samples:
+                self.sample_done(request, now)
+            return
         context = seq.tokens.shape[0]
         for sample in samples:
             seq_id = seq.seq_id if sample == seq.sample else self.fork(seq, sample)
             if seq_id is None:
                 continue  # could not fork: that sample was re-queued for recompute
-            if generated >= request.output_len:
-                self.alloc.free(seq_id)
-                self.sample_done(request, now)
-                continue
             stream = self.outputs.stream_state(request.req_id, sample)
             new_rows.append((seq_id, request.req_id, sample, stream, generated,
                              request.output_len, context, request.tenant))
