@@ -38,4 +38,7 @@ def build_torch_executor(scenario, allocator):
         device=device,
         dtype=getattr(torch, _DTYPES[scenario.backend.dtype]),
         seed=scenario.simulation.seed,
+        # On a small shared CPU torch's worker threads spin-wait for each other and turn
+        # a few-ms step into 100+ ms; one thread gives stable, representative timings.
+        cpu_threads=1 if device == "cpu" else None,
     )
