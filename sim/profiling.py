@@ -149,8 +149,11 @@ def default_grid(
         if several > 1:
             shapes.append(StepShape(num_chunks=several, chunk_tokens=tokens))
     shortest, context = contexts[0], contexts[len(contexts) // 2]
-    for batch in batch_sizes[1:] or batch_sizes:  # mixed: decodes plus one or two chunks
-        for tokens in chunk_sizes:
+    for batch in batch_sizes:  # mixed: decodes plus one or two chunks
+        # Chunked prefill fills what the decodes leave of the token budget, so the
+        # budget-filling chunk is the commonest mixed step of a busy engine.
+        filling = min(max_batched_tokens - batch, max_context)
+        for tokens in sorted({*chunk_sizes, filling} - {0}):
             for chunks, start in ((1, 0), (2, 0), (1, mixed_start)):
                 fits = batch + chunks <= max_num_seqs and start + tokens <= max_context
                 if fits and batch + chunks * tokens <= max_batched_tokens:

@@ -24,8 +24,8 @@ def grid_features() -> np.ndarray:
 def true_coefficients(rng: np.random.Generator) -> np.ndarray:
     """Positive unit costs of realistic magnitude for every column the grid exercises
     (the grid has no block moves, so those two stay 0)."""
-    scale = {"step": 1e-3, "tokens": 1e-5, "seqs": 1e-5, "prefill_chunks": 1e-4,
-             "prefill_cached_pairs": 1e-8, "prefill_new_pairs": 1e-8, "prefill_context": 1e-7,
+    scale = {"step": 1e-3, "decode_step": 3e-4, "tokens": 1e-5, "seqs": 1e-5,
+             "prefill_chunks": 1e-4, "prefill_cached_pairs": 1e-8, "prefill_new_pairs": 1e-8, "prefill_context": 1e-7,
              "decode_context": 1e-7, "decode_padded": 1e-7}  # fmt: skip
     units = np.array([scale.get(name, 0.0) for name in cal.FEATURES])
     return units * rng.uniform(0.5, 2.0, len(cal.FEATURES))
@@ -36,7 +36,7 @@ def true_coefficients(rng: np.random.Generator) -> np.ndarray:
 
 def test_step_features_of_a_mixed_step():
     row = dict(zip(cal.FEATURES, cal.step_features([(32, 16)], np.array([10, 20]))))
-    assert row["step"] == 1
+    assert row["step"] == row["decode_step"] == 1
     assert row["tokens"] == 16 + 2
     assert row["seqs"] == 1 + 2
     assert row["prefill_chunks"] == 1
