@@ -25,8 +25,8 @@ def true_coefficients(rng: np.random.Generator) -> np.ndarray:
     """Positive unit costs of realistic magnitude for every column the grid exercises
     (the grid has no block moves, so those two stay 0)."""
     scale = {"step": 1e-3, "decode_step": 3e-4, "tokens": 1e-5, "seqs": 1e-5,
-             "prefill_chunks": 1e-4, "prefill_cached_pairs": 1e-8, "prefill_new_pairs": 1e-8, "prefill_context": 1e-7,
-             "decode_context": 1e-7, "decode_padded": 1e-7}  # fmt: skip
+             "prefill_chunks": 1e-4, "prefill_cached_pairs": 1e-8, "prefill_new_pairs": 1e-8,
+             "prefill_context": 1e-7, "decode_context": 1e-7, "decode_padded": 1e-7}  # fmt: skip
     units = np.array([scale.get(name, 0.0) for name in cal.FEATURES])
     return units * rng.uniform(0.5, 2.0, len(cal.FEATURES))
 
