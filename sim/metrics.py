@@ -498,6 +498,7 @@ def summary_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("prefix hit rate", _pct(s.get("prefix_hit_rate"))),
     ]
     rows += [(f"KV {key.replace('_', ' ')}", _pct(kv.get(key))) for key in KV_SPLIT_KEYS]
+    rows.append(("KV peak used", _pct(kv.get("peak_used_fraction"))))
     rows.append(("KV peak blocks", str(kv.get("peak_used_blocks", "-"))))
     return rows
 
@@ -538,7 +539,7 @@ def format_summary_table(summary: Mapping[str, Any]) -> str:
         ["preemptions", rows["preemptions"]],
         ["prefix hit rate", rows["prefix hit rate"]],
         ["KV split (time avg)", kv_split],
-        ["KV peak blocks", rows["KV peak blocks"]],
+        ["KV peak used", f"{rows['KV peak used']}  ({rows['KV peak blocks']} blocks)"],
     ]
     text_blocks = [_align_left(top), _align(latency), _align_left(bottom)]
     return "\n\n".join(text_blocks)

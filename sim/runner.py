@@ -148,9 +148,17 @@ def simulate(scenario, *, progress: bool = False) -> RunResult:
         slo_tpot_s=scenario.slo.tpot_s, warmup_requests=scenario.simulation.warmup_requests,
         num_replicas=len(replicas),
     )
-    summary["kv"]["peak_used_blocks"] = max(r.alloc.peak_used_blocks for r in replicas)
-    summary["num_blocks"] = replicas[0].alloc.num_blocks
-    summary["block_size"] = replicas[0].alloc.block_size
+    pool = replicas[0].alloc
+    peak = max(r.alloc.peak_used_blocks for r in replicas)
+    # Blocks for the paged manager, slots for contiguous baselines: the fraction and the
+    # slot count are the comparable figures.
+    summary["kv"].update(
+        peak_used_blocks=peak,
+        peak_used_slots=peak * pool.block_size,
+        peak_used_fraction=peak / pool.num_blocks,
+    )
+    summary["num_blocks"] = pool.num_blocks
+    summary["block_size"] = pool.block_size
     num_steps = sum(r.num_steps for r in replicas)
     return RunResult(requests, steps, summary, time.perf_counter() - wall_start, num_steps)
 
