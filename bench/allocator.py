@@ -6,6 +6,7 @@
 (c) 1,000 requests sharing a 1,024-token prefix (plus 16 tokens of their own) are
     allocated, all hitting the cache, then freed; per request and per prompt token.
 (d) pattern (a) through ``append_batch``: one call per decode step for all sequences.
+(e) pattern (b) through ``append_batch`` (prefix caching on, no hits).
 
 Per token step = total time / (sequences x 512), allocation and free included; the
 time to build each call's argument is included too (it is the caller's real cost).
@@ -43,8 +44,8 @@ def grow_one_by_one(caching: bool) -> float:
     return (time.perf_counter() - start) / (NUM_SEQS * SEQ_LEN)
 
 
-def grow_batched() -> float:
-    mgr = BlockManager(NUM_SEQS * SEQ_LEN // BLOCK_SIZE, BLOCK_SIZE)
+def grow_batched(caching: bool = False) -> float:
+    mgr = BlockManager(NUM_SEQS * SEQ_LEN // BLOCK_SIZE, BLOCK_SIZE, enable_prefix_caching=caching)
     tokens = np.arange(NUM_SEQS * SEQ_LEN, dtype=np.int32).reshape(NUM_SEQS, SEQ_LEN)
     columns = np.ascontiguousarray(tokens.T)  # one row per decode step
     seq_ids = np.arange(NUM_SEQS)
@@ -87,6 +88,7 @@ def main() -> None:
     b = median_us(lambda: grow_one_by_one(caching=True))
     c = median_us(shared_prefix)
     d = median_us(grow_batched)
+    e = median_us(lambda: grow_batched(caching=True))
     prompt_tokens = PREFIX_LEN + SUFFIX_LEN
     rows = [
         ("(a) append, caching off", f"{a:.3f}", "us / token step"),
@@ -97,6 +99,7 @@ def main() -> None:
             f"us / request ({c / prompt_tokens:.4f} / token)",
         ),
         ("(d) append_batch, caching off", f"{d:.3f}", "us / token step"),
+        ("(e) append_batch, caching on, no hits", f"{e:.3f}", "us / token step"),
     ]
     print(f"pagesim BlockManager, median of {RUNS} runs")
     for name, value, unit in rows:
