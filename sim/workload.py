@@ -566,17 +566,23 @@ def _stream_states(seed: int, domain: int, keys: np.ndarray) -> np.ndarray:
 
 
 def _tokens_at(states: np.ndarray, positions: np.ndarray, vocab_size: int) -> np.ndarray:
-    """Element i: the ``positions[i]``-th output of the splitmix64 sequence seeded by
-    ``states[i]`` (broadcast), mapped to ``[0, vocab_size)`` by a multiply-high (cheaper
-    than a uint64 modulo, same uniformity for vocab << 2**32)."""
-    with np.errstate(over="ignore"):
-        z = np.asarray(positions).astype(np.uint64) + np.uint64(1)
-        z *= _GOLDEN
-        z = z + states  # may broadcast up
-        z = _mix64_inplace(z)
-        z >>= np.uint64(32)
-        z *= np.uint64(vocab_size)
-        z >>= np.uint64(32)
+    """Element i: token ``positions[i]`` of the stream seeded by ``states[i]`` (inputs
+    broadcast), in ``[0, vocab_size)``.
+
+    Called by the engine every decode step, so it is a lighter mix than the stream
+    seeding: the (already well mixed) state plus a Weyl step, one xorshift-multiply,
+    then a multiply-high onto the vocabulary (cheaper than a uint64 modulo). Integer
+    array overflow wraps silently in numpy, which is what the arithmetic relies on."""
+    positions, states = np.asarray(positions), np.asarray(states)
+    if positions.ndim == 0 and states.ndim == 0:  # numpy scalars warn on overflow
+        return _tokens_at(states.reshape(1), positions.reshape(1), vocab_size)[0]
+    z = positions.astype(np.uint64) * _GOLDEN
+    z = z + states.view(np.uint64)  # int64 bit patterns (the engine's) too
+    z ^= z >> np.uint64(29)
+    z *= _MIX1
+    z >>= np.uint64(32)
+    z *= np.uint64(vocab_size)
+    z >>= np.uint64(32)
     return z.astype(np.int32)
 
 
@@ -622,7 +628,7 @@ class SyntheticOutputs:
         return int(output_stream_states(self.seed, keys).view(np.int64)[0])
 
     def tokens(self, states: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        return output_tokens_at(states.view(np.uint64), positions, self.vocab_size)
+        return _tokens_at(states, positions, self.vocab_size)
 
 
 def hash_block_tokens(seed: int, hash_ids: np.ndarray, vocab_size: int) -> np.ndarray:
