@@ -41,12 +41,12 @@ fi
 
 # -- profile + calibrate + validate (one command) ------------------------------------------
 # llama-3-8b shape, bf16, a 16 GiB pool (8192 blocks x 16 tokens x 128 KiB); traffic that
-# batches decodes and chunks prefills; 150 requests keep the measured run near a minute.
+# batches decodes and chunks prefills; 100 requests keep the measured run near a minute.
 overrides=(
     model=llama-3-8b hardware=h200 backend.device=cuda backend.dtype=bfloat16
     cache.num_blocks=8192 scheduler.max_num_seqs=64 scheduler.max_num_batched_tokens=1024
     workload.input.min=128 workload.input.max=1024 workload.output.min=16
-    workload.output.max=128 workload.arrival.rate_rps=10 simulation.num_requests=150
+    workload.output.max=128 workload.arrival.rate_rps=10 simulation.num_requests=100
 )
 set_args=()
 for assignment in "${overrides[@]}"; do set_args+=(--set "$assignment"); done
