@@ -6,7 +6,7 @@
 #
 # The GPU machine has python3 with torch, triton and numpy but no network: simpy, pydantic,
 # pyyaml and plotly come from wheels made here beforehand by bench/make_wheelhouse.sh
-# (shared/wheels/, or WHEELS=DIR), installed into a venv that sees the system's torch.
+# (shared/wheels/, or WHEELS=DIR), installed into /tmp/pagesim-site beside the system's torch.
 # Writes into OUT only two files: gpu_validation.tar.gz (profile.csv, calibration.json,
 # validation.json, steps.csv, validation.html) and gpu_validation.json. About 2-3 minutes
 # on an H200; VALIDATE_TIMEOUT (default 270 s) bounds it.
@@ -18,7 +18,7 @@ WHEELS="${WHEELS:-shared/wheels}"
 WORK="${WORK:-/tmp/pagesim-gpu-validation}"
 mkdir -p "$OUT" "$WORK"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 PIP_ROOT_USER_ACTION=ignore
 unset TRITON_INTERPRET # compile the kernels for the GPU
 
 # -- dependencies ------------------------------------------------------------------------
@@ -27,16 +27,12 @@ if ! "$PY" -c "import simpy, pydantic, yaml, plotly" 2>/dev/null; then
         echo "gpu_validate: no $WHEELS; run bench/make_wheelhouse.sh where pip works" >&2
         exit 3
     fi
-    deps=(simpy pydantic pyyaml plotly)
-    venv=/tmp/pagesim-venv
-    if "$PY" -m venv --system-site-packages "$venv" 2>/dev/null \
-        && "$venv/bin/python" -m pip install -q --no-index --find-links "$WHEELS" "${deps[@]}"; then
-        PY="$venv/bin/python"
-    else # no venv module there: install beside the system packages instead
-        "$PY" -m pip install -q --no-index --no-cache-dir --find-links "$WHEELS" \
-            --target /tmp/pagesim-site "${deps[@]}" || exit 3
-        export PYTHONPATH="$PYTHONPATH:/tmp/pagesim-site"
-    fi
+    # --target, not a venv: the GPU machine's python3 is itself a venv (/opt/torch/.venv),
+    # and a venv made from it with --system-site-packages would not see its torch.
+    "$PY" -m pip install -q --no-index --no-cache-dir --no-compile --upgrade \
+        --find-links "$WHEELS" --target /tmp/pagesim-site simpy pydantic pyyaml plotly || exit 3
+    export PYTHONPATH="$PYTHONPATH:/tmp/pagesim-site"
+    "$PY" -c "import simpy, pydantic, yaml, plotly, torch" || exit 3
 fi
 
 # -- profile + calibrate + validate (one command) ------------------------------------------
