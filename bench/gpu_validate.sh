@@ -7,9 +7,10 @@
 # The GPU machine has python3 with torch, triton and numpy but no network: simpy, pydantic,
 # pyyaml and plotly come from wheels made here beforehand by bench/make_wheelhouse.sh
 # (shared/wheels/, or WHEELS=DIR), installed into /tmp/pagesim-site beside the system's torch.
-# Writes into OUT only two files: gpu_validation.tar.gz (profile.csv, calibration.json,
-# validation.json, steps.csv, validation.html) and gpu_validation.json. About 2-3 minutes
-# on an H200; VALIDATE_TIMEOUT (default 270 s) bounds it.
+# Writes into OUT one file, gpu_validation.tar.gz (profile.csv, calibration.json,
+# validation.json, steps.csv, validation.html): the device tool returns at most 8 files.
+# About 2-3 minutes on an H200 (estimated; not yet run on one); VALIDATE_TIMEOUT (default
+# 270 s) bounds it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-${OUT:-$(mktemp -d)}}"
@@ -51,7 +52,6 @@ timeout "${VALIDATE_TIMEOUT:-270}" "$PY" -m sim.cli_validation validate \
     --max-context 2048 --step-repeats 2 --quiet
 rc=$?
 if [ -f "$WORK/validation.json" ]; then
-    cp "$WORK/validation.json" "$OUT/gpu_validation.json"
     tar -czf "$OUT/gpu_validation.tar.gz" -C "$WORK" \
         $(cd "$WORK" && ls profile.csv calibration.json validation.json steps.csv validation.html 2>/dev/null)
 fi
