@@ -40,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     compare = sub.add_parser("compare", help="headline metrics of several runs side by side")
     compare.add_argument("runs", nargs="+", help="run directories (each with summary.json)")
     compare.set_defaults(handler=cmd_compare)
+
+    from sim.cli_validation import add_commands  # here: it imports this module's helpers
+
+    add_commands(sub)
     return parser
 
 

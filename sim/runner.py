@@ -68,6 +68,10 @@ def build_executor(scenario, allocator: Allocator):
         from sim.realbackend import build_torch_executor
 
         return build_torch_executor(scenario, allocator)
+    if scenario.cost_model.kind == "calibrated":
+        from sim.calibration import build_calibrated_executor
+
+        return build_calibrated_executor(scenario)
     params = scenario.cost_model.params or CostParams()
     return AnalyticCostModel(
         scenario.model_spec,
@@ -95,9 +99,12 @@ def make_policy(registry, name: str, params: dict | None = None):
     return registry.get(name)(**(params or {}))
 
 
-def simulate(scenario, *, progress: bool = False) -> RunResult:
+def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunResult:
     """Run ``scenario`` to completion (or its safety horizon). Deterministic: the same
-    scenario gives the same result, whatever the machine."""
+    scenario gives the same result, whatever the machine (with a model executor).
+    ``executor_factory(scenario, allocator)`` replaces :func:`build_executor` for every
+    replica (validation wraps the real executor with it)."""
+    make_executor = executor_factory or build_executor
     wall_start = time.perf_counter()
     seed = scenario.simulation.seed
     rng = np.random.default_rng(seed)
@@ -127,7 +134,7 @@ def simulate(scenario, *, progress: bool = False) -> RunResult:
         allocator = build_allocator(scenario)
         replicas.append(
             Replica(
-                env, index, allocator, build_executor(scenario, allocator),
+                env, index, allocator, make_executor(scenario, allocator),
                 make_policy(SCHEDULERS, scenario.scheduler.policy, scenario.scheduler.params),
                 make_policy(VICTIMS, scenario.preemption.victim),
                 engine_config(scenario, allocator), outputs,

@@ -30,13 +30,11 @@ under ``measured/``, ``calibrated/``, ``analytic/``.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import datetime
-import inspect
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -128,24 +126,9 @@ class RecordingExecutor:
 ExecutorFactory = Callable[[Any, Any], Any]  # (scenario, allocator) -> Executor
 
 
-@contextlib.contextmanager
-def _runner_builds_with(factory: ExecutorFactory) -> Iterator[None]:
-    """Until sim.runner.simulate takes an ``executor_factory`` (requested in this
-    issue's report), swap its module-level builder for the duration of one run."""
-    original = runner.build_executor
-    runner.build_executor = factory
-    try:
-        yield
-    finally:
-        runner.build_executor = original
-
-
 def simulate_with(scenario, factory: ExecutorFactory, *, progress: bool = False):
     """:func:`sim.runner.simulate` with every replica's executor built by ``factory``."""
-    if "executor_factory" in inspect.signature(runner.simulate).parameters:
-        return runner.simulate(scenario, progress=progress, executor_factory=factory)
-    with _runner_builds_with(factory):
-        return runner.simulate(scenario, progress=progress)
+    return runner.simulate(scenario, progress=progress, executor_factory=factory)
 
 
 def analytic_model(scenario) -> AnalyticCostModel:
