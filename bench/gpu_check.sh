@@ -2,9 +2,13 @@
 # The one prepared script for a lent GPU (see ../README.md and shared/DESIGN.md):
 #   1. the GPU-marked tests (full size) plus the paged suite, kernels compiled for real;
 #   2. bench/gpu_kernels.py: copy bandwidth, paged vs contiguous decode attention over
-#      batch x context (llama-3-8b heads, bf16), one llama-3-8b-shaped model step.
-# Needs only python3 with torch, triton, numpy, pytest, hypothesis; installs nothing.
-# Sized to finish well under 8 minutes on an H200. Writes logs and CSVs under $OUT.
+#      batch x context (llama-3-8b heads, bf16), one llama-3-8b-shaped model step;
+#   3. bench/gpu_validate.sh: profile, calibrate and validate a llama-3-8b-shaped model
+#      (simpy/pydantic/pyyaml/plotly from shared/wheels: run bench/make_wheelhouse.sh
+#      first and carry shared/wheels).
+# Needs python3 with torch, triton, numpy, pytest, hypothesis; installs nothing from a
+# registry. Step timeouts (120 + 180 + 150 s) keep it under 8 minutes on an H200.
+# Writes logs and CSVs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$(mktemp -d)}"
@@ -20,13 +24,17 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader \
 'cuda', torch.cuda.is_available())" | tee -a "$OUT/gpu_env.txt"
 
 echo "== tests (paged backend, GPU tests included) =="
-HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}" timeout 240 "$PY" -m pytest -q -rs \
+HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}" timeout 120 "$PY" -m pytest -q -rs \
     -p no:cacheprovider tests/backend/paged 2>&1 | tee "$OUT/gpu_tests.log"
 tests_rc=${PIPESTATUS[0]}
 
 echo "== timings =="
-timeout 300 "$PY" bench/gpu_kernels.py --out "$OUT" "$@" 2>&1 | tee "$OUT/gpu_kernels.log"
+timeout 180 "$PY" bench/gpu_kernels.py --out "$OUT" "$@" 2>&1 | tee "$OUT/gpu_kernels.log"
 bench_rc=${PIPESTATUS[0]}
 
-echo "tests exit $tests_rc, bench exit $bench_rc; files in $OUT"
-exit $((tests_rc != 0 || bench_rc != 0))
+echo "== validation (simulator vs real backend) =="
+VALIDATE_TIMEOUT=150 bash bench/gpu_validate.sh "$OUT" 2>&1 | tee "$OUT/gpu_validate.log"
+validate_rc=${PIPESTATUS[0]}
+
+echo "tests exit $tests_rc, bench exit $bench_rc, validate exit $validate_rc; files in $OUT"
+exit $((tests_rc != 0 || bench_rc != 0 || validate_rc != 0))
