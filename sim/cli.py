@@ -90,7 +90,11 @@ def cmd_compare(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    return dispatch(build_parser().parse_args(argv))
+
+
+def dispatch(args) -> int:
+    """Run the parsed command; a user mistake becomes one line and exit code 2."""
     try:
         return args.handler(args)
     except UsageError as err:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from sim.cli import USER_ERROR, UsageError, _Parser
+from sim.cli import UsageError, _Parser, dispatch
 
 __all__ = ["add_commands", "main"]
 
@@ -268,15 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one of these subcommands without the rest of the pagesim CLI."""
     parser = _Parser(prog="pagesim", description="Profile, calibrate and validate.")
     add_commands(parser.add_subparsers(dest="command", required=True, parser_class=_Parser))
-    args = parser.parse_args(argv)
-    try:
-        return args.handler(args)
-    except UsageError as err:
-        print(f"pagesim: error: {err}", file=sys.stderr)
-        return USER_ERROR
-    except KeyboardInterrupt:
-        print("pagesim: interrupted", file=sys.stderr)
-        return 130
+    return dispatch(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
