@@ -31,7 +31,6 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from backend.base import UnknownSequence
 from policies.eviction import EVICTORS
 from policies.preemption import VICTIMS
 from policies.routing import ROUTERS
@@ -39,8 +38,8 @@ from policies.scheduling import SCHEDULERS
 from sim import runner
 from sim.scenario import validate_scenario
 
-#: far more steps than any drawn scenario needs (<= 30 requests of <= 120 tokens, n <= 3,
-#: one after the other at 8 tokens a step is ~2,000), small enough to shrink a livelock fast
+#: far more steps than any drawn scenario needs (<= 30 requests of <= 200 tokens, n <= 3,
+#: one after the other at 8 tokens a step is ~4,000), small enough to shrink a livelock fast
 MAX_STEPS = 10_000
 HORIZON_S = 1e6
 
@@ -111,31 +110,31 @@ def scenarios(draw) -> dict:
     )
     paged = allocator == "paged"
     num_cpu_blocks = draw(st.sampled_from([0, 0, 1, 4, 16, 64]))
+    block_size, num_blocks = draw(st.integers(1, 16)), draw(st.integers(8, 64))
+    # Lengths scale with the pool so most requests fit and contend (preemption, swap)
+    # rather than being rejected outright; some still cannot fit at all.
+    capacity = block_size * num_blocks
     cache = {
-        "block_size": draw(st.integers(1, 16)),
-        "num_blocks": draw(st.integers(8, 64)),
+        "block_size": block_size,
+        "num_blocks": num_blocks,
         "allocator": allocator,
         "prefix_caching": paged and draw(st.booleans()),
         "num_cpu_blocks": num_cpu_blocks,
     }
     scheduler = {
         "policy": draw(st.sampled_from(SCHEDULERS.names())),
-        "max_num_seqs": draw(st.integers(1, 16)),
+        "max_num_seqs": draw(st.sampled_from([1, 2, 4, 16])),
         "max_num_batched_tokens": draw(st.integers(8, 256)),
         "chunked_prefill": draw(st.booleans()),
         "watermark": draw(st.sampled_from([0.0, 0.01, 0.1, 0.3])),
         "admission": draw(st.sampled_from(["whole-prompt", "first-chunk"])),
     }
     n = draw(st.integers(1, 3))
-    # Known engine bug (test_swapped_forks_livelock): swapping a forked request out and
-    # back in can thrash forever, so until it is fixed swap runs draw n = 1.
-    modes = ["recompute", "swap"] if num_cpu_blocks and n == 1 else ["recompute"]
+    modes = ["recompute", "swap", "swap"] if num_cpu_blocks else ["recompute"]
     workload = {
-        "arrival": {"kind": "poisson", "rate_rps": draw(st.sampled_from([1.0, 20.0, 500.0]))},
-        "input": draw(lengths(1, 80)),
-        # Known engine bug (test_one_token_outputs_with_samples): n > 1 with a one-token
-        # output crashes, so until it is fixed n > 1 draws outputs of 2+ tokens.
-        "output": draw(lengths(2 if n > 1 else 1, 40)),
+        "arrival": {"kind": "poisson", "rate_rps": draw(st.sampled_from([2.0, 50.0, 2000.0]))},
+        "input": draw(lengths(1, min(80, max(1, capacity // 4)))),
+        "output": draw(lengths(1, min(120, max(1, capacity // 2)))),
         "n": n,
         "tenants": {"count": draw(st.integers(1, 3))},
         "priorities": {"count": draw(st.integers(1, 3))},
@@ -143,7 +142,7 @@ def scenarios(draw) -> dict:
     if draw(st.booleans()):
         workload["prefix"] = {
             "num_groups": draw(st.integers(1, 3)),
-            "length": {"kind": "fixed", "value": draw(st.integers(1, 48))},
+            "length": {"kind": "fixed", "value": draw(st.integers(1, max(1, capacity // 4)))},
             "fraction": draw(st.sampled_from([0.5, 1.0])),
         }
     if draw(st.booleans()):
@@ -175,6 +174,23 @@ def scenarios(draw) -> dict:
     }
 
 
+@st.composite
+def pressured_scenarios(draw) -> dict:
+    """Scenarios under memory pressure: the paged allocator, a burst of 10-30 requests
+    with outputs longer than their prompts, no watermark, room for many sequences, so
+    decode growth forces preemption (and swap, when drawn) in most runs."""
+    raw = draw(scenarios())
+    cache, workload = raw["cache"], raw["workload"]
+    capacity = cache["block_size"] * cache["num_blocks"]
+    cache["allocator"] = "paged"
+    raw["scheduler"].update(max_num_seqs=16, watermark=0.0)
+    workload["arrival"] = {"kind": "poisson", "rate_rps": 2000.0}
+    workload["input"] = draw(lengths(1, max(1, capacity // 8)))
+    workload["output"] = draw(lengths(1, max(1, min(120, capacity // 3))))
+    raw["simulation"]["num_requests"] = draw(st.integers(10, 30))
+    return raw
+
+
 # ------------------------------------------------------------------------- checks
 
 
@@ -204,15 +220,23 @@ def check_memory(replicas) -> None:
         assert replica.outstanding == 0 and replica.swapped_blocks == 0
 
 
-def check_step_log(run: Run) -> None:
-    """Preemptions, swaps and decode tokens reconcile with the step log."""
+def check_step_log(run: Run, first_chunk: bool = False) -> None:
+    """Preemptions, swaps and decode tokens reconcile with the step log.
+
+    Known engine bug (test_unblock_preemption_missing_from_step_log): under first-chunk
+    admission a preemption made between steps is not logged, so until it is fixed
+    ``first_chunk`` runs only check that the log does not over-count."""
     steps, summary = run.result.steps, run.result.summary
     preempted = steps.column("num_preempted")
-    assert int(preempted.sum()) == summary["num_preemptions"]
+    if first_chunk:
+        assert int(preempted.sum()) <= summary["num_preemptions"]
+    else:
+        assert int(preempted.sum()) == summary["num_preemptions"]
     assert (steps.column("swapped_blocks") >= 0).all()
     for replica, executor in zip(run.replicas, run.executors):
         mine = steps.column("replica") == replica.index
-        assert int(preempted[mine].sum()) == replica.num_preemptions
+        assert int(preempted[mine].sum()) <= replica.num_preemptions
+        assert first_chunk or int(preempted[mine].sum()) == replica.num_preemptions
         # Every recorded step ran on the executor (one more may run past the horizon).
         assert len(executor.swap_out) >= int(mine.sum())
         swap_out, swap_in = np.array(executor.swap_out), np.array(executor.swap_in)
@@ -230,12 +254,12 @@ def check_step_log(run: Run) -> None:
         assert int(steps.column("num_decode_tokens").sum()) == expected
 
 
-@given(scenarios())
-def test_every_scenario_runs_to_completion_without_leaks(raw):
+def check_run(raw: dict) -> Run:
+    """Run a drawn scenario and check liveness and conservation; returns the run."""
     run = simulate_observed(validate_scenario(raw))
     check_requests(run.result.requests)
     check_memory(run.replicas)
-    check_step_log(run)
+    check_step_log(run, first_chunk=raw["scheduler"]["admission"] == "first-chunk")
     # Coverage of the interesting paths, shown by --hypothesis-show-statistics.
     summary = run.result.summary
     event(f"preempted: {summary['num_preemptions'] > 0}")
@@ -243,9 +267,20 @@ def test_every_scenario_runs_to_completion_without_leaks(raw):
     event(f"finished all: {summary['num_finished'] == summary['num_requests']}")
     for reason in summary["rejected_reasons"]:
         event(f"rejected: {reason.split(' ')[0]} ...")
+    return run
 
 
-# ------------------------------------------------------------------------- known engine bugs
+@given(scenarios())
+def test_every_scenario_runs_to_completion_without_leaks(raw):
+    check_run(raw)
+
+
+@given(pressured_scenarios())
+def test_scenarios_under_memory_pressure_stay_live_and_leak_free(raw):
+    check_run(raw)
+
+
+# ------------------------------------------------------------- engine bugs this file found
 
 
 def tiny_raw(**workload) -> dict:
@@ -257,29 +292,54 @@ def tiny_raw(**workload) -> dict:
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=UnknownSequence,
-    reason="engine bug: complete_prefill frees the parent sequence of a request whose "
-    "output is one token before forking its other samples from it",
-)
 def test_one_token_outputs_with_samples():
+    """Regression (fixed in 34e8246): complete_prefill freed the parent sequence of a
+    one-token output before forking the other samples from it (UnknownSequence)."""
     run = simulate_observed(validate_scenario(tiny_raw(input=4, output=1, n=2)))
     check_requests(run.result.requests)
     check_memory(run.replicas)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=Livelock,
-    reason="engine bug: forks swapped out without prefix caching come back as private "
-    "copies (8 -> 12 blocks on an 8-block pool); the sole running request is then "
-    "swapped out and in every step forever, with no decode progress",
-)
-def test_swapped_forks_livelock():
+def test_swapped_forks_do_not_livelock():
+    """Regression (fixed in 6a80199 + 34e8246): forks swapped out without prefix caching
+    came back as private copies (8 -> 12 blocks on an 8-block pool), and the sole running
+    request was swapped out and in every step forever (a Livelock here)."""
     raw = tiny_raw(arrival={"kind": "constant", "rate_rps": 1000}, input=8, output=8, n=3)
     raw["cache"] = {"block_size": 4, "num_blocks": 8, "num_cpu_blocks": 64}
     raw["preemption"] = {"mode": "swap"}
     raw["simulation"]["num_requests"] = 2
     run = simulate_observed(validate_scenario(raw))
     check_requests(run.result.requests)
+    check_memory(run.replicas)
+    check_step_log(run)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="engine bug: Replica.unblock() preempts a partially prefilled request between "
+    "steps (first-chunk admission); it counts in num_preemptions but in no step's "
+    "num_preempted, so steps.csv and summary.json disagree",
+)
+def test_unblock_preemption_missing_from_step_log():
+    raw = tiny_raw(
+        arrival={"kind": "poisson", "rate_rps": 2000.0},
+        input={"kind": "uniform", "min": 1, "max": 2},
+        output={"kind": "uniform", "min": 5, "max": 10},
+        n=3,
+        tenants={"count": 2},
+        priorities={"count": 2},
+        prefix={"num_groups": 2, "length": 3, "fraction": 0.5},
+        sessions={"turns": {"kind": "uniform", "min": 1, "max": 3}, "think_time_s": 0.05},
+    )
+    raw["cache"] = {"block_size": 3, "num_blocks": 13}
+    raw["scheduler"] = {
+        "policy": "sjf-oracle",
+        "max_num_batched_tokens": 13,
+        "chunked_prefill": False,
+        "watermark": 0.0,
+        "admission": "first-chunk",
+    }
+    raw["preemption"] = {"victim": "most-blocks"}
+    raw["simulation"] = {"num_requests": 12, "seed": 1951}
+    check_step_log(simulate_observed(validate_scenario(raw)))
