@@ -64,10 +64,12 @@ def block_key(parent: bytes, tokens: np.ndarray | memoryview, salt: int) -> byte
     ``tokens`` is a contiguous buffer of native int32 (a slot row or a slice of a
     prompt): keys live only as long as the process, so byte order does not matter.
     """
-    digest = hashlib.blake2b(parent, digest_size=16)
-    digest.update(salt.to_bytes(8, "little", signed=True))
-    digest.update(tokens)
-    return digest.digest()
+    # One constructor call: the parent key keys the hash (blake2b's MAC key, up to 64
+    # bytes) and the salt is its personalisation string, so the inputs stay separate
+    # fields rather than one concatenated (and ambiguous) byte string.
+    return hashlib.blake2b(
+        tokens, digest_size=16, key=parent, person=salt.to_bytes(8, "little", signed=True)
+    ).digest()
 
 
 def _check_count(name: str, value: int, minimum: int) -> int:
@@ -105,7 +107,7 @@ class _BatchNeed(NamedTuple):
     slot: np.ndarray  # the slot each new token goes to within its block
     last: np.ndarray  # each sequence's last block before the step
     at_boundary: np.ndarray  # the last block is full: take a new one
-    shared: np.ndarray  # the last block is partly filled and shared: maybe copy-on-write
+    shared: np.ndarray | None  # last block partly filled and shared (None: none shared)
     needed: int  # blocks the whole step takes
 
 
@@ -532,7 +534,9 @@ class BlockManager(Allocator):
         self._batch_mark[seqs] = positions
         if (self._batch_mark[seqs] != positions).any():
             raise InvalidRequest("append_batch: duplicate sequence ids in one batch")
-        if tokens.min() < 0 or tokens.max() > _INT32_MAX:
+        # int32 tokens (the engine's) cannot exceed the range: one reduction, not two.
+        too_big = tokens.dtype != np.int32 and tokens.max() > _INT32_MAX
+        if too_big or tokens.min() < 0:
             raise InvalidRequest("token ids must be in [0, 2**31 - 1]")
         return seqs, tokens.astype(np.int32, copy=False)
 
@@ -549,9 +553,11 @@ class BlockManager(Allocator):
         slot = held & (size - 1) if size & (size - 1) == 0 else held % size
         at_boundary = slot == 0
         last = self._last_block[seqs]
-        shared = (self._refcount[last] > 1) & ~at_boundary
         needed = int(np.count_nonzero(at_boundary))
-        if shared.any():
+        refcount = self._refcount[last]
+        # Without forks no block is shared: skip the copy-on-write bookkeeping entirely.
+        shared = (refcount > 1) & ~at_boundary if refcount.size and refcount.max() > 1 else None
+        if shared is not None and shared.any():
             # k batch members sharing a block with refcount r: each copies while another
             # table still points at the block, so min(k, r - 1) copies (the last writer
             # may keep the original when every sharer is in the batch).
@@ -579,7 +585,8 @@ class BlockManager(Allocator):
             for seq, block in zip(crossing.tolist(), fresh):
                 tables[seq].append(block)
             self._last_block[crossing] = fresh
-        for seq in seqs[need.shared].tolist():
+        sharing = seqs[need.shared].tolist() if need.shared is not None else []
+        for seq in sharing:
             table = self._tables[seq]
             if self._refcount[table[-1]] > 1:  # an earlier batch member may have copied
                 moves.append(self._copy_on_write(seq, table, int(self._num_tokens[seq])))
