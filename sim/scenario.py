@@ -357,6 +357,13 @@ class Scenario(StrictModel):
             raise _error_at("tensor_parallel", str(err)) from None
         if blocks < 1:
             raise _error_at("cache.num_blocks", f"expected at least one block, got {blocks}")
+        sched = self.scheduler
+        if sched.max_num_batched_tokens < sched.max_num_seqs:
+            raise _error_at(
+                "scheduler.max_num_batched_tokens",
+                f"must be >= scheduler.max_num_seqs ({sched.max_num_seqs}) so that every "
+                f"running sequence can decode each step, got {sched.max_num_batched_tokens}",
+            )
         cpu = self.cache.cpu_blocks(self.model, self.tensor_parallel)
         if self.preemption.mode == "swap" and cpu == 0:
             raise _error_at(
