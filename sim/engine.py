@@ -184,8 +184,10 @@ class Replica:
         self.decodes = DecodeSet()
         self.swapped: deque[SwappedRequest] = deque()
         self.holders: dict[int, Request] = {}  # requests with KV on the device
+        self.in_flight: dict[int, Request] = {}  # submitted, neither finished nor rejected
         self.samples_left: dict[int, int] = {}
         self.swapped_blocks = 0
+        self.unlogged_preemptions = 0  # made between steps (see unblock)
         self.outstanding = 0
         self.num_preemptions = 0
         self.num_swaps_out = 0
@@ -247,6 +249,7 @@ class Replica:
             return
         seq = PrefillSeq(request, 0, request.prompt, fork_children=request.n - 1)
         self.samples_left[request.req_id] = request.n
+        self.in_flight[request.req_id] = request
         self.waiting.append(WaitingEntry(request, seq))
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
@@ -285,6 +288,7 @@ class Replica:
     def finish_request(self, request: Request) -> None:
         self.outstanding -= 1
         self.samples_left.pop(request.req_id, None)
+        self.in_flight.pop(request.req_id, None)
         self.on_done(request)
 
     # -- the loop ---------------------------------------------------------------------
@@ -312,11 +316,10 @@ class Replica:
         """Nothing could be scheduled although work is queued: with nothing running,
         the head of the queue can never be admitted, so it is rejected (liveness)."""
         if self.prefilling and not len(self.decodes):
-            # First-chunk admission let partial prompts fill the pool: free one.
-            victim = self.pick_victim()
-            self.num_preemptions += 1
-            victim.num_preemptions += 1
-            self.release_for_recompute(victim)
+            # First-chunk admission let partial prompts fill the pool: free some. There
+            # is no step to log it in, so the next step's record carries it.
+            self.make_room(None)
+            self.unlogged_preemptions += 1
             return
         if self.swapped and not (self.prefilling or len(self.decodes)):
             # Bring one swapped request back by recompute instead of waiting forever.
@@ -328,7 +331,8 @@ class Replica:
 
     # -- scheduling ---------------------------------------------------------------------
     def schedule(self) -> tuple[Batch, StepPlan]:
-        plan = StepPlan()
+        plan = StepPlan(num_preempted=self.unlogged_preemptions)
+        self.unlogged_preemptions = 0
         moves = Moves()
         self.swap_in_waiting(moves)
         decode_ids, decode_ctx, decode_tokens = self.schedule_decodes(plan, moves)
@@ -498,17 +502,24 @@ class Replica:
                 return
         self.release_for_recompute(victim)
 
-    def make_room(self, moves: Moves) -> None:
-        """Free device memory for the decode step by preempting a victim request. When a
-        single request holds all of it, only its newest sequence is recomputed: swapping
-        or recomputing the whole request would bring it back to the same state (a
-        livelock), while its other samples can finish with the memory they hold."""
+    def make_room(self, moves: Moves | None) -> None:
+        """Free device memory by preempting a victim request (by recompute when there are
+        no ``moves`` to carry a swap). When a single request holds all of it, only its
+        newest sequence is recomputed: swapping or recomputing the whole request would
+        bring it back to the same state (a livelock), while its other samples can finish
+        with the memory they hold."""
         if len(self.holders) == 1:
             (request,) = self.holders.values()
             if len(self.seq_ids_of(request)) > 1:
                 self.preempt_newest_sequence(request)
                 return
-        self.preempt(self.pick_victim(), moves)
+        victim = self.pick_victim()
+        if moves is None:
+            self.num_preemptions += 1
+            victim.num_preemptions += 1
+            self.release_for_recompute(victim)
+        else:
+            self.preempt(victim, moves)
 
     def preempt_newest_sequence(self, request: Request) -> None:
         self.num_preemptions += 1
@@ -636,7 +647,7 @@ class Replica:
         finished = d.take(done)
         for seq_id, req_id in zip(finished["seq_id"].tolist(), finished["req_id"].tolist()):
             self.alloc.free(seq_id)
-            self.sample_done(self.holders[req_id], now)
+            self.sample_done(self.in_flight[req_id], now)
 
     def complete_prefill(self, seq: PrefillSeq, now: float, new_rows: list) -> None:
         """The prompt's last chunk ran: its logits gave one more token."""
@@ -683,6 +694,10 @@ class Replica:
             request.generated = request.output_len * request.n
             self.holders.pop(request.req_id, None)
             self.finish_request(request)
+        elif not self.seq_ids_of(request):
+            # Its other samples wait in the queue: it holds no device memory now, so it
+            # must not be offered as a preemption victim.
+            self.holders.pop(request.req_id, None)
 
     def next_request_tokens(self) -> int:
         """Slots the head of the queue would need (for external fragmentation)."""
