@@ -3,8 +3,8 @@
 Hypothesis draws small scenarios (tiny model, tiny pools, every registered policy,
 admission and preemption modes, swap on/off, prefix caching on/off, 1-3 replicas, n
 samples, prefix groups, sessions, tenants, priorities) and runs each to completion with
-``sim.runner.simulate`` itself. The runner's allocator, executor and replica factories
-are wrapped (``unittest.mock.patch``) so the test sees what the runner built without
+``sim.runner.simulate`` itself. The runner's executor factory wraps the real one and its
+replica class is wrapped (``unittest.mock.patch``) so the test sees what the runner built without
 re-implementing it. For every run:
 
 * every request finished with its whole output, or was rejected with a reason, and none
@@ -22,12 +22,10 @@ many more scenarios.
 from __future__ import annotations
 
 import math
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from unittest import mock
 
 import numpy as np
-import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
@@ -76,7 +74,7 @@ class Run:
 def simulate_observed(scenario) -> Run:
     """``runner.simulate(scenario)`` with access to its replicas and executors."""
     replicas, executors = [], []
-    build_executor, replica_class = runner.build_executor, runner.Replica
+    build_executor, replica_class = runner.build_executor, runner.Replica  # the real ones
 
     def counting_executor(scenario, allocator):
         executors.append(CountingExecutor(build_executor(scenario, allocator)))
@@ -86,10 +84,9 @@ def simulate_observed(scenario) -> Run:
         replicas.append(replica_class(*args, **kwargs))
         return replicas[-1]
 
-    with ExitStack() as stack:
-        stack.enter_context(mock.patch.object(runner, "build_executor", counting_executor))
-        stack.enter_context(mock.patch.object(runner, "Replica", recorded_replica))
-        result = runner.simulate(scenario)
+    with mock.patch.object(runner, "Replica", recorded_replica):
+        result = runner.simulate(scenario, executor_factory=counting_executor)
+    assert len(executors) == len(replicas) == scenario.routing.replicas
     return Run(result, replicas, executors)
 
 
@@ -132,10 +129,7 @@ def scenarios(draw) -> dict:
         "admission": draw(st.sampled_from(["whole-prompt", "first-chunk"])),
     }
     n = draw(st.integers(1, 3))
-    # Known engine bugs (test_swapped_samples_*): swapping requests with n > 1 samples
-    # still livelocks or leaves a finished request among the holders, so until they are
-    # fixed swap runs draw n = 1.
-    modes = ["recompute", "swap", "swap"] if num_cpu_blocks and n == 1 else ["recompute"]
+    modes = ["recompute", "swap", "swap"] if num_cpu_blocks else ["recompute"]
     workload = {
         "arrival": {"kind": "poisson", "rate_rps": draw(st.sampled_from([2.0, 50.0, 2000.0]))},
         "input": draw(lengths(1, min(80, max(1, capacity // 4)))),
@@ -227,23 +221,15 @@ def check_memory(replicas) -> None:
         assert replica.outstanding == 0 and replica.swapped_blocks == 0
 
 
-def check_step_log(run: Run, first_chunk: bool = False) -> None:
-    """Preemptions, swaps and decode tokens reconcile with the step log.
-
-    Known engine bug (test_unblock_preemption_missing_from_step_log): under first-chunk
-    admission a preemption made between steps is not logged, so until it is fixed
-    ``first_chunk`` runs only check that the log does not over-count."""
+def check_step_log(run: Run) -> None:
+    """Preemptions, swaps and decode tokens reconcile with the step log."""
     steps, summary = run.result.steps, run.result.summary
     preempted = steps.column("num_preempted")
-    if first_chunk:
-        assert int(preempted.sum()) <= summary["num_preemptions"]
-    else:
-        assert int(preempted.sum()) == summary["num_preemptions"]
+    assert int(preempted.sum()) == summary["num_preemptions"]
     assert (steps.column("swapped_blocks") >= 0).all()
     for replica, executor in zip(run.replicas, run.executors):
         mine = steps.column("replica") == replica.index
-        assert int(preempted[mine].sum()) <= replica.num_preemptions
-        assert first_chunk or int(preempted[mine].sum()) == replica.num_preemptions
+        assert int(preempted[mine].sum()) == replica.num_preemptions
         # Every recorded step ran on the executor (one more may run past the horizon).
         assert len(executor.swap_out) >= int(mine.sum())
         swap_out, swap_in = np.array(executor.swap_out), np.array(executor.swap_in)
@@ -266,7 +252,7 @@ def check_run(raw: dict) -> Run:
     run = simulate_observed(validate_scenario(raw))
     check_requests(run.result.requests)
     check_memory(run.replicas)
-    check_step_log(run, first_chunk=raw["scheduler"]["admission"] == "first-chunk")
+    check_step_log(run)
     # Coverage of the interesting paths, shown by --hypothesis-show-statistics.
     summary = run.result.summary
     event(f"preempted: {summary['num_preemptions'] > 0}")
@@ -321,14 +307,9 @@ def test_swapped_forks_do_not_livelock():
     check_step_log(run)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="engine bug: Replica.unblock() preempts a partially prefilled request between "
-    "steps (first-chunk admission); it counts in num_preemptions but in no step's "
-    "num_preempted, so steps.csv and summary.json disagree",
-)
-def test_unblock_preemption_missing_from_step_log():
+def test_preemption_between_steps_is_logged():
+    """Regression (fixed in 604f051): a preemption made between steps under first-chunk
+    admission counted in num_preemptions but in no step of steps.csv."""
     raw = tiny_raw(
         arrival={"kind": "poisson", "rate_rps": 2000.0},
         input={"kind": "uniform", "min": 1, "max": 2},
@@ -350,7 +331,9 @@ def test_unblock_preemption_missing_from_step_log():
     }
     raw["preemption"] = {"victim": "most-blocks"}
     raw["simulation"] = {"num_requests": 12, "seed": 1951}
-    check_step_log(simulate_observed(validate_scenario(raw)))
+    run = simulate_observed(validate_scenario(raw))
+    check_step_log(run)
+    check_memory(run.replicas)
 
 
 def swapped_samples_raw(**changes) -> dict:
@@ -377,24 +360,18 @@ def swapped_samples_raw(**changes) -> dict:
     return raw
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="engine bug: a request with n > 1 swapped out and back finishes but stays in "
-    "Replica.holders (a later victim pick could choose a finished request)",
-)
 def test_swapped_samples_leave_no_finished_holder():
+    """Regression (fixed in 604f051): a request with n > 1 samples swapped out and back
+    finished but stayed among the holders (a request holding no device memory was picked
+    as a victim)."""
     run = simulate_observed(validate_scenario(swapped_samples_raw()))
     check_requests(run.result.requests)
     check_memory(run.replicas)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=Livelock,
-    reason="engine bug: swap with n > 1 samples under first-chunk admission steps forever",
-)
 def test_swapped_samples_do_not_livelock():
+    """Regression (fixed in 604f051): swap with n > 1 samples under first-chunk admission
+    swapped the sole holder out and in every step forever."""
     raw = swapped_samples_raw(
         cache={"num_blocks": 18},
         scheduler={"max_num_batched_tokens": 31, "admission": "first-chunk"},
