@@ -19,12 +19,14 @@ from backend.base import Allocator
 from backend.blocks import BlockManager
 from backend.contiguous import make_contiguous
 from policies.preemption import VICTIMS
+from policies.registry import UnknownPolicy
 from policies.routing import ROUTERS
 from policies.scheduling import SCHEDULERS
 from sim import metrics, report, workload
 from sim.costmodel import AnalyticCostModel, CostParams
 from sim.engine import Cluster, EngineConfig, Replica
 from sim.progress import Progress
+from sim.scenario import ScenarioError
 from sim.types import Request
 
 
@@ -46,13 +48,17 @@ def build_allocator(scenario) -> Allocator:
     num_blocks = cache.device_blocks(model, hw, tp)
     num_cpu_blocks = cache.cpu_blocks(model, tp)
     if cache.allocator == "paged":
-        return BlockManager(
-            num_blocks,
-            cache.block_size,
-            num_cpu_blocks=num_cpu_blocks,
-            enable_prefix_caching=cache.prefix_caching,
-            eviction=scenario.eviction.policy,
-        )
+        try:
+            return BlockManager(
+                num_blocks,
+                cache.block_size,
+                num_cpu_blocks=num_cpu_blocks,
+                enable_prefix_caching=cache.prefix_caching,
+                eviction=scenario.resolve_plugin(scenario.eviction.policy),
+                rng=np.random.default_rng(scenario.simulation.seed),
+            )
+        except (UnknownPolicy, TypeError) as err:
+            raise ScenarioError(f"{scenario.source}: eviction.policy: {err}") from None
     return make_contiguous(
         cache.allocator,
         num_slots=num_blocks * cache.block_size,
@@ -95,8 +101,19 @@ def engine_config(scenario, allocator: Allocator) -> EngineConfig:
     )
 
 
-def make_policy(registry, name: str, params: dict | None = None):
-    return registry.get(name)(**(params or {}))
+def make_policy(scenario, registry, field: str, name: str, params: dict | None = None):
+    """Instantiate the policy a scenario names at ``field`` (e.g. "scheduler.policy").
+    Raises ScenarioError (one line) for a plug-in that cannot be loaded or parameters the
+    policy does not take."""
+    try:
+        factory = registry.get(scenario.resolve_plugin(name))
+    except UnknownPolicy as err:
+        raise ScenarioError(f"{scenario.source}: {field}: {err}") from None
+    try:
+        return factory(**(params or {}))
+    except (TypeError, ValueError) as err:
+        section = field.rpartition(".")[0]
+        raise ScenarioError(f"{scenario.source}: {section}.params: {name}: {err}") from None
 
 
 def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunResult:
@@ -135,13 +152,15 @@ def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunR
         replicas.append(
             Replica(
                 env, index, allocator, make_executor(scenario, allocator),
-                make_policy(SCHEDULERS, scenario.scheduler.policy, scenario.scheduler.params),
-                make_policy(VICTIMS, scenario.preemption.victim),
+                make_policy(scenario, SCHEDULERS, "scheduler.policy", scenario.scheduler.policy,
+                            scenario.scheduler.params),
+                make_policy(scenario, VICTIMS, "preemption.victim", scenario.preemption.victim),
                 engine_config(scenario, allocator), outputs,
                 on_step, on_done,
             )
         )
-    router = make_policy(ROUTERS, scenario.routing.router, scenario.routing.params)
+    router = make_policy(scenario, ROUTERS, "routing.router", scenario.routing.router,
+                         scenario.routing.params)
     cluster = Cluster(env, replicas, router)
     env.process(cluster.arrivals(requests))
     env.run(until=scenario.simulation.max_sim_time_s)

@@ -329,6 +329,9 @@ class Scenario(StrictModel):
 
     name: str = "scenario"
     description: str = ""
+    #: where it came from (for error messages) and the folder relative paths live in
+    _source: str = PrivateAttr(default="<scenario>")
+    _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     model: ResolvedModel = Field(default="llama-3-8b", validate_default=True)
     hardware: ResolvedHardware = Field(default="h100-sxm", validate_default=True)
     tensor_parallel: int = Field(default=1, ge=1)
@@ -373,6 +376,21 @@ class Scenario(StrictModel):
         return self
 
     @property
+    def source(self) -> str:
+        """The scenario file (or '<scenario>'), for one-line error messages."""
+        return self._source
+
+    def resolve_plugin(self, name: str) -> str:
+        """A ``path/file.py:attr`` plug-in name with a relative path resolved against the
+        scenario's folder (like trace files) when the file is there; others unchanged."""
+        target, sep, attr = name.rpartition(":")
+        if sep and target.endswith(".py") and not Path(target).is_absolute():
+            beside = self._base_dir / target
+            if beside.is_file():
+                return f"{beside}:{attr}"
+        return name
+
+    @property
     def model_spec(self) -> ModelSpec:
         return self.model
 
@@ -410,9 +428,12 @@ def validate_scenario(raw: dict, source: str = "<scenario>", *, base_dir: Path |
     (default: the working directory). Raises ScenarioError (one line)."""
     context = {"base_dir": str(base_dir or Path.cwd())}
     try:
-        return Scenario.model_validate(raw, context=context)
+        scenario = Scenario.model_validate(raw, context=context)
     except ValidationError as err:
         raise ScenarioError(format_validation_error(err, source, raw)) from None
+    scenario._source = source
+    scenario._base_dir = Path(context["base_dir"])
+    return scenario
 
 
 def _read_yaml(path: Path, source: str) -> dict:

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from policies.registry import UnknownPolicy
 from policies.scheduling import SCHEDULERS
 from sim import cli
 from sim.types import Request
@@ -185,24 +184,31 @@ def median_ttft_by_tenant(requests_csv: Path) -> dict[str, float]:
 
 
 def test_a_plugin_scheduler_from_a_file_runs_through_pagesim(tmp_path, monkeypatch):
-    # The plug-in path in the scenario is relative to the working directory.
-    monkeypatch.chdir(REPO)
+    # The plug-in path in the scenario is relative to the scenario file, so the run works
+    # from any working directory.
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "run"
-    assert cli.main(["run", PLUGIN_SCENARIO, "--out", str(out), "--quiet", "--no-report"]) == 0
+    scenario = str(REPO / PLUGIN_SCENARIO)
+    assert cli.main(["run", scenario, "--out", str(out), "--quiet", "--no-report"]) == 0
     ttft = median_ttft_by_tenant(out / "requests.csv")
     assert set(ttft) == {"0", "1", "2"}
     # Tenant 0 is premium: it jumps the queue, so it waits far less than the others.
     assert ttft["0"] * 5 < min(ttft["1"], ttft["2"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=UnknownPolicy,
-    reason="runner/cli bug: a plug-in that cannot be loaded at run time (here a relative "
-    "path from another directory) ends in a traceback, not a one-line error and exit 2",
-)
-def test_a_plugin_that_cannot_be_loaded_is_a_one_line_error(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    scenario = str(REPO / PLUGIN_SCENARIO)
-    assert cli.main(["run", scenario, "--out", str(tmp_path / "r"), "--quiet"]) == 2
-    assert "custom_policy.py" in capsys.readouterr().err
+def test_a_plugin_that_cannot_be_loaded_is_a_one_line_error(tmp_path, capsys):
+    scenario = tmp_path / "plugin.yaml"
+    scenario.write_text("scheduler: {policy: missing_policy.py:Nope}\n")
+    assert cli.main(["run", str(scenario), "--out", str(tmp_path / "r"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "scheduler.policy" in err and "missing_policy.py" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_parameters_a_policy_does_not_take_are_a_one_line_error(tmp_path, capsys):
+    scenario = tmp_path / "params.yaml"
+    scenario.write_text("scheduler: {policy: priority, params: {agin_s: 3}}\n")
+    assert cli.main(["run", str(scenario), "--out", str(tmp_path / "r"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "scheduler.params" in err and "agin_s" in err
+    assert len(err.strip().splitlines()) == 1
