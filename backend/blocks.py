@@ -443,6 +443,8 @@ class BlockManager(Allocator):
             self._publish_through(seq, _check_count("num_tokens", num_tokens, 0) // self.block_size)
 
     def cached_prefix_tokens(self, token_ids, *, salt: int = 0) -> int:
+        if not self.enable_prefix_caching:
+            return 0
         tokens = _as_tokens(token_ids, allow_empty=False)
         return len(self._lookup(tokens, int(salt))[1]) * self.block_size
 

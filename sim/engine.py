@@ -459,16 +459,18 @@ class Replica:
                 needed = self.blocks_for(tokens.shape[0] - cached, remaining_out)
                 if self.available_blocks() - needed < self.cfg.watermark_blocks:
                     return None
-        if not self.alloc.can_allocate(tokens, salt=request.tenant, max_new_tokens=remaining_out):
+        # Blocks are offered to other requests' prefix lookups only once their chunk is
+        # scheduled (see schedule()), never while their KV does not exist yet. A refused
+        # allocate changes nothing, so trying it is the cheapest "can allocate?".
+        try:
+            cached = self.alloc.allocate(
+                self._next_seq_id, tokens, salt=request.tenant, max_new_tokens=remaining_out,
+                computed_tokens=0,
+            )
+        except OutOfBlocks:
             return None
         seq.seq_id = self._next_seq_id
         self._next_seq_id += 1
-        # Blocks are offered to other requests' prefix lookups only once their chunk is
-        # scheduled (see schedule()), never while their KV does not exist yet.
-        cached = self.alloc.allocate(
-            seq.seq_id, tokens, salt=request.tenant, max_new_tokens=remaining_out,
-            computed_tokens=0,
-        )
         seq.held = tokens.shape[0]
         # At least one token is computed so the step has logits to sample from.
         seq.computed = min(cached, total - 1)
