@@ -69,7 +69,10 @@ def measure(num_requests: int, repeats: int) -> dict:
     for _ in range(repeats):
         out = subprocess.run(
             [sys.executable, __file__, "--child", str(num_requests)],
-            check=True, capture_output=True, text=True, cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
         )
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     median = statistics.median(r["wall_s"] for r in runs)
@@ -88,17 +91,21 @@ def main() -> None:
     if args.child:
         print(json.dumps(one_run(args.child)))
         return
-    header = (f"{'requests':>9} {'wall s':>8} {'req/s':>9} {'out tok/s':>11} "
-              f"{'steps/s':>9} {'us/step':>8} {'early':>6} {'late':>6} {'peak MiB':>9}")
+    header = (
+        f"{'requests':>9} {'wall s':>8} {'req/s':>9} {'out tok/s':>11} "
+        f"{'steps/s':>9} {'us/step':>8} {'early':>6} {'late':>6} {'peak MiB':>9}"
+    )
     print(f"pagesim simulator speed: {SCENARIO.relative_to(ROOT)} (analytic cost model)")
     print(header)
     for size in args.sizes:
         r = measure(size, args.repeats)
         wall = r["wall_s"]
-        print(f"{r['requests']:>9,} {wall:>8.2f} {r['requests'] / wall:>9,.0f} "
-              f"{r['output_tokens'] / wall:>11,.0f} {r['steps'] / wall:>9,.0f} "
-              f"{wall / r['steps'] * 1e6:>8.1f} {r['us_step_early']:>6.0f} "
-              f"{r['us_step_late']:>6.0f} {r['peak_mib']:>9,.0f}")
+        print(
+            f"{r['requests']:>9,} {wall:>8.2f} {r['requests'] / wall:>9,.0f} "
+            f"{r['output_tokens'] / wall:>11,.0f} {r['steps'] / wall:>9,.0f} "
+            f"{wall / r['steps'] * 1e6:>8.1f} {r['us_step_early']:>6.0f} "
+            f"{r['us_step_late']:>6.0f} {r['peak_mib']:>9,.0f}"
+        )
     print("early/late: us per step over the 2nd and 9th tenth of the steps (flat = a step")
     print("does not get dearer as requests finish)")
     print("targets: 100,000 requests < 30 s wall, > 1e6 output tok/s, < 2048 MiB peak")

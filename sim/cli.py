@@ -30,8 +30,14 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a scenario and write CSVs, summary and report")
     run.add_argument("scenario", help="scenario YAML file")
     run.add_argument("--out", help="output directory (default: runs/<scenario name>)")
-    run.add_argument("--set", dest="overrides", action="append", default=[],
-                     metavar="KEY.PATH=VALUE", help="override a scenario field (repeatable)")
+    run.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        help="override a scenario field (repeatable)",
+    )
     run.add_argument("--seed", type=int, help="override simulation.seed")
     run.add_argument("--no-report", action="store_true", help="skip the HTML report")
     run.add_argument("--quiet", action="store_true", help="no progress bar or table")

@@ -22,13 +22,21 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 import simpy
 
-from backend.base import Allocator, BlockMove, OutOfBlocks
+from backend.base import Allocator, OutOfBlocks
+from sim.sequences import (
+    DecodeSet,
+    Moves,
+    PrefillSeq,
+    StepPlan,
+    SwappedRequest,
+    WaitingEntry,
+)
 from sim.types import Batch, Executor, PrefillChunk, Request
 
 
@@ -58,98 +66,6 @@ class EngineConfig:
     #: "whole-prompt": a request is admitted only if its whole prompt's KV fits now;
     #: "first-chunk": only its first chunk must fit, later chunks take blocks as they run
     admission: str = "whole-prompt"
-
-
-@dataclass(eq=False)
-class PrefillSeq:
-    """A sequence whose prompt (plus, after a recompute preemption, its generated
-    tokens) is being computed. ``generated`` tokens were sampled before this prefill."""
-
-    request: Request
-    sample: int
-    tokens: np.ndarray
-    generated: int = 0
-    resumed: bool = False
-    fork_children: int = 0  # samples to fork from this one when its prompt is done
-    seq_id: int = -1
-    computed: int = 0  # tokens whose KV is in the pool
-    held: int = 0  # tokens whose slots the allocator holds (>= computed)
-
-
-@dataclass(eq=False)
-class SwappedRequest:
-    """A request whose sequences all live in the CPU pool."""
-
-    request: Request
-    prefills: list[PrefillSeq]
-    decodes: dict[str, np.ndarray]
-    num_blocks: int
-
-
-def _field(index: int) -> property:
-    def get(self) -> np.ndarray:
-        return self.data[index]
-
-    def put(self, value) -> None:  # `d.context += 1` rebinds: write through
-        self.data[index] = value
-
-    return property(get, put)
-
-
-class DecodeSet:
-    """Running sequences in their decode phase: one int64 array, a row per field.
-
-    Fields are exposed as contiguous row views (``d.generated``, ...), so per-step
-    updates are in-place numpy operations and removing finished sequences is a single
-    fancy-indexing call, whatever the number of fields."""
-
-    FIELDS = ("seq_id", "req_id", "sample", "stream", "generated", "target", "context", "tenant")
-    seq_id, req_id, sample, stream, generated, target, context, tenant = (
-        _field(i) for i in range(len(FIELDS))
-    )
-
-    def __init__(self) -> None:
-        self.data = np.zeros((len(self.FIELDS), 0), dtype=np.int64)
-
-    def __len__(self) -> int:
-        return int(self.data.shape[1])
-
-    def extend(self, rows: dict[str, np.ndarray] | list[tuple[int, ...]]) -> None:
-        """Append rows given as column arrays or as tuples in FIELDS order."""
-        if isinstance(rows, list):
-            if not rows:
-                return
-            block = np.asarray(rows, dtype=np.int64).T
-        else:
-            block = np.stack([rows[name] for name in self.FIELDS])
-        self.data = np.concatenate([self.data, block], axis=1)
-
-    def take(self, mask: np.ndarray) -> dict[str, np.ndarray]:
-        """Remove the rows selected by ``mask`` and return them as column arrays."""
-        taken = self.data[:, mask]
-        self.data = self.data[:, ~mask]
-        return {name: taken[i] for i, name in enumerate(self.FIELDS)}
-
-
-@dataclass(eq=False)
-class WaitingEntry:
-    """A prefill waiting for admission (what scheduling policies order)."""
-
-    request: Request
-    seq: PrefillSeq
-
-    @property
-    def resumed(self) -> bool:
-        return self.seq.resumed
-
-
-@dataclass
-class StepPlan:
-    """What the scheduler decided for one step; applied after the step's time passes."""
-
-    decode_rows: int = 0
-    chunks: list[tuple[PrefillSeq, int]] = field(default_factory=list)
-    num_preempted: int = 0
 
 
 class Replica:
@@ -464,7 +380,10 @@ class Replica:
         # allocate changes nothing, so trying it is the cheapest "can allocate?".
         try:
             cached = self.alloc.allocate(
-                self._next_seq_id, tokens, salt=request.tenant, max_new_tokens=remaining_out,
+                self._next_seq_id,
+                tokens,
+                salt=request.tenant,
+                max_new_tokens=remaining_out,
                 computed_tokens=0,
             )
         except OutOfBlocks:
@@ -573,15 +492,17 @@ class Replica:
         from prompt + the tokens each has generated so far."""
         entries = []
         for seq in prefills:
-            fresh = PrefillSeq(request, seq.sample, seq.tokens, seq.generated, True,
-                               seq.fork_children)
+            fresh = PrefillSeq(
+                request, seq.sample, seq.tokens, seq.generated, True, seq.fork_children
+            )
             entries.append(WaitingEntry(request, fresh))
         for i in range(decodes["seq_id"].shape[0]):
             sample = int(decodes["sample"][i])
             generated = int(decodes["generated"][i])
             tokens = self.sequence_tokens(request, sample, generated)
-            entries.append(WaitingEntry(request, PrefillSeq(request, sample, tokens, generated,
-                                                            resumed=True)))
+            entries.append(
+                WaitingEntry(request, PrefillSeq(request, sample, tokens, generated, resumed=True))
+            )
         self.waiting.extendleft(reversed(entries))
 
     def sequence_tokens(self, request: Request, sample: int, generated: int) -> np.ndarray:
@@ -671,8 +592,18 @@ class Replica:
             if seq_id is None:
                 continue  # could not fork: that sample was re-queued for recompute
             stream = self.outputs.stream_state(request.req_id, sample)
-            new_rows.append((seq_id, request.req_id, sample, stream, generated,
-                             request.output_len, context, request.tenant))
+            new_rows.append(
+                (
+                    seq_id,
+                    request.req_id,
+                    sample,
+                    stream,
+                    generated,
+                    request.output_len,
+                    context,
+                    request.tenant,
+                )
+            )
 
     def fork(self, parent: PrefillSeq, sample: int) -> int | None:
         child = self._next_seq_id
@@ -708,13 +639,6 @@ class Replica:
         seq = self.waiting[0].seq
         remaining_out = seq.request.output_len - seq.generated
         return self.blocks_for(seq.tokens.shape[0], remaining_out) * self.alloc.block_size
-
-
-@dataclass
-class Moves:
-    copies: list[BlockMove] = field(default_factory=list)
-    swap_out: list[BlockMove] = field(default_factory=list)
-    swap_in: list[BlockMove] = field(default_factory=list)
 
 
 class Cluster:

@@ -10,8 +10,16 @@ class Progress:
     """Redraws at most every ``interval_s`` wall seconds; silent when disabled or when
     stderr is not a terminal and ``force`` is false."""
 
-    def __init__(self, total: int, label: str, *, enabled: bool = True, interval_s: float = 0.5,
-                 force: bool = False, stream=None):
+    def __init__(
+        self,
+        total: int,
+        label: str,
+        *,
+        enabled: bool = True,
+        interval_s: float = 0.5,
+        force: bool = False,
+        stream=None,
+    ):
         self.total = max(total, 1)
         self.label = label
         self.stream = stream or sys.stderr

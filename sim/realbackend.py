@@ -26,8 +26,7 @@ def build_torch_executor(scenario, allocator):
         from backend.paged.executor import PagedExecutor
     except ImportError as err:
         raise ScenarioError(
-            f"{source}: backend.kind: torch needs torch installed ({err}); "
-            "install the 'real' extra"
+            f"{source}: backend.kind: torch needs torch installed ({err}); install the 'real' extra"
         ) from None
     device = scenario.backend.device
     if device == "cuda" and not torch.cuda.is_available():

@@ -135,11 +135,23 @@ def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunR
     def on_step(replica: Replica, batch, duration: float, plan) -> None:
         usage = replica.alloc.usage(replica.next_request_tokens())
         steps.record(
-            replica.index, replica.env.now - duration, duration, batch.batch_size,
-            batch.num_prefill_tokens, batch.num_decode_tokens, usage.used_blocks,
-            usage.cached_blocks, usage.free_blocks, usage.token_slots, usage.reserved_slots,
-            usage.internal_frag_slots, usage.external_frag_slots, usage.free_slots,
-            replica.swapped_blocks, len(replica.waiting), plan.num_preempted,
+            replica.index,
+            replica.env.now - duration,
+            duration,
+            batch.batch_size,
+            batch.num_prefill_tokens,
+            batch.num_decode_tokens,
+            usage.used_blocks,
+            usage.cached_blocks,
+            usage.free_blocks,
+            usage.token_slots,
+            usage.reserved_slots,
+            usage.internal_frag_slots,
+            usage.external_frag_slots,
+            usage.free_slots,
+            replica.swapped_blocks,
+            len(replica.waiting),
+            plan.num_preempted,
         )
 
     def on_done(request: Request) -> None:
@@ -151,16 +163,27 @@ def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunR
         allocator = build_allocator(scenario)
         replicas.append(
             Replica(
-                env, index, allocator, make_executor(scenario, allocator),
-                make_policy(scenario, SCHEDULERS, "scheduler.policy", scenario.scheduler.policy,
-                            scenario.scheduler.params),
+                env,
+                index,
+                allocator,
+                make_executor(scenario, allocator),
+                make_policy(
+                    scenario,
+                    SCHEDULERS,
+                    "scheduler.policy",
+                    scenario.scheduler.policy,
+                    scenario.scheduler.params,
+                ),
                 make_policy(scenario, VICTIMS, "preemption.victim", scenario.preemption.victim),
-                engine_config(scenario, allocator), outputs,
-                on_step, on_done,
+                engine_config(scenario, allocator),
+                outputs,
+                on_step,
+                on_done,
             )
         )
-    router = make_policy(scenario, ROUTERS, "routing.router", scenario.routing.router,
-                         scenario.routing.params)
+    router = make_policy(
+        scenario, ROUTERS, "routing.router", scenario.routing.router, scenario.routing.params
+    )
     cluster = Cluster(env, replicas, router)
     env.process(cluster.arrivals(requests))
     env.run(until=scenario.simulation.max_sim_time_s)
@@ -170,8 +193,12 @@ def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunR
             request.rejected_reason = "unfinished at max_sim_time_s"
     total_slots = replicas[0].alloc.num_blocks * replicas[0].alloc.block_size
     summary = metrics.summarize(
-        requests, steps, total_slots=total_slots, slo_ttft_s=scenario.slo.ttft_s,
-        slo_tpot_s=scenario.slo.tpot_s, warmup_requests=scenario.simulation.warmup_requests,
+        requests,
+        steps,
+        total_slots=total_slots,
+        slo_ttft_s=scenario.slo.ttft_s,
+        slo_tpot_s=scenario.slo.tpot_s,
+        warmup_requests=scenario.simulation.warmup_requests,
         num_replicas=len(replicas),
     )
     pool = replicas[0].alloc
@@ -197,6 +224,5 @@ def write_run(result: RunResult, scenario, out_dir: str | Path, *, html: bool = 
         json.dumps(scenario.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
     )
     if html:
-        report.write_report(out, result.requests, result.steps, result.summary,
-                            title=scenario.name)
+        report.write_report(out, result.requests, result.steps, result.summary, title=scenario.name)
     return out

@@ -32,21 +32,31 @@ def test_run_writes_outputs_and_prints_the_summary(tmp_path, capsys):
 
 def test_same_scenario_and_seed_give_byte_identical_outputs(tmp_path, capsys):
     for name in ("a", "b"):
-        assert main(["run", str(TINY), "--out", str(tmp_path / name), "--quiet",
-                     "--no-report"]) == 0
+        assert (
+            main(["run", str(TINY), "--out", str(tmp_path / name), "--quiet", "--no-report"]) == 0
+        )
     for name in OUTPUTS:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
-    main(["run", str(TINY), "--out", str(tmp_path / "c"), "--quiet", "--no-report",
-          "--seed", "7"])
+    main(["run", str(TINY), "--out", str(tmp_path / "c"), "--quiet", "--no-report", "--seed", "7"])
     assert (tmp_path / "a" / "requests.csv").read_bytes() != (
         tmp_path / "c" / "requests.csv"
     ).read_bytes()
 
 
 def test_set_overrides_reach_the_run(tmp_path, capsys):
-    code, _, err = run_cli(capsys, "run", str(TINY), "--out", str(tmp_path / "r"), "--quiet",
-                           "--no-report", "--set", "simulation.num_requests=20",
-                           "--set", "cache.allocator=contiguous-oracle")
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        str(TINY),
+        "--out",
+        str(tmp_path / "r"),
+        "--quiet",
+        "--no-report",
+        "--set",
+        "simulation.num_requests=20",
+        "--set",
+        "cache.allocator=contiguous-oracle",
+    )
     assert code == 0, err
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["num_requests"] == 20
@@ -91,8 +101,9 @@ def test_bad_trace_row_names_file_line_and_column(tmp_path, capsys):
         "2023-11-16 18:15:46.6805900,374,44\n"
         "2023-11-16 18:15:50.9951690,lots,15\n"
     )
-    path = write(tmp_path, "workload: {arrival: {kind: trace, path: trace.csv, "
-                           "format: azure-csv}}\n")
+    path = write(
+        tmp_path, "workload: {arrival: {kind: trace, path: trace.csv, format: azure-csv}}\n"
+    )
     code, _, err = run_cli(capsys, "run", str(path))
     assert code == 2
     assert "trace.csv" in err and "3" in err and "ContextTokens" in err
@@ -108,8 +119,18 @@ def test_bad_override_and_missing_file(tmp_path, capsys):
 
 def test_compare_prints_runs_side_by_side(tmp_path, capsys):
     for name, allocator in (("paged", "paged"), ("oracle", "contiguous-oracle")):
-        main(["run", str(TINY), "--out", str(tmp_path / name), "--quiet", "--no-report",
-              "--set", f"cache.allocator={allocator}"])
+        main(
+            [
+                "run",
+                str(TINY),
+                "--out",
+                str(tmp_path / name),
+                "--quiet",
+                "--no-report",
+                "--set",
+                f"cache.allocator={allocator}",
+            ]
+        )
     code, out, _ = run_cli(capsys, "compare", str(tmp_path / "paged"), str(tmp_path / "oracle"))
     assert code == 0 and "paged" in out and "oracle" in out
     code, _, err = run_cli(capsys, "compare", str(tmp_path / "nothing"))

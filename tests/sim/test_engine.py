@@ -26,8 +26,13 @@ class FixedStep:
     def execute(self, batch):
         prefill = tuple((c.seq_id, c.start, c.num_tokens) for c in batch.prefills)
         self.log.append(
-            (prefill, batch.decode_seq_ids.tolist(), len(batch.copies), len(batch.swap_out),
-             len(batch.swap_in))
+            (
+                prefill,
+                batch.decode_seq_ids.tolist(),
+                len(batch.copies),
+                len(batch.swap_out),
+                len(batch.swap_in),
+            )
         )
         return self.seconds
 
@@ -53,8 +58,16 @@ def run(requests, allocator, config=None, seconds=1.0, mode="recompute"):
     done = []
     cfg = config or EngineConfig(preemption_mode=mode, max_model_len=4096)
     replica = Replica(
-        env, 0, allocator, executor, SCHEDULERS.get("fcfs")(), VICTIMS.get("last-arrived")(),
-        cfg, Outputs(), on_step=lambda *a: None, on_done=done.append,
+        env,
+        0,
+        allocator,
+        executor,
+        SCHEDULERS.get("fcfs")(),
+        VICTIMS.get("last-arrived")(),
+        cfg,
+        Outputs(),
+        on_step=lambda *a: None,
+        on_done=done.append,
     )
     cluster = Cluster(env, [replica], ROUTERS.get("round-robin")())
     env.process(cluster.arrivals(requests))

@@ -16,8 +16,20 @@ TINY = Path(__file__).resolve().parents[2] / "scenarios" / "tiny.yaml"
 
 def test_torch_backend_runs_a_scenario_end_to_end(tmp_path):
     out = tmp_path / "run"
-    code = main(["run", str(TINY), "--out", str(out), "--quiet", "--no-report",
-                 "--set", "backend.kind=torch", "--set", "simulation.num_requests=12"])
+    code = main(
+        [
+            "run",
+            str(TINY),
+            "--out",
+            str(out),
+            "--quiet",
+            "--no-report",
+            "--set",
+            "backend.kind=torch",
+            "--set",
+            "simulation.num_requests=12",
+        ]
+    )
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["num_finished"] == 12
@@ -28,7 +40,18 @@ def test_torch_backend_runs_a_scenario_end_to_end(tmp_path):
 
 
 def test_torch_backend_refuses_contiguous_allocator(tmp_path, capsys):
-    code = main(["run", str(TINY), "--out", str(tmp_path / "r"), "--quiet",
-                 "--set", "backend.kind=torch", "--set", "cache.allocator=contiguous-max"])
+    code = main(
+        [
+            "run",
+            str(TINY),
+            "--out",
+            str(tmp_path / "r"),
+            "--quiet",
+            "--set",
+            "backend.kind=torch",
+            "--set",
+            "cache.allocator=contiguous-max",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "cache.allocator" in err and len(err.strip().splitlines()) == 1
