@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_WHEEL := $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl)
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench venv clean
+.PHONY: run test nightly lint bench venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -24,6 +24,10 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
+
+# The long property-test run: Hypothesis's nightly profile (10x+ the ci examples).
+nightly: $(STAMP)
+	HYPOTHESIS_PROFILE=nightly TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
