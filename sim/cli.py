@@ -18,14 +18,14 @@ class UsageError(Exception):
     """A mistake of the user's, reported as one line with exit code 2."""
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse's own errors already exit 2; keep it one line
         self.exit(USER_ERROR, f"pagesim: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="pagesim", description="Simulate LLM serving on a paged KV cache.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = OneLineParser(prog="pagesim", description="Simulate LLM serving on a paged KV cache.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     run = sub.add_parser("run", help="run a scenario and write CSVs, summary and report")
     run.add_argument("scenario", help="scenario YAML file")

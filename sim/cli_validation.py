@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from sim.cli import UsageError, _Parser, dispatch
+from sim.cli import OneLineParser, UsageError, dispatch
 
 __all__ = ["add_commands", "main"]
 
@@ -266,8 +266,8 @@ def cmd_validate(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one of these subcommands without the rest of the pagesim CLI."""
-    parser = _Parser(prog="pagesim", description="Profile, calibrate and validate.")
-    add_commands(parser.add_subparsers(dest="command", required=True, parser_class=_Parser))
+    parser = OneLineParser(prog="pagesim", description="Profile, calibrate and validate.")
+    add_commands(parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser))
     return dispatch(parser.parse_args(argv))
 
 
