@@ -241,6 +241,13 @@ class BlockManager(Allocator):
         then eviction victims. Each comes back with refcount 1 and no tokens."""
         if count == 0:
             return []
+        if count == 1 and self._free:  # the common case (a decode crossing): no arrays
+            block = self._free.popleft()
+            self._refcount[block] = 1
+            used = self.num_blocks - len(self._free) - len(self.evictor)
+            if used > self.peak_used_blocks:
+                self.peak_used_blocks = used
+            return [block]
         from_free = min(count, len(self._free))
         blocks = [self._free.popleft() for _ in range(from_free)]
         if from_free < count:
@@ -265,9 +272,15 @@ class BlockManager(Allocator):
         if not table:
             return
         ordered = table[::-1]
-        blocks = np.array(ordered, dtype=np.int64)
-        self._refcount[blocks] -= 1
-        dropped = self._refcount[blocks] == 0
+        if len(table) <= 4:  # short tables: scalar updates beat building index arrays
+            refcount = self._refcount
+            for block in ordered:
+                refcount[block] -= 1
+            dropped = np.array([refcount[block] == 0 for block in ordered])
+        else:
+            blocks = np.array(ordered, dtype=np.int64)
+            self._refcount[blocks] -= 1
+            dropped = self._refcount[blocks] == 0
         if dropped.all():  # the common case, a private table: all its tokens go
             self._token_slots -= num_tokens
             released = ordered
@@ -278,7 +291,7 @@ class BlockManager(Allocator):
             # Block i of a table holds min(size, num_tokens - i * size) tokens.
             fills = np.minimum(size, num_tokens - np.arange(len(table) - 1, -1, -1) * size)
             self._token_slots -= int(fills[dropped].sum())
-            released = blocks[dropped].tolist()
+            released = np.asarray(ordered)[dropped].tolist()
         if not self._block_of_key:  # nothing can be cached: straight to the free list
             self._free.extend(released)
             return
