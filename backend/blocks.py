@@ -613,9 +613,28 @@ class BlockManager(Allocator):
         self._num_tokens[seqs] = held + 1
         self._token_slots += int(seqs.shape[0])
         if self.enable_prefix_caching:
-            for seq in seqs[need.slot == self.block_size - 1].tolist():
-                self._seal(seq, self._tables[seq][-1])
+            self._seal_batch(seqs[need.slot == self.block_size - 1])
         return moves
+
+    def _seal_batch(self, sealing: np.ndarray) -> None:
+        """``_seal`` for every sequence of ``sealing`` whose newest block just filled, with
+        the per-block work cut to one hash: the blocks' tokens are gathered in one copy and
+        hashed from byte slices (the same bytes ``block_key`` hashes)."""
+        if not sealing.size:
+            return
+        blocks = self._last_block[sealing]
+        raw = self.slots[blocks].tobytes()
+        width = self.block_size * self.slots.itemsize
+        keys, salts, published = self._keys, self._salt, self._published
+        for i, (seq, block) in enumerate(zip(sealing.tolist(), blocks.tolist())):
+            chain = keys[seq]
+            key = block_key(
+                chain[-1] if chain else _NO_PARENT, raw[i * width : (i + 1) * width], salts[seq]
+            )
+            chain.append(key)
+            if published[seq] == len(chain) - 1:  # not behind deferred prompt blocks
+                self._publish(key, block)
+                published[seq] += 1
 
     # -- sharing and release ------------------------------------------------------------------
     def fork(self, parent_id: int, child_id: int) -> list[BlockMove]:
