@@ -23,14 +23,9 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(USER_ERROR, f"pagesim: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="pagesim", description="Simulate LLM serving on a paged KV cache.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-
-    run = sub.add_parser("run", help="run a scenario and write CSVs, summary and report")
-    run.add_argument("scenario", help="scenario YAML file")
-    run.add_argument("--out", help="output directory (default: runs/<scenario name>)")
-    run.add_argument(
+def add_scenario_options(parser: argparse.ArgumentParser) -> None:
+    """``--set`` and ``--seed``, for every command that loads a scenario."""
+    parser.add_argument(
         "--set",
         dest="overrides",
         action="append",
@@ -38,7 +33,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY.PATH=VALUE",
         help="override a scenario field (repeatable)",
     )
-    run.add_argument("--seed", type=int, help="override simulation.seed")
+    parser.add_argument("--seed", type=int, help="override simulation.seed")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="pagesim", description="Simulate LLM serving on a paged KV cache.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+
+    run = sub.add_parser("run", help="run a scenario and write CSVs, summary and report")
+    run.add_argument("scenario", help="scenario YAML file")
+    run.add_argument("--out", help="output directory (default: runs/<scenario name>)")
+    add_scenario_options(run)
     run.add_argument("--no-report", action="store_true", help="skip the HTML report")
     run.add_argument("--quiet", action="store_true", help="no progress bar or table")
     run.set_defaults(handler=cmd_run)

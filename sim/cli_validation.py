@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from sim.cli import OneLineParser, UsageError, dispatch
+from sim.cli import OneLineParser, UsageError, add_scenario_options, dispatch
 
 __all__ = ["add_commands", "main"]
 
@@ -21,18 +21,6 @@ def add_commands(subparsers) -> None:
     _add_profile(subparsers)
     _add_calibrate(subparsers)
     _add_validate(subparsers)
-
-
-def _add_scenario_options(parser) -> None:
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY.PATH=VALUE",
-        help="override a scenario field (repeatable)",
-    )
-    parser.add_argument("--seed", type=int, help="override simulation.seed")
 
 
 def _add_timing_options(parser, repeats: int) -> None:
@@ -73,7 +61,7 @@ def _add_profile(sub) -> None:
     cmd.add_argument("--out", default="profile.csv", help="CSV to write (default profile.csv)")
     cmd.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_timing_options(cmd, repeats=7)
-    _add_scenario_options(cmd)
+    add_scenario_options(cmd)
     cmd.set_defaults(handler=cmd_profile)
 
 
@@ -104,7 +92,7 @@ def _add_validate(sub) -> None:
     cmd.add_argument("--no-report", action="store_true", help="skip validation.html")
     cmd.add_argument("--quiet", action="store_true", help="no progress bars")
     _add_timing_options(cmd, repeats=5)
-    _add_scenario_options(cmd)
+    add_scenario_options(cmd)
     cmd.set_defaults(handler=cmd_validate)
 
 
