@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -67,9 +68,12 @@ def cmd_run(args) -> int:
     except ScenarioError as err:
         raise UsageError(str(err)) from None
     out = Path(args.out) if args.out else Path("runs") / scenario.name
+    created = prepare_output_dir(out)  # before the run: never lose a finished run to it
     try:
         result = simulate(scenario, progress=not args.quiet)
     except ScenarioError as err:  # problems only visible once the run is built
+        if created:
+            out.rmdir()
         raise UsageError(str(err)) from None
     write_run(result, scenario, out, html=not args.no_report)
     if not args.quiet:
@@ -82,6 +86,19 @@ def cmd_run(args) -> int:
             f"wrote {out}/" + ("report.html" if not args.no_report else "summary.json")
         )
     return 0
+
+
+def prepare_output_dir(out: Path) -> bool:
+    """Create ``out`` if needed and check it is writable; returns whether it was created.
+    Raises UsageError (one line) otherwise."""
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"{out}: cannot create the output directory: {err.strerror}") from None
+    if not os.access(out, os.W_OK):
+        raise UsageError(f"{out}: the output directory is not writable")
+    return created
 
 
 def cmd_compare(args) -> int:

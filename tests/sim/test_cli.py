@@ -135,3 +135,10 @@ def test_compare_prints_runs_side_by_side(tmp_path, capsys):
     assert code == 0 and "paged" in out and "oracle" in out
     code, _, err = run_cli(capsys, "compare", str(tmp_path / "nothing"))
     assert code == 2 and "summary.json" in err
+
+
+def test_an_output_path_that_cannot_be_a_directory_fails_before_the_run(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    code, _, err = run_cli(capsys, "run", str(TINY), "--out", str(blocker / "run"), "--quiet")
+    assert code == 2 and "output directory" in err and len(err.strip().splitlines()) == 1
