@@ -32,12 +32,9 @@ A session ends early when its history alone leaves no room for another turn.
 
 from __future__ import annotations
 
-import csv
 import difflib
 import functools
-import json
 import os
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple, Protocol
 
@@ -54,6 +51,17 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from sim.tokens import (  # noqa: F401  (re-exported: the workload's public face)
+    MOONCAKE_BLOCK_TOKENS,
+    STREAM_STRIDE,
+    SyntheticOutputs,
+    hash_block_tokens,
+    output_stream_states,
+    output_token_ids,
+    output_tokens_at,
+    stream_id,
+)
+from sim.traces import Trace, TraceError, load_trace  # noqa: F401
 from sim.types import Request
 
 __all__ = [
@@ -70,11 +78,6 @@ __all__ = [
     "output_token_ids",
     "stream_id",
 ]
-
-#: tokens behind one Mooncake hash id (the trace's published block size)
-MOONCAKE_BLOCK_TOKENS = 512
-#: stream ids are ``req_id * STREAM_STRIDE + sample_index``; bounds ``n``
-STREAM_STRIDE = 1 << 16
 
 
 # --------------------------------------------------------------------------------------
@@ -400,245 +403,6 @@ def arrival_times(
 
 
 # --------------------------------------------------------------------------------------
-# Traces
-# --------------------------------------------------------------------------------------
-
-
-class TraceError(ValueError):
-    """A malformed trace; the message is ``file:line: column: expected ...``."""
-
-
-class Trace(NamedTuple):
-    """A parsed trace, rows in file order (read-only arrays)."""
-
-    arrival_s: np.ndarray  # float64, seconds from the earliest row
-    input_len: np.ndarray  # int64
-    output_len: np.ndarray  # int64
-    hash_ids: tuple[np.ndarray, ...] | None  # per row, int64 (Mooncake only)
-
-
-def load_trace(path: str | Path, fmt: str) -> Trace:
-    """Parse an ``azure-csv`` or ``mooncake-jsonl`` trace (cached by path and mtime).
-    Raises TraceError on a bad row, OSError if unreadable."""
-    path = str(path)
-    return _cached_trace(path, os.stat(path).st_mtime_ns, fmt)
-
-
-@functools.lru_cache(maxsize=8)
-def _cached_trace(path: str, mtime_ns: int, fmt: str) -> Trace:
-    if fmt == "azure-csv":
-        times, inputs, outputs, hashes = _parse_azure(path)
-    elif fmt == "mooncake-jsonl":
-        times, inputs, outputs, hashes = _parse_mooncake(path)
-    else:
-        raise TraceError(f"{path}: unknown trace format {fmt!r}")
-    if not times:
-        raise TraceError(f"{path}: no rows")
-    arrival = np.asarray(times, dtype=np.float64)
-    arrival -= arrival.min()
-    arrays = [arrival, np.asarray(inputs, np.int64), np.asarray(outputs, np.int64)]
-    for array in arrays:
-        array.setflags(write=False)
-    return Trace(*arrays, hashes)
-
-
-AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-
-
-def _parse_azure(path: str):
-    times: list[float] = []
-    inputs: list[int] = []
-    outputs: list[int] = []
-    with open(path, encoding="utf-8", newline="") as handle:
-        reader = csv.DictReader(handle)
-        missing = [c for c in AZURE_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise TraceError(f"{path}:1: header: expected columns {', '.join(AZURE_COLUMNS)}")
-        for row in reader:
-            line = reader.line_num
-            times.append(_azure_timestamp(path, line, row["TIMESTAMP"]))
-            inputs.append(_count(path, line, "ContextTokens", row["ContextTokens"]))
-            outputs.append(_count(path, line, "GeneratedTokens", row["GeneratedTokens"]))
-    return times, inputs, outputs, None
-
-
-def _azure_timestamp(path: str, line: int, text: str | None) -> float:
-    """Seconds since the epoch of ``2023-11-16 18:15:46.6805900`` (the trace's layout:
-    7 fractional digits, which ``fromisoformat`` rejects) or of a plain number."""
-    text = (text or "").strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    whole, _, fraction = text.partition(".")
-    digits = "".join(c for c in fraction if c.isdigit())
-    try:
-        stamp = datetime.fromisoformat(whole)
-    except ValueError:
-        raise TraceError(
-            f"{path}:{line}: TIMESTAMP: expected a date-time like "
-            f"'2023-11-16 18:15:46.680', got {text!r}"
-        ) from None
-    return stamp.timestamp() + (float(f"0.{digits}") if digits else 0.0)
-
-
-def _count(path: str, line: int, column: str, value: Any) -> int:
-    """A non-negative token count from a CSV cell or a JSON value."""
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    raise TraceError(f"{path}:{line}: {column}: expected a non-negative integer, got {value!r}")
-
-
-def _parse_mooncake(path: str):
-    times: list[float] = []
-    inputs: list[int] = []
-    outputs: list[int] = []
-    hashes: list[np.ndarray] = []
-    with open(path, encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            row = _json_object(path, line_no, line)
-            times.append(_count(path, line_no, "timestamp", row.get("timestamp")) / 1000.0)
-            inputs.append(_count(path, line_no, "input_length", row.get("input_length")))
-            outputs.append(_count(path, line_no, "output_length", row.get("output_length")))
-            hashes.append(_hash_ids(path, line_no, row.get("hash_ids", [])))
-    return times, inputs, outputs, tuple(hashes)
-
-
-def _json_object(path: str, line_no: int, line: str) -> dict:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise TraceError(f"{path}:{line_no}: expected a JSON object ({err.msg})") from None
-    if not isinstance(row, dict):
-        raise TraceError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
-    return row
-
-
-def _hash_ids(path: str, line_no: int, value: Any) -> np.ndarray:
-    ok = isinstance(value, list) and all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
-    )
-    if not ok:
-        raise TraceError(
-            f"{path}:{line_no}: hash_ids: expected a list of non-negative integers, got {value!r}"
-        )
-    ids = np.asarray(value, dtype=np.int64)
-    ids.setflags(write=False)
-    return ids
-
-
-# --------------------------------------------------------------------------------------
-# Deterministic token ids (splitmix64 in numpy uint64 arithmetic)
-# --------------------------------------------------------------------------------------
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-# Domains keep the output streams and the hash-id blocks independent of each other.
-_OUTPUT_DOMAIN = 0x6F75747075740000
-_HASH_BLOCK_DOMAIN = 0x68617368626C6B00
-_MASK64 = (1 << 64) - 1
-
-
-def _mix64_inplace(z: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser (a bijection on uint64 with good avalanche), in place on a
-    temporary the caller owns; in place because these arrays reach tens of millions."""
-    z ^= z >> np.uint64(30)
-    z *= _MIX1
-    z ^= z >> np.uint64(27)
-    z *= _MIX2
-    z ^= z >> np.uint64(31)
-    return z
-
-
-def _stream_states(seed: int, domain: int, keys: np.ndarray) -> np.ndarray:
-    """One uint64 state per stream key, seeded by (seed, domain)."""
-    with np.errstate(over="ignore"):
-        # works on 0-d values too: augmented assignment rebinds numpy scalars
-        root = _mix64_inplace(np.uint64((seed ^ domain) & _MASK64) + _GOLDEN)
-        state = np.asarray(keys, dtype=np.int64).astype(np.uint64) + _GOLDEN
-        state ^= root
-        return _mix64_inplace(state)
-
-
-def _tokens_at(states: np.ndarray, positions: np.ndarray, vocab_size: int) -> np.ndarray:
-    """Element i: token ``positions[i]`` of the stream seeded by ``states[i]`` (inputs
-    broadcast), in ``[0, vocab_size)``.
-
-    Called by the engine every decode step, so it is a lighter mix than the stream
-    seeding: the (already well mixed) state plus a Weyl step, one xorshift-multiply,
-    then a multiply-high onto the vocabulary (cheaper than a uint64 modulo). Integer
-    array overflow wraps silently in numpy, which is what the arithmetic relies on."""
-    positions, states = np.asarray(positions), np.asarray(states)
-    if positions.ndim == 0 and states.ndim == 0:  # numpy scalars warn on overflow
-        return _tokens_at(states.reshape(1), positions.reshape(1), vocab_size)[0]
-    z = positions.astype(np.uint64) * _GOLDEN
-    z = z + states.view(np.uint64)  # int64 bit patterns (the engine's) too
-    z ^= z >> np.uint64(29)
-    z *= _MIX1
-    z >>= np.uint64(32)
-    z *= np.uint64(vocab_size)
-    z >>= np.uint64(32)
-    return z.astype(np.int32)
-
-
-def stream_id(req_id: int | np.ndarray, sample_index: int | np.ndarray = 0):
-    """The output stream of sample ``sample_index`` (0 <= i < STREAM_STRIDE) of request
-    ``req_id``; works elementwise on int64 arrays."""
-    return req_id * STREAM_STRIDE + sample_index
-
-
-def output_token_ids(
-    seed: int, stream_ids: np.ndarray, positions: np.ndarray, vocab_size: int
-) -> np.ndarray:
-    """The tokens a sequence generates: element i is the ``positions[i]``-th output token
-    (0 = the first token sampled after the prompt) of stream ``stream_ids[i]`` (see
-    :func:`stream_id`). Inputs broadcast; returns int32 ids in ``[0, vocab_size)``.
-    Pure: the same arguments always give the same tokens."""
-    return _tokens_at(_stream_states(seed, _OUTPUT_DOMAIN, stream_ids), positions, vocab_size)
-
-
-def output_stream_states(seed: int, stream_ids: np.ndarray) -> np.ndarray:
-    """The uint64 generator state of each output stream: computing it once per sequence
-    lets the engine's decode step call :func:`output_tokens_at` alone (its hot path)."""
-    return _stream_states(seed, _OUTPUT_DOMAIN, stream_ids)
-
-
-def output_tokens_at(states: np.ndarray, positions: np.ndarray, vocab_size: int) -> np.ndarray:
-    """``output_token_ids`` from precomputed :func:`output_stream_states`."""
-    return _tokens_at(states, positions, vocab_size)
-
-
-class SyntheticOutputs:
-    """The engine's source of decode tokens: what each request's sample generates.
-
-    ``stream_state`` is computed once per sequence (kept by the engine as an int64 bit
-    pattern); ``tokens`` is then the only per-step work."""
-
-    def __init__(self, seed: int, vocab_size: int):
-        self.seed = seed
-        self.vocab_size = vocab_size
-
-    def stream_state(self, req_id: int, sample: int) -> int:
-        keys = np.asarray([stream_id(req_id, sample)], dtype=np.int64)
-        return int(output_stream_states(self.seed, keys).view(np.int64)[0])
-
-    def tokens(self, states: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        return _tokens_at(states, positions, self.vocab_size)
-
-
-def hash_block_tokens(seed: int, hash_ids: np.ndarray, vocab_size: int) -> np.ndarray:
-    """The concatenated 512-token blocks behind Mooncake ``hash_ids`` (int32)."""
-    states = _stream_states(seed, _HASH_BLOCK_DOMAIN, np.asarray(hash_ids, dtype=np.int64))
-    positions = np.arange(MOONCAKE_BLOCK_TOKENS)
-    return _tokens_at(states[:, None], positions[None, :], vocab_size).reshape(-1)
-
-
-# --------------------------------------------------------------------------------------
 # The workload section
 # --------------------------------------------------------------------------------------
 
@@ -958,10 +722,10 @@ def _previous_outputs(plan: _Plan, previous: np.ndarray, seed: int, vocab: int) 
     has_previous = np.flatnonzero(previous >= 0)
     lengths = plan.output_len[previous[has_previous]]
     # states per stream, then repeated: the same as output_token_ids elementwise
-    states = _stream_states(seed, _OUTPUT_DOMAIN, stream_id(previous[has_previous], 0))
+    states = output_stream_states(seed, stream_id(previous[has_previous], 0))
     starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
     positions = np.arange(int(lengths.sum())) - starts
-    tokens = _tokens_at(np.repeat(states, lengths), positions, vocab)
+    tokens = output_tokens_at(np.repeat(states, lengths), positions, vocab)
     pieces = np.split(tokens, np.cumsum(lengths)[:-1]) if len(lengths) else []
     outputs: list = [None] * len(previous)
     for index, piece in zip(has_previous.tolist(), pieces):
