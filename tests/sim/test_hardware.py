@@ -164,3 +164,9 @@ def test_hardware_presets_are_ordered_like_their_datasheets():
         # dense tensor-core rates sit well above the fp32 CUDA-core rate
         assert spec.peak_flops(2) > 3 * spec.peak_flops(4)
         assert spec.name == key
+
+
+def test_the_backends_llama_3_8b_shape_matches_the_preset():
+    from backend.paged.shape import LLAMA3_8B, ModelShape
+
+    assert ModelShape.from_spec(MODEL_PRESETS["llama-3-8b"]) == LLAMA3_8B
