@@ -653,6 +653,10 @@ class Cluster:
         """SimPy process: hand each request to a replica at its arrival time."""
         for request in requests:
             delay = request.arrival_s - self.env.now
+            # now + (arrival - now) can round one ulp below arrival; step up so that no
+            # request is ever scheduled before it arrived.
+            while self.env.now + delay < request.arrival_s:
+                delay = math.nextafter(delay, math.inf)
             if delay > 0:
                 yield self.env.timeout(delay)
             chosen = self.router.route(request, self.replicas, self.env.now)

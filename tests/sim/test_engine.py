@@ -187,3 +187,13 @@ def test_contiguous_baselines_serve_the_same_requests(name):
     assert sorted(r.req_id for r in done) == [0, 1, 2, 3]
     assert all(r.generated == r.output_len for r in reqs)
     alloc.check_invariants()
+
+
+def test_no_request_is_scheduled_before_it_arrives():
+    # 0.0800746590354181 + (1.9369691586445807 - 0.0800746590354181) rounds one ulp below
+    # 1.9369691586445807: the arrival clock must not.
+    alloc = BlockManager(num_blocks=8, block_size=4)
+    first = request(0, 0.0800746590354181, prompt_len=2, output_len=1)
+    second = request(1, 1.9369691586445807, prompt_len=2, output_len=1)
+    run([first, second], alloc)
+    assert second.first_scheduled_s >= second.arrival_s
