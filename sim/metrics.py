@@ -121,50 +121,14 @@ class StepLog:
         self._data = np.zeros((max(1, int(initial_capacity)), len(STEP_COLUMNS)))
         self._size = 0
 
-    def record(
-        self,
-        replica,
-        time_s,
-        duration_s,
-        batch_size,
-        num_prefill_tokens,
-        num_decode_tokens,
-        used_blocks,
-        cached_blocks,
-        free_blocks,
-        token_slots,
-        reserved_slots,
-        internal_frag_slots,
-        external_frag_slots,
-        free_slots,
-        swapped_blocks,
-        queue_len,
-        num_preempted,
-    ) -> None:
-        """Append one step (all arguments numbers; `time_s` is the step's start in simulated
-        seconds). Mutates the log; grows its storage geometrically when full."""
+    def record(self, *row: float) -> None:
+        """Append one step: one number per STEP_COLUMNS entry, in that order (``time_s``,
+        the step's start in simulated seconds, first). Mutates the log; grows its storage
+        geometrically when full."""
         i = self._size
         if i == self._data.shape[0]:
             self._grow()
-        self._data[i] = (
-            time_s,
-            replica,
-            duration_s,
-            batch_size,
-            num_prefill_tokens,
-            num_decode_tokens,
-            used_blocks,
-            cached_blocks,
-            free_blocks,
-            token_slots,
-            reserved_slots,
-            internal_frag_slots,
-            external_frag_slots,
-            free_slots,
-            swapped_blocks,
-            queue_len,
-            num_preempted,
-        )
+        self._data[i] = row  # numpy rejects a row of the wrong length
         self._size = i + 1
 
     def _grow(self) -> None:

@@ -135,8 +135,8 @@ def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunR
     def on_step(replica: Replica, batch, duration: float, plan) -> None:
         usage = replica.alloc.usage(replica.next_request_tokens())
         steps.record(
-            replica.index,
             replica.env.now - duration,
+            replica.index,
             duration,
             batch.batch_size,
             batch.num_prefill_tokens,

@@ -55,7 +55,7 @@ def make_request(
 
 def record_split(log, *, time_s, duration_s, split, replica=0, batch=1, used=1, preempted=0):
     """Record one step whose slot split is `split` (5 numbers in KV_SPLIT_KEYS order)."""
-    log.record(replica, time_s, duration_s, batch, 0, batch, used, 0, 0, *split, 0, 0, preempted)
+    log.record(time_s, replica, duration_s, batch, 0, batch, used, 0, 0, *split, 0, 0, preempted)
 
 
 def simple_summary(requests, steps=None, **kwargs):
@@ -68,7 +68,7 @@ def simple_summary(requests, steps=None, **kwargs):
 def test_steplog_grows_past_initial_capacity_and_keeps_every_row():
     log = StepLog(initial_capacity=2)
     for i in range(1000):
-        log.record(i % 3, 0.5 * i, 0.25, i, 2 * i, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, i % 2)
+        log.record(0.5 * i, i % 3, 0.25, i, 2 * i, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, i % 2)
     assert len(log) == 1000 and log.capacity >= 1000
     np.testing.assert_array_equal(log.column("time_s"), 0.5 * np.arange(1000))
     np.testing.assert_array_equal(log.column("replica"), np.arange(1000) % 3)
@@ -81,7 +81,7 @@ def test_steplog_views_are_read_only():
     record_split(log, time_s=0.0, duration_s=1.0, split=(1, 0, 0, 0, 99))
     with pytest.raises(ValueError):
         log.column("batch_size")[0] = 5
-    log.record(0, 1.0, 1.0, 2, 0, 2, 1, 0, 0, 1, 0, 0, 0, 99, 0, 0, 0)  # still appendable
+    log.record(1.0, 0, 1.0, 2, 0, 2, 1, 0, 0, 1, 0, 0, 0, 99, 0, 0, 0)  # still appendable
     assert log.column("batch_size").tolist() == [1.0, 2.0]
 
 

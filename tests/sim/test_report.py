@@ -29,8 +29,8 @@ def step_log(num_steps, num_replicas=1):
     for i in range(num_steps):
         used = i % 50
         log.record(
-            i % num_replicas,
             0.01 * i,
+            i % num_replicas,
             0.01,
             used % 9,
             0,
