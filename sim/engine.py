@@ -36,6 +36,7 @@ from sim.sequences import (
     StepPlan,
     SwappedRequest,
     WaitingEntry,
+    seq_ids,
 )
 from sim.types import Batch, Executor, PrefillChunk, Request
 
@@ -102,9 +103,7 @@ class Replica:
         self.holders: dict[int, Request] = {}  # requests with KV on the device
         self.in_flight: dict[int, Request] = {}  # submitted, neither finished nor rejected
         self.samples_left: dict[int, int] = {}
-        self.swapped_blocks = 0
-        self.unlogged_preemptions = 0  # made between steps (see unblock)
-        self.outstanding = 0
+        self._logged_preemptions = 0  # num_preemptions already in a step's record
         self.num_preemptions = 0
         self.num_swaps_out = 0
         self.num_steps = 0
@@ -113,17 +112,26 @@ class Replica:
         # Tokens computed per tenant, kept only for schedulers that ask (fair share).
         self.served: dict[int, int] = {}
         self.track_service = bool(getattr(scheduler, "uses_served_tokens", False))
-        # Reserving (contiguous) allocators hold a request's whole reservation from the
-        # start, so they always admit by whole prompt.
-        self.first_chunk_admission = config.admission == "first-chunk" and not hasattr(
-            allocator, "reservation_size"
-        )
+        # Reserving (contiguous) allocators size a request's region from the start
+        # (``reserve(prompt, max_new_tokens)``), so they always admit by whole prompt.
+        self.reserve = getattr(allocator, "reservation_size", None)
+        self.first_chunk_admission = config.admission == "first-chunk" and self.reserve is None
         self.process = env.process(self.loop())
 
     # -- what policies may look at (policies/ Protocols; nothing here is mutated) -----
     @property
     def now(self) -> float:
         return self.env.now
+
+    @property
+    def outstanding(self) -> int:
+        """Requests submitted here and neither finished nor rejected."""
+        return len(self.in_flight)
+
+    @property
+    def swapped_blocks(self) -> int:
+        """CPU blocks held by swapped-out requests."""
+        return sum(item.num_blocks for item in self.swapped)
 
     @property
     def kv_usage(self) -> float:
@@ -158,7 +166,6 @@ class Replica:
     def submit(self, request: Request) -> None:
         """Queue a newly arrived request (called by the router at its arrival time)."""
         request.replica = self.index
-        self.outstanding += 1
         reason = self.never_fits(request)
         if reason:
             self.reject(request, reason)
@@ -188,9 +195,8 @@ class Replica:
 
     def worst_case_blocks(self, prompt: int, output: int, n: int) -> int:
         """Blocks (slots for contiguous) a request holds at its largest, alone."""
-        reserve = getattr(self.alloc, "reservation_size", None)
-        if reserve is not None:
-            return n * reserve(prompt, output)
+        if self.reserve is not None:
+            return n * self.reserve(prompt, output)
         bs = self.alloc.block_size
         # The last sampled token is never written, so KV peaks at prompt + output - 1.
         peak = prompt + max(output - 1, 0)
@@ -202,7 +208,6 @@ class Replica:
         self.finish_request(request)
 
     def finish_request(self, request: Request) -> None:
-        self.outstanding -= 1
         self.samples_left.pop(request.req_id, None)
         self.in_flight.pop(request.req_id, None)
         self.on_done(request)
@@ -235,7 +240,6 @@ class Replica:
             # First-chunk admission let partial prompts fill the pool: free some. There
             # is no step to log it in, so the next step's record carries it.
             self.make_room(None)
-            self.unlogged_preemptions += 1
             return
         if self.swapped and not (self.prefilling or len(self.decodes)):
             # Bring one swapped request back by recompute instead of waiting forever.
@@ -247,8 +251,7 @@ class Replica:
 
     # -- scheduling ---------------------------------------------------------------------
     def schedule(self) -> tuple[Batch, StepPlan]:
-        plan = StepPlan(num_preempted=self.unlogged_preemptions)
-        self.unlogged_preemptions = 0
+        plan = StepPlan()
         moves = Moves()
         self.swap_in_waiting(moves)
         decode_ids, decode_ctx, decode_tokens = self.schedule_decodes(plan, moves)
@@ -261,6 +264,9 @@ class Replica:
         )
         for seq, take in plan.chunks:
             self.alloc.mark_computed(seq.seq_id, seq.computed + take)
+        # Preemptions made while planning, and any made between steps (see unblock).
+        plan.num_preempted = self.num_preemptions - self._logged_preemptions
+        self._logged_preemptions = self.num_preemptions
         batch = Batch(
             chunks,
             decode_ids,
@@ -289,7 +295,6 @@ class Replica:
                 break
             except OutOfBlocks:
                 self.make_room(moves)
-                plan.num_preempted += 1
         plan.decode_rows = len(d)
         if not plan.decode_rows:
             empty = np.zeros(0, dtype=np.int64)
@@ -338,8 +343,9 @@ class Replica:
         return len(self.decodes) + len(self.prefilling)
 
     def admit_waiting(self, plan: StepPlan, budget: int) -> None:
-        if not self.waiting or budget <= 0:
-            return
+        full = self.num_running_seqs() >= self.cfg.max_num_seqs
+        if not self.waiting or budget <= 0 or full:
+            return  # (before asking the scheduler to order a possibly long queue)
         admitted = []
         for entry in self.scheduler.order(self.waiting, self):
             if budget <= 0 or self.num_running_seqs() >= self.cfg.max_num_seqs:
@@ -365,11 +371,13 @@ class Replica:
         total = seq.tokens.shape[0]
         remaining_out = request.output_len - seq.generated
         tokens = seq.tokens
-        if self.first_chunk_admission or (not seq.resumed and self.num_running_seqs() > 0):
+        # The watermark is waived for resumed requests and on an empty replica.
+        watermark = not seq.resumed and self.num_running_seqs() > 0
+        if self.first_chunk_admission or watermark:
             cached = self.alloc.cached_prefix_tokens(seq.tokens, salt=request.tenant)
             if self.first_chunk_admission:
-                tokens = seq.tokens[: min(total, max(cached, 0) + budget)]
-            if not seq.resumed and self.num_running_seqs() > 0:
+                tokens = seq.tokens[: min(total, cached + budget)]
+            if watermark:
                 # The watermark keeps headroom so running sequences can grow (vLLM's
                 # watermark); it is waived on an empty replica, where nothing could grow.
                 needed = self.blocks_for(tokens.shape[0] - cached, remaining_out)
@@ -402,60 +410,32 @@ class Replica:
         return cached
 
     def blocks_for(self, tokens: int, max_new_tokens: int) -> int:
-        reserve = getattr(self.alloc, "reservation_size", None)
-        if reserve is not None:
-            return reserve(tokens, max_new_tokens)
+        if self.reserve is not None:
+            return self.reserve(tokens, max_new_tokens)
         return math.ceil(tokens / self.alloc.block_size)
 
     # -- preemption and swap --------------------------------------------------------------
-    def preempt(self, victim: Request, moves: Moves) -> None:
-        """Release ``victim``'s device memory (swap if asked and possible, else recompute)."""
-        self.num_preemptions += 1
-        victim.num_preemptions += 1
-        if self.cfg.preemption_mode == "swap":
-            seq_ids = self.seq_ids_of(victim)
-            blocks = sum(len(self.alloc.block_table(s)) for s in seq_ids)
-            if self.try_swap_out(seq_ids, moves):
-                prefills, decodes = self.detach(victim)
-                self.swapped.append(SwappedRequest(victim, prefills, decodes, blocks))
-                self.swapped_blocks += blocks
-                self.num_swaps_out += 1
-                return
-        self.release_for_recompute(victim)
-
     def make_room(self, moves: Moves | None) -> None:
-        """Free device memory by preempting a victim request (by recompute when there are
-        no ``moves`` to carry a swap). When a single request holds all of it, only its
+        """Free device memory by one preemption (the one place preemptions are counted).
+
+        The victim request is swapped out when the mode is swap, ``moves`` can carry the
+        copies (a step is being planned) and the CPU pool has room; otherwise its
+        sequences are recomputed. When a single request holds all the memory, only its
         newest sequence is recomputed: swapping or recomputing the whole request would
         bring it back to the same state (a livelock), while its other samples can finish
         with the memory they hold."""
+        self.num_preemptions += 1
         if len(self.holders) == 1:
             (request,) = self.holders.values()
             if len(self.seq_ids_of(request)) > 1:
-                self.preempt_newest_sequence(request)
+                request.num_preemptions += 1
+                self.release(request, *self.detach_newest(request))
                 return
         victim = self.pick_victim()
-        if moves is None:
-            self.num_preemptions += 1
-            victim.num_preemptions += 1
-            self.release_for_recompute(victim)
-        else:
-            self.preempt(victim, moves)
-
-    def preempt_newest_sequence(self, request: Request) -> None:
-        self.num_preemptions += 1
-        request.num_preemptions += 1
-        rows = self.decodes.req_id == request.req_id
-        if rows.any():
-            newest = self.decodes.seq_id == self.decodes.seq_id[rows].max()
-            decodes, prefills = self.decodes.take(newest), []
-        else:
-            prefills = [next(s for s in reversed(self.prefilling) if s.request is request)]
-            self.prefilling.remove(prefills[0])
-            decodes = self.decodes.take(np.zeros(len(self.decodes), dtype=bool))
-        for seq_id in [s.seq_id for s in prefills] + decodes["seq_id"].tolist():
-            self.alloc.free(seq_id)
-        self.requeue_for_recompute(request, prefills, decodes)
+        victim.num_preemptions += 1
+        swap = moves is not None and self.cfg.preemption_mode == "swap"
+        if not (swap and self.try_swap_out(victim, moves)):
+            self.release(victim, *self.detach(victim))
 
     def detach(self, victim: Request) -> tuple[list[PrefillSeq], dict[str, np.ndarray]]:
         """Take ``victim``'s sequences out of the running set (allocator untouched)."""
@@ -464,20 +444,31 @@ class Replica:
         self.prefilling = [s for s in self.prefilling if s.request is not victim]
         return prefills, self.decodes.take(self.decodes.req_id == victim.req_id)
 
-    def release_for_recompute(self, victim: Request) -> None:
-        prefills, decodes = self.detach(victim)
-        for seq_id in [s.seq_id for s in prefills] + decodes["seq_id"].tolist():
-            self.alloc.free(seq_id)
-        self.requeue_for_recompute(victim, prefills, decodes)
+    def detach_newest(self, request: Request) -> tuple[list[PrefillSeq], dict[str, np.ndarray]]:
+        """Take ``request``'s newest sequence out of the running set; it stays a holder."""
+        rows = self.decodes.req_id == request.req_id
+        if rows.any():
+            return [], self.decodes.take(self.decodes.seq_id == self.decodes.seq_id[rows].max())
+        newest = next(s for s in reversed(self.prefilling) if s.request is request)
+        self.prefilling.remove(newest)
+        return [newest], self.decodes.take(np.zeros(len(self.decodes), dtype=bool))
 
-    def try_swap_out(self, seq_ids: list[int], moves: Moves) -> bool:
-        needed = sum(len(self.alloc.block_table(s)) for s in seq_ids)
-        free_cpu = getattr(self.alloc, "num_free_cpu_blocks", 0)
-        if needed > free_cpu or not all(self.alloc.can_swap_out(s) for s in seq_ids):
+    def release(self, request: Request, prefills, decodes) -> None:
+        """Free detached sequences (on the device or swapped out) and re-queue them."""
+        for seq_id in seq_ids(prefills, decodes):
+            self.alloc.free(seq_id)
+        self.requeue_for_recompute(request, prefills, decodes)
+
+    def try_swap_out(self, victim: Request, moves: Moves) -> bool:
+        """Swap every sequence of ``victim`` to the CPU pool; False (nothing changed) when
+        the pool has no room."""
+        victim_seqs = self.seq_ids_of(victim)
+        blocks = sum(len(self.alloc.block_table(s)) for s in victim_seqs)
+        if blocks > getattr(self.alloc, "num_free_cpu_blocks", 0):
             return False
         done = []
         try:
-            for seq_id in seq_ids:
+            for seq_id in victim_seqs:
                 moves.swap_out.extend(self.alloc.swap_out(seq_id))
                 done.append(seq_id)
         except OutOfBlocks:
@@ -485,6 +476,8 @@ class Replica:
             for seq_id in done:
                 self.alloc.swap_in(seq_id)
             return False
+        self.swapped.append(SwappedRequest(victim, *self.detach(victim), blocks))
+        self.num_swaps_out += 1
         return True
 
     def requeue_for_recompute(self, request, prefills, decodes) -> None:
@@ -511,27 +504,22 @@ class Replica:
         return np.concatenate([request.prompt, outputs.astype(request.prompt.dtype)])
 
     def resume_by_recompute(self, item: SwappedRequest) -> None:
-        seq_ids = [s.seq_id for s in item.prefills] + item.decodes["seq_id"].tolist()
-        for seq_id in seq_ids:
-            self.alloc.free(seq_id)
-        self.swapped_blocks -= item.num_blocks
-        self.requeue_for_recompute(item.request, item.prefills, item.decodes)
+        self.release(item.request, item.prefills, item.decodes)
 
     def swap_in_waiting(self, moves: Moves) -> None:
         """Swapped requests resume, in order, before any new request is admitted."""
         while self.swapped:
             item = self.swapped[0]
-            seq_ids = [s.seq_id for s in item.prefills] + item.decodes["seq_id"].tolist()
+            item_seqs = seq_ids(item.prefills, item.decodes)
             if item.num_blocks + len(self.decodes) > self.available_blocks():
                 return
-            if self.num_running_seqs() + len(seq_ids) > self.cfg.max_num_seqs:
+            if self.num_running_seqs() + len(item_seqs) > self.cfg.max_num_seqs:
                 return
-            if not all(self.alloc.can_swap_in(s) for s in seq_ids):
+            if not all(self.alloc.can_swap_in(s) for s in item_seqs):
                 return
-            for seq_id in seq_ids:
+            for seq_id in item_seqs:
                 moves.swap_in.extend(self.alloc.swap_in(seq_id))
             self.swapped.popleft()
-            self.swapped_blocks -= item.num_blocks
             self.holders[item.request.req_id] = item.request
             self.prefilling.extend(item.prefills)
             self.decodes.extend(item.decodes)

@@ -112,3 +112,8 @@ class Moves:
     copies: list[BlockMove] = field(default_factory=list)
     swap_out: list[BlockMove] = field(default_factory=list)
     swap_in: list[BlockMove] = field(default_factory=list)
+
+
+def seq_ids(prefills: list[PrefillSeq], decodes: dict[str, np.ndarray]) -> list[int]:
+    """Sequence ids of detached prefills and decode rows (as ``DecodeSet.take`` returns)."""
+    return [s.seq_id for s in prefills] + decodes["seq_id"].tolist()
