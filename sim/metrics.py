@@ -309,7 +309,9 @@ def _prefix_hit_rate(table: Mapping[str, np.ndarray], subset: np.ndarray) -> flo
 
 
 def _kv_split(rows: np.ndarray, total_slots: int) -> dict[str, Any]:
-    """Duration-weighted mean of each step's slot split / total_slots, plus the peak."""
+    """Duration-weighted mean of each step's slot split / total_slots, plus the peak the
+    step log saw (the runner replaces it with the allocators' own, which also see the
+    pool mid-step)."""
     used = rows[:, _STEP_INDEX["used_blocks"]]
     kv: dict[str, Any] = {"peak_used_blocks": int(used.max()) if used.size else None}
     weights = rows[:, _STEP_INDEX["duration_s"]]

@@ -191,6 +191,7 @@ def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunR
     for request in requests:
         if np.isnan(request.finish_s) and not request.rejected_reason:
             request.rejected_reason = "unfinished at max_sim_time_s"
+            request.generated = replicas[request.replica].generated_tokens(request)
     total_slots = replicas[0].alloc.num_blocks * replicas[0].alloc.block_size
     summary = metrics.summarize(
         requests,
@@ -202,14 +203,18 @@ def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunR
         num_replicas=len(replicas),
     )
     pool = replicas[0].alloc
-    peak = max(r.alloc.peak_used_blocks for r in replicas)
-    # Blocks for the paged manager, slots for contiguous baselines: the fraction and the
-    # slot count are the comparable figures.
-    summary["kv"].update(
-        peak_used_blocks=peak,
-        peak_used_slots=peak * pool.block_size,
-        peak_used_fraction=peak / pool.num_blocks,
-    )
+    # The allocators' own peaks (the step log sees the pool only after each step's
+    # finished sequences are freed). Blocks for the paged manager, slots for contiguous
+    # baselines: the fraction and the slot count are the comparable figures.
+    peaks = [r.alloc.peak_used_blocks for r in replicas]
+    for kv, peak in [(summary["kv"], max(peaks))] + [
+        (line["kv"], p) for line, p in zip(summary.get("per_replica", []), peaks)
+    ]:
+        kv.update(
+            peak_used_blocks=peak,
+            peak_used_slots=peak * pool.block_size,
+            peak_used_fraction=peak / pool.num_blocks,
+        )
     summary["num_blocks"] = pool.num_blocks
     summary["block_size"] = pool.block_size
     num_steps = sum(r.num_steps for r in replicas)

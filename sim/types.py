@@ -5,7 +5,7 @@ Kept free of SimPy and of any policy so every layer can import it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -40,7 +40,6 @@ class Request:
     replica: int = 0
     rejected_reason: str = ""
     generated: int = 0
-    token_times: list[float] = field(default_factory=list, repr=False)
 
     @property
     def prompt_len(self) -> int:
