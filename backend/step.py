@@ -28,6 +28,16 @@ class PrefillChunk(NamedTuple):
         return int(self.token_ids.shape[0])
 
 
+class BatchShape(NamedTuple):
+    """What a step's cost depends on: prefill chunks ``(start, num_tokens)``, each
+    decode's context length (the new token included), and the blocks moved."""
+
+    chunks: list[tuple[int, int]]
+    decode_context_lens: np.ndarray
+    swap_blocks: int
+    copy_blocks: int
+
+
 class Batch(NamedTuple):
     """Everything one engine step asks an executor to do, in this order: swap-out,
     swap-in and copy-on-write moves, then the forward pass over prefill chunks and one
@@ -55,6 +65,15 @@ class Batch(NamedTuple):
     @property
     def num_decode_tokens(self) -> int:
         return int(self.decode_seq_ids.shape[0])
+
+    def shape(self) -> BatchShape:
+        """The step's shape, as cost models take it (``predict(*batch.shape())``)."""
+        return BatchShape(
+            [(chunk.start, chunk.num_tokens) for chunk in self.prefills],
+            self.decode_context_lens,
+            len(self.swap_out) + len(self.swap_in),
+            len(self.copies),
+        )
 
     @property
     def batch_size(self) -> int:

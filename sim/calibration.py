@@ -109,7 +109,6 @@ class CalibrationError(ValueError):
 def step_features(
     prefill_chunks: Sequence[tuple[int, int]],
     decode_context_lens: np.ndarray,
-    *,
     swap_blocks: int = 0,
     copy_blocks: int = 0,
 ) -> np.ndarray:
@@ -153,12 +152,7 @@ def step_features(
 
 def batch_features(batch: Batch) -> np.ndarray:
     """:func:`step_features` of an engine batch."""
-    return step_features(
-        [(chunk.start, chunk.num_tokens) for chunk in batch.prefills],
-        batch.decode_context_lens,
-        swap_blocks=len(batch.swap_out) + len(batch.swap_in),
-        copy_blocks=len(batch.copies),
-    )
+    return step_features(*batch.shape())
 
 
 def model_shape_key(spec: Any) -> str:
@@ -373,19 +367,9 @@ class CalibratedCostModel:
     def execute(self, batch: Batch) -> float:
         return float(batch_features(batch) @ self._coefficients)
 
-    def predict(
-        self,
-        prefill_chunks: Sequence[tuple[int, int]],
-        decode_context_lens: np.ndarray,
-        *,
-        swap_blocks: int = 0,
-        copy_blocks: int = 0,
-    ) -> float:
+    def predict(self, *shape, **moves) -> float:
         """Same arguments as :meth:`sim.costmodel.AnalyticCostModel.predict`."""
-        row = step_features(
-            prefill_chunks, decode_context_lens, swap_blocks=swap_blocks, copy_blocks=copy_blocks
-        )
-        return float(row @ self._coefficients)
+        return float(step_features(*shape, **moves) @ self._coefficients)
 
 
 def build_calibrated_executor(scenario) -> CalibratedCostModel:

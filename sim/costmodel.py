@@ -148,19 +148,12 @@ class AnalyticCostModel:
 
     def execute(self, batch: Batch) -> float:
         """Predicted seconds for ``batch`` (the Executor seam); an empty batch takes 0."""
-        chunks = [(chunk.start, chunk.num_tokens) for chunk in batch.prefills]
-        return self.predict(
-            chunks,
-            batch.decode_context_lens,
-            swap_blocks=len(batch.swap_out) + len(batch.swap_in),
-            copy_blocks=len(batch.copies),
-        )
+        return self.predict(*batch.shape())
 
     def predict(
         self,
         prefill_chunks: Sequence[tuple[int, int]],
         decode_context_lens: np.ndarray,
-        *,
         swap_blocks: int = 0,
         copy_blocks: int = 0,
     ) -> float:

@@ -78,12 +78,16 @@ def build_executor(scenario, allocator: Allocator):
         from sim.calibration import build_calibrated_executor
 
         return build_calibrated_executor(scenario)
-    params = scenario.cost_model.params or CostParams()
+    return analytic_executor(scenario)
+
+
+def analytic_executor(scenario) -> AnalyticCostModel:
+    """The scenario's roofline cost model (with its ``cost_model.params`` overrides)."""
     return AnalyticCostModel(
         scenario.model_spec,
         scenario.hardware_spec,
         tensor_parallel=scenario.tensor_parallel,
-        params=params,
+        params=scenario.cost_model.params or CostParams(),
         block_size=scenario.cache.block_size,
     )
 

@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from backend.step import Batch
+from backend.step import Batch, BatchShape
 from sim import runner
 from sim.calibration import (
     FEATURES,
@@ -50,7 +50,7 @@ from sim.calibration import (
     batch_features,
     error_stats,
 )
-from sim.costmodel import AnalyticCostModel, CostParams
+from sim.costmodel import AnalyticCostModel
 
 __all__ = [
     "RecordingExecutor",
@@ -80,10 +80,7 @@ _THROUGHPUTS = ("throughput_rps", "throughput_tok_s")
 class StepRecord(NamedTuple):
     """One executed step: its shape (enough to re-predict it) and measured seconds."""
 
-    chunks: tuple[tuple[int, int], ...]  # (start, num_tokens) of each prefill chunk
-    decode_context_lens: np.ndarray
-    swap_blocks: int
-    copy_blocks: int
+    shape: BatchShape
     features: np.ndarray
     measured_s: float
 
@@ -106,16 +103,7 @@ class RecordingExecutor:
         if not moves:  # re-running moves would move data twice; a forward pass is idempotent
             for _ in range(self.repeats - 1):
                 seconds = min(seconds, self.inner.execute(batch))
-        self.records.append(
-            StepRecord(
-                tuple((chunk.start, chunk.num_tokens) for chunk in batch.prefills),
-                np.array(batch.decode_context_lens, dtype=np.int64),
-                len(batch.swap_out) + len(batch.swap_in),
-                len(batch.copies),
-                batch_features(batch),
-                float(seconds),
-            )
-        )
+        self.records.append(StepRecord(batch.shape(), batch_features(batch), float(seconds)))
         return seconds
 
 
@@ -133,13 +121,7 @@ def simulate_with(scenario, factory: ExecutorFactory, *, progress: bool = False)
 
 def analytic_model(scenario) -> AnalyticCostModel:
     """The scenario's uncalibrated roofline model (with its ``cost_model.params``)."""
-    return AnalyticCostModel(
-        scenario.model_spec,
-        scenario.hardware_spec,
-        tensor_parallel=scenario.tensor_parallel,
-        params=scenario.cost_model.params or CostParams(),
-        block_size=scenario.cache.block_size,
-    )
+    return runner.analytic_executor(scenario)
 
 
 # --------------------------------------------------------------------------------------
@@ -224,8 +206,7 @@ def run_validation(
     predictions = {
         "calibrated": calibration.predict(features),
         "analytic": np.array([
-            analytic.predict(r.chunks, r.decode_context_lens, swap_blocks=r.swap_blocks,
-                             copy_blocks=r.copy_blocks)
+            analytic.predict(*r.shape)
             for r in records
         ]),
     }  # fmt: skip

@@ -136,14 +136,14 @@ def test_recording_executor_keeps_the_minimum_of_its_repeats():
     assert recorder.execute(decode_batch()) == 1.0
     assert recorder.inner.calls == 3
     assert recorder.records[0].measured_s == 1.0
-    assert recorder.records[0].decode_context_lens.tolist() == [5]
+    assert recorder.records[0].shape.decode_context_lens.tolist() == [5]
 
 
 def test_recording_executor_runs_steps_that_move_blocks_once():
     recorder = validation.RecordingExecutor(FakeExecutor([3.0, 1.0]), repeats=2)
     assert recorder.execute(decode_batch(swap_out=((1, 2),))) == 3.0
     assert recorder.inner.calls == 1
-    assert recorder.records[0].swap_blocks == 1
+    assert recorder.records[0].shape.swap_blocks == 1
 
 
 def test_end_to_end_errors_are_relative_to_the_measured_run():
