@@ -95,6 +95,39 @@ class KVUsage(NamedTuple):
     free_blocks: int
 
 
+# -- argument checks shared by the allocators (misuse raises InvalidRequest) -------------
+INT32_MAX = int(np.iinfo(np.int32).max)
+
+
+def check_count(name: str, value: int, minimum: int) -> int:
+    """``value`` as an int; InvalidRequest unless it is an integer >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise InvalidRequest(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def as_tokens(token_ids: Sequence[int] | np.ndarray, *, allow_empty: bool = False) -> np.ndarray:
+    """Token ids as a contiguous 1-D int32 array; raises InvalidRequest on bad input."""
+    tokens = np.asarray(token_ids)
+    if tokens.ndim != 1:
+        raise InvalidRequest(f"token ids must be 1-D, got shape {tokens.shape}")
+    if tokens.size == 0:
+        if allow_empty:
+            return tokens.astype(np.int32)
+        raise InvalidRequest("empty prompt: a sequence needs at least one token")
+    if tokens.dtype.kind not in "iu":
+        raise InvalidRequest(f"token ids must be integers, got dtype {tokens.dtype}")
+    # numpy reductions cost microseconds on tiny arrays; a decode append has one token.
+    if tokens.size <= 16:
+        values = tokens.tolist()
+        low, high = min(values), max(values)
+    else:
+        low, high = tokens.min(), tokens.max()
+    if low < 0 or high > INT32_MAX:
+        raise InvalidRequest("token ids must be in [0, 2**31 - 1]")
+    return np.ascontiguousarray(tokens, dtype=np.int32)
+
+
 class Allocator(ABC):
     """KV-cache bookkeeping for a set of live sequences (see the module docstring)."""
 

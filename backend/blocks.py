@@ -20,12 +20,12 @@ from __future__ import annotations
 import hashlib
 import pickle
 from collections import deque
-from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from backend.base import (
+    INT32_MAX,
     Allocator,
     BlockMove,
     DuplicateSequence,
@@ -33,10 +33,11 @@ from backend.base import (
     KVUsage,
     OutOfBlocks,
     UnknownSequence,
+    as_tokens,
+    check_count,
 )
 
 _DEAD, _ON_DEVICE, _SWAPPED = 0, 1, 2  # sequence states in ``_state``
-_INT32_MAX = np.iinfo(np.int32).max
 _NO_PARENT = b""
 
 
@@ -72,34 +73,6 @@ def block_key(parent: bytes, tokens: np.ndarray | memoryview, salt: int) -> byte
     ).digest()
 
 
-def _check_count(name: str, value: int, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise InvalidRequest(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _as_tokens(token_ids: Sequence[int] | np.ndarray, *, allow_empty: bool) -> np.ndarray:
-    """Token ids as a contiguous 1-D int32 array; raises InvalidRequest on bad input."""
-    tokens = np.asarray(token_ids)
-    if tokens.ndim != 1:
-        raise InvalidRequest(f"token ids must be 1-D, got shape {tokens.shape}")
-    if tokens.size == 0:
-        if allow_empty:
-            return tokens.astype(np.int32)
-        raise InvalidRequest("empty prompt: a sequence needs at least one token")
-    if tokens.dtype.kind not in "iu":
-        raise InvalidRequest(f"token ids must be integers, got dtype {tokens.dtype}")
-    # numpy reductions cost microseconds on tiny arrays; a decode append has one token.
-    if tokens.size <= 16:
-        values = tokens.tolist()
-        low, high = min(values), max(values)
-    else:
-        low, high = tokens.min(), tokens.max()
-    if low < 0 or high > _INT32_MAX:
-        raise InvalidRequest("token ids must be in [0, 2**31 - 1]")
-    return np.ascontiguousarray(tokens, dtype=np.int32)
-
-
 class _BatchNeed(NamedTuple):
     """What one decode step needs, gathered once per ``append_batch``."""
 
@@ -127,9 +100,9 @@ class BlockManager(Allocator):
     ):
         from policies.eviction import EVICTORS  # policies are plug-ins, looked up by name
 
-        self.num_blocks = _check_count("num_blocks", num_blocks, 1)
-        self.block_size = _check_count("block_size", block_size, 1)
-        self.num_cpu_blocks = _check_count("num_cpu_blocks", num_cpu_blocks, 0)
+        self.num_blocks = check_count("num_blocks", num_blocks, 1)
+        self.block_size = check_count("block_size", block_size, 1)
+        self.num_cpu_blocks = check_count("num_cpu_blocks", num_cpu_blocks, 0)
         self.enable_prefix_caching = bool(enable_prefix_caching)
         self.eviction = eviction
         self.evictor = EVICTORS.get(eviction)(rng=rng)
@@ -208,7 +181,7 @@ class BlockManager(Allocator):
         return self._live(seq_id)  # raises UnknownSequence
 
     def _new_seq(self, seq_id: int) -> int:
-        seq = _check_count("sequence id", seq_id, 0)
+        seq = check_count("sequence id", seq_id, 0)
         if self._seq_state(seq) != _DEAD:
             raise DuplicateSequence(f"sequence {seq} is already live")
         if seq >= self._state.shape[0]:
@@ -386,7 +359,7 @@ class BlockManager(Allocator):
         return -(-num_tokens // self.block_size)
 
     def can_allocate(self, token_ids, *, salt: int = 0, max_new_tokens: int = 0) -> bool:
-        tokens = _as_tokens(token_ids, allow_empty=False)
+        tokens = as_tokens(token_ids, allow_empty=False)
         _, hits = self._lookup(tokens, int(salt))
         revived = self._revived(hits)
         needed = self._blocks_for(tokens.shape[0]) - len(hits)
@@ -402,7 +375,7 @@ class BlockManager(Allocator):
         computed_tokens: int | None = None,
     ) -> int:
         seq = self._new_seq(seq_id)
-        tokens = _as_tokens(token_ids, allow_empty=False)
+        tokens = as_tokens(token_ids, allow_empty=False)
         salt = int(salt)
         keys, hits = self._lookup(tokens, salt)
         # Hit blocks that are cached-evictable must not be counted as available: this
@@ -453,12 +426,12 @@ class BlockManager(Allocator):
         this step): publish its full blocks among them in the prefix cache."""
         seq = self._live(seq_id)
         if self._state[seq] == _ON_DEVICE:
-            self._publish_through(seq, _check_count("num_tokens", num_tokens, 0) // self.block_size)
+            self._publish_through(seq, check_count("num_tokens", num_tokens, 0) // self.block_size)
 
     def cached_prefix_tokens(self, token_ids, *, salt: int = 0) -> int:
         if not self.enable_prefix_caching:
             return 0
-        tokens = _as_tokens(token_ids, allow_empty=False)
+        tokens = as_tokens(token_ids, allow_empty=False)
         return len(self._lookup(tokens, int(salt))[1]) * self.block_size
 
     # -- growth ------------------------------------------------------------------------------
@@ -473,12 +446,12 @@ class BlockManager(Allocator):
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
         seq = self._on_device(seq_id)
-        needed, _ = self._append_need(seq, _check_count("num_tokens", num_tokens, 0))
+        needed, _ = self._append_need(seq, check_count("num_tokens", num_tokens, 0))
         return needed <= len(self._free) + len(self.evictor)
 
     def append(self, seq_id: int, token_ids) -> list[BlockMove]:
         seq = self._on_device(seq_id)
-        tokens = _as_tokens(token_ids, allow_empty=True)
+        tokens = as_tokens(token_ids, allow_empty=True)
         num_new = tokens.shape[0]
         needed, cow = self._append_need(seq, num_new)
         self._require(needed)
@@ -550,7 +523,7 @@ class BlockManager(Allocator):
         if (self._batch_mark[seqs] != positions).any():
             raise InvalidRequest("append_batch: duplicate sequence ids in one batch")
         # int32 tokens (the engine's) cannot exceed the range: one reduction, not two.
-        too_big = tokens.dtype != np.int32 and tokens.max() > _INT32_MAX
+        too_big = tokens.dtype != np.int32 and tokens.max() > INT32_MAX
         if too_big or tokens.min() < 0:
             raise InvalidRequest("token ids must be in [0, 2**31 - 1]")
         return seqs, tokens.astype(np.int32, copy=False)
@@ -668,7 +641,7 @@ class BlockManager(Allocator):
         """Reclaim up to ``num_blocks`` cached-evictable blocks, in the eviction policy's
         order: their keys are dropped and they go to the back of the free list.
         Returns their ids. Raises InvalidRequest for a negative count."""
-        count = _check_count("num_blocks", num_blocks, 0)
+        count = check_count("num_blocks", num_blocks, 0)
         self._clock += 1
         victims = self.evictor.pick_victims(count)
         for block in victims:

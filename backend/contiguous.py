@@ -42,6 +42,8 @@ from backend.base import (
     KVUsage,
     OutOfBlocks,
     UnknownSequence,
+    as_tokens,
+    check_count,
 )
 
 #: reservation modes and the registered allocator names that select them
@@ -49,7 +51,6 @@ MODES = ("max", "pow2", "oracle")
 NAMES = {"contiguous-max": "max", "contiguous-pow2": "pow2", "contiguous-oracle": "oracle"}
 
 _NOT_LIVE, _ON_DEVICE, _ON_CPU = 0, 1, 2
-_INT32_MAX = np.iinfo(np.int32).max
 
 
 class SlotSpace:
@@ -138,26 +139,6 @@ class SlotSpace:
         assert pos == self.size, "regions and holes do not cover the address space"
 
 
-def _as_tokens(token_ids: Sequence[int] | np.ndarray, *, allow_empty: bool = False) -> np.ndarray:
-    """Validate token ids (1-D, integer, in int32 range) and return them as int32."""
-    arr = np.asarray(token_ids)
-    if arr.size == 0 and allow_empty and arr.ndim == 1:
-        return arr.astype(np.int32)
-    if arr.ndim != 1 or arr.size == 0:
-        raise InvalidRequest(f"token ids must be a non-empty 1-D sequence, got shape {arr.shape}")
-    if arr.dtype.kind not in "iu":
-        raise InvalidRequest(f"token ids must be integers, got dtype {arr.dtype}")
-    if int(arr.min()) < 0 or int(arr.max()) > _INT32_MAX:
-        raise InvalidRequest("token ids must lie in [0, 2**31 - 1]")
-    return arr.astype(np.int32)
-
-
-def _as_count(value: int, what: str, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise InvalidRequest(f"{what} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
 def _next_pow2(n: int) -> int:
     """Smallest power of two >= n, and 0 for 0 (nothing to generate, nothing reserved)."""
     return 0 if n == 0 else 1 << (n - 1).bit_length()
@@ -183,9 +164,9 @@ class ContiguousAllocator(Allocator):
         if mode not in MODES:
             raise InvalidRequest(f"unknown reservation mode {mode!r}; valid: {', '.join(MODES)}")
         self.block_size = 1
-        self.num_blocks = _as_count(num_slots, "num_slots", minimum=1)
-        self.num_cpu_slots = _as_count(num_cpu_slots, "num_cpu_slots", minimum=0)
-        self.max_model_len = _as_count(max_model_len, "max_model_len", minimum=1)
+        self.num_blocks = check_count("num_slots", num_slots, 1)
+        self.num_cpu_slots = check_count("num_cpu_slots", num_cpu_slots, 0)
+        self.max_model_len = check_count("max_model_len", max_model_len, 1)
         self.mode = mode
         self.slots = np.zeros(self.num_blocks, dtype=np.int32)
         self.cpu_slots = np.zeros(self.num_cpu_slots, dtype=np.int32)
@@ -207,8 +188,8 @@ class ContiguousAllocator(Allocator):
     # -- sizing ----------------------------------------------------------------------
     def reservation_size(self, prompt_len: int, max_new_tokens: int) -> int:
         """Slots this allocator reserves for such a request, capped at max_model_len."""
-        prompt_len = _as_count(prompt_len, "prompt_len", minimum=0)
-        max_new_tokens = _as_count(max_new_tokens, "max_new_tokens", minimum=0)
+        prompt_len = check_count("prompt_len", prompt_len, 0)
+        max_new_tokens = check_count("max_new_tokens", max_new_tokens, 0)
         if self.mode == "max":
             return self.max_model_len
         output = max_new_tokens if self.mode == "oracle" else _next_pow2(max_new_tokens)
@@ -251,7 +232,7 @@ class ContiguousAllocator(Allocator):
         return sid
 
     def _new_id(self, seq_id: int) -> int:
-        sid = _as_count(seq_id, "sequence id", minimum=0)
+        sid = check_count("sequence id", seq_id, 0)
         if sid < self._where.shape[0] and self._where[sid] != _NOT_LIVE:
             raise DuplicateSequence(f"sequence {sid} is already live")
         return sid
@@ -299,8 +280,8 @@ class ContiguousAllocator(Allocator):
     def can_allocate(
         self, token_ids: Sequence[int] | np.ndarray, *, salt: int = 0, max_new_tokens: int = 0
     ) -> bool:
-        prompt_len = _as_tokens(token_ids).shape[0]
-        max_new_tokens = _as_count(max_new_tokens, "max_new_tokens", minimum=0)
+        prompt_len = as_tokens(token_ids).shape[0]
+        max_new_tokens = check_count("max_new_tokens", max_new_tokens, 0)
         if prompt_len + max_new_tokens > self.max_model_len:
             return False
         return self._device.first_fit(self.reservation_size(prompt_len, max_new_tokens)) is not None
@@ -322,8 +303,8 @@ class ContiguousAllocator(Allocator):
         Raises OutOfBlocks (no hole fits, or prompt + output > max_model_len; nothing
         changed), DuplicateSequence, InvalidRequest."""
         sid = self._new_id(seq_id)
-        tokens = _as_tokens(token_ids)
-        max_new_tokens = _as_count(max_new_tokens, "max_new_tokens", minimum=0)
+        tokens = as_tokens(token_ids)
+        max_new_tokens = check_count("max_new_tokens", max_new_tokens, 0)
         size = self._admissible_size(tokens.shape[0], max_new_tokens)
         start = self._device.first_fit(size)
         if start is None:
@@ -333,7 +314,7 @@ class ContiguousAllocator(Allocator):
         return 0
 
     def cached_prefix_tokens(self, token_ids: Sequence[int] | np.ndarray, *, salt: int = 0) -> int:
-        _as_tokens(token_ids)
+        as_tokens(token_ids)
         return 0
 
     # -- growth --------------------------------------------------------------------------
@@ -370,7 +351,7 @@ class ContiguousAllocator(Allocator):
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
         """Whether ``append`` of ``num_tokens`` would succeed now (False while swapped)."""
         sid = self._lookup(seq_id)
-        num_tokens = _as_count(num_tokens, "num_tokens", minimum=1)
+        num_tokens = check_count("num_tokens", num_tokens, 1)
         if self._where[sid] != _ON_DEVICE:
             return False
         start, reserved = int(self._start[sid]), int(self._reserved[sid])
@@ -389,7 +370,7 @@ class ContiguousAllocator(Allocator):
         slot, old -> new). Raises OutOfBlocks (neither possible; nothing changed),
         UnknownSequence, InvalidRequest (swapped out, bad tokens)."""
         sid = self._on_device(seq_id)
-        tokens = _as_tokens(token_ids)
+        tokens = as_tokens(token_ids)
         held = int(self._tokens[sid])
         needed = held + tokens.shape[0]
         moves: list[BlockMove] = []
@@ -442,7 +423,7 @@ class ContiguousAllocator(Allocator):
         nothing. Returns the relocation moves in the order an executor must apply them.
         Raises OutOfBlocks (nothing changed), UnknownSequence, InvalidRequest."""
         ids = self._batch_ids(seq_ids)
-        tokens = _as_tokens(token_ids, allow_empty=True)
+        tokens = as_tokens(token_ids, allow_empty=True)
         if tokens.shape != ids.shape:
             raise InvalidRequest(f"{ids.shape[0]} sequences but {tokens.shape[0]} tokens")
         moves = self._grow_full(ids[self._tokens[ids] >= self._reserved[ids]])
@@ -579,7 +560,7 @@ class ContiguousAllocator(Allocator):
         true length) is internal fragmentation; free slots in holes shorter than
         ``next_request_tokens`` (the head request's reservation, see
         :meth:`reservation_size`; 0 means none) are external fragmentation. O(holes)."""
-        next_size = _as_count(next_request_tokens, "next_request_tokens", minimum=0)
+        next_size = check_count("next_request_tokens", next_request_tokens, 0)
         free = self._device.free_total
         external = self._device.free_in_holes_smaller_than(next_size) if next_size else 0
         return KVUsage(
