@@ -198,10 +198,15 @@ class BlockManager(Allocator):
             setattr(self, name, new)
 
     # -- block pool --------------------------------------------------------------------------
+    def _available(self, not_evictable: int = 0) -> int:
+        """Blocks a command could take: free ones, then cached-evictable ones (except
+        ``not_evictable`` of them that the command itself reuses)."""
+        return len(self._free) + len(self.evictor) - not_evictable
+
     def _require(self, needed: int, *, not_evictable: int = 0) -> None:
         """Raise OutOfBlocks unless ``needed`` blocks can be taken. Cached-evictable blocks
         count as available, except ``not_evictable`` of them that the caller will reuse."""
-        available = len(self._free) + len(self.evictor) - not_evictable
+        available = self._available(not_evictable)
         if needed > available:
             raise OutOfBlocks(
                 f"need {needed} blocks, {available} free or evictable",
@@ -282,15 +287,18 @@ class BlockManager(Allocator):
             self.evictor.on_removed(block)  # O(1): out of the evictable set, back in use
         self._token_slots += len(revived) * self.block_size  # a cached block is full
         self._refcount[blocks] += 1  # distinct blocks: the fancy increment is exact
+        if revived:  # back in use without being taken: _take's peak update missed them
+            self.peak_used_blocks = max(self.peak_used_blocks, self.num_used_blocks)
         for block in hits:
             self.evictor.on_hit(block, self._clock)
 
-    def _seal(self, seq: int, block: int) -> None:
+    def _seal(self, seq: int, block: int, tokens: bytes | None = None) -> None:
         """``block``, the newest block of ``seq``, just became full: extend the sequence's
-        key chain and publish the key unless another block already holds that prefix."""
+        key chain and publish the key unless another block already holds that prefix.
+        ``tokens`` are the block's bytes when the caller has them already."""
         chain = self._keys[seq]
         parent = chain[-1] if chain else _NO_PARENT
-        key = block_key(parent, self.slots[block], self._salt[seq])
+        key = block_key(parent, self.slots[block] if tokens is None else tokens, self._salt[seq])
         chain.append(key)
         if self._published[seq] == len(chain) - 1:  # not behind deferred prompt blocks
             self._publish(key, block)
@@ -363,7 +371,7 @@ class BlockManager(Allocator):
         _, hits = self._lookup(tokens, int(salt))
         revived = self._revived(hits)
         needed = self._blocks_for(tokens.shape[0]) - len(hits)
-        return needed <= len(self._free) + len(self.evictor) - revived
+        return needed <= self._available(revived)
 
     def allocate(
         self,
@@ -401,8 +409,6 @@ class BlockManager(Allocator):
         self._state[seq] = _ON_DEVICE
         self._num_tokens[seq] = tokens.shape[0]
         self._last_block[seq] = table[-1]
-        # A hit can bring cached blocks back into use without taking any.
-        self.peak_used_blocks = max(self.peak_used_blocks, self.num_used_blocks)
         if self.enable_prefix_caching:
             self.prefix_queries_tokens += int(tokens.shape[0])
             self.prefix_hits_tokens += hit_tokens
@@ -447,7 +453,7 @@ class BlockManager(Allocator):
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
         seq = self._on_device(seq_id)
         needed, _ = self._append_need(seq, check_count("num_tokens", num_tokens, 0))
-        return needed <= len(self._free) + len(self.evictor)
+        return needed <= self._available()
 
     def append(self, seq_id: int, token_ids) -> list[BlockMove]:
         seq = self._on_device(seq_id)
@@ -598,16 +604,8 @@ class BlockManager(Allocator):
         blocks = self._last_block[sealing]
         raw = self.slots[blocks].tobytes()
         width = self.block_size * self.slots.itemsize
-        keys, salts, published = self._keys, self._salt, self._published
         for i, (seq, block) in enumerate(zip(sealing.tolist(), blocks.tolist())):
-            chain = keys[seq]
-            key = block_key(
-                chain[-1] if chain else _NO_PARENT, raw[i * width : (i + 1) * width], salts[seq]
-            )
-            chain.append(key)
-            if published[seq] == len(chain) - 1:  # not behind deferred prompt blocks
-                self._publish(key, block)
-                published[seq] += 1
+            self._seal(seq, block, raw[i * width : (i + 1) * width])
 
     # -- sharing and release ------------------------------------------------------------------
     def fork(self, parent_id: int, child_id: int) -> list[BlockMove]:
@@ -693,7 +691,7 @@ class BlockManager(Allocator):
         if self._state[seq] != _SWAPPED:
             return False
         _, needed, revived = self._swap_in_plan(seq)
-        return needed <= len(self._free) + len(self.evictor) - revived
+        return needed <= self._available(revived)
 
     def swap_in(self, seq_id: int) -> list[BlockMove]:
         seq = self._live(seq_id)
@@ -713,12 +711,10 @@ class BlockManager(Allocator):
         table = hits + device
         self._tables[seq] = table
         # Computed full blocks become prefix-cache candidates again under their keys.
-        published = self._published[seq]
-        for index in range(len(hits), min(published, len(table))):
+        for index in range(len(hits), self._published[seq]):
             self._publish(self._keys[seq][index], table[index])
         self._state[seq] = _ON_DEVICE
         self._last_block[seq] = table[-1]
-        self.peak_used_blocks = max(self.peak_used_blocks, self.num_used_blocks)
         return [BlockMove(c, d) for c, d in zip(copied, device)]
 
     # -- queries ---------------------------------------------------------------------------------
