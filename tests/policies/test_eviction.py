@@ -96,6 +96,7 @@ def test_random_is_reproducible_under_a_seed():
         return policy.pick_victims(30)
 
     assert order(1) == order(1)
+    assert order(1) != order(2)  # the order really comes from the generator
     assert sorted(order(1)) == [b for b in range(20) if b != 4]
 
 

@@ -76,8 +76,9 @@ def test_prefix_affinity_same_prefix_same_replica():
 def test_prefix_affinity_hash_is_stable_and_salted_by_tenant():
     router = make("prefix-affinity", prefix_tokens=8)
     prompt = list(range(8))
-    # Pinned: a stable digest, not Python's per-process salted hash().
-    assert router.home(req(0, prompt), 1000) == router.home(req(1, prompt), 1000)
+    # Pinned values: a stable digest, not Python's per-process salted hash().
+    assert router.home(req(0, prompt), 1000) == router.home(req(1, prompt), 1000) == 970
+    assert router.home(req(0, prompt, tenant=1), 1000) == 89
     homes = {router.home(req(0, prompt, tenant=t), 1000) for t in range(8)}
     assert len(homes) > 1
 

@@ -276,6 +276,13 @@ def test_scenarios_under_memory_pressure_stay_live_and_leak_free(raw):
 # ------------------------------------------------------------- engine bugs this file found
 
 
+def assert_triggered(run: Run, *, swap: bool = False) -> None:
+    """The regression's trigger really happened (else the test would pass vacuously)."""
+    assert run.result.summary["num_preemptions"] > 0
+    if swap:
+        assert any(r.num_swaps_out for r in run.replicas)
+
+
 def tiny_raw(**workload) -> dict:
     return {
         "model": "tiny",
@@ -302,6 +309,7 @@ def test_swapped_forks_do_not_livelock():
     raw["preemption"] = {"mode": "swap"}
     raw["simulation"]["num_requests"] = 2
     run = simulate_observed(validate_scenario(raw))
+    assert_triggered(run, swap=True)
     check_requests(run.result.requests)
     check_memory(run.replicas)
     check_step_log(run)
@@ -332,6 +340,7 @@ def test_preemption_between_steps_is_logged():
     raw["preemption"] = {"victim": "most-blocks"}
     raw["simulation"] = {"num_requests": 12, "seed": 1951}
     run = simulate_observed(validate_scenario(raw))
+    assert_triggered(run)
     check_step_log(run)
     check_memory(run.replicas)
 
@@ -365,6 +374,7 @@ def test_swapped_samples_leave_no_finished_holder():
     finished but stayed among the holders (a request holding no device memory was picked
     as a victim)."""
     run = simulate_observed(validate_scenario(swapped_samples_raw()))
+    assert_triggered(run, swap=True)
     check_requests(run.result.requests)
     check_memory(run.replicas)
 
@@ -383,4 +393,6 @@ def test_swapped_samples_do_not_livelock():
         "turns": {"kind": "uniform", "min": 1, "max": 2},
         "think_time_s": 0.0,
     }
-    check_requests(simulate_observed(validate_scenario(raw)).result.requests)
+    run = simulate_observed(validate_scenario(raw))
+    assert_triggered(run, swap=True)
+    check_requests(run.result.requests)
