@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from policies.registry import Registry
+from policies.scheduling import arrival  # the shared tie-break key
 
 
 class VictimView(Protocol):
@@ -35,17 +36,12 @@ class VictimPolicy(Protocol):
 VICTIMS: Registry = Registry("preemption victim")
 
 
-def latest(request: Any) -> tuple[float, int]:
-    """The shared tie-break, as a key for ``max``: later arrival, then higher id."""
-    return (request.arrival_s, request.req_id)
-
-
 @VICTIMS.register("last-arrived")
 class LastArrived:
     """The most recently arrived request loses its memory first (vLLM's default)."""
 
     def pick(self, running, view):
-        return max(running, key=latest)
+        return max(running, key=arrival)  # the latest arrival (then highest id)
 
 
 @VICTIMS.register("lowest-priority")
@@ -53,7 +49,7 @@ class LowestPriority:
     """The lowest-priority request first (vLLM's priority mode); ties: last arrived."""
 
     def pick(self, running, view):
-        return max(running, key=lambda r: (-r.priority, *latest(r)))
+        return max(running, key=lambda r: (-r.priority, *arrival(r)))
 
 
 @VICTIMS.register("most-blocks")
@@ -61,7 +57,7 @@ class MostBlocks:
     """The request holding the most device blocks first: one preemption frees the most."""
 
     def pick(self, running, view):
-        return max(running, key=lambda r: (view.blocks_held(r), *latest(r)))
+        return max(running, key=lambda r: (view.blocks_held(r), *arrival(r)))
 
 
 @VICTIMS.register("fewest-generated")
@@ -69,4 +65,4 @@ class FewestGenerated:
     """The request with the fewest output tokens so far first: the least work is redone."""
 
     def pick(self, running, view):
-        return max(running, key=lambda r: (-view.generated_tokens(r), *latest(r)))
+        return max(running, key=lambda r: (-view.generated_tokens(r), *arrival(r)))

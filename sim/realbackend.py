@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from sim.scenario import ScenarioError
 
-_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
-
 
 def build_torch_executor(scenario, allocator):
     """A PagedExecutor for ``allocator``'s pool with the scenario's model shape (random
@@ -35,7 +33,7 @@ def build_torch_executor(scenario, allocator):
         scenario.model_spec,
         allocator,
         device=device,
-        dtype=getattr(torch, _DTYPES[scenario.backend.dtype]),
+        dtype=getattr(torch, scenario.backend.dtype),  # the schema allows torch dtype names
         seed=scenario.simulation.seed,
         # On a small shared CPU torch's worker threads spin-wait for each other and turn
         # a few-ms step into 100+ ms; one thread gives stable, representative timings.
