@@ -36,6 +36,7 @@ from backend.base import (
     as_tokens,
     check_count,
 )
+from backend.evictor import Evictor, LeastRecentlyUsed
 
 _DEAD, _ON_DEVICE, _SWAPPED = 0, 1, 2  # sequence states in ``_state``
 _NO_PARENT = b""
@@ -95,17 +96,15 @@ class BlockManager(Allocator):
         *,
         num_cpu_blocks: int = 0,
         enable_prefix_caching: bool = False,
-        eviction: str = "lru",
-        rng: np.random.Generator | None = None,
+        evictor: Evictor | None = None,
     ):
-        from policies.eviction import EVICTORS  # policies are plug-ins, looked up by name
-
         self.num_blocks = check_count("num_blocks", num_blocks, 1)
         self.block_size = check_count("block_size", block_size, 1)
         self.num_cpu_blocks = check_count("num_cpu_blocks", num_cpu_blocks, 0)
         self.enable_prefix_caching = bool(enable_prefix_caching)
-        self.eviction = eviction
-        self.evictor = EVICTORS.get(eviction)(rng=rng)
+        # Which cached block goes first is a policy (policies/eviction.py), passed in so
+        # the backend imports nothing from policies/; LRU when none is given.
+        self.evictor = evictor if evictor is not None else LeastRecentlyUsed()
 
         # The "memory": the token id held in every slot.
         self.slots = np.zeros((self.num_blocks, self.block_size), np.int32)

@@ -16,81 +16,16 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import OrderedDict
-from typing import Protocol
 
 import numpy as np
 
+from backend.evictor import Evictor, LeastRecentlyUsed
 from policies.registry import Registry
 
 EVICTORS: Registry = Registry("eviction")
+EVICTORS.register("lru")(LeastRecentlyUsed)  # the block manager's default
 
-
-class Evictor(Protocol):
-    """The evictable set plus the order in which it is reclaimed.
-
-    Event order for one block: ``on_cached`` (it enters the set), then either
-    ``on_removed`` (a prefix hit takes it back into use; its history is kept) or being
-    returned by ``pick_victims`` (its key is dropped; its history is forgotten).
-    ``on_hit`` is called for every prefix hit on a block, in use or not.
-    """
-
-    def on_cached(self, block: int, now: int) -> None:
-        """``block`` became cached-evictable (its last reference was released)."""
-        ...
-
-    def on_hit(self, block: int, now: int) -> None:
-        """A new request reused ``block`` through a prefix-cache hit."""
-        ...
-
-    def on_removed(self, block: int) -> None:
-        """``block`` left the evictable set because a hit took it back (O(1))."""
-        ...
-
-    def pick_victims(self, num_blocks: int) -> list[int]:
-        """Remove and return up to ``num_blocks`` blocks, first victim first."""
-        ...
-
-    def __len__(self) -> int: ...
-
-    def __contains__(self, block: object) -> bool: ...
-
-    def blocks(self) -> list[int]:
-        """The evictable set (any order); for invariant checks."""
-        ...
-
-
-@EVICTORS.register("lru")
-class LeastRecentlyUsed:
-    """Least recently released (or hit) block first; the default."""
-
-    def __init__(self, rng: np.random.Generator | None = None):
-        # An OrderedDict is a hash map threaded on a doubly linked list: append at the
-        # recent end, pop the oldest and delete a block from the middle (a cache hit)
-        # are all O(1).
-        self._order: OrderedDict[int, None] = OrderedDict()
-
-    def on_cached(self, block: int, now: int) -> None:
-        self._order[block] = None
-
-    def on_hit(self, block: int, now: int) -> None:
-        pass  # recency is renewed when the hitting request releases the block
-
-    def on_removed(self, block: int) -> None:
-        del self._order[block]
-
-    def pick_victims(self, num_blocks: int) -> list[int]:
-        count = min(num_blocks, len(self._order))
-        return [self._order.popitem(last=False)[0] for _ in range(count)]
-
-    def __len__(self) -> int:
-        return len(self._order)
-
-    def __contains__(self, block: object) -> bool:
-        return block in self._order
-
-    def blocks(self) -> list[int]:
-        return list(self._order)
+__all__ = ["EVICTORS", "Evictor", "LeastRecentlyUsed"]
 
 
 class _HeapEvictor:

@@ -18,6 +18,7 @@ import simpy
 from backend.base import Allocator
 from backend.blocks import BlockManager
 from backend.contiguous import make_contiguous
+from policies.eviction import EVICTORS
 from policies.preemption import VICTIMS
 from policies.registry import UnknownPolicy
 from policies.routing import ROUTERS
@@ -48,17 +49,17 @@ def build_allocator(scenario) -> Allocator:
     num_blocks = cache.device_blocks(model, hw, tp)
     num_cpu_blocks = cache.cpu_blocks(model, tp)
     if cache.allocator == "paged":
-        try:
-            return BlockManager(
-                num_blocks,
-                cache.block_size,
-                num_cpu_blocks=num_cpu_blocks,
-                enable_prefix_caching=cache.prefix_caching,
-                eviction=scenario.resolve_plugin(scenario.eviction.policy),
-                rng=np.random.default_rng(scenario.simulation.seed),
-            )
-        except (UnknownPolicy, TypeError) as err:
-            raise ScenarioError(f"{scenario.source}: eviction.policy: {err}") from None
+        rng = np.random.default_rng(scenario.simulation.seed)  # for a randomised policy
+        evictor = make_policy(
+            scenario, EVICTORS, "eviction.policy", scenario.eviction.policy, {"rng": rng}
+        )
+        return BlockManager(
+            num_blocks,
+            cache.block_size,
+            num_cpu_blocks=num_cpu_blocks,
+            enable_prefix_caching=cache.prefix_caching,
+            evictor=evictor,
+        )
     return make_contiguous(
         cache.allocator,
         num_slots=num_blocks * cache.block_size,

@@ -14,7 +14,8 @@ from backend.base import (
     UnknownSequence,
 )
 from backend.blocks import BlockManager
-from policies.registry import UnknownPolicy
+from backend.evictor import LeastRecentlyUsed
+from policies.eviction import EVICTORS
 
 
 def caching(num_blocks: int, block_size: int, **kwargs) -> BlockManager:
@@ -226,7 +227,7 @@ def test_evict_drops_keys_in_policy_order():
     [("lru", [2, 0, 1]), ("fifo", [0, 1, 2]), ("lfu", [2, 1, 0]), ("reuse-weighted", [2, 1, 0])],
 )
 def test_eviction_order_through_the_manager(policy, order):
-    mgr = caching(6, 2, eviction=policy)
+    mgr = caching(6, 2, evictor=EVICTORS.get(policy)())
     for seq, token in enumerate((1, 2, 3)):
         mgr.allocate(seq, [token, token])  # blocks 0, 1, 2
     for seq in range(3):
@@ -332,9 +333,8 @@ def test_bad_sizes(kwargs):
         BlockManager(**kwargs)
 
 
-def test_unknown_eviction_policy_lists_valid_names():
-    with pytest.raises(UnknownPolicy, match="lru"):
-        BlockManager(4, 4, eviction="nope")
+def test_lru_is_the_default_evictor():
+    assert isinstance(BlockManager(4, 4).evictor, LeastRecentlyUsed)
 
 
 @pytest.fixture

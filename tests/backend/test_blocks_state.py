@@ -45,8 +45,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
             block_size,
             num_cpu_blocks=num_cpu_blocks,
             enable_prefix_caching=caching,
-            eviction=eviction,
-            rng=np.random.default_rng(0),
+            evictor=EVICTORS.get(eviction)(rng=np.random.default_rng(0)),
         )
         self.initial = self.mgr.usage()
         self.shadow: dict[int, list[int]] = {}  # what each live sequence was given

@@ -14,6 +14,7 @@ from policies.eviction import (
     LeastRecentlyUsed,
     ReuseWeighted,
 )
+from policies.registry import UnknownPolicy
 
 
 def test_registry_names():
@@ -127,3 +128,8 @@ def test_every_policy_is_a_consistent_set(name, script):
             assert len(set(victims)) == len(victims) and set(victims) <= members
             members -= set(victims)
         assert len(policy) == len(members) and set(policy.blocks()) == members
+
+
+def test_unknown_eviction_policy_lists_valid_names():
+    with pytest.raises(UnknownPolicy, match="lru"):
+        EVICTORS.get("nope")
