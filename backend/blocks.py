@@ -39,7 +39,6 @@ from backend.base import (
 from backend.evictor import Evictor, LeastRecentlyUsed
 
 _DEAD, _ON_DEVICE, _SWAPPED = 0, 1, 2  # sequence states in ``_state``
-_NO_PARENT = b""
 
 
 class PrefixCacheStats(NamedTuple):
@@ -53,25 +52,37 @@ class PrefixCacheStats(NamedTuple):
         return self.hits_tokens / self.queries_tokens if self.queries_tokens else 0.0
 
 
-def block_key(parent: bytes, tokens: np.ndarray | memoryview, salt: int) -> bytes:
-    """The prefix-cache key of one full block: a hash chained over the parent block's
-    key, the tenant salt and the block's int32 token ids.
+ROOT_KEY = bytes(16)  # the parent key of every sequence's first block
+
+
+def salt_bytes(salt: int) -> bytes:
+    """A tenant salt as the 8-byte field that starts every key's message."""
+    return salt.to_bytes(8, "little", signed=True)
+
+
+def _digest(message: bytes) -> bytes:
+    """The one hash behind every prefix key (tests replace it to force collisions).
 
     blake2b with a 128-bit digest: a simulator is not an adversarial setting, and the
     chance that two of n distinct blocks collide is about n**2 / 2**129 (below 1e-20 for
     a billion blocks). On top of that, a hit is verified against the cached block's
     tokens (see ``_lookup``), so a collision can never make a sequence read another's
-    tokens. Hashing the raw buffer costs one call per block, not per token.
+    tokens."""
+    return hashlib.blake2b(message, digest_size=16).digest()
 
-    ``tokens`` is a contiguous buffer of native int32 (a slot row or a slice of a
-    prompt): keys live only as long as the process, so byte order does not matter.
+
+def block_key(parent: bytes, tokens: bytes, salt: bytes) -> bytes:
+    """The prefix-cache key of one full block: a hash chained over the parent block's
+    key (``ROOT_KEY`` for the first block), the tenant salt (``salt_bytes``) and the
+    block's tokens (the bytes of native int32 ids: keys live only as long as the
+    process, so byte order does not matter).
+
+    The message is salt (8 bytes) | parent key (16 bytes) | tokens (4 x block size
+    bytes): fixed-width fields, so different inputs never make the same message. One
+    hash call per block, not per token; no keyword arguments beyond the digest size
+    (blake2b's key/person parameters cost more to pass than the bytes cost to hash).
     """
-    # One constructor call: the parent key keys the hash (blake2b's MAC key, up to 64
-    # bytes) and the salt is its personalisation string, so the inputs stay separate
-    # fields rather than one concatenated (and ambiguous) byte string.
-    return hashlib.blake2b(
-        tokens, digest_size=16, key=parent, person=salt.to_bytes(8, "little", signed=True)
-    ).digest()
+    return _digest(salt + parent + tokens)
 
 
 class _BatchNeed(NamedTuple):
@@ -131,7 +142,7 @@ class BlockManager(Allocator):
         self._arange = np.arange(capacity)
         self._tables: dict[int, list[int]] = {}
         self._keys: dict[int, list[bytes]] = {}  # the key chain of each sequence's full blocks
-        self._salt: dict[int, int] = {}
+        self._salt: dict[int, bytes] = {}  # each sequence's salt_bytes
         # How many leading full blocks of each sequence are published in the prefix cache.
         # A block is published only once its KV is computed (scheduled), as vLLM does:
         # a prompt admitted whole but prefilled in chunks must not let another request
@@ -291,17 +302,27 @@ class BlockManager(Allocator):
         for block in hits:
             self.evictor.on_hit(block, self._clock)
 
-    def _seal(self, seq: int, block: int, tokens: bytes | None = None) -> None:
-        """``block``, the newest block of ``seq``, just became full: extend the sequence's
-        key chain and publish the key unless another block already holds that prefix.
-        ``tokens`` are the block's bytes when the caller has them already."""
-        chain = self._keys[seq]
-        parent = chain[-1] if chain else _NO_PARENT
-        key = block_key(parent, self.slots[block] if tokens is None else tokens, self._salt[seq])
-        chain.append(key)
-        if self._published[seq] == len(chain) - 1:  # not behind deferred prompt blocks
-            self._publish(key, block)
-            self._published[seq] += 1
+    def _seal(self, seqs: list[int], blocks: list[int]) -> None:
+        """Each ``blocks[i]`` just became full as the next block of ``seqs[i]`` (in order;
+        a sequence may appear more than once): extend the sequence's key chain and publish
+        the key, unless the sequence still has unpublished prompt blocks before it.
+
+        The decode step seals up to one block per running sequence, so the per-block
+        work is cut to one hash: the blocks' tokens are gathered in one copy and hashed
+        from byte slices, with the hot names bound locally."""
+        raw = self.slots[blocks].tobytes()
+        width = self.block_size * self.slots.itemsize
+        chains, salts, published, publish = self._keys, self._salt, self._published, self._publish
+        start = 0
+        for seq, block in zip(seqs, blocks):
+            chain = chains[seq]
+            parent = chain[-1] if chain else ROOT_KEY
+            key = block_key(parent, raw[start : start + width], salts[seq])
+            start += width
+            chain.append(key)
+            if published[seq] == len(chain) - 1:  # not behind deferred prompt blocks
+                published[seq] = len(chain)
+                publish(key, block)
 
     def _publish_through(self, seq: int, count: int) -> None:
         """Publish the keys of ``seq``'s first ``count`` full blocks (those not yet)."""
@@ -317,26 +338,25 @@ class BlockManager(Allocator):
             self._key_of_block[block] = key
 
     # -- prefix cache lookup -------------------------------------------------------------------
-    def _prompt_keys(self, tokens: np.ndarray, salt: int) -> list[bytes]:
+    def _prompt_keys(self, tokens: np.ndarray, salt: bytes) -> list[bytes]:
         raw = tokens.tobytes()
         if self._memo is not None and self._memo[0] == salt and self._memo[1] == raw:
             return self._memo[2]
-        keys = self._chain_keys(tokens, salt)
+        keys = self._chain_keys(raw, salt)
         self._memo = (salt, raw, keys)
         return keys
 
-    def _chain_keys(self, tokens: np.ndarray, salt: int) -> list[bytes]:
-        """The chained keys of every full block of ``tokens``."""
+    def _chain_keys(self, raw: bytes, salt: bytes) -> list[bytes]:
+        """The chained keys of every full block of a prompt (``raw``: its int32 bytes)."""
         keys: list[bytes] = []
-        parent = _NO_PARENT
-        size = self.block_size
-        buffer = memoryview(np.ascontiguousarray(tokens, dtype=np.int32))  # cheap slices
-        for start in range(0, tokens.shape[0] - size + 1, size):
-            parent = block_key(parent, buffer[start : start + size], salt)
+        parent = ROOT_KEY
+        width = self.block_size * self.slots.itemsize
+        for start in range(0, len(raw) - width + 1, width):
+            parent = block_key(parent, raw[start : start + width], salt)
             keys.append(parent)
         return keys
 
-    def _lookup(self, tokens: np.ndarray, salt: int) -> tuple[list[bytes], list[int]]:
+    def _lookup(self, tokens: np.ndarray, salt: bytes) -> tuple[list[bytes], list[int]]:
         """The prompt's full-block keys and the longest run of cached blocks from its
         start. No mutation (besides the hash memo)."""
         if not self.enable_prefix_caching:
@@ -367,7 +387,7 @@ class BlockManager(Allocator):
 
     def can_allocate(self, token_ids, *, salt: int = 0, max_new_tokens: int = 0) -> bool:
         tokens = as_tokens(token_ids, allow_empty=False)
-        _, hits = self._lookup(tokens, int(salt))
+        _, hits = self._lookup(tokens, salt_bytes(int(salt)))
         revived = self._revived(hits)
         needed = self._blocks_for(tokens.shape[0]) - len(hits)
         return needed <= self._available(revived)
@@ -383,7 +403,7 @@ class BlockManager(Allocator):
     ) -> int:
         seq = self._new_seq(seq_id)
         tokens = as_tokens(token_ids, allow_empty=False)
-        salt = int(salt)
+        salt = salt_bytes(int(salt))
         keys, hits = self._lookup(tokens, salt)
         # Hit blocks that are cached-evictable must not be counted as available: this
         # very allocation takes them back.
@@ -437,7 +457,7 @@ class BlockManager(Allocator):
         if not self.enable_prefix_caching:
             return 0
         tokens = as_tokens(token_ids, allow_empty=False)
-        return len(self._lookup(tokens, int(salt))[1]) * self.block_size
+        return len(self._lookup(tokens, salt_bytes(int(salt)))[1]) * self.block_size
 
     # -- growth ------------------------------------------------------------------------------
     def _append_need(self, seq: int, num_new: int) -> tuple[int, bool]:
@@ -477,9 +497,9 @@ class BlockManager(Allocator):
         self._token_slots += num_new
         self._num_tokens[seq] = held + num_new
         if self.enable_prefix_caching:
-            size = self.block_size
-            for index in range(held // size, (held + num_new) // size):
-                self._seal(seq, table[index])
+            filled = table[held // self.block_size : (held + num_new) // self.block_size]
+            if filled:
+                self._seal([seq] * len(filled), filled)
         return moves
 
     def _write_at(self, table: list[int], start: int, tokens: np.ndarray) -> None:
@@ -591,20 +611,10 @@ class BlockManager(Allocator):
         self._num_tokens[seqs] = held + 1
         self._token_slots += int(seqs.shape[0])
         if self.enable_prefix_caching:
-            self._seal_batch(seqs[need.slot == self.block_size - 1])
+            sealing = seqs[need.slot == self.block_size - 1]
+            if sealing.size:
+                self._seal(sealing.tolist(), self._last_block[sealing].tolist())
         return moves
-
-    def _seal_batch(self, sealing: np.ndarray) -> None:
-        """``_seal`` for every sequence of ``sealing`` whose newest block just filled, with
-        the per-block work cut to one hash: the blocks' tokens are gathered in one copy and
-        hashed from byte slices (the same bytes ``block_key`` hashes)."""
-        if not sealing.size:
-            return
-        blocks = self._last_block[sealing]
-        raw = self.slots[blocks].tobytes()
-        width = self.block_size * self.slots.itemsize
-        for i, (seq, block) in enumerate(zip(sealing.tolist(), blocks.tolist())):
-            self._seal(seq, block, raw[i * width : (i + 1) * width])
 
     # -- sharing and release ------------------------------------------------------------------
     def fork(self, parent_id: int, child_id: int) -> list[BlockMove]:
@@ -847,7 +857,7 @@ class BlockManager(Allocator):
             assert keyed == 0 and all(not chain for chain in self._keys.values())
             return
         for seq in self._tables:
-            chain = self._chain_keys(self.read_tokens(seq), self._salt[seq])
+            chain = self._chain_keys(self.read_tokens(seq).tobytes(), self._salt[seq])
             assert self._keys[seq] == chain, f"key chain of sequence {seq}"
         for seq in on_device:
             for key, block in zip(self._keys[seq], self._tables[seq]):
