@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import pickle
-from collections import deque
 from typing import NamedTuple
 
 import numpy as np
@@ -37,6 +36,7 @@ from backend.base import (
     check_count,
 )
 from backend.evictor import Evictor, LeastRecentlyUsed
+from backend.freelist import FreeList
 
 _DEAD, _ON_DEVICE, _SWAPPED = 0, 1, 2  # sequence states in ``_state``
 
@@ -60,17 +60,6 @@ def salt_bytes(salt: int) -> bytes:
     return salt.to_bytes(8, "little", signed=True)
 
 
-def _digest(message: bytes) -> bytes:
-    """The one hash behind every prefix key (tests replace it to force collisions).
-
-    blake2b with a 128-bit digest: a simulator is not an adversarial setting, and the
-    chance that two of n distinct blocks collide is about n**2 / 2**129 (below 1e-20 for
-    a billion blocks). On top of that, a hit is verified against the cached block's
-    tokens (see ``_lookup``), so a collision can never make a sequence read another's
-    tokens."""
-    return hashlib.blake2b(message, digest_size=16).digest()
-
-
 def block_key(parent: bytes, tokens: bytes, salt: bytes) -> bytes:
     """The prefix-cache key of one full block: a hash chained over the parent block's
     key (``ROOT_KEY`` for the first block), the tenant salt (``salt_bytes``) and the
@@ -81,8 +70,14 @@ def block_key(parent: bytes, tokens: bytes, salt: bytes) -> bytes:
     bytes): fixed-width fields, so different inputs never make the same message. One
     hash call per block, not per token; no keyword arguments beyond the digest size
     (blake2b's key/person parameters cost more to pass than the bytes cost to hash).
+
+    blake2b with a 128-bit digest: a simulator is not an adversarial setting, and the
+    chance that two of n distinct blocks collide is about n**2 / 2**129 (below 1e-20 for
+    a billion blocks). On top of that, a hit is verified against the cached block's
+    tokens (see ``_lookup``), so a collision can never make a sequence read another's
+    tokens. (Tests replace this function to force collisions.)
     """
-    return _digest(salt + parent + tokens)
+    return hashlib.blake2b(salt + parent + tokens, digest_size=16).digest()
 
 
 class _BatchNeed(NamedTuple):
@@ -92,6 +87,7 @@ class _BatchNeed(NamedTuple):
     slot: np.ndarray  # the slot each new token goes to within its block
     last: np.ndarray  # each sequence's last block before the step
     at_boundary: np.ndarray  # the last block is full: take a new one
+    crossing: int  # how many sequences are at a boundary
     shared: np.ndarray | None  # last block partly filled and shared (None: none shared)
     needed: int  # blocks the whole step takes
 
@@ -121,10 +117,13 @@ class BlockManager(Allocator):
         self.slots = np.zeros((self.num_blocks, self.block_size), np.int32)
         self.cpu_slots = np.zeros((self.num_cpu_blocks, self.block_size), np.int32)
         self._refcount = np.zeros(self.num_blocks, np.int64)
-        # Free lists are deques: O(1) take from the front, O(1) return at the back, so a
-        # block freed long ago is reused first (deterministic ids, easy to pin in tests).
-        self._free: deque[int] = deque(range(self.num_blocks))
-        self._cpu_free: deque[int] = deque(range(self.num_cpu_blocks))
+        # FIFO free lists: a block freed long ago is reused first (deterministic ids).
+        self._free = FreeList(self.num_blocks)
+        self._cpu_free = FreeList(self.num_cpu_blocks)
+        # Blocks with refcount > 1. While it is 0 (no fork, no prefix hit alive) every
+        # in-use block has exactly one reference: release and the decode step skip the
+        # sharing bookkeeping.
+        self._num_shared = 0
         self._key_of_block: list[bytes | None] = [None] * self.num_blocks
         self._block_of_key: dict[bytes, int] = {}
 
@@ -140,6 +139,11 @@ class BlockManager(Allocator):
         self._last_block = np.zeros(capacity, np.int64)
         self._batch_mark = np.zeros(capacity, np.int64)  # scratch for duplicate detection
         self._arange = np.arange(capacity)
+        # The decode batch is usually the same sequences step after step: remember the
+        # last batch whose ids passed the checks, valid until any sequence changes state
+        # (``_epoch`` counts those changes).
+        self._epoch = 0
+        self._checked_ids: tuple[bytes, int] | None = None
         self._tables: dict[int, list[int]] = {}
         self._keys: dict[int, list[bytes]] = {}  # the key chain of each sequence's full blocks
         self._salt: dict[int, bytes] = {}  # each sequence's salt_bytes
@@ -190,6 +194,10 @@ class BlockManager(Allocator):
             raise InvalidRequest(f"sequence {seq_id} is swapped out; swap it in first")
         return self._live(seq_id)  # raises UnknownSequence
 
+    def _set_state(self, seq: int, state: int) -> None:
+        self._state[seq] = state
+        self._epoch += 1  # batches checked before this change must be checked again
+
     def _new_seq(self, seq_id: int) -> int:
         seq = check_count("sequence id", seq_id, 0)
         if self._seq_state(seq) != _DEAD:
@@ -224,28 +232,33 @@ class BlockManager(Allocator):
                 available=available,
             )
 
-    def _take(self, count: int) -> list[int]:
+    def _take(self, count: int) -> np.ndarray:
         """Take ``count`` blocks (the caller checked availability): the free list first,
         then eviction victims. Each comes back with refcount 1 and no tokens."""
-        if count == 0:
-            return []
-        if count == 1 and self._free:  # the common case (a decode crossing): no arrays
-            block = self._free.popleft()
-            self._refcount[block] = 1
-            used = self.num_blocks - len(self._free) - len(self.evictor)
-            if used > self.peak_used_blocks:
-                self.peak_used_blocks = used
-            return [block]
         from_free = min(count, len(self._free))
-        blocks = [self._free.popleft() for _ in range(from_free)]
+        blocks = self._free.take(from_free)
         if from_free < count:
             victims = self.evictor.pick_victims(count - from_free)
             for block in victims:
                 self._drop_key(block)
-            blocks.extend(victims)
+            blocks = np.concatenate((blocks, np.asarray(victims, dtype=np.int64)))
         self._refcount[blocks] = 1
-        self.peak_used_blocks = max(self.peak_used_blocks, self.num_used_blocks)
+        self._update_peak()
         return blocks
+
+    def _take_one(self) -> int:
+        """``_take(1)`` without arrays, for the single-block paths."""
+        if not self._free:
+            return int(self._take(1)[0])
+        block = self._free.take_one()
+        self._refcount[block] = 1
+        self._update_peak()
+        return block
+
+    def _update_peak(self) -> None:
+        used = self.num_blocks - len(self._free) - len(self.evictor)
+        if used > self.peak_used_blocks:
+            self.peak_used_blocks = used
 
     def _drop_key(self, block: int) -> None:
         del self._block_of_key[self._key_of_block[block]]
@@ -259,35 +272,32 @@ class BlockManager(Allocator):
         block once, so the fancy-indexed decrement is exact."""
         if not table:
             return
-        ordered = table[::-1]
-        if len(table) <= 4:  # short tables: scalar updates beat building index arrays
-            refcount = self._refcount
-            for block in ordered:
-                refcount[block] -= 1
-            dropped = np.array([refcount[block] == 0 for block in ordered])
-        else:
-            blocks = np.array(ordered, dtype=np.int64)
-            self._refcount[blocks] -= 1
-            dropped = self._refcount[blocks] == 0
-        if dropped.all():  # the common case, a private table: all its tokens go
+        blocks = np.array(table[::-1], dtype=np.int64)
+        if not self._num_shared:  # every block has one reference: all of them go
+            self._refcount[blocks] = 0
             self._token_slots -= num_tokens
-            released = ordered
-        elif not dropped.any():
-            return
+            released = blocks
         else:
+            self._refcount[blocks] -= 1
+            left = self._refcount[blocks]
+            self._num_shared -= int(np.count_nonzero(left == 1))
+            dropped = left == 0
             size = self.block_size
             # Block i of a table holds min(size, num_tokens - i * size) tokens.
             fills = np.minimum(size, num_tokens - np.arange(len(table) - 1, -1, -1) * size)
             self._token_slots -= int(fills[dropped].sum())
-            released = np.asarray(ordered)[dropped].tolist()
+            released = blocks[dropped]
         if not self._block_of_key:  # nothing can be cached: straight to the free list
-            self._free.extend(released)
+            self._free.put(released)
             return
-        for block in released:
-            if self._key_of_block[block] is not None:
-                self.evictor.on_cached(block, self._clock)
+        uncached = []
+        key_of_block, on_cached, now = self._key_of_block, self.evictor.on_cached, self._clock
+        for block in released.tolist():
+            if key_of_block[block] is not None:
+                on_cached(block, now)
             else:
-                self._free.append(block)
+                uncached.append(block)
+        self._free.put(uncached)
 
     def _reuse(self, hits: list[int]) -> None:
         """Take one more reference to each cached block found by a prefix hit."""
@@ -296,11 +306,17 @@ class BlockManager(Allocator):
         for block in revived:
             self.evictor.on_removed(block)  # O(1): out of the evictable set, back in use
         self._token_slots += len(revived) * self.block_size  # a cached block is full
-        self._refcount[blocks] += 1  # distinct blocks: the fancy increment is exact
+        self._add_reference(blocks)
         if revived:  # back in use without being taken: _take's peak update missed them
-            self.peak_used_blocks = max(self.peak_used_blocks, self.num_used_blocks)
+            self._update_peak()
         for block in hits:
             self.evictor.on_hit(block, self._clock)
+
+    def _add_reference(self, blocks: np.ndarray | list[int]) -> None:
+        """One more reference to each of ``blocks`` (distinct, so the fancy increment is
+        exact), keeping the count of shared blocks."""
+        self._refcount[blocks] += 1
+        self._num_shared += int(np.count_nonzero(self._refcount[blocks] == 2))
 
     def _seal(self, seqs: list[int], blocks: list[int]) -> None:
         """Each ``blocks[i]`` just became full as the next block of ``seqs[i]`` (in order;
@@ -309,20 +325,24 @@ class BlockManager(Allocator):
 
         The decode step seals up to one block per running sequence, so the per-block
         work is cut to one hash: the blocks' tokens are gathered in one copy and hashed
-        from byte slices, with the hot names bound locally."""
+        from byte slices, the hot names are bound locally and ``_publish`` is inlined."""
         raw = self.slots[blocks].tobytes()
         width = self.block_size * self.slots.itemsize
-        chains, salts, published, publish = self._keys, self._salt, self._published, self._publish
+        chains, salts, published = self._keys, self._salt, self._published
+        block_of_key, key_of_block, hash_block = self._block_of_key, self._key_of_block, block_key
         start = 0
         for seq, block in zip(seqs, blocks):
             chain = chains[seq]
-            parent = chain[-1] if chain else ROOT_KEY
-            key = block_key(parent, raw[start : start + width], salts[seq])
+            key = hash_block(
+                chain[-1] if chain else ROOT_KEY, raw[start : start + width], salts[seq]
+            )
             start += width
             chain.append(key)
             if published[seq] == len(chain) - 1:  # not behind deferred prompt blocks
                 published[seq] = len(chain)
-                publish(key, block)
+                if key not in block_of_key:  # another block may hold this prefix already
+                    block_of_key[key] = block
+                    key_of_block[block] = key
 
     def _publish_through(self, seq: int, count: int) -> None:
         """Publish the keys of ``seq``'s first ``count`` full blocks (those not yet)."""
@@ -415,17 +435,18 @@ class BlockManager(Allocator):
         if hits:
             self._reuse(hits)
         hit_tokens = len(hits) * self.block_size
-        fresh = self._take(needed)
+        fresh = [self._take_one()] if needed == 1 else self._take(needed).tolist()
         self._write_fresh(fresh, tokens[hit_tokens:])
         self._token_slots += int(tokens.shape[0]) - hit_tokens  # hits were counted in _reuse
         table = hits + fresh
         self._tables[seq] = table
         self._keys[seq] = list(keys)
         self._salt[seq] = salt
-        ready = len(keys) if computed_tokens is None else computed_tokens // self.block_size
         self._published[seq] = len(hits)
-        self._publish_through(seq, ready)
-        self._state[seq] = _ON_DEVICE
+        if keys:
+            ready = len(keys) if computed_tokens is None else computed_tokens // self.block_size
+            self._publish_through(seq, ready)
+        self._set_state(seq, _ON_DEVICE)
         self._num_tokens[seq] = tokens.shape[0]
         self._last_block[seq] = table[-1]
         if self.enable_prefix_caching:
@@ -487,8 +508,9 @@ class BlockManager(Allocator):
         table = self._tables[seq]
         held = int(self._num_tokens[seq])
         moves = [self._copy_on_write(seq, table, held)] if cow else []
-        if needed:
-            table.extend(self._take(needed - int(cow)))
+        grown = needed - int(cow)
+        if grown:
+            table.extend([self._take_one()] if grown == 1 else self._take(grown).tolist())
             self._last_block[seq] = table[-1]
         if num_new == 1:  # the decode case: one scalar write, no index arrays
             self.slots[table[-1], held % self.block_size] = tokens[0]
@@ -515,11 +537,13 @@ class BlockManager(Allocator):
         """Give ``seq`` (holding ``num_tokens``) a private copy of its shared, partly
         filled last block."""
         shared = table[-1]
-        (private,) = self._take(1)
+        private = self._take_one()
         self.slots[private] = self.slots[shared]
         # The same tokens now live in two in-use blocks.
         self._token_slots += num_tokens % self.block_size
         self._refcount[shared] -= 1  # still >= 1: another table keeps it
+        if self._refcount[shared] == 1:
+            self._num_shared -= 1
         table[-1] = private
         self._last_block[seq] = private
         return BlockMove(shared, private)
@@ -537,6 +561,18 @@ class BlockManager(Allocator):
         if not seqs.size:
             return seqs.astype(np.int64), tokens.astype(np.int32)
         seqs = seqs.astype(np.int64, copy=False)
+        ids = seqs.tobytes()
+        if self._checked_ids != (ids, self._epoch):
+            self._check_ids(seqs)
+            self._checked_ids = (ids, self._epoch)
+        # int32 tokens (the engine's) cannot exceed the range: one reduction, not two.
+        too_big = tokens.dtype != np.int32 and tokens.max() > INT32_MAX
+        if too_big or tokens.min() < 0:
+            raise InvalidRequest("token ids must be in [0, 2**31 - 1]")
+        return seqs, tokens.astype(np.int32, copy=False)
+
+    def _check_ids(self, seqs: np.ndarray) -> None:
+        """Raise unless every id of the (int64) batch is a distinct on-device sequence."""
         if seqs.min() < 0 or seqs.max() >= self._state.shape[0]:
             self._on_device(int(seqs[(seqs < 0) | (seqs >= self._state.shape[0])][0]))
         on_device = self._state[seqs] == _ON_DEVICE
@@ -547,11 +583,6 @@ class BlockManager(Allocator):
         self._batch_mark[seqs] = positions
         if (self._batch_mark[seqs] != positions).any():
             raise InvalidRequest("append_batch: duplicate sequence ids in one batch")
-        # int32 tokens (the engine's) cannot exceed the range: one reduction, not two.
-        too_big = tokens.dtype != np.int32 and tokens.max() > INT32_MAX
-        if too_big or tokens.min() < 0:
-            raise InvalidRequest("token ids must be in [0, 2**31 - 1]")
-        return seqs, tokens.astype(np.int32, copy=False)
 
     def _positions(self, count: int) -> np.ndarray:
         """``arange(count)``, cached: the decode batch has the same size step after step."""
@@ -566,17 +597,20 @@ class BlockManager(Allocator):
         slot = held & (size - 1) if size & (size - 1) == 0 else held % size
         at_boundary = slot == 0
         last = self._last_block[seqs]
-        needed = int(np.count_nonzero(at_boundary))
-        refcount = self._refcount[last]
-        # Without forks no block is shared: skip the copy-on-write bookkeeping entirely.
-        shared = (refcount > 1) & ~at_boundary if refcount.size and refcount.max() > 1 else None
-        if shared is not None and shared.any():
-            # k batch members sharing a block with refcount r: each copies while another
-            # table still points at the block, so min(k, r - 1) copies (the last writer
-            # may keep the original when every sharer is in the batch).
-            blocks, members = np.unique(last[shared], return_counts=True)
-            needed += int(np.minimum(members, self._refcount[blocks] - 1).sum())
-        return _BatchNeed(held, slot, last, at_boundary, shared, needed)
+        crossing = int(np.count_nonzero(at_boundary))
+        needed, shared = crossing, None
+        # Without shared blocks (no fork, no live prefix hit) skip copy-on-write entirely.
+        if self._num_shared:
+            shared = (self._refcount[last] > 1) & ~at_boundary
+            if shared.any():
+                # k batch members sharing a block with refcount r: each copies while
+                # another table still points at the block, so min(k, r - 1) copies (the
+                # last writer may keep the original when every sharer is in the batch).
+                blocks, members = np.unique(last[shared], return_counts=True)
+                needed += int(np.minimum(members, self._refcount[blocks] - 1).sum())
+            else:
+                shared = None
+        return _BatchNeed(held, slot, last, at_boundary, crossing, shared, needed)
 
     def blocks_needed_for_batch(self, seq_ids: np.ndarray) -> int:
         seqs, _ = self._check_batch(seq_ids, np.zeros(np.shape(seq_ids), np.int32))
@@ -591,11 +625,11 @@ class BlockManager(Allocator):
 
         self._clock += 1
         moves: list[BlockMove] = []
-        crossing = seqs[need.at_boundary]
-        if crossing.size:
-            fresh = self._take(crossing.shape[0])
+        if need.crossing:
+            crossing = seqs[need.at_boundary]
+            fresh = self._take(need.crossing)
             tables = self._tables
-            for seq, block in zip(crossing.tolist(), fresh):
+            for seq, block in zip(crossing.tolist(), fresh.tolist()):
                 tables[seq].append(block)
             self._last_block[crossing] = fresh
         sharing = seqs[need.shared].tolist() if need.shared is not None else []
@@ -606,7 +640,7 @@ class BlockManager(Allocator):
         # After the loops every batch member's last block is private, so the fancy
         # indices below are distinct and one vectorised write is exact.
         held = need.held
-        last = self._last_block[seqs] if crossing.size or moves else need.last
+        last = self._last_block[seqs] if need.crossing or moves else need.last
         self.slots[last, need.slot] = tokens
         self._num_tokens[seqs] = held + 1
         self._token_slots += int(seqs.shape[0])
@@ -622,12 +656,12 @@ class BlockManager(Allocator):
         child = self._new_seq(child_id)
         self._clock += 1
         table = list(self._tables[parent])
-        self._refcount[table] += 1  # a table holds each block once, so no duplicates
+        self._add_reference(table)  # a table holds each block once, so no duplicates
         self._tables[child] = table
         self._keys[child] = list(self._keys[parent])
         self._salt[child] = self._salt[parent]
         self._published[child] = self._published[parent]
-        self._state[child] = _ON_DEVICE
+        self._set_state(child, _ON_DEVICE)
         self._num_tokens[child] = self._num_tokens[parent]
         self._last_block[child] = self._last_block[parent]
         return []
@@ -637,11 +671,11 @@ class BlockManager(Allocator):
         self._clock += 1
         table = self._tables.pop(seq)
         if self._state[seq] == _SWAPPED:
-            self._cpu_free.extend(table)
+            self._cpu_free.put(table)
         else:
             self._release(table, int(self._num_tokens[seq]))
         del self._keys[seq], self._salt[seq], self._published[seq]
-        self._state[seq] = _DEAD
+        self._set_state(seq, _DEAD)
         self._num_tokens[seq] = 0
 
     def evict(self, num_blocks: int = 1) -> list[int]:
@@ -653,7 +687,7 @@ class BlockManager(Allocator):
         victims = self.evictor.pick_victims(count)
         for block in victims:
             self._drop_key(block)
-            self._free.append(block)
+        self._free.put(victims)
         return victims
 
     # -- swap ----------------------------------------------------------------------------------
@@ -672,11 +706,11 @@ class BlockManager(Allocator):
                 available=len(self._cpu_free),
             )
         self._clock += 1
-        cpu = [self._cpu_free.popleft() for _ in device]
+        cpu = self._cpu_free.take(len(device)).tolist()
         self.cpu_slots[cpu] = self.slots[device]
         self._release(device, int(self._num_tokens[seq]))
         self._tables[seq] = cpu
-        self._state[seq] = _SWAPPED
+        self._set_state(seq, _SWAPPED)
         return [BlockMove(d, c) for d, c in zip(device, cpu)]
 
     def _swap_in_plan(self, seq: int) -> tuple[list[int], int, int]:
@@ -713,16 +747,16 @@ class BlockManager(Allocator):
             self._reuse(hits)
         cpu = self._tables[seq]
         copied = cpu[len(hits) :]
-        device = self._take(needed)
+        device = self._take(needed).tolist()
         self.slots[device] = self.cpu_slots[copied]
         self._token_slots += int(self._num_tokens[seq]) - len(hits) * self.block_size
-        self._cpu_free.extend(cpu)
+        self._cpu_free.put(cpu)
         table = hits + device
         self._tables[seq] = table
         # Computed full blocks become prefix-cache candidates again under their keys.
         for index in range(len(hits), self._published[seq]):
             self._publish(self._keys[seq][index], table[index])
-        self._state[seq] = _ON_DEVICE
+        self._set_state(seq, _ON_DEVICE)
         self._last_block[seq] = table[-1]
         return [BlockMove(c, d) for c, d in zip(copied, device)]
 
@@ -761,12 +795,13 @@ class BlockManager(Allocator):
 
     def snapshot(self) -> bytes:
         """Every piece of mutable state, serialised, for bit-for-bit comparisons in
-        tests (a refused command must leave it unchanged). The hash memo is excluded:
-        it is a pure cache."""
+        tests (a refused command must leave it unchanged). The hash memo, the checked
+        batch and the epoch are excluded: pure caches."""
         state = (
             self.slots,
             self.cpu_slots,
             self._refcount,
+            self._num_shared,
             list(self._free),
             list(self._cpu_free),
             self._key_of_block,
@@ -801,6 +836,8 @@ class BlockManager(Allocator):
             usage.total_slots
         ), f"usage split does not sum to the pool: {usage}"
         assert self.peak_used_blocks >= usage.used_blocks
+        shared = int(np.count_nonzero(self._refcount > 1))
+        assert self._num_shared == shared, f"shared-block count {self._num_shared} != {shared}"
 
     def _sequences_by_state(self) -> tuple[list[int], list[int]]:
         live = sorted(self._tables)

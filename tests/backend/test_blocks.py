@@ -241,9 +241,8 @@ def test_eviction_order_through_the_manager(policy, order):
 
 
 def test_a_hash_collision_cannot_alias_different_tokens(monkeypatch):
-    # Make every block of a given salt collide (the message starts with the 8-byte salt),
-    # then check the hit is refused.
-    monkeypatch.setattr(blocks_module, "_digest", lambda message: message[:8])
+    # Make every block of a given salt collide, then check the hit is refused.
+    monkeypatch.setattr(blocks_module, "block_key", lambda parent, tokens, salt: salt)
     mgr = caching(8, 2)
     mgr.allocate(0, [1, 2])
     assert mgr.cached_prefix_tokens([3, 4]) == 0
