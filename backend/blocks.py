@@ -17,7 +17,6 @@ the sequences that cross a block boundary, need copy-on-write or fill a block.
 
 from __future__ import annotations
 
-import hashlib
 import pickle
 from typing import NamedTuple
 
@@ -37,8 +36,10 @@ from backend.base import (
 )
 from backend.evictor import Evictor, LeastRecentlyUsed
 from backend.freelist import FreeList
+from backend.prefix_hash import ROOT_KEY, block_digests, chain_keys, next_keys, slot_multipliers
 
 _DEAD, _ON_DEVICE, _SWAPPED = 0, 1, 2  # sequence states in ``_state``
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 class PrefixCacheStats(NamedTuple):
@@ -52,32 +53,13 @@ class PrefixCacheStats(NamedTuple):
         return self.hits_tokens / self.queries_tokens if self.queries_tokens else 0.0
 
 
-ROOT_KEY = bytes(16)  # the parent key of every sequence's first block
-
-
-def salt_bytes(salt: int) -> bytes:
-    """A tenant salt as the 8-byte field that starts every key's message."""
-    return salt.to_bytes(8, "little", signed=True)
-
-
-def block_key(parent: bytes, tokens: bytes, salt: bytes) -> bytes:
-    """The prefix-cache key of one full block: a hash chained over the parent block's
-    key (``ROOT_KEY`` for the first block), the tenant salt (``salt_bytes``) and the
-    block's tokens (the bytes of native int32 ids: keys live only as long as the
-    process, so byte order does not matter).
-
-    The message is salt (8 bytes) | parent key (16 bytes) | tokens (4 x block size
-    bytes): fixed-width fields, so different inputs never make the same message. One
-    hash call per block, not per token; no keyword arguments beyond the digest size
-    (blake2b's key/person parameters cost more to pass than the bytes cost to hash).
-
-    blake2b with a 128-bit digest: a simulator is not an adversarial setting, and the
-    chance that two of n distinct blocks collide is about n**2 / 2**129 (below 1e-20 for
-    a billion blocks). On top of that, a hit is verified against the cached block's
-    tokens (see ``_lookup``), so a collision can never make a sequence read another's
-    tokens. (Tests replace this function to force collisions.)
-    """
-    return hashlib.blake2b(salt + parent + tokens, digest_size=16).digest()
+def check_salt(salt: int) -> int:
+    """A tenant salt as an int64; InvalidRequest otherwise."""
+    if isinstance(salt, bool) or not isinstance(salt, int | np.integer):
+        raise InvalidRequest(f"salt must be an integer, got {salt!r}")
+    if not _INT64_MIN <= int(salt) <= _INT64_MAX:
+        raise InvalidRequest(f"salt must fit in 64 signed bits, got {salt}")
+    return int(salt)
 
 
 class _BatchNeed(NamedTuple):
@@ -124,8 +106,14 @@ class BlockManager(Allocator):
         # in-use block has exactly one reference: release and the decode step skip the
         # sharing bookkeeping.
         self._num_shared = 0
-        self._key_of_block: list[bytes | None] = [None] * self.num_blocks
-        self._block_of_key: dict[bytes, int] = {}
+        self._key_of_block: list[int | None] = [None] * self.num_blocks
+        self._block_of_key: dict[int, int] = {}
+        # The salt and chain position each keyed block was published under: a hit checks
+        # them with the tokens, so a key collision cannot share a prefix across tenants or
+        # reuse a block at another position.
+        self._salt_of_block = np.zeros(self.num_blocks, np.int64)
+        self._pos_of_block = np.zeros(self.num_blocks, np.int64)
+        self._multipliers = slot_multipliers(self.block_size)  # see backend/prefix_hash.py
 
         self._clock = 0  # logical time for the eviction policy: one tick per command
         self._token_slots = 0  # tokens held in in-use blocks (a shared block counts once)
@@ -138,6 +126,7 @@ class BlockManager(Allocator):
         self._num_tokens = np.zeros(capacity, np.int64)
         self._last_block = np.zeros(capacity, np.int64)
         self._batch_mark = np.zeros(capacity, np.int64)  # scratch for duplicate detection
+        self._seq_salt = np.zeros(capacity, np.int64)
         self._arange = np.arange(capacity)
         # The decode batch is usually the same sequences step after step: remember the
         # last batch whose ids passed the checks, valid until any sequence changes state
@@ -145,15 +134,14 @@ class BlockManager(Allocator):
         self._epoch = 0
         self._checked_ids: tuple[bytes, int] | None = None
         self._tables: dict[int, list[int]] = {}
-        self._keys: dict[int, list[bytes]] = {}  # the key chain of each sequence's full blocks
-        self._salt: dict[int, bytes] = {}  # each sequence's salt_bytes
+        self._keys: dict[int, list[int]] = {}  # the key chain of each sequence's full blocks
         # How many leading full blocks of each sequence are published in the prefix cache.
         # A block is published only once its KV is computed (scheduled), as vLLM does:
         # a prompt admitted whole but prefilled in chunks must not let another request
         # "hit" blocks whose KV does not exist yet.
         self._published: dict[int, int] = {}
         # can_allocate then allocate of the same prompt would hash it twice; remember one.
-        self._memo: tuple[int, bytes, list[bytes]] | None = None
+        self._memo: tuple[int, bytes, list[int]] | None = None
 
     # -- public counters -----------------------------------------------------------------
     @property
@@ -209,7 +197,7 @@ class BlockManager(Allocator):
     def _grow(self, needed: int) -> None:
         # Geometric growth keeps the amortised cost per new id O(1).
         size = max(needed, 2 * self._state.shape[0])
-        for name in ("_state", "_num_tokens", "_last_block", "_batch_mark"):
+        for name in ("_state", "_num_tokens", "_last_block", "_batch_mark", "_seq_salt"):
             old = getattr(self, name)
             new = np.zeros(size, old.dtype)
             new[: old.shape[0]] = old
@@ -318,65 +306,81 @@ class BlockManager(Allocator):
         self._refcount[blocks] += 1
         self._num_shared += int(np.count_nonzero(self._refcount[blocks] == 2))
 
-    def _seal(self, seqs: list[int], blocks: list[int]) -> None:
-        """Each ``blocks[i]`` just became full as the next block of ``seqs[i]`` (in order;
-        a sequence may appear more than once): extend the sequence's key chain and publish
-        the key, unless the sequence still has unpublished prompt blocks before it.
+    def _seal(self, seqs: np.ndarray, blocks: np.ndarray, *, one_sequence: bool = False) -> None:
+        """Each ``blocks[i]`` just became full as the next block of ``seqs[i]``: extend the
+        sequence's key chain and publish the key, unless the sequence still has unpublished
+        prompt blocks before it. The sequences are distinct (a decode step), or all the
+        same one (``one_sequence``: an append that filled several blocks, in order).
 
-        The decode step seals up to one block per running sequence, so the per-block
-        work is cut to one hash: the blocks' tokens are gathered in one copy and hashed
-        from byte slices, the hot names are bound locally and ``_publish`` is inlined."""
-        raw = self.slots[blocks].tobytes()
-        width = self.block_size * self.slots.itemsize
-        chains, salts, published = self._keys, self._salt, self._published
-        block_of_key, key_of_block, hash_block = self._block_of_key, self._key_of_block, block_key
-        start = 0
-        for seq, block in zip(seqs, blocks):
+        The decode step seals up to one block per running sequence: digests and keys are
+        computed for all of them in one numpy pass; what is left per block is the
+        bookkeeping, with the hot names bound locally and ``_publish`` inlined."""
+        chains = self._keys
+        seq_list = seqs.tolist()
+        digests = block_digests(self.slots[blocks], self._multipliers)
+        salts = self._seq_salt[seqs]
+        if one_sequence:
+            chain = chains[seq_list[0]]
+            keys = chain_keys(digests.tolist(), int(salts[0]), chain[-1] if chain else ROOT_KEY)
+        else:
+            parents = [chain[-1] if chain else ROOT_KEY for chain in map(chains.get, seq_list)]
+            parent_keys = np.array(parents, dtype=np.uint64)
+            keys = next_keys(parent_keys, digests, salts.astype(np.uint64)).tolist()
+        published, block_of_key, key_of_block = (
+            self._published,
+            self._block_of_key,
+            self._key_of_block,
+        )
+        newly: list[int] = []  # indices of the blocks published here
+        positions: list[int] = []  # and their positions in their chains
+        for index, (seq, block, key) in enumerate(zip(seq_list, blocks.tolist(), keys)):
             chain = chains[seq]
-            key = hash_block(
-                chain[-1] if chain else ROOT_KEY, raw[start : start + width], salts[seq]
-            )
-            start += width
             chain.append(key)
             if published[seq] == len(chain) - 1:  # not behind deferred prompt blocks
                 published[seq] = len(chain)
                 if key not in block_of_key:  # another block may hold this prefix already
                     block_of_key[key] = block
                     key_of_block[block] = key
+                    newly.append(index)
+                    positions.append(len(chain) - 1)
+        if newly:
+            self._salt_of_block[blocks[newly]] = salts[newly]
+            self._pos_of_block[blocks[newly]] = positions
 
     def _publish_through(self, seq: int, count: int) -> None:
         """Publish the keys of ``seq``'s first ``count`` full blocks (those not yet)."""
         chain, table = self._keys[seq], self._tables[seq]
         done, count = self._published[seq], min(count, len(chain))
         for index in range(done, count):
-            self._publish(chain[index], table[index])
+            self._publish(chain[index], table[index], int(self._seq_salt[seq]), index)
         self._published[seq] = max(done, count)
 
-    def _publish(self, key: bytes, block: int) -> None:
+    def _publish(self, key: int, block: int, salt: int, position: int) -> None:
         if key not in self._block_of_key:
             self._block_of_key[key] = block
             self._key_of_block[block] = key
+            self._salt_of_block[block] = salt
+            self._pos_of_block[block] = position
 
     # -- prefix cache lookup -------------------------------------------------------------------
-    def _prompt_keys(self, tokens: np.ndarray, salt: bytes) -> list[bytes]:
+    def _prompt_keys(self, tokens: np.ndarray, salt: int) -> list[int]:
         raw = tokens.tobytes()
         if self._memo is not None and self._memo[0] == salt and self._memo[1] == raw:
             return self._memo[2]
-        keys = self._chain_keys(raw, salt)
+        keys = self._chain_keys(tokens, salt)
         self._memo = (salt, raw, keys)
         return keys
 
-    def _chain_keys(self, raw: bytes, salt: bytes) -> list[bytes]:
-        """The chained keys of every full block of a prompt (``raw``: its int32 bytes)."""
-        keys: list[bytes] = []
-        parent = ROOT_KEY
-        width = self.block_size * self.slots.itemsize
-        for start in range(0, len(raw) - width + 1, width):
-            parent = block_key(parent, raw[start : start + width], salt)
-            keys.append(parent)
-        return keys
+    def _chain_keys(self, tokens: np.ndarray, salt: int) -> list[int]:
+        """The chained keys of every full block of a prompt."""
+        size = self.block_size
+        full = tokens.shape[0] // size
+        if not full:
+            return []
+        blocks = tokens[: full * size].reshape(full, size)
+        return chain_keys(block_digests(blocks, self._multipliers).tolist(), salt)
 
-    def _lookup(self, tokens: np.ndarray, salt: bytes) -> tuple[list[bytes], list[int]]:
+    def _lookup(self, tokens: np.ndarray, salt: int) -> tuple[list[int], list[int]]:
         """The prompt's full-block keys and the longest run of cached blocks from its
         start. No mutation (besides the hash memo)."""
         if not self.enable_prefix_caching:
@@ -392,11 +396,13 @@ class BlockManager(Allocator):
                 break
             hits.append(block)
         if hits:
-            # Belt and braces against a hash collision: the hit blocks must hold exactly
-            # the prompt's tokens (one vectorised compare over the hit prefix).
+            # A key collision must not alias: the hit blocks must hold exactly the prompt's
+            # tokens, published under the same salt at the same position (vectorised).
             size = self.block_size
             expected = tokens[: len(hits) * size].reshape(len(hits), size)
             same = (self.slots[hits] == expected).all(axis=1)
+            same &= self._salt_of_block[hits] == salt
+            same &= self._pos_of_block[hits] == self._positions(len(hits))
             if not same.all():
                 hits = hits[: int(np.argmin(same))]
         return keys, hits
@@ -407,7 +413,7 @@ class BlockManager(Allocator):
 
     def can_allocate(self, token_ids, *, salt: int = 0, max_new_tokens: int = 0) -> bool:
         tokens = as_tokens(token_ids, allow_empty=False)
-        _, hits = self._lookup(tokens, salt_bytes(int(salt)))
+        _, hits = self._lookup(tokens, check_salt(salt))
         revived = self._revived(hits)
         needed = self._blocks_for(tokens.shape[0]) - len(hits)
         return needed <= self._available(revived)
@@ -423,7 +429,7 @@ class BlockManager(Allocator):
     ) -> int:
         seq = self._new_seq(seq_id)
         tokens = as_tokens(token_ids, allow_empty=False)
-        salt = salt_bytes(int(salt))
+        salt = check_salt(salt)
         keys, hits = self._lookup(tokens, salt)
         # Hit blocks that are cached-evictable must not be counted as available: this
         # very allocation takes them back.
@@ -441,7 +447,7 @@ class BlockManager(Allocator):
         table = hits + fresh
         self._tables[seq] = table
         self._keys[seq] = list(keys)
-        self._salt[seq] = salt
+        self._seq_salt[seq] = salt
         self._published[seq] = len(hits)
         if keys:
             ready = len(keys) if computed_tokens is None else computed_tokens // self.block_size
@@ -478,7 +484,7 @@ class BlockManager(Allocator):
         if not self.enable_prefix_caching:
             return 0
         tokens = as_tokens(token_ids, allow_empty=False)
-        return len(self._lookup(tokens, salt_bytes(int(salt)))[1]) * self.block_size
+        return len(self._lookup(tokens, check_salt(salt))[1]) * self.block_size
 
     # -- growth ------------------------------------------------------------------------------
     def _append_need(self, seq: int, num_new: int) -> tuple[int, bool]:
@@ -521,7 +527,7 @@ class BlockManager(Allocator):
         if self.enable_prefix_caching:
             filled = table[held // self.block_size : (held + num_new) // self.block_size]
             if filled:
-                self._seal([seq] * len(filled), filled)
+                self._seal(np.full(len(filled), seq), np.array(filled), one_sequence=True)
         return moves
 
     def _write_at(self, table: list[int], start: int, tokens: np.ndarray) -> None:
@@ -647,7 +653,7 @@ class BlockManager(Allocator):
         if self.enable_prefix_caching:
             sealing = seqs[need.slot == self.block_size - 1]
             if sealing.size:
-                self._seal(sealing.tolist(), self._last_block[sealing].tolist())
+                self._seal(sealing, self._last_block[sealing])
         return moves
 
     # -- sharing and release ------------------------------------------------------------------
@@ -659,7 +665,7 @@ class BlockManager(Allocator):
         self._add_reference(table)  # a table holds each block once, so no duplicates
         self._tables[child] = table
         self._keys[child] = list(self._keys[parent])
-        self._salt[child] = self._salt[parent]
+        self._seq_salt[child] = self._seq_salt[parent]
         self._published[child] = self._published[parent]
         self._set_state(child, _ON_DEVICE)
         self._num_tokens[child] = self._num_tokens[parent]
@@ -674,7 +680,7 @@ class BlockManager(Allocator):
             self._cpu_free.put(table)
         else:
             self._release(table, int(self._num_tokens[seq]))
-        del self._keys[seq], self._salt[seq], self._published[seq]
+        del self._keys[seq], self._published[seq]
         self._set_state(seq, _DEAD)
         self._num_tokens[seq] = 0
 
@@ -723,8 +729,13 @@ class BlockManager(Allocator):
         hits: list[int] = []
         for key, cpu_block in zip(self._keys[seq], cpu):
             block = self._block_of_key.get(key)
-            # Verify the content, as for a prompt hit (see block_key).
-            if block is None or not np.array_equal(self.slots[block], self.cpu_slots[cpu_block]):
+            # Verify content, salt and position, as for a prompt hit (see _lookup).
+            if (
+                block is None
+                or self._salt_of_block[block] != self._seq_salt[seq]
+                or self._pos_of_block[block] != len(hits)
+                or not np.array_equal(self.slots[block], self.cpu_slots[cpu_block])
+            ):
                 break
             hits.append(block)
         return hits, len(cpu) - len(hits), self._revived(hits)
@@ -755,7 +766,7 @@ class BlockManager(Allocator):
         self._tables[seq] = table
         # Computed full blocks become prefix-cache candidates again under their keys.
         for index in range(len(hits), self._published[seq]):
-            self._publish(self._keys[seq][index], table[index])
+            self._publish(self._keys[seq][index], table[index], int(self._seq_salt[seq]), index)
         self._set_state(seq, _ON_DEVICE)
         self._last_block[seq] = table[-1]
         return [BlockMove(c, d) for c, d in zip(copied, device)]
@@ -817,7 +828,9 @@ class BlockManager(Allocator):
             self._last_block,
             sorted(self._tables.items()),
             sorted(self._keys.items()),
-            sorted(self._salt.items()),
+            self._seq_salt,
+            self._salt_of_block,
+            self._pos_of_block,
             sorted(self._published.items()),
         )
         return pickle.dumps(state)
@@ -841,7 +854,7 @@ class BlockManager(Allocator):
 
     def _sequences_by_state(self) -> tuple[list[int], list[int]]:
         live = sorted(self._tables)
-        assert sorted(self._keys) == live and sorted(self._salt) == live
+        assert sorted(self._keys) == live
         assert sorted(self._published) == live
         for seq in live:
             assert 0 <= self._published[seq] <= len(self._keys[seq]), f"published of {seq}"
@@ -894,12 +907,15 @@ class BlockManager(Allocator):
             assert keyed == 0 and all(not chain for chain in self._keys.values())
             return
         for seq in self._tables:
-            chain = self._chain_keys(self.read_tokens(seq).tobytes(), self._salt[seq])
+            chain = self._chain_keys(self.read_tokens(seq), int(self._seq_salt[seq]))
             assert self._keys[seq] == chain, f"key chain of sequence {seq}"
         for seq in on_device:
-            for key, block in zip(self._keys[seq], self._tables[seq]):
+            for index, (key, block) in enumerate(zip(self._keys[seq], self._tables[seq])):
                 own = self._key_of_block[block]
                 assert own is None or own == key, f"block {block} cached under another key"
+                if own == key:
+                    assert self._salt_of_block[block] == self._seq_salt[seq], f"salt of {block}"
+                    assert self._pos_of_block[block] == index, f"position of block {block}"
 
     def _check_cpu_pool(self, swapped: list[int]) -> None:
         owned = [block for seq in swapped for block in self._tables[seq]]

@@ -240,14 +240,23 @@ def test_eviction_order_through_the_manager(policy, order):
     assert mgr.evict(3) == order
 
 
-def test_a_hash_collision_cannot_alias_different_tokens(monkeypatch):
-    # Make every block of a given salt collide, then check the hit is refused.
-    monkeypatch.setattr(blocks_module, "block_key", lambda parent, tokens, salt: salt)
-    mgr = caching(8, 2)
-    mgr.allocate(0, [1, 2])
-    assert mgr.cached_prefix_tokens([3, 4]) == 0
-    assert mgr.allocate(1, [3, 4]) == 0 and mgr.read_tokens(1).tolist() == [3, 4]
-    assert mgr.allocate(2, [1, 2, 5]) == 2
+def test_a_hash_collision_cannot_alias_different_tokens_or_salts(monkeypatch):
+    # Make every block collide (one key for any tokens and any salt), then check that a
+    # hit is refused unless the tokens and the salt match.
+    monkeypatch.setattr(
+        blocks_module, "chain_keys", lambda digests, salt, parent=0: [7] * len(digests)
+    )
+    mgr = caching(16, 2)
+    assert mgr.allocate(0, [1, 2, 3]) == 0  # publishes block [1, 2] under key 7
+    assert mgr.cached_prefix_tokens([3, 4, 5]) == 0
+    assert mgr.allocate(1, [3, 4, 5]) == 0 and mgr.read_tokens(1).tolist() == [3, 4, 5]
+    assert mgr.cached_prefix_tokens([1, 2, 5], salt=1) == 0
+    assert mgr.allocate(2, [1, 2, 5], salt=1) == 0
+    assert mgr.allocate(3, [1, 2, 5]) == 2  # same tokens, same salt: the real hit
+    # The second [1, 2] block has the same key and tokens, but sits at another position.
+    assert mgr.allocate(4, [1, 2, 1, 2, 5]) == 2
+    assert len(set(mgr.block_table(4))) == 3
+    mgr.check_invariants()
 
 
 # -- swap ------------------------------------------------------------------------------------
@@ -373,6 +382,33 @@ def test_duplicate_ids(mgr):
         mgr.fork(0, 1)
     with pytest.raises(InvalidRequest, match="duplicate"):
         mgr.append_batch(np.array([0, 1, 0]), np.array([1, 2, 3]))
+
+
+def test_a_batch_checked_before_is_checked_again_after_a_state_change(mgr):
+    # append_batch remembers the last id batch that passed its checks; freeing, swapping
+    # out or forking must invalidate that memo, however identical the ids array is.
+    mgr.allocate(1, [4])
+    ids = np.array([0, 1])
+    mgr.append_batch(ids, np.array([5, 6]))
+    mgr.swap_out(1)
+    with pytest.raises(InvalidRequest, match="swapped out"):
+        mgr.append_batch(ids, np.array([7, 8]))
+    mgr.swap_in(1)
+    mgr.append_batch(ids, np.array([7, 8]))
+    mgr.free(1)
+    before = mgr.snapshot()
+    with pytest.raises(UnknownSequence):
+        mgr.append_batch(ids, np.array([9, 9]))
+    assert mgr.snapshot() == before
+    assert mgr.read_tokens(0).tolist() == [1, 2, 3, 5, 7]
+
+
+@pytest.mark.parametrize("salt", [2**63, -(2**63) - 1, 1.5, True])
+def test_bad_salts(mgr, salt):
+    with pytest.raises(InvalidRequest, match="salt"):
+        mgr.allocate(1, [1], salt=salt)
+    with pytest.raises(InvalidRequest, match="salt"):
+        mgr.can_allocate([1], salt=salt)
 
 
 @pytest.mark.parametrize(
