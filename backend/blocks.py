@@ -306,34 +306,37 @@ class BlockManager(Allocator):
         self._refcount[blocks] += 1
         self._num_shared += int(np.count_nonzero(self._refcount[blocks] == 2))
 
-    def _seal(self, seqs: np.ndarray, blocks: np.ndarray, *, one_sequence: bool = False) -> None:
-        """Each ``blocks[i]`` just became full as the next block of ``seqs[i]``: extend the
-        sequence's key chain and publish the key, unless the sequence still has unpublished
-        prompt blocks before it. The sequences are distinct (a decode step), or all the
-        same one (``one_sequence``: an append that filled several blocks, in order).
-
-        The decode step seals up to one block per running sequence: digests and keys are
-        computed for all of them in one numpy pass; what is left per block is the
-        bookkeeping, with the hot names bound locally and ``_publish`` inlined."""
-        chains = self._keys
+    def _seal_step(self, seqs: np.ndarray, blocks: np.ndarray) -> None:
+        """A decode step filled ``blocks[i]``, the newest block of ``seqs[i]`` (distinct
+        sequences): the digests and keys of all of them come from one numpy pass."""
         seq_list = seqs.tolist()
+        chains = self._keys
+        parents = [chain[-1] if chain else ROOT_KEY for chain in map(chains.get, seq_list)]
         digests = block_digests(self.slots[blocks], self._multipliers)
-        salts = self._seq_salt[seqs]
-        if one_sequence:
-            chain = chains[seq_list[0]]
-            keys = chain_keys(digests.tolist(), int(salts[0]), chain[-1] if chain else ROOT_KEY)
-        else:
-            parents = [chain[-1] if chain else ROOT_KEY for chain in map(chains.get, seq_list)]
-            parent_keys = np.array(parents, dtype=np.uint64)
-            keys = next_keys(parent_keys, digests, salts.astype(np.uint64)).tolist()
-        published, block_of_key, key_of_block = (
-            self._published,
-            self._block_of_key,
-            self._key_of_block,
-        )
-        newly: list[int] = []  # indices of the blocks published here
+        salts = self._seq_salt[seqs].astype(np.uint64)
+        keys = next_keys(np.array(parents, dtype=np.uint64), digests, salts)
+        self._extend_chains(seq_list, blocks.tolist(), keys.tolist())
+
+    def _seal_run(self, seq: int, blocks: list[int]) -> None:
+        """An append filled ``blocks``, consecutive blocks of ``seq``, in order."""
+        chain = self._keys[seq]
+        digests = block_digests(self.slots[blocks], self._multipliers).tolist()
+        salt = int(self._seq_salt[seq])
+        keys = chain_keys(digests, salt, chain[-1] if chain else ROOT_KEY)
+        self._extend_chains([seq] * len(blocks), blocks, keys)
+
+    def _extend_chains(self, seqs: list[int], blocks: list[int], keys: list[int]) -> None:
+        """``blocks[i]`` just became full as the next block of ``seqs[i]``, with prefix key
+        ``keys[i]``: extend the sequence's key chain and publish the key, unless the
+        sequence still has unpublished prompt blocks before it. Up to one call per block
+        of a decode step: hot names are bound locally and ``_publish`` is inlined, with
+        its array stores done once for all the blocks published here."""
+        chains, published = self._keys, self._published
+        block_of_key, key_of_block = self._block_of_key, self._key_of_block
+        newly: list[int] = []  # the blocks published here,
+        owners: list[int] = []  # their sequences
         positions: list[int] = []  # and their positions in their chains
-        for index, (seq, block, key) in enumerate(zip(seq_list, blocks.tolist(), keys)):
+        for seq, block, key in zip(seqs, blocks, keys):
             chain = chains[seq]
             chain.append(key)
             if published[seq] == len(chain) - 1:  # not behind deferred prompt blocks
@@ -341,11 +344,12 @@ class BlockManager(Allocator):
                 if key not in block_of_key:  # another block may hold this prefix already
                     block_of_key[key] = block
                     key_of_block[block] = key
-                    newly.append(index)
+                    newly.append(block)
+                    owners.append(seq)
                     positions.append(len(chain) - 1)
         if newly:
-            self._salt_of_block[blocks[newly]] = salts[newly]
-            self._pos_of_block[blocks[newly]] = positions
+            self._salt_of_block[newly] = self._seq_salt[owners]
+            self._pos_of_block[newly] = positions
 
     def _publish_through(self, seq: int, count: int) -> None:
         """Publish the keys of ``seq``'s first ``count`` full blocks (those not yet)."""
@@ -493,7 +497,8 @@ class BlockManager(Allocator):
         size = self.block_size
         room = -held % size  # free slots left in the last block
         grown = -(-(num_new - room) // size) if num_new > room else 0
-        cow = room > 0 and num_new > 0 and self._refcount[self._last_block[seq]] > 1
+        cow = bool(room and num_new and self._num_shared)  # a shared block exists at all
+        cow = cow and self._refcount[self._last_block[seq]] > 1
         return grown + int(cow), bool(cow)
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
@@ -524,10 +529,9 @@ class BlockManager(Allocator):
             self._write_at(table, held, tokens)
         self._token_slots += num_new
         self._num_tokens[seq] = held + num_new
-        if self.enable_prefix_caching:
-            filled = table[held // self.block_size : (held + num_new) // self.block_size]
-            if filled:
-                self._seal(np.full(len(filled), seq), np.array(filled), one_sequence=True)
+        first, end = held // self.block_size, (held + num_new) // self.block_size
+        if end > first and self.enable_prefix_caching:  # blocks filled up: seal them
+            self._seal_run(seq, table[first:end])
         return moves
 
     def _write_at(self, table: list[int], start: int, tokens: np.ndarray) -> None:
@@ -653,7 +657,7 @@ class BlockManager(Allocator):
         if self.enable_prefix_caching:
             sealing = seqs[need.slot == self.block_size - 1]
             if sealing.size:
-                self._seal(sealing, self._last_block[sealing])
+                self._seal_step(sealing, self._last_block[sealing])
         return moves
 
     # -- sharing and release ------------------------------------------------------------------
