@@ -14,7 +14,7 @@ import torch
 
 from backend.base import Allocator
 from backend.paged import ops
-from backend.paged.kv_cache import KVCache
+from backend.paged.kv_cache import KVCache, slot_mapping
 from backend.paged.model import LlamaModel
 from backend.paged.shape import ModelShape
 from backend.step import Batch
@@ -154,31 +154,36 @@ class PagedExecutor:
         Raises ValueError for a token id outside the vocabulary or a position beyond its
         sequence's block table."""
         size = self.allocator.block_size
-        chunk_tables = [self.allocator.block_table(c.seq_id) for c in batch.prefills]
+        chunk_ids = [c.seq_id for c in batch.prefills]
+        chunk_tables = [self.allocator.block_table(seq) for seq in chunk_ids]
         decode_ids = [int(s) for s in batch.decode_seq_ids]
         decode_tables = [self.allocator.block_table(s) for s in decode_ids]
         context_lens = np.asarray(batch.decode_context_lens, dtype=np.int64)
 
-        tokens, positions, slots = [], [], []
-        for chunk, table in zip(batch.prefills, chunk_tables, strict=True):
-            pos = np.arange(chunk.start, chunk.start + chunk.num_tokens)
-            tokens.append(np.asarray(chunk.token_ids, dtype=np.int64))
-            positions.append(pos)
-            slots.append(_slots(table, pos, size, chunk.seq_id))
+        chunk_lens = [c.num_tokens for c in batch.prefills]
+        bounds = np.concatenate([[0], np.cumsum(chunk_lens, dtype=np.int64)])
+        num_prefill = int(bounds[-1])
+        # Token i of the prefill part belongs to chunk prefill_rows[i].
+        prefill_rows = np.repeat(np.arange(len(chunk_lens)), chunk_lens)
+        starts = np.array([c.start for c in batch.prefills], dtype=np.int64)
+        prefill_pos = starts[prefill_rows] + np.arange(num_prefill) - bounds[prefill_rows]
         decode_pos = context_lens - 1
+        prefill_tables, decode_tables_2d = _pad(chunk_tables), _pad(decode_tables)
+        prefill_slots = _slots(
+            prefill_tables, chunk_tables, prefill_rows, prefill_pos, size, chunk_ids
+        )
+        decode_rows = np.arange(len(decode_ids))
+        decode_slots = _slots(
+            decode_tables_2d, decode_tables, decode_rows, decode_pos, size, decode_ids
+        )
+        slots = np.concatenate([prefill_slots, decode_slots])
+        tokens = [np.asarray(c.token_ids, dtype=np.int64) for c in batch.prefills]
         tokens.append(np.asarray(batch.decode_token_ids, dtype=np.int64))
-        positions.append(decode_pos)
-        for seq_id, table, pos in zip(decode_ids, decode_tables, decode_pos, strict=True):
-            slots.append(_slots(table, pos[None], size, seq_id))
-
         all_tokens = np.concatenate(tokens)
         if all_tokens.size and not 0 <= int(all_tokens.min()) <= int(all_tokens.max()) < (
             self.shape.vocab_size
         ):
             raise ValueError(f"token ids must lie in the vocabulary [0, {self.shape.vocab_size})")
-        chunk_lens = [c.num_tokens for c in batch.prefills]
-        bounds = np.concatenate([[0], np.cumsum(chunk_lens, dtype=np.int64)])
-        num_prefill = int(bounds[-1])
         sample_rows = np.concatenate([bounds[1:] - 1, num_prefill + np.arange(len(decode_ids))])
         dev = self.device
 
@@ -187,13 +192,13 @@ class PagedExecutor:
 
         return StepInputs(
             token_ids=as_tensor(all_tokens),
-            positions=as_tensor(np.concatenate(positions)),
-            slots=as_tensor(np.concatenate(slots) if slots else np.zeros(0)),
+            positions=as_tensor(np.concatenate([prefill_pos, decode_pos])),
+            slots=as_tensor(slots),
             num_prefill_tokens=num_prefill,
-            prefill_tables=as_tensor(_pad(chunk_tables), torch.int32),
+            prefill_tables=as_tensor(prefill_tables, torch.int32),
             query_start_loc=as_tensor(bounds, torch.int32),
             context_starts=as_tensor([c.start for c in batch.prefills], torch.int32),
-            decode_tables=as_tensor(_pad(decode_tables), torch.int32),
+            decode_tables=as_tensor(decode_tables_2d, torch.int32),
             context_lens=as_tensor(context_lens, torch.int32),
             sample_rows=as_tensor(sample_rows),
             sample_seq_ids=[c.seq_id for c in batch.prefills] + decode_ids,
@@ -202,14 +207,10 @@ class PagedExecutor:
         )
 
 
-def _slots(table: list[int], positions: np.ndarray, block_size: int, seq_id: int) -> np.ndarray:
-    blocks = np.asarray(table, dtype=np.int64)
-    if positions.size and int(positions.max()) >= blocks.size * block_size:
-        raise ValueError(
-            f"sequence {seq_id}: position {int(positions.max())} lies beyond its "
-            f"{blocks.size} blocks of {block_size} slots"
-        )
-    return blocks[positions // block_size] * block_size + positions % block_size
+def _slots(padded, tables, rows, positions, block_size, seq_ids) -> np.ndarray:
+    """``slot_mapping`` for rows of ``padded`` (= ``_pad(tables)``)."""
+    num_blocks = np.array([len(table) for table in tables], dtype=np.int64)
+    return slot_mapping(padded, num_blocks, rows, positions, block_size, seq_ids)
 
 
 def _pad(tables: list[list[int]]) -> np.ndarray:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import torch
 
 from backend.base import BlockMove
@@ -139,13 +140,26 @@ def independent_waves(moves: Sequence[BlockMove], *, same_pool: bool) -> Iterato
 
 
 def slot_mapping(
-    block_table: Sequence[int], positions: torch.Tensor, block_size: int
-) -> torch.Tensor:
-    """Flat slot ids (``block * block_size + offset``) of token ``positions`` of a sequence.
+    tables: np.ndarray,
+    num_blocks: np.ndarray,
+    rows: np.ndarray,
+    positions: np.ndarray,
+    block_size: int,
+    seq_ids: Sequence[int],
+) -> np.ndarray:
+    """Flat slot ids (``block * block_size + offset``) of a step's tokens, in one pass.
 
-    Raises IndexError if a position lies beyond the block table."""
-    table = torch.as_tensor(list(block_table), dtype=torch.int64)
-    positions = positions.to(torch.int64).cpu()
-    if positions.numel() and int(positions.max()) >= table.numel() * block_size:
-        raise IndexError("position beyond the sequence's block table")
-    return table[positions // block_size] * block_size + positions % block_size
+    Token ``i`` sits at position ``positions[i]`` of sequence ``seq_ids[rows[i]]``, whose
+    block table is row ``rows[i]`` of ``tables`` (padded to a rectangle; the row holds
+    ``num_blocks[row]`` real blocks). Raises ValueError, naming the sequence, if a token
+    lies beyond its sequence's block table."""
+    index = positions // block_size
+    beyond = index >= num_blocks[rows]
+    if beyond.any():
+        first = int(np.argmax(beyond))
+        row = int(rows[first])
+        raise ValueError(
+            f"sequence {seq_ids[row]}: position {int(positions[first])} lies beyond its "
+            f"{int(num_blocks[row])} blocks of {block_size} slots"
+        )
+    return tables[rows, index].astype(np.int64) * block_size + positions % block_size

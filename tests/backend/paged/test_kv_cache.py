@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -89,10 +90,14 @@ def test_read_sequence_follows_the_block_table(rng):
 
 
 def test_slot_mapping_and_out_of_table_position():
-    positions = torch.tensor([0, 3, 4, 9])
-    assert slot_mapping([7, 2, 11], positions, 4).tolist() == [28, 31, 8, 45]
-    with pytest.raises(IndexError):
-        slot_mapping([7, 2, 11], torch.tensor([12]), 4)
+    # Two sequences (ids 5 and 9) with padded tables [7, 2, 11] and [3, 0, 0] (1 block).
+    tables = np.array([[7, 2, 11], [3, 0, 0]])
+    num_blocks = np.array([3, 1])
+    rows, positions = np.array([0, 0, 1, 0, 0, 1]), np.array([0, 3, 2, 4, 9, 3])
+    got = slot_mapping(tables, num_blocks, rows, positions, 4, [5, 9])
+    assert got.tolist() == [28, 31, 14, 8, 45, 15]
+    with pytest.raises(ValueError, match="sequence 9: position 4 lies beyond its 1 blocks"):
+        slot_mapping(tables, num_blocks, np.array([0, 1]), np.array([11, 4]), 4, [5, 9])
 
 
 def test_pool_size_matches_the_capacity_formula():
