@@ -195,16 +195,21 @@ class ContiguousAllocator(Allocator):
         output = max_new_tokens if self.mode == "oracle" else _next_pow2(max_new_tokens)
         return min(prompt_len + output, self.max_model_len)
 
+    def _fits_model(self, prompt_len: int, max_new_tokens: int) -> bool:
+        """Whether the request's full length (prompt + true output) fits max_model_len."""
+        return prompt_len + max_new_tokens <= self.max_model_len
+
     def can_ever_fit(self, prompt_len: int, max_new_tokens: int) -> bool:
         """Whether such a request could be admitted into an empty pool: its full length
         fits max_model_len and its reservation fits the address space. No mutation."""
-        fits_model = prompt_len + max_new_tokens <= self.max_model_len
-        return fits_model and self.reservation_size(prompt_len, max_new_tokens) <= self.num_blocks
+        return self._fits_model(prompt_len, max_new_tokens) and (
+            self.reservation_size(prompt_len, max_new_tokens) <= self.num_blocks
+        )
 
     def _admissible_size(self, prompt_len: int, max_new_tokens: int) -> int:
         """The reservation for a new request; OutOfBlocks if it exceeds max_model_len."""
         size = self.reservation_size(prompt_len, max_new_tokens)
-        if prompt_len + max_new_tokens > self.max_model_len:
+        if not self._fits_model(prompt_len, max_new_tokens):
             raise OutOfBlocks(
                 f"prompt {prompt_len} + output {max_new_tokens} tokens exceed "
                 f"max_model_len {self.max_model_len}",
@@ -282,7 +287,7 @@ class ContiguousAllocator(Allocator):
     ) -> bool:
         prompt_len = as_tokens(token_ids).shape[0]
         max_new_tokens = check_count("max_new_tokens", max_new_tokens, 0)
-        if prompt_len + max_new_tokens > self.max_model_len:
+        if not self._fits_model(prompt_len, max_new_tokens):
             return False
         return self._device.first_fit(self.reservation_size(prompt_len, max_new_tokens)) is not None
 
