@@ -34,11 +34,6 @@ class ModelShape:
         ``dtype_bytes`` are ignored). Raises AttributeError naming a missing field."""
         return cls(**{f.name: int(getattr(spec, f.name)) for f in fields(cls)})
 
-    @property
-    def group_size(self) -> int:
-        """Query heads per KV head."""
-        return self.num_heads // self.num_kv_heads
-
 
 #: llama-3-8b's shape (random weights only; nothing is downloaded). A copy of the
 #: simulator's preset because the backend must import nothing from sim/ (the GPU machine
