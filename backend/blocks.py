@@ -187,16 +187,19 @@ class BlockManager(Allocator):
         self._epoch += 1  # batches checked before this change must be checked again
 
     def _new_seq(self, seq_id: int) -> int:
+        """A valid id for a new sequence. No mutation: the per-sequence arrays grow in
+        ``_make_room``, once the command can no longer be refused."""
         seq = check_count("sequence id", seq_id, 0)
         if self._seq_state(seq) != _DEAD:
             raise DuplicateSequence(f"sequence {seq} is already live")
-        if seq >= self._state.shape[0]:
-            self._grow(seq + 1)
         return seq
 
-    def _grow(self, needed: int) -> None:
+    def _make_room(self, seq: int) -> None:
+        """Grow the per-sequence arrays so that ``seq`` indexes them."""
+        if seq < self._state.shape[0]:
+            return
         # Geometric growth keeps the amortised cost per new id O(1).
-        size = max(needed, 2 * self._state.shape[0])
+        size = max(seq + 1, 2 * self._state.shape[0])
         for name in ("_state", "_num_tokens", "_last_block", "_batch_mark", "_seq_salt"):
             old = getattr(self, name)
             new = np.zeros(size, old.dtype)
@@ -441,6 +444,7 @@ class BlockManager(Allocator):
         needed = self._blocks_for(tokens.shape[0]) - len(hits)
         self._require(needed, not_evictable=revived)
 
+        self._make_room(seq)
         self._clock += 1
         if hits:
             self._reuse(hits)
@@ -664,6 +668,7 @@ class BlockManager(Allocator):
     def fork(self, parent_id: int, child_id: int) -> list[BlockMove]:
         parent = self._on_device(parent_id)
         child = self._new_seq(child_id)
+        self._make_room(child)
         self._clock += 1
         table = list(self._tables[parent])
         self._add_reference(table)  # a table holds each block once, so no duplicates

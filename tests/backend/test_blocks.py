@@ -302,6 +302,17 @@ def test_swap_refused_cleanly_when_either_pool_is_full():
     assert mgr.num_free_cpu_blocks == 1
 
 
+def test_refused_allocation_of_a_new_high_id_changes_nothing():
+    # The per-sequence arrays start with room for 64 ids; a refused allocation of id 100
+    # must not grow them (a refused command changes nothing, bit for bit).
+    mgr = BlockManager(1, 4)
+    before = mgr.snapshot()
+    with pytest.raises(OutOfBlocks):
+        mgr.allocate(100, list(range(9)))
+    assert mgr.snapshot() == before
+    assert mgr.allocate(100, [1]) == 0 and mgr.read_tokens(100).tolist() == [1]
+
+
 def test_refused_append_changes_nothing():
     mgr = BlockManager(2, 2)
     mgr.allocate(0, [1, 2, 3, 4])
