@@ -126,7 +126,6 @@ def _profile_rows(model, *, block_size, device, dtype, max_num_seqs, max_batched
 
         if not torch.cuda.is_available():
             raise UsageError("--device cuda, but no CUDA device is available")
-    profiling.set_cpu_threads(device, args.threads)
     max_context = args.max_context or min(model.max_model_len, 1024)
     shapes = profiling.default_grid(
         max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
@@ -134,7 +133,7 @@ def _profile_rows(model, *, block_size, device, dtype, max_num_seqs, max_batched
     )  # fmt: skip
     return profiling.profile(
         model, shapes, block_size=block_size, device=device, dtype=dtype, warmup=args.warmup,
-        repeats=args.repeats, seed=seed, progress=progress,
+        repeats=args.repeats, seed=seed, cpu_threads=args.threads or 1, progress=progress,
     )  # fmt: skip
 
 
@@ -237,13 +236,11 @@ def cmd_validate(args) -> int:
     problem = cal.shape_mismatch(fitted, scenario.model_spec)
     if problem:
         raise UsageError(f"{args.calibration or 'calibration'}: {problem}")
-    from sim.profiling import set_cpu_threads
-
-    set_cpu_threads(device, args.threads)
     try:
         result = validation.run_validation(
-            scenario, fitted, step_repeats=args.step_repeats, progress=not args.quiet
-        )
+            scenario, fitted, step_repeats=args.step_repeats, cpu_threads=args.threads or 1,
+            progress=not args.quiet,
+        )  # fmt: skip
     except ScenarioError as err:
         raise UsageError(str(err)) from None
     validation.write_validation(result, out, html=not args.no_report)

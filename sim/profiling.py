@@ -13,7 +13,8 @@ time to a step, so the minimum of several runs is the most repeatable estimate o
 step's own cost (on the 2-core development machine, under load from other processes,
 profile-to-profile variation was 11 % for the minimum and 17-22 % for the median).
 
-Timing on a CPU runs torch with one intra-op thread by default (:func:`set_cpu_threads`):
+Timing on a CPU runs torch with one intra-op thread by default (``cpu_threads``; the
+executor sets it for each step and restores it after, and validation uses the same count):
 on a small, shared machine a second thread makes every small op wait on a busy core;
 measured on this project's 2-core machine with the tiny model, a decode step of 8
 sequences took a median of 1.8 ms with one thread and 18 ms (p90 150 ms) with two.
@@ -39,7 +40,6 @@ __all__ = [
     "default_grid",
     "profile",
     "read_profile",
-    "set_cpu_threads",
     "write_profile",
 ]
 
@@ -166,15 +166,6 @@ def default_grid(
 # --------------------------------------------------------------------------------------
 
 
-def set_cpu_threads(device: str, threads: int | None) -> None:
-    """Set torch's intra-op threads for timing on the CPU (module docstring); ``None``
-    means one. No effect on CUDA. Mutates torch's process-wide setting."""
-    if device == "cpu":
-        import torch
-
-        torch.set_num_threads(threads or 1)
-
-
 def _versions() -> dict[str, str]:
     import torch
 
@@ -223,11 +214,13 @@ def profile(
     warmup: int = 2,
     repeats: int = 5,
     seed: int = 0,
+    cpu_threads: int = 1,
     progress: bool = False,
 ) -> list[dict[str, Any]]:
-    """Run every shape on a real PagedExecutor (random weights from ``seed``) and
-    return one row per shape (keys :data:`CSV_COLUMNS`). The pool is sized for the
-    largest shape. Raises ValueError for no shapes or fewer than one repeat."""
+    """Run every shape on a real PagedExecutor (random weights from ``seed``; on a CPU
+    with ``cpu_threads`` torch threads) and return one row per shape (keys
+    :data:`CSV_COLUMNS`). The pool is sized for the largest shape. Raises ValueError for
+    no shapes or fewer than one repeat."""
     from backend.blocks import BlockManager
     from backend.paged.executor import PagedExecutor
 
@@ -235,7 +228,10 @@ def profile(
         raise ValueError("profile needs at least one shape, repeats >= 1 and warmup >= 0")
     num_blocks = max(shape.blocks_needed(block_size) for shape in shapes)
     allocator = BlockManager(num_blocks, block_size)
-    executor = PagedExecutor.from_spec(model_spec, allocator, device=device, dtype=dtype, seed=seed)
+    executor = PagedExecutor.from_spec(
+        model_spec, allocator, device=device, dtype=dtype, seed=seed,
+        cpu_threads=cpu_threads if device == "cpu" else None,
+    )  # fmt: skip
     rng = np.random.default_rng(seed)
     common = {
         "device": device,

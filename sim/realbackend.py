@@ -9,9 +9,10 @@ from __future__ import annotations
 from sim.scenario import ScenarioError
 
 
-def build_torch_executor(scenario, allocator):
+def build_torch_executor(scenario, allocator, *, cpu_threads: int = 1):
     """A PagedExecutor for ``allocator``'s pool with the scenario's model shape (random
-    weights from the scenario's seed). Raises ScenarioError for what cannot run here."""
+    weights from the scenario's seed), running on a CPU with ``cpu_threads`` torch threads.
+    Raises ScenarioError for what cannot run here."""
     source = scenario.name
     if scenario.cache.allocator != "paged":
         raise ScenarioError(
@@ -36,6 +37,6 @@ def build_torch_executor(scenario, allocator):
         dtype=getattr(torch, scenario.backend.dtype),  # the schema allows torch dtype names
         seed=scenario.simulation.seed,
         # On a small shared CPU torch's worker threads spin-wait for each other and turn
-        # a few-ms step into 100+ ms; one thread gives stable, representative timings.
-        cpu_threads=1 if device == "cpu" else None,
+        # a few-ms step into 100+ ms; one thread (the default) gives stable timings.
+        cpu_threads=cpu_threads if device == "cpu" else None,
     )

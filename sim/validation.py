@@ -43,14 +43,7 @@ import numpy as np
 
 from backend.step import Batch, BatchShape
 from sim import runner
-from sim.calibration import (
-    FEATURES,
-    CalibratedCostModel,
-    Calibration,
-    batch_features,
-    error_stats,
-)
-from sim.costmodel import AnalyticCostModel
+from sim.calibration import FEATURES, CalibratedCostModel, Calibration, error_stats, step_features
 
 __all__ = [
     "RecordingExecutor",
@@ -58,7 +51,6 @@ __all__ = [
     "Validation",
     "end_to_end_errors",
     "run_validation",
-    "simulate_with",
     "write_validation",
 ]
 
@@ -81,7 +73,6 @@ class StepRecord(NamedTuple):
     """One executed step: its shape (enough to re-predict it) and measured seconds."""
 
     shape: BatchShape
-    features: np.ndarray
     measured_s: float
 
 
@@ -103,7 +94,7 @@ class RecordingExecutor:
         if not moves:  # re-running moves would move data twice; a forward pass is idempotent
             for _ in range(self.repeats - 1):
                 seconds = min(seconds, self.inner.execute(batch))
-        self.records.append(StepRecord(batch.shape(), batch_features(batch), float(seconds)))
+        self.records.append(StepRecord(batch.shape(), float(seconds)))
         return seconds
 
 
@@ -112,16 +103,6 @@ class RecordingExecutor:
 # --------------------------------------------------------------------------------------
 
 ExecutorFactory = Callable[[Any, Any], Any]  # (scenario, allocator) -> Executor
-
-
-def simulate_with(scenario, factory: ExecutorFactory, *, progress: bool = False):
-    """:func:`sim.runner.simulate` with every replica's executor built by ``factory``."""
-    return runner.simulate(scenario, progress=progress, executor_factory=factory)
-
-
-def analytic_model(scenario) -> AnalyticCostModel:
-    """The scenario's uncalibrated roofline model (with its ``cost_model.params``)."""
-    return runner.analytic_executor(scenario)
 
 
 # --------------------------------------------------------------------------------------
@@ -158,6 +139,7 @@ class Validation:
     scenario: Any
     calibration: Calibration
     records: list[StepRecord]
+    features: np.ndarray  # [step, FEATURES] of the records' shapes
     runs: dict[str, Any]  # "measured" / "calibrated" / "analytic" -> sim.runner.RunResult
     predictions: dict[str, np.ndarray]  # model name -> per-step predicted seconds
     step_repeats: int
@@ -175,17 +157,23 @@ def run_validation(
     calibration: Calibration,
     *,
     step_repeats: int = 5,
+    cpu_threads: int = 1,
     progress: bool = False,
     measured_factory: ExecutorFactory | None = None,
 ) -> Validation:
     """Run (a), (b), (c) of the module docstring and compute the report.
 
     ``measured_factory`` builds the real executor for (a) (default: the scenario's torch
-    backend, :func:`sim.realbackend.build_torch_executor`). Raises ScenarioError for what
-    cannot run (e.g. CUDA asked for but absent)."""
+    backend, :func:`sim.realbackend.build_torch_executor`, with ``cpu_threads`` torch
+    threads on a CPU: use the count the calibration was profiled with). Raises
+    ScenarioError for what cannot run (e.g. CUDA asked for but absent)."""
     from sim.realbackend import build_torch_executor
 
-    real_factory = measured_factory or build_torch_executor
+    def real_factory(scenario_, allocator):
+        if measured_factory is not None:
+            return measured_factory(scenario_, allocator)
+        return build_torch_executor(scenario_, allocator, cpu_threads=cpu_threads)
+
     recorders: list[RecordingExecutor] = []
 
     def recording(scenario_, allocator):
@@ -194,15 +182,15 @@ def run_validation(
         return recorder
 
     calibrated = CalibratedCostModel(calibration)
-    analytic = analytic_model(scenario)
+    analytic = runner.analytic_executor(scenario)
     load_before = _load_average()
     runs = {
-        "measured": simulate_with(scenario, recording, progress=progress),
-        "calibrated": simulate_with(scenario, lambda *_: calibrated),
-        "analytic": simulate_with(scenario, lambda *_: analytic),
+        "measured": runner.simulate(scenario, progress=progress, executor_factory=recording),
+        "calibrated": runner.simulate(scenario, executor_factory=lambda *_: calibrated),
+        "analytic": runner.simulate(scenario, executor_factory=lambda *_: analytic),
     }
     records = [record for recorder in recorders for record in recorder.records]
-    features = np.array([r.features for r in records]).reshape(len(records), len(FEATURES))
+    features = np.array([step_features(*r.shape) for r in records]).reshape(-1, len(FEATURES))
     predictions = {
         "calibrated": calibration.predict(features),
         "analytic": np.array([
@@ -210,7 +198,9 @@ def run_validation(
             for r in records
         ]),
     }  # fmt: skip
-    validation = Validation(scenario, calibration, records, runs, predictions, step_repeats)
+    validation = Validation(
+        scenario, calibration, records, features, runs, predictions, step_repeats
+    )
     validation.load_average = (load_before, _load_average())
     validation.report = build_report(validation)
     return validation
@@ -340,7 +330,8 @@ def _write_steps(validation: Validation, path: Path) -> None:
         )
         for index, record in enumerate(validation.records):
             writer.writerow(
-                [index, *(f"{v:g}" for v in record.features), f"{record.measured_s:.9g}",
+                [index, *(f"{v:g}" for v in validation.features[index]),
+                 f"{record.measured_s:.9g}",
                  f"{calibrated[index]:.9g}", f"{analytic[index]:.9g}"]
             )  # fmt: skip
 

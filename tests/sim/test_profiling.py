@@ -76,7 +76,6 @@ SHAPES = [
 
 @pytest.fixture(scope="module")
 def profile_rows():
-    profiling.set_cpu_threads("cpu", 1)
     return profiling.profile(TINY, SHAPES, block_size=16, warmup=1, repeats=3)
 
 
