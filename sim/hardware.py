@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, model_validator
 
+from sim.hints import did_you_mean
+
 __all__ = [
     "HARDWARE_PRESETS",
     "MODEL_PRESETS",
@@ -318,26 +320,24 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
 }
 
 
-def _resolve(value: Any, spec_type: type, presets: dict, kind: str) -> Any:
-    if isinstance(value, spec_type):
-        return value
+_PRESETS = {"model": MODEL_PRESETS, "hardware": HARDWARE_PRESETS}
+
+
+def expand_preset(value: Any, kind: Literal["model", "hardware"]) -> Any:
+    """A preset name or ``{"preset": NAME, **overrides}`` as the preset's fields with the
+    overrides applied; anything else (an explicit shape, a spec) unchanged, for the
+    spec's own validation. Raises ValueError naming the closest preset for an unknown
+    (or non-string) name."""
+    presets = _PRESETS[kind]
     if isinstance(value, str):
-        return _preset(value, presets, kind)
-    if isinstance(value, dict):
-        if "preset" not in value:
-            return spec_type.model_validate(value)
-        overrides = {k: v for k, v in value.items() if k != "preset"}
-        base = _preset(value["preset"], presets, kind)
-        return spec_type.model_validate({**base.model_dump(), **overrides})
-    raise ValueError(
-        f"{kind} must be a preset name or a mapping of fields, got {type(value).__name__}"
-    )
-
-
-def _preset(name: Any, presets: dict, kind: str) -> Any:
+        value = {"preset": value}
+    if not isinstance(value, dict) or "preset" not in value:
+        return value
+    name = value["preset"]
     if not isinstance(name, str) or name not in presets:
-        raise ValueError(f"unknown {kind} preset {name!r}; valid: {', '.join(sorted(presets))}")
-    return presets[name]
+        raise ValueError(f"unknown {kind} preset {name!r}{did_you_mean(name, presets)}")
+    overrides = {k: v for k, v in value.items() if k != "preset"}
+    return {**presets[name].model_dump(), **overrides}
 
 
 def resolve_model(value: str | dict | ModelSpec) -> ModelSpec:
@@ -345,11 +345,11 @@ def resolve_model(value: str | dict | ModelSpec) -> ModelSpec:
 
     Raises ValueError for an unknown preset name and pydantic's ValidationError (a
     ValueError) for a bad field."""
-    return _resolve(value, ModelSpec, MODEL_PRESETS, "model")
+    return ModelSpec.model_validate(expand_preset(value, "model"))
 
 
 def resolve_hardware(value: str | dict | HardwareSpec) -> HardwareSpec:
     """A HardwareSpec from a preset name, a field mapping, or ``{"preset": NAME, ...}``.
 
     Raises like :func:`resolve_model`."""
-    return _resolve(value, HardwareSpec, HARDWARE_PRESETS, "hardware")
+    return HardwareSpec.model_validate(expand_preset(value, "hardware"))

@@ -24,7 +24,6 @@ was expected / got>``.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import importlib
 import pkgutil
@@ -47,7 +46,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from sim.costmodel import CostParams, kv_bytes_per_token_per_gpu, kv_pool_blocks
-from sim.hardware import HARDWARE_PRESETS, MODEL_PRESETS, HardwareSpec, ModelSpec
+from sim.hardware import HardwareSpec, ModelSpec, expand_preset
+from sim.hints import did_you_mean
 from sim.workload import (
     StrictModel,
     TraceArrival,
@@ -76,30 +76,11 @@ def _error_at(path: str, message: str) -> PydanticCustomError:
 # --------------------------------------------------------------------------------------
 
 
-def _preset_expander(presets: dict[str, BaseModel], kind: str):
-    def expand(value: Any) -> Any:
-        if isinstance(value, str):
-            value = {"preset": value}
-        if isinstance(value, dict) and "preset" in value:
-            name = value["preset"]
-            if name not in presets:
-                raise ValueError(f"unknown {kind} preset {name!r}{_suggest(name, list(presets))}")
-            overrides = {k: v for k, v in value.items() if k != "preset"}
-            return {**presets[name].model_dump(), **overrides}
-        return value  # an explicit shape, validated field by field
-
-    return expand
-
-
-def _suggest(word: Any, valid: list[str]) -> str:
-    close = difflib.get_close_matches(str(word), valid, n=1)
-    guess = f"; did you mean {close[0]!r}?" if close else ""
-    return f"{guess} (valid: {', '.join(sorted(valid))})"
-
-
-ResolvedModel = Annotated[ModelSpec, BeforeValidator(_preset_expander(MODEL_PRESETS, "model"))]
+ResolvedModel = Annotated[
+    ModelSpec, BeforeValidator(functools.partial(expand_preset, kind="model"))
+]
 ResolvedHardware = Annotated[
-    HardwareSpec, BeforeValidator(_preset_expander(HARDWARE_PRESETS, "hardware"))
+    HardwareSpec, BeforeValidator(functools.partial(expand_preset, kind="hardware"))
 ]
 
 
@@ -137,7 +118,8 @@ def _check_policy(family: str, name: str) -> str:
     registry = _registry(family)
     if name in registry:
         return name
-    raise ValueError(f"unknown {registry.family} policy {name!r}{_suggest(name, registry.names())}")
+    hint = did_you_mean(name, registry.names())
+    raise ValueError(f"unknown {registry.family} policy {name!r}{hint}")
 
 
 # --------------------------------------------------------------------------------------
@@ -516,7 +498,7 @@ def _schema_path_problem(parts: list[str]) -> str:
         if part == "preset" and classes[0] in (ModelSpec, HardwareSpec):
             return ""
         if part not in fields:
-            return f"unknown field {part!r}{_suggest(part, sorted(fields))}"
+            return f"unknown field {part!r}{did_you_mean(part, sorted(fields))}"
         classes, open_dict = _section_types(fields[part].annotation)
         if open_dict:
             return ""
@@ -602,7 +584,7 @@ def _message(error: dict) -> str:
         return "required field missing"
     if kind == "union_tag_invalid":
         valid = [t.strip(" '") for t in str(ctx.get("expected_tags", "")).split(",")]
-        return f"unknown kind {ctx.get('tag')!r}{_suggest(ctx.get('tag'), valid)}"
+        return f"unknown kind {ctx.get('tag')!r}{did_you_mean(ctx.get('tag'), valid)}"
     if kind == "union_tag_not_found":
         return "required field missing (the variant's kind)"
     if kind.startswith("value_error") or kind == "assertion_error":

@@ -32,7 +32,6 @@ A session ends early when its history alone leaves no room for another turn.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import os
 from pathlib import Path
@@ -51,6 +50,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from sim.hints import did_you_mean
 from sim.tokens import (  # noqa: F401  (re-exported: the workload's public face)
     MOONCAKE_BLOCK_TOKENS,
     STREAM_STRIDE,
@@ -101,15 +101,9 @@ class StrictModel(BaseModel):
                     raise PydanticCustomError(
                         "unknown_field",
                         "unknown field{hint}",
-                        {"field": str(key), "hint": _did_you_mean(str(key), valid)},
+                        {"field": str(key), "hint": did_you_mean(key, valid)},
                     )
         return data
-
-
-def _did_you_mean(word: str, valid: list[str]) -> str:
-    close = difflib.get_close_matches(word, valid, n=1)
-    guess = f"; did you mean {close[0]!r}?" if close else ""
-    return f"{guess} (valid: {', '.join(valid)})"
 
 
 # --------------------------------------------------------------------------------------

@@ -77,6 +77,7 @@ BAD_SCENARIOS = {
     "misspelt field": ("schedular: {policy: fcfs}\n", "schedular"),
     "wrong type": ("cache: {block_size: many}\n", "cache.block_size"),
     "yaml syntax": ("cache: {block_size: 16\nmodel: [\n", "line"),
+    "preset not a name": ("model: {preset: [1]}\n", "model"),
     "missing trace": (
         "workload: {arrival: {kind: trace, path: nowhere.csv, format: azure-csv}}\n",
         "nowhere.csv",

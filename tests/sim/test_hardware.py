@@ -96,7 +96,7 @@ def test_specs_are_frozen():
 
 def test_resolve_model_accepts_name_mapping_preset_with_overrides_and_spec():
     tiny = MODEL_PRESETS["tiny"]
-    assert resolve_model("tiny") is tiny
+    assert resolve_model("tiny") == tiny
     assert resolve_model(tiny) is tiny
     assert resolve_model(TINY_FIELDS) == tiny.model_copy(update={"name": "custom"})
     deeper = resolve_model({"preset": "tiny", "num_layers": 4})
@@ -109,7 +109,9 @@ def test_resolve_unknown_preset_lists_valid_names():
         resolve_model("llama-4")
     with pytest.raises(ValueError, match="unknown hardware preset 'h300'.*h100-sxm"):
         resolve_hardware({"preset": "h300"})
-    with pytest.raises(ValueError, match="preset name or a mapping"):
+    with pytest.raises(ValueError, match=r"unknown model preset \[1\]"):
+        resolve_model({"preset": [1]})  # not a name: a one-line error, not a TypeError
+    with pytest.raises(ValueError, match="HardwareSpec"):
         resolve_hardware(3)
 
 
