@@ -135,6 +135,14 @@ class Allocator(ABC):
     block_size: int
     #: device blocks in the pool
     num_blocks: int
+    #: blocks of the CPU swap pool (same unit as ``num_blocks``)
+    num_cpu_blocks: int
+
+    @property
+    @abstractmethod
+    def num_free_cpu_blocks(self) -> int:
+        """Free blocks of the CPU swap pool (for contiguous allocators possibly split
+        into holes: see ``can_swap_out``)."""
 
     # -- allocation ------------------------------------------------------------------
     @abstractmethod
@@ -224,8 +232,10 @@ class Allocator(ABC):
 
     # -- swap ----------------------------------------------------------------------------
     @abstractmethod
-    def can_swap_out(self, seq_id: int) -> bool:
-        """Whether the CPU pool has room for ``seq_id``'s blocks."""
+    def can_swap_out(self, *seq_ids: int) -> bool:
+        """Whether all of these (distinct, live) sequences are on the device and the CPU
+        pool has room for them, swapped out one after another in this order (a request's
+        samples leave together). No mutation; raises UnknownSequence."""
 
     @abstractmethod
     def swap_out(self, seq_id: int) -> list[BlockMove]:
@@ -257,6 +267,12 @@ class Allocator(ABC):
     def block_table(self, seq_id: int) -> list[int]:
         """Physical block ids (CPU block ids while swapped out) of a live sequence, in
         logical order. For contiguous allocators: the region's first slot and length."""
+
+    @abstractmethod
+    def held_blocks(self, seq_id: int) -> int:
+        """Device blocks (token slots, for allocators that are not block based) a live
+        sequence holds; 0 while it is swapped out. A shared block counts for every
+        sequence that holds it."""
 
     @abstractmethod
     def read_tokens(self, seq_id: int) -> np.ndarray:

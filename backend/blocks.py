@@ -706,9 +706,13 @@ class BlockManager(Allocator):
         return victims
 
     # -- swap ----------------------------------------------------------------------------------
-    def can_swap_out(self, seq_id: int) -> bool:
-        seq = self._live(seq_id)
-        return self._state[seq] == _ON_DEVICE and len(self._tables[seq]) <= len(self._cpu_free)
+    def can_swap_out(self, *seq_ids: int) -> bool:
+        seqs = [self._live(seq_id) for seq_id in seq_ids]
+        if any(self._state[seq] != _ON_DEVICE for seq in seqs):
+            return False
+        # Each sequence takes one CPU block per table entry (a shared block is copied for
+        # every holder), so the sum is exact.
+        return sum(len(self._tables[seq]) for seq in seqs) <= len(self._cpu_free)
 
     def swap_out(self, seq_id: int) -> list[BlockMove]:
         seq = self._on_device(seq_id)
@@ -789,6 +793,10 @@ class BlockManager(Allocator):
 
     def block_table(self, seq_id: int) -> list[int]:
         return list(self._tables[self._live(seq_id)])
+
+    def held_blocks(self, seq_id: int) -> int:
+        seq = self._live(seq_id)
+        return len(self._tables[seq]) if self._state[seq] == _ON_DEVICE else 0
 
     def read_tokens(self, seq_id: int) -> np.ndarray:
         seq = self._live(seq_id)

@@ -165,14 +165,14 @@ class ContiguousAllocator(Allocator):
             raise InvalidRequest(f"unknown reservation mode {mode!r}; valid: {', '.join(MODES)}")
         self.block_size = 1
         self.num_blocks = check_count("num_slots", num_slots, 1)
-        self.num_cpu_slots = check_count("num_cpu_slots", num_cpu_slots, 0)
+        self.num_cpu_blocks = check_count("num_cpu_slots", num_cpu_slots, 0)  # slots
         self.max_model_len = check_count("max_model_len", max_model_len, 1)
         self.mode = mode
         self.slots = np.zeros(self.num_blocks, dtype=np.int32)
-        self.cpu_slots = np.zeros(self.num_cpu_slots, dtype=np.int32)
+        self.cpu_slots = np.zeros(self.num_cpu_blocks, dtype=np.int32)
         self.peak_used_blocks = 0
         self._device = SlotSpace(self.num_blocks)
-        self._cpu = SlotSpace(self.num_cpu_slots)
+        self._cpu = SlotSpace(self.num_cpu_blocks)
         # per sequence id: where it lives, region start (CPU start while swapped), device
         # reservation, tokens held, true final length (prompt + max_new_tokens)
         self._where = np.zeros(0, dtype=np.int8)
@@ -490,11 +490,22 @@ class ContiguousAllocator(Allocator):
         self._where[sid] = _NOT_LIVE
 
     # -- swap ----------------------------------------------------------------------------
-    def can_swap_out(self, seq_id: int) -> bool:
-        sid = self._lookup(seq_id)
-        if self._where[sid] != _ON_DEVICE:
+    @property
+    def num_free_cpu_blocks(self) -> int:
+        return self._cpu.free_total
+
+    def can_swap_out(self, *seq_ids: int) -> bool:
+        sids = [self._lookup(seq_id) for seq_id in seq_ids]
+        if any(self._where[sid] != _ON_DEVICE for sid in sids):
             return False
-        return self._cpu.first_fit(int(self._tokens[sid])) is not None
+        cpu = self._cpu.copy()  # place them one after another, as swap_out would
+        for sid in sids:
+            held = int(self._tokens[sid])
+            start = cpu.first_fit(held)
+            if start is None:
+                return False
+            cpu.take(start, held)
+        return True
 
     def swap_out(self, seq_id: int) -> list[BlockMove]:
         """Copy the held tokens to the lowest CPU hole that fits them (only tokens travel,
@@ -553,6 +564,11 @@ class ContiguousAllocator(Allocator):
         on_device = self._where[sid] == _ON_DEVICE
         length = self._reserved[sid] if on_device else self._tokens[sid]
         return [int(self._start[sid]), int(length)]
+
+    def held_blocks(self, seq_id: int) -> int:
+        """The device reservation's slots (0 while swapped out)."""
+        sid = self._lookup(seq_id)
+        return int(self._reserved[sid]) if self._where[sid] == _ON_DEVICE else 0
 
     def read_tokens(self, seq_id: int) -> np.ndarray:
         sid = self._lookup(seq_id)

@@ -19,9 +19,10 @@ finish, start or are preempted — never per token.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -100,7 +101,6 @@ class Replica:
         self.prefilling: list[PrefillSeq] = []
         self.decodes = DecodeSet()
         self.swapped: deque[SwappedRequest] = deque()
-        self.holders: dict[int, Request] = {}  # requests with KV on the device
         self.in_flight: dict[int, Request] = {}  # submitted, neither finished nor rejected
         self.samples_left: dict[int, int] = {}
         self._logged_preemptions = 0  # num_preemptions already in a step's record
@@ -130,7 +130,7 @@ class Replica:
 
     @property
     def swapped_blocks(self) -> int:
-        """CPU blocks held by swapped-out requests."""
+        """Device blocks (the allocator's unit) the swapped-out requests held."""
         return sum(item.num_blocks for item in self.swapped)
 
     @property
@@ -150,17 +150,33 @@ class Replica:
         prefills = [s.seq_id for s in self.prefilling if s.request is request]
         return prefills + self.decodes.seq_id[self.decodes.req_id == request.req_id].tolist()
 
-    def blocks_held(self, request: Request) -> int:
-        """Device blocks (slots for contiguous) held by a running request's sequences."""
-        return sum(len(self.alloc.block_table(s)) for s in self.seq_ids_of(request))
+    def running_requests(self) -> list[Request]:
+        """Requests with sequences on the device (prefilling or decoding): the
+        preemption candidates."""
+        req_ids = dict.fromkeys(s.request.req_id for s in self.prefilling)
+        req_ids.update(dict.fromkeys(self.decodes.req_id.tolist()))
+        return [self.in_flight[req_id] for req_id in req_ids]
 
-    def generated_tokens(self, request: Request) -> int:
-        """Output tokens a running request's sequences have produced so far."""
-        decoding = int(self.decodes.generated[self.decodes.req_id == request.req_id].sum())
-        return decoding + sum(s.generated for s in self.prefilling if s.request is request)
+    def _running_seqs(self) -> Iterator[tuple[int, int, int]]:
+        """(request id, sequence id, tokens generated) of every running sequence."""
+        for seq in self.prefilling:
+            yield seq.request.req_id, seq.seq_id, seq.generated
+        d = self.decodes
+        yield from zip(d.req_id.tolist(), d.seq_id.tolist(), d.generated.tolist())
 
-    def pick_victim(self) -> Request:
-        return self.victims.pick(list(self.holders.values()), self)
+    def blocks_by_request(self) -> dict[int, int]:
+        """Device blocks (the allocator's unit) held by each running request."""
+        totals: dict[int, int] = {}
+        for req_id, seq_id, _ in self._running_seqs():
+            totals[req_id] = totals.get(req_id, 0) + self.alloc.held_blocks(seq_id)
+        return totals
+
+    def generated_by_request(self) -> dict[int, int]:
+        """Output tokens each running request's sequences have produced so far."""
+        totals: dict[int, int] = {}
+        for req_id, _, generated in self._running_seqs():
+            totals[req_id] = totals.get(req_id, 0) + generated
+        return totals
 
     # -- arrivals -------------------------------------------------------------------
     def submit(self, request: Request) -> None:
@@ -405,7 +421,6 @@ class Replica:
             request.cached_prompt_tokens = seq.computed
         if math.isnan(request.first_scheduled_s):
             request.first_scheduled_s = self.env.now
-        self.holders[request.req_id] = request
         self.prefilling.append(seq)
         return cached
 
@@ -425,13 +440,14 @@ class Replica:
         bring it back to the same state (a livelock), while its other samples can finish
         with the memory they hold."""
         self.num_preemptions += 1
-        if len(self.holders) == 1:
-            (request,) = self.holders.values()
+        running = self.running_requests()
+        if len(running) == 1:
+            (request,) = running
             if len(self.seq_ids_of(request)) > 1:
                 request.num_preemptions += 1
                 self.release(request, *self.detach_newest(request))
                 return
-        victim = self.pick_victim()
+        victim = self.victims.pick(running, _VictimView(self))
         victim.num_preemptions += 1
         swap = moves is not None and self.cfg.preemption_mode == "swap"
         if not (swap and self.try_swap_out(victim, moves)):
@@ -439,13 +455,12 @@ class Replica:
 
     def detach(self, victim: Request) -> tuple[list[PrefillSeq], dict[str, np.ndarray]]:
         """Take ``victim``'s sequences out of the running set (allocator untouched)."""
-        del self.holders[victim.req_id]
         prefills = [s for s in self.prefilling if s.request is victim]
         self.prefilling = [s for s in self.prefilling if s.request is not victim]
         return prefills, self.decodes.take(self.decodes.req_id == victim.req_id)
 
     def detach_newest(self, request: Request) -> tuple[list[PrefillSeq], dict[str, np.ndarray]]:
-        """Take ``request``'s newest sequence out of the running set; it stays a holder."""
+        """Take ``request``'s newest sequence out of the running set (its others stay)."""
         rows = self.decodes.req_id == request.req_id
         if rows.any():
             return [], self.decodes.take(self.decodes.seq_id == self.decodes.seq_id[rows].max())
@@ -461,21 +476,13 @@ class Replica:
 
     def try_swap_out(self, victim: Request, moves: Moves) -> bool:
         """Swap every sequence of ``victim`` to the CPU pool; False (nothing changed) when
-        the pool has no room."""
+        the pool has no room for all of them."""
         victim_seqs = self.seq_ids_of(victim)
-        blocks = sum(len(self.alloc.block_table(s)) for s in victim_seqs)
-        if blocks > getattr(self.alloc, "num_free_cpu_blocks", 0):
+        if not self.alloc.can_swap_out(*victim_seqs):
             return False
-        done = []
-        try:
-            for seq_id in victim_seqs:
-                moves.swap_out.extend(self.alloc.swap_out(seq_id))
-                done.append(seq_id)
-        except OutOfBlocks:
-            # Shared blocks can make the sum above an underestimate; undo cleanly.
-            for seq_id in done:
-                self.alloc.swap_in(seq_id)
-            return False
+        blocks = sum(self.alloc.held_blocks(s) for s in victim_seqs)
+        for seq_id in victim_seqs:
+            moves.swap_out.extend(self.alloc.swap_out(seq_id))
         self.swapped.append(SwappedRequest(victim, *self.detach(victim), blocks))
         self.num_swaps_out += 1
         return True
@@ -520,7 +527,6 @@ class Replica:
             for seq_id in item_seqs:
                 moves.swap_in.extend(self.alloc.swap_in(seq_id))
             self.swapped.popleft()
-            self.holders[item.request.req_id] = item.request
             self.prefilling.extend(item.prefills)
             self.decodes.extend(item.decodes)
 
@@ -613,12 +619,7 @@ class Replica:
         if left == 0:
             request.finish_s = now
             request.generated = request.output_len * request.n
-            self.holders.pop(request.req_id, None)
             self.finish_request(request)
-        elif not self.seq_ids_of(request):
-            # Its other samples wait in the queue: it holds no device memory now, so it
-            # must not be offered as a preemption victim.
-            self.holders.pop(request.req_id, None)
 
     def next_request_tokens(self) -> int:
         """Slots the head of the queue would need (for external fragmentation)."""
@@ -627,6 +628,30 @@ class Replica:
         seq = self.waiting[0].seq
         remaining_out = seq.request.output_len - seq.generated
         return self.blocks_for(seq.tokens.shape[0], remaining_out) * self.alloc.block_size
+
+
+class _VictimView:
+    """What a victim policy reads (policies.preemption.VictimView). Each per-request
+    total is computed for all running requests at once, on first use, so a pick costs
+    O(running sequences) rather than a scan per candidate."""
+
+    def __init__(self, replica: Replica):
+        self.now = replica.now
+        self._replica = replica
+
+    @functools.cached_property
+    def _blocks(self) -> dict[int, int]:
+        return self._replica.blocks_by_request()
+
+    @functools.cached_property
+    def _generated(self) -> dict[int, int]:
+        return self._replica.generated_by_request()
+
+    def blocks_held(self, request: Request) -> int:
+        return self._blocks.get(request.req_id, 0)
+
+    def generated_tokens(self, request: Request) -> int:
+        return self._generated.get(request.req_id, 0)
 
 
 class Cluster:

@@ -193,10 +193,11 @@ def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunR
     env.process(cluster.arrivals(requests))
     env.run(until=scenario.simulation.max_sim_time_s)
     bar.close()
+    generated = [replica.generated_by_request() for replica in replicas]
     for request in requests:
         if np.isnan(request.finish_s) and not request.rejected_reason:
             request.rejected_reason = "unfinished at max_sim_time_s"
-            request.generated = replicas[request.replica].generated_tokens(request)
+            request.generated = generated[request.replica].get(request.req_id, 0)
     total_slots = replicas[0].alloc.num_blocks * replicas[0].alloc.block_size
     summary = metrics.summarize(
         requests,

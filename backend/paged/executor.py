@@ -57,7 +57,6 @@ class PagedExecutor:
         dtype: torch.dtype | str = torch.float32,
         seed: int = 0,
         use_triton: bool | None = None,
-        num_cpu_blocks: int | None = None,
         cpu_threads: int | None = None,
     ):
         if isinstance(dtype, str):  # scenario files name dtypes: "float32", "bfloat16"
@@ -68,12 +67,11 @@ class PagedExecutor:
         if use_triton is None:  # Triton on a GPU, torch on the CPU (the interpreter is slow)
             use_triton = self.device.type == "cuda" and ops.triton_usable(self.device)
         self.use_triton = bool(use_triton)
-        if num_cpu_blocks is None:
-            num_cpu_blocks = int(getattr(allocator, "num_cpu_blocks", 0))
         self.model = LlamaModel(shape, device=self.device, dtype=dtype, seed=seed)
         self.kv = KVCache(
-            shape, allocator.num_blocks, allocator.block_size, num_cpu_blocks=num_cpu_blocks,
-            device=self.device, dtype=dtype, use_triton=self.use_triton,
+            shape, allocator.num_blocks, allocator.block_size,
+            num_cpu_blocks=allocator.num_cpu_blocks, device=self.device, dtype=dtype,
+            use_triton=self.use_triton,
         )  # fmt: skip
         # torch's intra-op threads spin-wait; on a shared CPU that turns a 4 ms tiny-model
         # step into 100+ ms. ``cpu_threads`` caps them for the step (then restores them).

@@ -281,6 +281,17 @@ def test_swap_round_trip_moves_and_contents():
     mgr.check_invariants()
 
 
+def test_held_blocks_and_swapping_several_sequences_out_together():
+    mgr = BlockManager(8, 2, num_cpu_blocks=3)
+    mgr.allocate(0, [1, 2, 3])  # 2 blocks
+    mgr.fork(0, 1)  # shares both: swapping both out takes 4 CPU blocks
+    mgr.allocate(2, [4])  # 1 block
+    assert [mgr.held_blocks(s) for s in (0, 1, 2)] == [2, 2, 1]
+    assert mgr.can_swap_out(0, 2) and not mgr.can_swap_out(0, 1)
+    mgr.swap_out(2)
+    assert mgr.held_blocks(2) == 0 and not mgr.can_swap_out(0, 2)
+
+
 def test_swap_refused_cleanly_when_either_pool_is_full():
     mgr = BlockManager(3, 2, num_cpu_blocks=1)
     mgr.allocate(0, [1, 2, 3])  # blocks 0, 1: needs 2 CPU blocks

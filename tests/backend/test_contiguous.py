@@ -65,7 +65,7 @@ def test_factory_maps_names_to_modes():
     ]:
         alloc = make_contiguous(name, 8, max_model_len=8, num_cpu_slots=4)
         assert (alloc.mode, alloc.num_blocks, alloc.block_size) == (mode, 8, 1)
-        assert alloc.num_cpu_slots == 4
+        assert alloc.num_cpu_blocks == 4
     with pytest.raises(InvalidRequest, match="contiguous-oracle"):
         make_contiguous("contiguous-best", 8, max_model_len=8)
 
@@ -311,6 +311,22 @@ def test_swap_moves_only_the_tokens_and_swap_in_needs_the_whole_reservation():
     assert not alloc.is_swapped(0) and alloc.block_table(0) == [0, 6]
     alloc.append(0, [9])
     assert alloc.read_tokens(0).tolist() == [1, 2, 9]
+    alloc.check_invariants()
+
+
+def test_held_blocks_and_swapping_several_sequences_out_together():
+    alloc = oracle(num_slots=24, max_model_len=16, num_cpu_slots=7)
+    for seq, tokens in ((0, [1, 2, 3]), (1, [4, 5]), (2, [6, 7, 8]), (3, [8, 9])):
+        alloc.allocate(seq, tokens, max_new_tokens=2)
+    assert alloc.held_blocks(0) == 5 and alloc.held_blocks(1) == 4
+    alloc.swap_out(0)  # CPU [0,3)
+    alloc.swap_out(1)  # CPU [3,5)
+    alloc.swap_in(0)  # CPU holes now [0,3) and [5,7): 5 slots free
+    assert alloc.held_blocks(1) == 0
+    assert alloc.can_swap_out(2) and alloc.can_swap_out(3)
+    assert alloc.can_swap_out(2, 3)  # 3 tokens to [0,3), then 2 to [5,7)
+    assert not alloc.can_swap_out(3, 2)  # 2 tokens to [0,2) leave no hole of 3
+    assert not alloc.can_swap_out(1, 2)  # sequence 1 is already on the CPU
     alloc.check_invariants()
 
 

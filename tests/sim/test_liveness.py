@@ -215,9 +215,8 @@ def check_memory(replicas) -> None:
         usage = alloc.usage()
         assert usage.used_blocks == 0, f"replica {replica.index} leaks device blocks"
         assert usage.free_blocks + usage.cached_blocks == alloc.num_blocks
-        cpu_total = getattr(alloc, "num_cpu_blocks", 0)
-        assert getattr(alloc, "num_free_cpu_blocks", cpu_total) == cpu_total, "CPU pool leak"
-        assert not replica.has_work() and not replica.holders
+        assert alloc.num_free_cpu_blocks == alloc.num_cpu_blocks, "CPU pool leak"
+        assert not replica.has_work() and not replica.running_requests()
         assert replica.outstanding == 0 and replica.swapped_blocks == 0
 
 
