@@ -106,6 +106,28 @@ def check_count(name: str, value: int, minimum: int) -> int:
     return int(value)
 
 
+def indexes(value: object, length: int) -> bool:
+    """Whether ``value`` is an integer (not a bool) in ``[0, length)``: a sequence id that
+    indexes an allocator's per-sequence arrays. A float or a string never does."""
+    return (
+        not isinstance(value, bool) and isinstance(value, int | np.integer) and 0 <= value < length
+    )
+
+
+def grow_arrays(owner: object, names: tuple[str, ...], needed: int) -> None:
+    """Grow ``owner``'s 1-D numpy attributes ``names`` (zero-filled, at least doubling, so
+    the amortised cost per new sequence id is O(1)) to at least ``needed`` entries."""
+    current = getattr(owner, names[0]).shape[0]
+    if needed <= current:
+        return
+    size = max(needed, 2 * current, 64)
+    for name in names:
+        old = getattr(owner, name)
+        new = np.zeros(size, old.dtype)
+        new[: old.shape[0]] = old
+        setattr(owner, name, new)
+
+
 def as_tokens(token_ids: Sequence[int] | np.ndarray, *, allow_empty: bool = False) -> np.ndarray:
     """Token ids as a contiguous 1-D int32 array; raises InvalidRequest on bad input."""
     tokens = np.asarray(token_ids)

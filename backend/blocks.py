@@ -33,6 +33,8 @@ from backend.base import (
     UnknownSequence,
     as_tokens,
     check_count,
+    grow_arrays,
+    indexes,
 )
 from backend.evictor import Evictor, LeastRecentlyUsed
 from backend.freelist import FreeList
@@ -166,8 +168,7 @@ class BlockManager(Allocator):
 
     # -- sequence id checks ----------------------------------------------------------------
     def _seq_state(self, seq_id: int) -> int:
-        seq = int(seq_id)
-        return int(self._state[seq]) if 0 <= seq < self._state.shape[0] else _DEAD
+        return int(self._state[seq_id]) if indexes(seq_id, self._state.shape[0]) else _DEAD
 
     def _live(self, seq_id: int) -> int:
         if self._seq_state(seq_id) == _DEAD:
@@ -196,15 +197,8 @@ class BlockManager(Allocator):
 
     def _make_room(self, seq: int) -> None:
         """Grow the per-sequence arrays so that ``seq`` indexes them."""
-        if seq < self._state.shape[0]:
-            return
-        # Geometric growth keeps the amortised cost per new id O(1).
-        size = max(seq + 1, 2 * self._state.shape[0])
-        for name in ("_state", "_num_tokens", "_last_block", "_batch_mark", "_seq_salt"):
-            old = getattr(self, name)
-            new = np.zeros(size, old.dtype)
-            new[: old.shape[0]] = old
-            setattr(self, name, new)
+        names = ("_state", "_num_tokens", "_last_block", "_batch_mark", "_seq_salt")
+        grow_arrays(self, names, seq + 1)
 
     # -- block pool --------------------------------------------------------------------------
     def _available(self, not_evictable: int = 0) -> int:

@@ -44,6 +44,8 @@ from backend.base import (
     UnknownSequence,
     as_tokens,
     check_count,
+    grow_arrays,
+    indexes,
 )
 
 #: reservation modes and the registered allocator names that select them
@@ -221,12 +223,7 @@ class ContiguousAllocator(Allocator):
     # -- sequence ids ------------------------------------------------------------------
     def _lookup(self, seq_id: int) -> int:
         """The id of a live sequence; UnknownSequence otherwise."""
-        if (
-            isinstance(seq_id, bool)
-            or not isinstance(seq_id, int | np.integer)
-            or not 0 <= seq_id < self._where.shape[0]
-            or self._where[seq_id] == _NOT_LIVE
-        ):
+        if not indexes(seq_id, self._where.shape[0]) or self._where[seq_id] == _NOT_LIVE:
             raise UnknownSequence(f"sequence {seq_id!r} is not live")
         return int(seq_id)
 
@@ -243,16 +240,8 @@ class ContiguousAllocator(Allocator):
         return sid
 
     def _ensure_capacity(self, sid: int) -> None:
-        """Grow the per-sequence arrays (doubling) so ``sid`` indexes them."""
-        old = self._where.shape[0]
-        if sid < old:
-            return
-        new = max(2 * old, sid + 1, 64)
-        for name in ("_where", "_start", "_reserved", "_tokens", "_target"):
-            arr = getattr(self, name)
-            grown = np.zeros(new, dtype=arr.dtype)
-            grown[:old] = arr
-            setattr(self, name, grown)
+        """Grow the per-sequence arrays so ``sid`` indexes them."""
+        grow_arrays(self, ("_where", "_start", "_reserved", "_tokens", "_target"), sid + 1)
 
     # -- accounting --------------------------------------------------------------------
     def _account(self, ids, sign: int) -> None:

@@ -387,6 +387,13 @@ def test_unknown_sequence(mgr):
         mgr.append_batch(np.array([0, 5]), np.array([1, 1]))
 
 
+def test_a_non_integer_id_is_never_a_live_sequence(mgr):
+    for bad in (0.0, 0.5, True, "0"):
+        with pytest.raises(UnknownSequence):
+            mgr.free(bad)
+    assert mgr.read_tokens(0).tolist() == [1, 2, 3]
+
+
 def test_double_free_and_append_after_free(mgr):
     mgr.free(0)
     with pytest.raises(UnknownSequence):
