@@ -350,11 +350,15 @@ class BlockManager(Allocator):
 
     def _publish_through(self, seq: int, count: int) -> None:
         """Publish the keys of ``seq``'s first ``count`` full blocks (those not yet)."""
-        chain, table = self._keys[seq], self._tables[seq]
-        done, count = self._published[seq], min(count, len(chain))
-        for index in range(done, count):
-            self._publish(chain[index], table[index], int(self._seq_salt[seq]), index)
+        done, count = self._published[seq], min(count, len(self._keys[seq]))
+        self._publish_blocks(seq, done, count)
         self._published[seq] = max(done, count)
+
+    def _publish_blocks(self, seq: int, start: int, stop: int) -> None:
+        """Publish the keys of ``seq``'s full blocks ``start .. stop - 1``."""
+        chain, table, salt = self._keys[seq], self._tables[seq], int(self._seq_salt[seq])
+        for index in range(start, stop):
+            self._publish(chain[index], table[index], salt, index)
 
     def _publish(self, key: int, block: int, salt: int, position: int) -> None:
         if key not in self._block_of_key:
@@ -387,26 +391,32 @@ class BlockManager(Allocator):
         if not self.enable_prefix_caching:
             return [], []
         keys = self._prompt_keys(tokens, salt)
-        hits: list[int] = []
         # The block holding the prompt's last token is never reused: its logits must be
         # computed, and recomputing that token into a shared block would rewrite KV that
         # other sequences read (vLLM caps hits the same way).
-        for key in keys[: (tokens.shape[0] - 1) // self.block_size]:
+        usable = keys[: (tokens.shape[0] - 1) // self.block_size]
+        size = self.block_size
+        hits = self._cached_run(usable, salt, lambda n: tokens[: n * size].reshape(n, size))
+        return keys, hits
+
+    def _cached_run(self, keys: list[int], salt: int, expected_rows) -> list[int]:
+        """The cached blocks of the longest run of ``keys`` (a chain from its first
+        block) that is cached and verified: a key collision must not alias, so each block
+        must hold exactly ``expected_rows(n)[i]`` (the tokens the chain's block i should
+        hold), published under ``salt`` at position i. No mutation."""
+        hits: list[int] = []
+        for key in keys:
             block = self._block_of_key.get(key)
             if block is None:
                 break
             hits.append(block)
         if hits:
-            # A key collision must not alias: the hit blocks must hold exactly the prompt's
-            # tokens, published under the same salt at the same position (vectorised).
-            size = self.block_size
-            expected = tokens[: len(hits) * size].reshape(len(hits), size)
-            same = (self.slots[hits] == expected).all(axis=1)
+            same = (self.slots[hits] == expected_rows(len(hits))).all(axis=1)
             same &= self._salt_of_block[hits] == salt
             same &= self._pos_of_block[hits] == self._positions(len(hits))
             if not same.all():
                 hits = hits[: int(np.argmin(same))]
-        return keys, hits
+        return hits
 
     # -- allocation ---------------------------------------------------------------------------
     def _blocks_for(self, num_tokens: int) -> int:
@@ -733,18 +743,8 @@ class BlockManager(Allocator):
         again rather than copied back: swapping a fork out and in must not turn its
         shared prompt into private copies, which could need more memory than it freed."""
         cpu = self._tables[seq]
-        hits: list[int] = []
-        for key, cpu_block in zip(self._keys[seq], cpu):
-            block = self._block_of_key.get(key)
-            # Verify content, salt and position, as for a prompt hit (see _lookup).
-            if (
-                block is None
-                or self._salt_of_block[block] != self._seq_salt[seq]
-                or self._pos_of_block[block] != len(hits)
-                or not np.array_equal(self.slots[block], self.cpu_slots[cpu_block])
-            ):
-                break
-            hits.append(block)
+        salt = int(self._seq_salt[seq])
+        hits = self._cached_run(self._keys[seq], salt, lambda n: self.cpu_slots[cpu[:n]])
         return hits, len(cpu) - len(hits), self._revived(hits)
 
     def can_swap_in(self, seq_id: int) -> bool:
@@ -772,8 +772,7 @@ class BlockManager(Allocator):
         table = hits + device
         self._tables[seq] = table
         # Computed full blocks become prefix-cache candidates again under their keys.
-        for index in range(len(hits), self._published[seq]):
-            self._publish(self._keys[seq][index], table[index], int(self._seq_salt[seq]), index)
+        self._publish_blocks(seq, len(hits), self._published[seq])
         self._set_state(seq, _ON_DEVICE)
         self._last_block[seq] = table[-1]
         return [BlockMove(c, d) for c, d in zip(copied, device)]
@@ -854,12 +853,9 @@ class BlockManager(Allocator):
         self._check_tables(on_device)
         self._check_prefix_cache(on_device)
         self._check_cpu_pool(swapped)
-        usage = self.usage()
-        assert usage.token_slots + usage.internal_frag_slots == usage.used_blocks * self.block_size
-        assert usage.token_slots + usage.internal_frag_slots + usage.free_slots == (
-            usage.total_slots
-        ), f"usage split does not sum to the pool: {usage}"
-        assert self.peak_used_blocks >= usage.used_blocks
+        # (usage()'s split sums to the pool by construction; its parts are checked above:
+        # token slots against the tables, used blocks against the partition.)
+        assert self.peak_used_blocks >= self.num_used_blocks
         shared = int(np.count_nonzero(self._refcount > 1))
         assert self._num_shared == shared, f"shared-block count {self._num_shared} != {shared}"
 

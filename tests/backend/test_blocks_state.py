@@ -149,10 +149,12 @@ class BlockManagerMachine(RuleBasedStateMachine):
         seq_ids, token_ids = np.array(batch), np.array(tokens, np.int32)
         before, needed = self.mgr.snapshot(), self.mgr.blocks_needed_for_batch(seq_ids)
         free = self.mgr.num_free_blocks + self.mgr.num_cached_blocks
+        used = self.mgr.num_used_blocks
         if self._refused(before, self.mgr.append_batch, seq_ids, token_ids)[0]:
             assert needed > free
             return
-        assert needed <= free
+        # The query is checked against what the command really took.
+        assert self.mgr.num_used_blocks - used == needed <= free
         for seq, token in zip(batch, tokens):
             self.shadow[seq].append(token)
             self._record(seq)
@@ -227,12 +229,18 @@ class BlockManagerMachine(RuleBasedStateMachine):
 
     @invariant()
     def accounting_identities(self):
+        # usage() against the model: blocks and tokens counted from the block tables and
+        # the shadow contents, not from the manager's own counters.
         usage, size = self.mgr.usage(), self.mgr.block_size
-        assert usage.token_slots + usage.internal_frag_slots == usage.used_blocks * size
-        assert usage.used_blocks + usage.cached_blocks + usage.free_blocks == self.mgr.num_blocks
-        # distinct device blocks of live sequences == blocks in use
-        blocks = {b for s in self._on_device() for b in self.mgr.block_table(s)}
-        assert len(blocks) == usage.used_blocks
+        fill: dict[int, int] = {}  # distinct device block -> tokens it holds
+        for seq in self._on_device():
+            held = len(self.shadow[seq])
+            for index, block in enumerate(self.mgr.block_table(seq)):
+                fill[block] = min(size, held - index * size)
+        tokens = sum(fill.values())
+        assert (usage.used_blocks, usage.token_slots) == (len(fill), tokens)
+        assert usage.internal_frag_slots == len(fill) * size - tokens
+        assert usage.free_slots == (self.mgr.num_blocks - len(fill)) * size
 
     def teardown(self):
         if not hasattr(self, "mgr"):
