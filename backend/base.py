@@ -143,8 +143,9 @@ def as_tokens(token_ids: Sequence[int] | np.ndarray, *, allow_empty: bool = Fals
     if tokens.size <= 16:
         values = tokens.tolist()
         low, high = min(values), max(values)
-    else:
-        low, high = tokens.min(), tokens.max()
+    else:  # int32 ids (the engine's) cannot exceed the range: one reduction, not two
+        low = tokens.min()
+        high = INT32_MAX if tokens.dtype == np.int32 else tokens.max()
     if low < 0 or high > INT32_MAX:
         raise InvalidRequest("token ids must be in [0, 2**31 - 1]")
     return np.ascontiguousarray(tokens, dtype=np.int32)

@@ -23,7 +23,6 @@ from typing import NamedTuple
 import numpy as np
 
 from backend.base import (
-    INT32_MAX,
     Allocator,
     BlockMove,
     DuplicateSequence,
@@ -568,26 +567,22 @@ class BlockManager(Allocator):
 
     def _check_batch(self, seq_ids, token_ids) -> tuple[np.ndarray, np.ndarray]:
         seqs = np.asarray(seq_ids)
-        tokens = np.asarray(token_ids)
+        tokens = as_tokens(token_ids, allow_empty=True)  # 1-D, integer, in range
         if seqs.ndim != 1 or tokens.shape != seqs.shape:
             raise InvalidRequest(
                 f"seq_ids and token_ids must be 1-D of equal length, got {seqs.shape} "
                 f"and {tokens.shape}"
             )
-        if seqs.size and (seqs.dtype.kind not in "iu" or tokens.dtype.kind not in "iu"):
-            raise InvalidRequest("seq_ids and token_ids must be integer arrays")
         if not seqs.size:
-            return seqs.astype(np.int64), tokens.astype(np.int32)
+            return seqs.astype(np.int64), tokens
+        if seqs.dtype.kind not in "iu":
+            raise InvalidRequest(f"seq_ids must be integers, got dtype {seqs.dtype}")
         seqs = seqs.astype(np.int64, copy=False)
         ids = seqs.tobytes()
         if self._checked_ids != (ids, self._epoch):
             self._check_ids(seqs)
             self._checked_ids = (ids, self._epoch)
-        # int32 tokens (the engine's) cannot exceed the range: one reduction, not two.
-        too_big = tokens.dtype != np.int32 and tokens.max() > INT32_MAX
-        if too_big or tokens.min() < 0:
-            raise InvalidRequest("token ids must be in [0, 2**31 - 1]")
-        return seqs, tokens.astype(np.int32, copy=False)
+        return seqs, tokens
 
     def _check_ids(self, seqs: np.ndarray) -> None:
         """Raise unless every id of the (int64) batch is a distinct on-device sequence."""
