@@ -676,10 +676,15 @@ def _plan_trace(spec, model, num_requests, duration_s) -> _Plan:
 def _build_requests(spec, model, plan: _Plan, prefixes, rng, token_seed) -> list[Request]:
     vocab = model.vocab_size
     group_tokens = [rng.integers(0, vocab, size=n, dtype=np.int32) for n in prefixes]
-    own_tokens = rng.integers(0, vocab, size=int(plan.own_len.sum()), dtype=np.int32)
-    own_end = np.cumsum(plan.own_len).tolist()
-    own_len = plan.own_len.tolist()
     hashes = spec.arrival.trace().hash_ids if isinstance(spec.arrival, TraceArrival) else None
+    fresh_len = plan.own_len
+    if hashes is not None:  # only the tokens past a prompt's hash-id blocks are drawn
+        covered = [len(hashes[row]) * MOONCAKE_BLOCK_TOKENS for row in plan.source_row]
+        fresh_len = np.maximum(plan.own_len - np.asarray(covered, dtype=np.int64), 0)
+    own_tokens = rng.integers(0, vocab, size=int(fresh_len.sum()), dtype=np.int32)
+    own_end = np.cumsum(fresh_len).tolist()
+    own_len = fresh_len.tolist()
+    prompt_len = plan.own_len.tolist()
     previous = _previous_turn(plan)
     outputs = _previous_outputs(plan, previous, token_seed, vocab)
     group, prev_list, rows = plan.prefix_group.tolist(), previous.tolist(), plan.source_row
@@ -687,7 +692,7 @@ def _build_requests(spec, model, plan: _Plan, prefixes, rng, token_seed) -> list
     for i in range(len(own_len)):
         own = own_tokens[own_end[i] - own_len[i] : own_end[i]]
         if hashes is not None:
-            prompt = _hashed_prompt(hashes[rows[i]], own, token_seed, vocab)
+            prompt = _hashed_prompt(hashes[rows[i]], prompt_len[i], own, token_seed, vocab)
         elif prev_list[i] >= 0:
             prompt = np.concatenate([prompts[prev_list[i]], outputs[i], own])
         elif group[i] >= 0:
@@ -742,9 +747,10 @@ def _request(i: int, plan: _Plan, prompt: np.ndarray, n: int) -> Request:
     )
 
 
-def _hashed_prompt(hash_ids: np.ndarray, own: np.ndarray, seed: int, vocab: int) -> np.ndarray:
-    """The hash-id blocks cut to the prompt length; tokens past the blocks are own."""
-    length = len(own)
+def _hashed_prompt(
+    hash_ids: np.ndarray, length: int, rest: np.ndarray, seed: int, vocab: int
+) -> np.ndarray:
+    """A ``length``-token prompt: the hash-id blocks cut to the length, then ``rest``
+    (exactly the tokens past the blocks)."""
     blocks = hash_block_tokens(seed, hash_ids[: -(-length // MOONCAKE_BLOCK_TOKENS)], vocab)
-    blocks = blocks[:length]
-    return np.concatenate([blocks, own[len(blocks) :]])
+    return np.concatenate([blocks[:length], rest])
