@@ -251,6 +251,7 @@ def build_report(validation: Validation) -> dict[str, Any]:
         "runs": {name: _run_facts(result) for name, result in runs.items()},
         "num_measured_steps": int(measured.size),
         "per_step": per_step,
+        "per_step_by_kind": _errors_by_kind(validation),
         "end_to_end": end_to_end,
         "target": {
             "bound": target,
@@ -258,6 +259,27 @@ def build_report(validation: Validation) -> dict[str, Any]:
             "met": all(v is not None and abs(v) <= target for v in checks.values()),
         },
     }
+
+
+def _step_kind(shape: BatchShape) -> str:
+    chunks, decodes = len(shape.chunks), len(shape.decode_context_lens)
+    if chunks and decodes:
+        return "mixed"
+    return "prefill-only" if chunks else "decode-only"
+
+
+def _errors_by_kind(validation: Validation) -> dict[str, dict[str, float]]:
+    """The calibrated model's mean signed relative error and step count per step kind
+    (decode-only, prefill-only, mixed): where the fit is off, and which way."""
+    kinds = np.array([_step_kind(record.shape) for record in validation.records])
+    measured, predicted = validation.measured_s, validation.predictions["calibrated"]
+    out = {}
+    for kind in ("decode-only", "prefill-only", "mixed"):
+        rows = kinds == kind
+        if rows.any():
+            error = (predicted[rows] - measured[rows]) / measured[rows]
+            out[kind] = {"steps": int(rows.sum()), "mean_rel_error": float(error.mean())}
+    return out
 
 
 def _run_facts(result) -> dict[str, Any]:
@@ -300,6 +322,19 @@ def format_table(report: dict[str, Any]) -> str:
     lines.append(
         f"\n{report['num_measured_steps']} measured steps on {report['device']}; target "
         f"(per-step MAPE and p50 TTFT/TPOT within {100 * target['bound']:.0f}%): {verdict}"
+    )
+    kinds = report["per_step_by_kind"]
+    lines.append(
+        "calibrated mean per-step error by step kind: "
+        + ", ".join(f"{k} {_pct(v['mean_rel_error'])} ({v['steps']})" for k, v in kinds.items())
+    )
+    measured, fit = report["runs"]["measured"], report["calibration"]["fit"]
+    heldout = fit.get("heldout_mape")
+    lines.append(
+        f"{report['date']}: measured TTFT p50 {1e3 * measured['ttft_s']['p50']:.2f} ms, "
+        f"TPOT p50 {1e3 * measured['tpot_s']['p50']:.2f} ms; calibration held-out MAPE "
+        f"{_abs_pct(heldout)} ({fit.get('heldout_rows', '?')} of {fit.get('rows', '?')} "
+        f"shapes); load average {report['measurement']['load_average_1min']}"
     )
     return "\n".join(lines)
 

@@ -112,6 +112,18 @@ def test_format_table_lists_both_models(result):
     table = validation.format_table(result.report)
     assert "| per-step MAPE |" in table and "| ttft_s.p50 |" in table
     assert "calibrated" in table and "analytic" in table
+    assert "error by step kind: decode-only" in table and "load average" in table
+
+
+def test_errors_by_step_kind_cover_every_step_and_take_the_sign_of_the_error(result):
+    kinds = result.report["per_step_by_kind"]
+    assert set(kinds) <= {"decode-only", "prefill-only", "mixed"} and len(kinds) >= 2
+    assert sum(kind["steps"] for kind in kinds.values()) == len(result.records)
+    # Each kind's mean error lies between the extremes of its steps' signed errors.
+    measured, predicted = result.measured_s, result.predictions["calibrated"]
+    errors = (predicted - measured) / measured
+    assert min(errors) <= min(k["mean_rel_error"] for k in kinds.values())
+    assert max(k["mean_rel_error"] for k in kinds.values()) <= max(errors)
 
 
 # -- pieces -----------------------------------------------------------------------------
