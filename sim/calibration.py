@@ -359,11 +359,6 @@ class CalibratedCostModel:
         self.calibration = calibration
         self._coefficients = calibration.vector()
 
-    @classmethod
-    def from_file(cls, path: str | Path) -> CalibratedCostModel:
-        """Raises CalibrationError for an unusable file."""
-        return cls(load(path))
-
     def execute(self, batch: Batch) -> float:
         return float(batch_features(batch) @ self._coefficients)
 

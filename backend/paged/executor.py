@@ -166,13 +166,14 @@ class PagedExecutor:
         starts = np.array([c.start for c in batch.prefills], dtype=np.int64)
         prefill_pos = starts[prefill_rows] + np.arange(num_prefill) - bounds[prefill_rows]
         decode_pos = context_lens - 1
-        prefill_tables, decode_tables_2d = _pad(chunk_tables), _pad(decode_tables)
-        prefill_slots = _slots(
-            prefill_tables, chunk_tables, prefill_rows, prefill_pos, size, chunk_ids
-        )
+        prefill_tables, prefill_blocks = _pad(chunk_tables)
+        decode_tables_2d, decode_blocks = _pad(decode_tables)
         decode_rows = np.arange(len(decode_ids))
-        decode_slots = _slots(
-            decode_tables_2d, decode_tables, decode_rows, decode_pos, size, decode_ids
+        prefill_slots = slot_mapping(
+            prefill_tables, prefill_blocks, prefill_rows, prefill_pos, size, chunk_ids
+        )
+        decode_slots = slot_mapping(
+            decode_tables_2d, decode_blocks, decode_rows, decode_pos, size, decode_ids
         )
         slots = np.concatenate([prefill_slots, decode_slots])
         tokens = [np.asarray(c.token_ids, dtype=np.int64) for c in batch.prefills]
@@ -195,27 +196,21 @@ class PagedExecutor:
             num_prefill_tokens=num_prefill,
             prefill_tables=as_tensor(prefill_tables, torch.int32),
             query_start_loc=as_tensor(bounds, torch.int32),
-            context_starts=as_tensor([c.start for c in batch.prefills], torch.int32),
+            context_starts=as_tensor(starts, torch.int32),
             decode_tables=as_tensor(decode_tables_2d, torch.int32),
             context_lens=as_tensor(context_lens, torch.int32),
             sample_rows=as_tensor(sample_rows),
-            sample_seq_ids=[c.seq_id for c in batch.prefills] + decode_ids,
+            sample_seq_ids=chunk_ids + decode_ids,
             chunk_lens=tuple(chunk_lens),
             max_context_len=int(context_lens.max()) if context_lens.size else 0,
         )
 
 
-def _slots(padded, tables, rows, positions, block_size, seq_ids) -> np.ndarray:
-    """``slot_mapping`` for rows of ``padded`` (= ``_pad(tables)``)."""
-    num_blocks = np.array([len(table) for table in tables], dtype=np.int64)
-    return slot_mapping(padded, num_blocks, rows, positions, block_size, seq_ids)
-
-
-def _pad(tables: list[list[int]]) -> np.ndarray:
+def _pad(tables: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     """Block tables as one rectangular array, padded with block 0 (a valid id that the
-    kernels gather but mask)."""
-    width = max((len(t) for t in tables), default=0) or 1
-    out = np.zeros((len(tables), width), dtype=np.int32)
+    kernels gather but mask), and each table's real length."""
+    lengths = np.array([len(table) for table in tables], dtype=np.int64)
+    out = np.zeros((len(tables), int(lengths.max(initial=0)) or 1), dtype=np.int32)
     for row, table in enumerate(tables):
         out[row, : len(table)] = table
-    return out
+    return out, lengths
