@@ -7,6 +7,8 @@
     allocated, all hitting the cache, then freed; per request and per prompt token.
 (d) pattern (a) through ``append_batch``: one call per decode step for all sequences.
 (e) pattern (b) through ``append_batch`` (prefix caching on, no hits).
+(d) and (e) are also split by phase, and the cost of an empty method call is printed as
+the floor under any per-token API such as (a) and (b).
 
 Per token step = total time / (sequences x 512), allocation and free included; the
 time to build each call's argument is included too (it is the caller's real cost).
@@ -46,19 +48,53 @@ def grow_one_by_one(caching: bool) -> float:
     return (time.perf_counter() - start) / (NUM_SEQS * SEQ_LEN)
 
 
-def grow_batched(caching: bool = False) -> float:
+PHASES = ("allocate", "steps without crossings", "steps where all cross", "free")
+
+
+def grow_batched(caching: bool = False) -> dict[str, float]:
+    """Seconds per token step spent in each of PHASES: allocating the 1,000 one-token
+    prompts, the decode steps in which no sequence crosses a block boundary, those in
+    which all of them do (every BLOCK_SIZE-th), and freeing."""
     mgr = BlockManager(NUM_SEQS * SEQ_LEN // BLOCK_SIZE, BLOCK_SIZE, enable_prefix_caching=caching)
     tokens = np.arange(NUM_SEQS * SEQ_LEN, dtype=np.int32).reshape(NUM_SEQS, SEQ_LEN)
     columns = np.ascontiguousarray(tokens.T)  # one row per decode step
     seq_ids = np.arange(NUM_SEQS)
+    spent = dict.fromkeys(PHASES, 0.0)
     start = time.perf_counter()
     for seq in range(NUM_SEQS):
         mgr.allocate(seq, tokens[seq, :1])
+    spent["allocate"] = time.perf_counter() - start
     for step in range(1, SEQ_LEN):
+        start = time.perf_counter()
         mgr.append_batch(seq_ids, columns[step])
+        spent[PHASES[2] if step % BLOCK_SIZE == 0 else PHASES[1]] += time.perf_counter() - start
+    start = time.perf_counter()
     for seq in range(NUM_SEQS):
         mgr.free(seq)
-    return (time.perf_counter() - start) / (NUM_SEQS * SEQ_LEN)
+    spent["free"] = time.perf_counter() - start
+    return {phase: seconds / (NUM_SEQS * SEQ_LEN) for phase, seconds in spent.items()}
+
+
+def median_phases_us(measure: Callable[[], dict[str, float]]) -> tuple[float, dict[str, float]]:
+    """The median total and the median of each phase, in microseconds."""
+    runs = [measure() for _ in range(RUNS)]
+    total = statistics.median(sum(run.values()) for run in runs) * 1e6
+    return total, {phase: statistics.median(run[phase] for run in runs) * 1e6 for phase in PHASES}
+
+
+def empty_call_us() -> float:
+    """What one Python method call with one argument costs here (the floor of any
+    per-token API)."""
+
+    class Empty:
+        def append(self, token):
+            pass
+
+    target, calls = Empty(), 200_000
+    start = time.perf_counter()
+    for _ in range(calls):
+        target.append(0)
+    return (time.perf_counter() - start) / calls * 1e6
 
 
 def shared_prefix() -> float:
@@ -89,8 +125,8 @@ def main() -> None:
     a = median_us(lambda: grow_one_by_one(caching=False))
     b = median_us(lambda: grow_one_by_one(caching=True))
     c = median_us(shared_prefix)
-    d = median_us(grow_batched)
-    e = median_us(lambda: grow_batched(caching=True))
+    d, d_phases = median_phases_us(grow_batched)
+    e, e_phases = median_phases_us(lambda: grow_batched(caching=True))
     prompt_tokens = PREFIX_LEN + SUFFIX_LEN
     rows = [
         ("(a) append, caching off", f"{a:.3f}", "us / token step"),
@@ -106,7 +142,14 @@ def main() -> None:
     print(f"pagesim BlockManager, median of {RUNS} runs")
     for name, value, unit in rows:
         print(f"  {name:<38} {value:>9}  {unit}")
-    print("reference (vLLM pure-Python block pool): (a) ~0.05, (b) ~0.4 us / token step")
+    for name, phases in (("(d)", d_phases), ("(e)", e_phases)):
+        split = "; ".join(f"{phase} {value:.4f}" for phase, value in phases.items())
+        print(f"  {name} by phase (us / token step): {split}")
+    print(f"an empty Python method call: {empty_call_us():.3f} us (a per-token call's floor)")
+    print(
+        "reference (vLLM pure-Python block pool, measured on this 2-core machine; see "
+        "DESIGN.md): (a) ~0.05, (b) ~0.4 us / token step"
+    )
     print("targets for the batched decode step (the simulator's hot path):")
     for name, value, target in (("(d)", d, VLLM_CACHING_OFF), ("(e)", e, VLLM_CACHING_ON / 3)):
         print(f"  {name} {value:.3f} <= {target:.3f} us: {value / target:.2f}x the target")
