@@ -126,7 +126,7 @@ class AnalyticCostModel:
         tp = tensor_parallel
         flops = hardware.peak_flops(model.dtype_bytes) * params.flops_efficiency
         bandwidth = hardware.mem_bandwidth_bytes_s * params.bandwidth_efficiency
-        kv_per_token = kv_bytes_per_token_per_gpu(model, tp)
+        kv_per_token = model.kv_bytes_per_token(tp)
         block_bytes = block_size * kv_per_token
         # seconds per unit of work, per GPU
         self._s_per_linear_token = 2 * model.layer_linear_params / tp / flops
@@ -228,13 +228,6 @@ def _check_tensor_parallel(model: ModelSpec, tensor_parallel: int) -> None:
         )
 
 
-def kv_bytes_per_token_per_gpu(model: ModelSpec, tensor_parallel: int) -> int:
-    """KV bytes one token occupies on each GPU of the TP group (KV heads are sharded but
-    replicated once ``tensor_parallel`` exceeds them)."""
-    kv_heads_per_gpu = max(1, model.num_kv_heads // tensor_parallel)
-    return 2 * model.num_layers * kv_heads_per_gpu * model.head_dim * model.dtype_bytes
-
-
 def default_activation_reserve_bytes(
     model: ModelSpec,
     tensor_parallel: int = 1,
@@ -284,7 +277,7 @@ def kv_pool_blocks(
     usable = hardware.mem_capacity_bytes * gpu_memory_utilization
     weights = model.weight_bytes / tensor_parallel
     free = usable - weights - activation_reserve_bytes
-    block_bytes = block_size * kv_bytes_per_token_per_gpu(model, tensor_parallel)
+    block_bytes = block_size * model.kv_bytes_per_token(tensor_parallel)
     if free < block_bytes:
         raise ValueError(
             f"{model.name!r} does not leave room for KV blocks on {tensor_parallel} x "

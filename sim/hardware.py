@@ -62,10 +62,12 @@ class ModelSpec(BaseModel):
             )
         return self
 
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """K and V for one token across all layers."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+    def kv_bytes_per_token(self, tensor_parallel: int = 1) -> int:
+        """KV bytes one token occupies on each GPU of a ``tensor_parallel`` group: K and V
+        for every layer and KV head, the KV heads sharded over the group (and replicated
+        once it is wider than them)."""
+        kv_heads_per_gpu = max(1, self.num_kv_heads // tensor_parallel)
+        return 2 * self.num_layers * kv_heads_per_gpu * self.head_dim * self.dtype_bytes
 
     @property
     def attention_params_per_layer(self) -> int:

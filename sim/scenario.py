@@ -45,7 +45,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from sim.costmodel import CostParams, kv_bytes_per_token_per_gpu, kv_pool_blocks
+from sim.costmodel import CostParams, kv_pool_blocks
 from sim.hardware import HardwareSpec, ModelSpec, expand_preset
 from sim.hints import did_you_mean
 from sim.workload import (
@@ -171,7 +171,7 @@ class CacheSpec(StrictModel):
         GPU's host memory divided by that GPU's share of one block."""
         if self.num_cpu_blocks is not None:
             return self.num_cpu_blocks
-        block_bytes = self.block_size * kv_bytes_per_token_per_gpu(model, tp)
+        block_bytes = self.block_size * model.kv_bytes_per_token(tp)
         return int(self.cpu_swap_gib * _GIB // block_bytes)
 
 

@@ -47,7 +47,10 @@ def test_preset_params_match_published_sizes(name, published, tolerance):
 def test_llama_3_8b_kv_is_128_kib_per_token_in_bf16():
     spec = MODEL_PRESETS["llama-3-8b"]
     assert spec.dtype_bytes == 2
-    assert spec.kv_bytes_per_token == 128 * 1024
+    assert spec.kv_bytes_per_token() == 128 * 1024
+    # 8 KV heads sharded over the tensor-parallel group, replicated once it is wider
+    assert spec.kv_bytes_per_token(2) == 64 * 1024 and spec.kv_bytes_per_token(8) == 16 * 1024
+    assert spec.kv_bytes_per_token(16) == 16 * 1024
     assert spec.weight_bytes == pytest.approx(16.06e9, rel=0.01)
 
 
@@ -58,7 +61,7 @@ def test_tiny_counts_by_hand():
     linear_layers = 2 * (attention + mlp)
     embedding = lm_head = 512 * 64
     norms = 5 * 64
-    assert spec.kv_bytes_per_token == 2 * 2 * 2 * 16 * 4
+    assert spec.kv_bytes_per_token() == 2 * 2 * 2 * 16 * 4
     assert spec.num_params == embedding + linear_layers + norms + lm_head
     assert spec.weight_bytes == 4 * spec.num_params
     assert spec.linear_flops_per_token == 2 * (linear_layers + lm_head)
@@ -101,7 +104,7 @@ def test_resolve_model_accepts_name_mapping_preset_with_overrides_and_spec():
     assert resolve_model(TINY_FIELDS) == tiny.model_copy(update={"name": "custom"})
     deeper = resolve_model({"preset": "tiny", "num_layers": 4})
     assert deeper.num_layers == 4
-    assert deeper.kv_bytes_per_token == 2 * tiny.kv_bytes_per_token
+    assert deeper.kv_bytes_per_token() == 2 * tiny.kv_bytes_per_token()
 
 
 def test_resolve_unknown_preset_lists_valid_names():

@@ -97,7 +97,9 @@ def test_several_replicas_get_a_selector(tmp_path):
     requests = [finished_request(i, 0.5 * i, replica=i % 3) for i in range(30)]
     path, summary = make_report(tmp_path, requests, step_log(300, num_replicas=3), 3)
     page = path.read_text()
-    assert "replica 0" in page and "replica 2" in page
+    # The dropdown's buttons (legend names also say "replica N", so look for labels).
+    labels = re.findall(r'"label":\s*"(replica \d+)"', page)
+    assert labels == ["replica 0", "replica 1", "replica 2"]
     assert len(summary["per_replica"]) == 3
 
 

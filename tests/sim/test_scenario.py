@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.costmodel import kv_bytes_per_token_per_gpu, kv_pool_blocks
+from sim.costmodel import kv_pool_blocks
 from sim.hardware import HARDWARE_PRESETS, MODEL_PRESETS
 from sim.scenario import Scenario, ScenarioError, load_scenario, validate_scenario
 from sim.workload import generate_requests
@@ -78,19 +78,21 @@ def test_pool_size_explicit_or_derived_from_memory():
 
 def test_cpu_blocks_from_gib_or_explicit():
     s = validate_scenario({"model": "llama-3-8b", "cache": {"cpu_swap_gib": 4}})
-    block_bytes = 16 * kv_bytes_per_token_per_gpu(s.model, 2)
-    assert s.cache.cpu_blocks(s.model, 2) == 4 * 2**30 // block_bytes
+    # 32 layers x K and V x 4 of 8 KV heads (tp 2) x 128 dims x 2 bytes = 64 KiB a token,
+    # so a 16-token block is 1 MiB and 4 GiB holds 4096 of them.
+    assert s.cache.cpu_blocks(s.model, 2) == 4096
     s = validate_scenario({"cache": {"num_cpu_blocks": 12}})
     assert s.cache.cpu_blocks(s.model) == 12
     assert validate_scenario({}).cache.cpu_blocks(s.model) == 0
 
 
-def test_dump_is_json_and_deterministic(tmp_path):
+def test_dump_is_json_and_reloads_to_the_same_scenario(tmp_path):
     path = write(tmp_path, "model: opt-13b\nworkload: {input: alpaca, output: alpaca}\n")
-    first = json.dumps(load_scenario(path).model_dump(mode="json"), sort_keys=True)
-    again = json.dumps(load_scenario(path).model_dump(mode="json"), sort_keys=True)
-    assert first == again
-    assert json.loads(first)["model"]["num_layers"] == 40
+    dump = load_scenario(path).model_dump(mode="json")
+    text = json.dumps(dump, sort_keys=True)  # plain JSON: no numpy or path objects left
+    assert json.loads(text)["model"]["num_layers"] == 40
+    # What the run directory records is a complete scenario: loading it gives it back.
+    assert validate_scenario(json.loads(text)).model_dump(mode="json") == dump
 
 
 # --- overrides ----------------------------------------------------------------------------
