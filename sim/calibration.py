@@ -379,7 +379,7 @@ def build_calibrated_executor(scenario) -> CalibratedCostModel:
         calibration = load(path)
     except CalibrationError as err:
         raise ScenarioError(f"{scenario.name}: cost_model.file: {err}") from None
-    problem = shape_mismatch(calibration, scenario.model_spec)
+    problem = shape_mismatch(calibration, scenario.model)
     if problem:
         raise ScenarioError(f"{scenario.name}: cost_model.file: {path}: {problem}")
     return CalibratedCostModel(calibration)

@@ -145,7 +145,7 @@ def cmd_profile(args) -> int:
                     block_size=args.block_size)  # fmt: skip
     if args.scenario:
         scenario = _load(args.scenario, args.overrides, args.seed)
-        model, block_size = scenario.model_spec, scenario.cache.block_size
+        model, block_size = scenario.model, scenario.cache.block_size
         device = args.device or scenario.backend.device
         dtype = args.dtype or scenario.backend.dtype
         limits = (scenario.scheduler.max_num_seqs, scenario.scheduler.max_num_batched_tokens)
@@ -220,9 +220,9 @@ def cmd_validate(args) -> int:
             raise UsageError(str(err)) from None
     else:
         if not args.quiet:
-            print(f"no --calibration: profiling {scenario.model_spec.name} on {device} first")
+            print(f"no --calibration: profiling {scenario.model.name} on {device} first")
         rows = _profile_rows(
-            scenario.model_spec, block_size=scenario.cache.block_size, device=device,
+            scenario.model, block_size=scenario.cache.block_size, device=device,
             dtype=scenario.backend.dtype, max_num_seqs=scenario.scheduler.max_num_seqs,
             max_batched_tokens=scenario.scheduler.max_num_batched_tokens, args=args,
             seed=scenario.simulation.seed, progress=not args.quiet,
@@ -233,7 +233,7 @@ def cmd_validate(args) -> int:
         fitted = _calibrate(profile_path, out / "calibration.json", "min_s")
         if not args.quiet:
             print(format_calibration(fitted))
-    problem = cal.shape_mismatch(fitted, scenario.model_spec)
+    problem = cal.shape_mismatch(fitted, scenario.model)
     if problem:
         raise UsageError(f"{args.calibration or 'calibration'}: {problem}")
     try:

@@ -31,7 +31,7 @@ def build_torch_executor(scenario, allocator, *, cpu_threads: int = 1):
     if device == "cuda" and not torch.cuda.is_available():
         raise ScenarioError(f"{source}: backend.device: cuda, but no CUDA device is available")
     return PagedExecutor.from_spec(
-        scenario.model_spec,
+        scenario.model,
         allocator,
         device=device,
         dtype=getattr(torch, scenario.backend.dtype),  # the schema allows torch dtype names

@@ -45,7 +45,7 @@ class RunResult:
 def build_allocator(scenario) -> Allocator:
     """One replica's allocator, sized from the scenario."""
     cache = scenario.cache
-    model, hw, tp = scenario.model_spec, scenario.hardware_spec, scenario.tensor_parallel
+    model, hw, tp = scenario.model, scenario.hardware, scenario.tensor_parallel
     num_blocks = cache.device_blocks(model, hw, tp)
     num_cpu_blocks = cache.cpu_blocks(model, tp)
     if cache.allocator == "paged":
@@ -85,8 +85,8 @@ def build_executor(scenario, allocator: Allocator):
 def analytic_executor(scenario) -> AnalyticCostModel:
     """The scenario's roofline cost model (with its ``cost_model.params`` overrides)."""
     return AnalyticCostModel(
-        scenario.model_spec,
-        scenario.hardware_spec,
+        scenario.model,
+        scenario.hardware,
         tensor_parallel=scenario.tensor_parallel,
         params=scenario.cost_model.params or CostParams(),
         block_size=scenario.cache.block_size,
@@ -101,7 +101,7 @@ def engine_config(scenario, allocator: Allocator) -> EngineConfig:
         chunked_prefill=sched.chunked_prefill,
         watermark_blocks=int(sched.watermark * allocator.num_blocks),
         preemption_mode=scenario.preemption.mode,
-        max_model_len=scenario.model_spec.max_model_len,
+        max_model_len=scenario.model.max_model_len,
         admission=sched.admission,
     )
 
@@ -130,10 +130,10 @@ def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunR
     wall_start = time.perf_counter()
     seed = scenario.simulation.seed
     rng = np.random.default_rng(seed)
-    requests = workload.generate_requests(scenario, scenario.model_spec, rng=rng)
+    requests = workload.generate_requests(scenario, scenario.model, rng=rng)
     env = simpy.Environment()
     steps = metrics.StepLog()
-    outputs = workload.SyntheticOutputs(seed, scenario.model_spec.vocab_size)
+    outputs = workload.SyntheticOutputs(seed, scenario.model.vocab_size)
     finished = [0]
     bar = Progress(len(requests), "simulating", enabled=progress)
 

@@ -49,6 +49,8 @@ from sim.costmodel import CostParams, kv_pool_blocks
 from sim.hardware import HardwareSpec, ModelSpec, expand_preset
 from sim.hints import did_you_mean
 from sim.workload import (
+    ArrivalSpec,
+    LengthDist,
     StrictModel,
     TraceArrival,
     WorkloadSpec,
@@ -372,14 +374,6 @@ class Scenario(StrictModel):
                 return f"{beside}:{attr}"
         return name
 
-    @property
-    def model_spec(self) -> ModelSpec:
-        return self.model
-
-    @property
-    def hardware_spec(self) -> HardwareSpec:
-        return self.hardware
-
 
 # --------------------------------------------------------------------------------------
 # Loading
@@ -529,8 +523,15 @@ def _section_types(annotation: Any) -> tuple[list[type[BaseModel]], bool]:
 # ValidationError -> one line
 # --------------------------------------------------------------------------------------
 
-_TAGS = {"fixed", "uniform", "lognormal", "empirical", "preset"}
-_TAGS |= {"poisson", "gamma", "constant", "trace"}
+
+def _kind_tags(*unions: Any) -> set[str]:
+    """The ``kind`` literals of tagged-union members, which pydantic inserts into error
+    locations (``workload.arrival.poisson.rate_rps``) and the user never wrote."""
+    members = (typing.get_args(typing.get_args(union)[0]) for union in unions)
+    return {typing.get_args(m.model_fields["kind"].annotation)[0] for ms in members for m in ms}
+
+
+_TAGS = _kind_tags(LengthDist, ArrivalSpec)
 
 
 def format_validation_error(err: ValidationError, source: str, raw: Any) -> str:

@@ -236,7 +236,7 @@ def build_report(validation: Validation) -> dict[str, Any]:
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "device": device,
         "dtype": scenario.backend.dtype,
-        "model": scenario.model_spec.name,
+        "model": scenario.model.name,
         "measurement": {
             "step_repeats": validation.step_repeats,
             "statistic": "min",

@@ -202,4 +202,4 @@ def test_shipped_validation_scenario_loads():
     from sim.scenario import load_scenario
 
     scenario = load_scenario(ROOT / "scenarios" / "validation.yaml")
-    assert scenario.model_spec.name == "tiny" and scenario.backend.kind == "torch"
+    assert scenario.model.name == "tiny" and scenario.backend.kind == "torch"
