@@ -21,10 +21,11 @@ the tokens), and every :class:`BlockMove` copies ONE slot (``src`` slot -> ``dst
 one move per token copied. Simple and obviously correct; an executor may coalesce runs.
 
 A request is admitted only if prompt + true output length <= ``max_model_len`` (its
-reservation then always covers it); the engine should ask :meth:`can_ever_fit` first to
-reject what can never fit, because ``allocate`` answers such a request with
-:class:`OutOfBlocks` like any other "not now". Appending past the reservation (which the
-engine never does for an admitted request) still works: see :meth:`append`.
+reservation then always covers it); the engine rejects what can never fit before asking
+(``sim.engine.Replica.never_fits``, sizing with :meth:`reservation_size`), because
+``allocate`` answers such a request with :class:`OutOfBlocks` like any other "not now".
+Appending past the reservation (which the engine never does for an admitted request)
+still works: see :meth:`append`.
 """
 
 from __future__ import annotations
@@ -200,13 +201,6 @@ class ContiguousAllocator(Allocator):
     def _fits_model(self, prompt_len: int, max_new_tokens: int) -> bool:
         """Whether the request's full length (prompt + true output) fits max_model_len."""
         return prompt_len + max_new_tokens <= self.max_model_len
-
-    def can_ever_fit(self, prompt_len: int, max_new_tokens: int) -> bool:
-        """Whether such a request could be admitted into an empty pool: its full length
-        fits max_model_len and its reservation fits the address space. No mutation."""
-        return self._fits_model(prompt_len, max_new_tokens) and (
-            self.reservation_size(prompt_len, max_new_tokens) <= self.num_blocks
-        )
 
     def _admissible_size(self, prompt_len: int, max_new_tokens: int) -> int:
         """The reservation for a new request; OutOfBlocks if it exceeds max_model_len."""
