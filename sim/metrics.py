@@ -217,11 +217,16 @@ def summarize(
     slo_tpot_s: float,
     warmup_requests: int = 0,
     num_replicas: int = 1,
+    block_size: int = 1,
+    peak_used_blocks: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """The content of summary.json (JSON-ready: Python numbers, None where undefined).
 
-    `total_slots` is the KV pool of ONE replica in token slots; each step's slot split is
-    divided by it and the result averaged over time, weighting steps by their duration.
+    `total_slots` is the KV pool of ONE replica in token slots (`block_size` per block);
+    each step's slot split is divided by it and the result averaged over time, weighting
+    steps by their duration. `peak_used_blocks`, one per replica, are the allocators' own
+    peaks (they see the pool mid-step, the step log only after each step's finished
+    sequences are freed); without them the step log's peak is reported.
     Mutates nothing. Raises ValueError on a negative `warmup_requests` or `num_replicas < 1`.
     """
     if warmup_requests < 0 or num_replicas < 1:
@@ -255,14 +260,21 @@ def summarize(
         "prefix_hit_rate": _prefix_hit_rate(table, np.ones_like(measured)),
         "num_replicas": int(num_replicas),
         "total_slots": int(total_slots),
-        "kv": _kv_split(steps.as_array(), total_slots),
+        "num_blocks": int(total_slots // block_size),
+        "block_size": int(block_size),
+        "kv": _kv_split(steps.as_array(), total_slots, block_size, _max(peak_used_blocks)),
     }
     if num_replicas > 1:
+        peaks = peak_used_blocks or [None] * num_replicas
         summary["per_replica"] = [
-            _replica_summary(table, steps, r, measured, duration, total_slots)
-            for r in range(num_replicas)
+            _replica_summary(table, steps, r, measured, duration, total_slots, block_size, peak)
+            for r, peak in zip(range(num_replicas), peaks, strict=True)
         ]
     return summary
+
+
+def _max(values: Sequence[int] | None) -> int | None:
+    return max(values) if values else None
 
 
 def _duration_s(table: Mapping[str, np.ndarray], measured: np.ndarray) -> float | None:
@@ -308,12 +320,19 @@ def _prefix_hit_rate(table: Mapping[str, np.ndarray], subset: np.ndarray) -> flo
     return _ratio(table["cached_prompt_tokens"][tried].sum(), table["prompt_tokens"][tried].sum())
 
 
-def _kv_split(rows: np.ndarray, total_slots: int) -> dict[str, Any]:
-    """Duration-weighted mean of each step's slot split / total_slots, plus the peak the
-    step log saw (the runner replaces it with the allocators' own, which also see the
-    pool mid-step)."""
+def _kv_split(
+    rows: np.ndarray, total_slots: int, block_size: int, peak: int | None
+) -> dict[str, Any]:
+    """Duration-weighted mean of each step's slot split / total_slots, plus the peak in
+    use (``peak`` blocks if given, else the most the step log saw)."""
     used = rows[:, _STEP_INDEX["used_blocks"]]
-    kv: dict[str, Any] = {"peak_used_blocks": int(used.max()) if used.size else None}
+    if peak is None and used.size:
+        peak = int(used.max())
+    kv: dict[str, Any] = {
+        "peak_used_blocks": peak,
+        "peak_used_slots": None if peak is None else peak * block_size,
+        "peak_used_fraction": None if peak is None else peak * block_size / total_slots,
+    }
     weights = rows[:, _STEP_INDEX["duration_s"]]
     denominator = float(weights.sum()) * total_slots
     for key, column in zip(KV_SPLIT_KEYS, KV_SPLIT_COLUMNS):
@@ -322,7 +341,9 @@ def _kv_split(rows: np.ndarray, total_slots: int) -> dict[str, Any]:
     return kv
 
 
-def _replica_summary(table, steps: StepLog, replica: int, measured, duration, total_slots):
+def _replica_summary(
+    table, steps: StepLog, replica, measured, duration, total_slots, block_size, peak
+):
     mine = table["replica"] == replica
     done = mine & measured & table["finished"]
     rows = steps.as_array()
@@ -335,7 +356,7 @@ def _replica_summary(table, steps: StepLog, replica: int, measured, duration, to
         "mean_batch_size": _mean(rows[:, _STEP_INDEX["batch_size"]]),
         "num_preemptions": int(table["preemptions"][mine].sum()),
         "prefix_hit_rate": _prefix_hit_rate(table, mine),
-        "kv": _kv_split(rows, total_slots),
+        "kv": _kv_split(rows, total_slots, block_size, peak),
     }
 
 

@@ -198,31 +198,20 @@ def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunR
         if np.isnan(request.finish_s) and not request.rejected_reason:
             request.rejected_reason = "unfinished at max_sim_time_s"
             request.generated = generated[request.replica].get(request.req_id, 0)
-    total_slots = replicas[0].alloc.num_blocks * replicas[0].alloc.block_size
+    pool = replicas[0].alloc
     summary = metrics.summarize(
         requests,
         steps,
-        total_slots=total_slots,
+        total_slots=pool.num_blocks * pool.block_size,
         slo_ttft_s=scenario.slo.ttft_s,
         slo_tpot_s=scenario.slo.tpot_s,
         warmup_requests=scenario.simulation.warmup_requests,
         num_replicas=len(replicas),
+        block_size=pool.block_size,
+        # Blocks for the paged manager, slots for contiguous baselines: the fraction and
+        # the slot count are the comparable figures.
+        peak_used_blocks=[r.alloc.peak_used_blocks for r in replicas],
     )
-    pool = replicas[0].alloc
-    # The allocators' own peaks (the step log sees the pool only after each step's
-    # finished sequences are freed). Blocks for the paged manager, slots for contiguous
-    # baselines: the fraction and the slot count are the comparable figures.
-    peaks = [r.alloc.peak_used_blocks for r in replicas]
-    for kv, peak in [(summary["kv"], max(peaks))] + [
-        (line["kv"], p) for line, p in zip(summary.get("per_replica", []), peaks)
-    ]:
-        kv.update(
-            peak_used_blocks=peak,
-            peak_used_slots=peak * pool.block_size,
-            peak_used_fraction=peak / pool.num_blocks,
-        )
-    summary["num_blocks"] = pool.num_blocks
-    summary["block_size"] = pool.block_size
     num_steps = sum(r.num_steps for r in replicas)
     return RunResult(requests, steps, summary, time.perf_counter() - wall_start, num_steps)
 

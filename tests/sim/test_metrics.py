@@ -243,6 +243,21 @@ def test_kv_fractions_are_duration_weighted():
     assert sum(kv[k] for k in KV_SPLIT_KEYS) == pytest.approx(1.0)
 
 
+def test_the_allocators_peaks_replace_the_step_logs():
+    # The step log saw at most 6 blocks in use; the allocators (seeing the pool mid-step)
+    # report 9 and 7, in blocks of 4 slots of a 100-slot pool.
+    log = StepLog()
+    record_split(log, time_s=0.0, duration_s=1.0, split=(80, 10, 5, 5, 0), used=6)
+    summary = summarize(
+        [], log, total_slots=100, **SLO, num_replicas=2, block_size=4, peak_used_blocks=[9, 7]
+    )
+    assert (summary["num_blocks"], summary["block_size"]) == (25, 4)
+    kv = summary["kv"]
+    assert (kv["peak_used_blocks"], kv["peak_used_slots"]) == (9, 36)
+    assert kv["peak_used_fraction"] == pytest.approx(0.36)
+    assert [r["kv"]["peak_used_blocks"] for r in summary["per_replica"]] == [9, 7]
+
+
 @given(
     st.lists(
         st.tuples(
