@@ -52,12 +52,8 @@ SHAPE_COLUMNS = (
     "chunk_tokens",
     "chunk_start",
 )
-CSV_COLUMNS = SHAPE_COLUMNS + (
-    "min_s",
-    "median_s",
-    "p10_s",
-    "p90_s",
-    "repeats",
+#: what a profile was measured on (the same in every row)
+META_COLUMNS = (
     "device",
     "dtype",
     "model",
@@ -66,6 +62,7 @@ CSV_COLUMNS = SHAPE_COLUMNS + (
     "torch_version",
     "triton_version",
 )
+CSV_COLUMNS = SHAPE_COLUMNS + ("min_s", "median_s", "p10_s", "p90_s", "repeats") + META_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -314,8 +311,6 @@ def read_profile(
         except (TypeError, ValueError):
             raise ValueError(f"{path}: line {line}: expected integer shape columns and a "
                              f"number in {statistic}") from None  # fmt: skip
-    meta_keys = ("device", "dtype", "model", "model_shape", "block_size", "torch_version",
-                 "triton_version")  # fmt: skip
-    meta = {k: records[0].get(k, "") for k in meta_keys} if records else {}
+    meta = {k: records[0].get(k, "") for k in META_COLUMNS} if records else {}
     meta["statistic"] = statistic
     return shapes, np.array(seconds, dtype=np.float64), meta

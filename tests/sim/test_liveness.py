@@ -382,7 +382,6 @@ def test_swapped_samples_do_not_livelock():
     """Regression (fixed in 604f051): swap with n > 1 samples under first-chunk admission
     swapped the sole holder out and in every step forever."""
     raw = swapped_samples_raw(
-        cache={"num_blocks": 18},
         scheduler={"max_num_batched_tokens": 31, "admission": "first-chunk"},
         preemption={"victim": "lowest-priority"},
         simulation={"num_requests": 17, "seed": 0},

@@ -46,8 +46,7 @@ def test_samples_every_chunk_end_and_decode():
     harness.step([(0, 0, [5, 6, 7, 8, 9])])
     sampled, logits = harness.step([(1, 0, [5, 6])], decodes={0: 3})
     assert set(sampled) == {0, 1}
-    assert all(int(logits[s].argmax()) == sampled[s] for s in sampled)
-    assert logits[0].shape == (TINY.vocab_size,)
+    assert logits[0].shape == logits[1].shape == (TINY.vocab_size,)
 
 
 def test_torch_paths_work_without_triton():
