@@ -48,13 +48,44 @@ class Scheduler(Protocol):
 SCHEDULERS: Registry = Registry("scheduler")
 
 
-def resumed_first(waiting: Sequence[WaitingEntry], key: Callable[[Any], Any]) -> list[WaitingEntry]:
-    """Resumed entries in queue order, then the fresh ones sorted by ``key(request)``.
+def resumed_first(
+    waiting: Sequence[WaitingEntry], key: Callable[[Any], Any], limit: int | None = None
+) -> list[WaitingEntry]:
+    """Resumed entries in queue order, then the fresh ones sorted by ``key(request)``
+    (only the first ``limit`` of them, the rest keeping queue order, if given).
     Returns a new list; ``waiting`` is not mutated."""
     resumed = [entry for entry in waiting if entry.resumed]
     fresh = [entry for entry in waiting if not entry.resumed]
-    fresh.sort(key=lambda entry: key(entry.request))
-    return resumed + fresh
+    head, tail = (fresh, []) if limit is None else (fresh[:limit], fresh[limit:])
+    head.sort(key=lambda entry: key(entry.request))
+    return resumed + head + tail
+
+
+class FixedKeys:
+    """Sort keys that never change for a request, computed once per request rather than
+    on every step (a long queue is re-ordered every step). Forgets requests that left
+    the queue once it holds many more keys than the queue has entries."""
+
+    def __init__(self, key: Callable[[Any], Any]):
+        self._key = key
+        self._keys: dict[int, Any] = {}
+
+    def __call__(self, request: Any) -> Any:
+        found = self._keys.get(request.req_id)
+        if found is None:
+            found = self._keys[request.req_id] = self._key(request)
+        return found
+
+    def forget_all_but(self, waiting: Sequence[WaitingEntry]) -> None:
+        if len(self._keys) > 2 * len(waiting) + 1024:
+            keep = {entry.request.req_id for entry in waiting}
+            self._keys = {req_id: k for req_id, k in self._keys.items() if req_id in keep}
+
+
+def fixed_key_order(waiting: Sequence[WaitingEntry], keys: FixedKeys) -> list[WaitingEntry]:
+    """:func:`resumed_first` with memoised fixed keys."""
+    keys.forget_all_but(waiting)
+    return resumed_first(waiting, keys)
 
 
 def arrival(request: Any) -> tuple[float, int]:
@@ -80,30 +111,36 @@ class PriorityWithAging:
             raise ValueError(f"priority scheduler: aging_s must be > 0, got {aging_s}")
         self.aging_s = float(aging_s)
 
-    def order(self, waiting, view):
         # Effective priority = priority + (now - arrival) / aging_s. ``now`` is the same
         # for every entry, so ordering by priority - arrival / aging_s is equivalent and
-        # needs no clock: a request waiting aging_s longer outranks one level above it.
-        def key(request):
-            return (-(request.priority - request.arrival_s / self.aging_s), *arrival(request))
+        # needs no clock (a request waiting aging_s longer outranks one level above it),
+        # which makes the key fixed per request.
+        self._keys = FixedKeys(lambda r: (-(r.priority - r.arrival_s / self.aging_s), *arrival(r)))
 
-        return resumed_first(waiting, key)
+    def order(self, waiting, view):
+        return fixed_key_order(waiting, self._keys)
 
 
 @SCHEDULERS.register("shortest-prompt-first")
 class ShortestPromptFirst:
     """Fewest prompt tokens first (cheapest prefill; long prompts can wait behind a stream)."""
 
+    def __init__(self):
+        self._keys = FixedKeys(lambda r: (r.prompt_len, *arrival(r)))
+
     def order(self, waiting, view):
-        return resumed_first(waiting, lambda r: (r.prompt_len, *arrival(r)))
+        return fixed_key_order(waiting, self._keys)
 
 
 @SCHEDULERS.register("sjf-oracle")
 class ShortestJobFirstOracle:
     """Fewest true output tokens (x n samples) first: the upper-bound baseline no server has."""
 
+    def __init__(self):
+        self._keys = FixedKeys(lambda r: (r.output_len * r.n, r.prompt_len, *arrival(r)))
+
     def order(self, waiting, view):
-        return resumed_first(waiting, lambda r: (r.output_len * r.n, r.prompt_len, *arrival(r)))
+        return fixed_key_order(waiting, self._keys)
 
 
 @SCHEDULERS.register("fair-share")
@@ -137,8 +174,7 @@ class LongestPrefixMatch:
         self.max_scan = int(max_scan)
 
     def order(self, waiting, view):
-        resumed = [entry for entry in waiting if entry.resumed]
-        fresh = [entry for entry in waiting if not entry.resumed]
-        head, tail = fresh[: self.max_scan], fresh[self.max_scan :]
-        head.sort(key=lambda e: (-view.cached_prefix_tokens(e.request), *arrival(e.request)))
-        return resumed + head + tail
+        def key(request):
+            return (-view.cached_prefix_tokens(request), *arrival(request))
+
+        return resumed_first(waiting, key, limit=self.max_scan)
