@@ -368,9 +368,12 @@ class BlockManager(Allocator):
 
     # -- prefix cache lookup -------------------------------------------------------------------
     def _prompt_keys(self, tokens: np.ndarray, salt: int) -> list[int]:
+        """``_chain_keys``, remembered for the last prompt: the engine looks a prompt up
+        and then allocates it, or (first-chunk admission) a prefix of it, whose full
+        blocks' keys are a prefix of the whole prompt's."""
         raw = tokens.tobytes()
-        if self._memo is not None and self._memo[0] == salt and self._memo[1] == raw:
-            return self._memo[2]
+        if self._memo is not None and self._memo[0] == salt and self._memo[1].startswith(raw):
+            return self._memo[2][: tokens.shape[0] // self.block_size]
         keys = self._chain_keys(tokens, salt)
         self._memo = (salt, raw, keys)
         return keys

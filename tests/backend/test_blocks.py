@@ -185,6 +185,19 @@ def test_decode_blocks_wait_behind_unpublished_prompt_blocks():
     mgr.check_invariants()
 
 
+def test_a_prefix_of_the_last_looked_up_prompt_gets_its_own_keys():
+    # First-chunk admission: look the whole prompt up, then allocate a prefix of it. The
+    # remembered keys are cut to the prefix's full blocks (check_invariants recomputes
+    # every key chain from the tokens).
+    mgr = caching(16, 2)
+    mgr.allocate(0, [1, 2, 3, 4, 5])
+    prompt = [1, 2, 3, 4, 6, 7, 8]
+    assert mgr.cached_prefix_tokens(prompt) == 4
+    assert mgr.allocate(1, prompt[:5]) == 4
+    assert mgr.allocate(2, prompt[:3]) == 2
+    mgr.check_invariants()
+
+
 def test_only_the_longest_run_from_the_start_is_reused():
     mgr = caching(8, 2)
     mgr.allocate(0, [1, 2, 3, 4, 5, 6])
