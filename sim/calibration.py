@@ -374,7 +374,7 @@ def build_calibrated_executor(scenario) -> CalibratedCostModel:
     of another shape (its unit costs would mean nothing for this one)."""
     from sim.scenario import ScenarioError
 
-    path = scenario.cost_model.resolved_file
+    path = scenario.cost_model.resolved_path
     try:
         calibration = load(path)
     except CalibrationError as err:

@@ -50,6 +50,7 @@ from sim.hardware import HardwareSpec, ModelSpec, expand_preset
 from sim.hints import did_you_mean
 from sim.workload import (
     ArrivalSpec,
+    FileRef,
     LengthDist,
     StrictModel,
     TraceArrival,
@@ -273,15 +274,14 @@ class BackendSpec(StrictModel):
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
 
 
-class CostModelSpec(StrictModel):
+class CostModelSpec(FileRef):
     """The analytic cost model, optionally with ``params`` overrides, or a calibrated
     one read from ``file`` (relative to the scenario file)."""
 
+    _file_field = "file"
     kind: Literal["analytic", "calibrated"] = "analytic"
     file: str | None = None
     params: CostParams | None = None
-
-    _resolved: Path | None = PrivateAttr(default=None)
 
     @field_validator("file")
     @classmethod
@@ -291,20 +291,10 @@ class CostModelSpec(StrictModel):
         return value
 
     @model_validator(mode="after")
-    def _file_for_calibrated(self, info: ValidationInfo) -> CostModelSpec:
+    def _file_for_calibrated(self) -> CostModelSpec:
         if self.kind == "calibrated" and self.file is None:
             raise _error_at("cost_model.file", "a calibrated cost model needs a file")
-        if self.file is not None:
-            base = Path((info.context or {}).get("base_dir", "."))
-            self._resolved = (base / self.file).resolve()
         return self
-
-    @property
-    def resolved_file(self) -> Path | None:
-        """The calibration file's absolute path (None without one)."""
-        if self.file is None:
-            return None
-        return self._resolved or Path(self.file).resolve()
 
 
 class Scenario(StrictModel):

@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple, Protocol
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple, Protocol
 
 import numpy as np
 from pydantic import (
@@ -129,19 +129,24 @@ def resolve_existing_file(value: str, info: ValidationInfo) -> Path:
 
 
 class FileRef(StrictModel):
-    """A section with a ``path`` field. The field keeps the path as written (so dumps
-    never contain absolute paths); :attr:`resolved_path` is the absolute one."""
+    """A section naming a file in its ``path`` field (or the field ``_file_field`` names;
+    subclasses check it exists with :func:`resolve_existing_file`, on the field). The
+    field keeps the path as written (so dumps never contain absolute paths);
+    :attr:`resolved_path` is the absolute one (None when the field is empty)."""
 
+    _file_field: ClassVar[str] = "path"
     _resolved: Path | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _remember_resolved(self, info: ValidationInfo) -> FileRef:
-        self._resolved = (_base_dir(info) / self.path).resolve()  # type: ignore[attr-defined]
+        value = getattr(self, self._file_field)
+        if value is not None:
+            self._resolved = (_base_dir(info) / value).resolve()
         return self
 
     @property
-    def resolved_path(self) -> Path:
-        return self._resolved or Path(self.path).resolve()  # type: ignore[attr-defined]
+    def resolved_path(self) -> Path | None:
+        return self._resolved
 
 
 # --------------------------------------------------------------------------------------
