@@ -162,20 +162,18 @@ def _combine_splits_kernel(
 
 
 def paged_decode_attention(
-    query, key_cache, value_cache, block_tables, context_lens, scale, num_splits=1, out=None,
-    max_len=None,
+    query, key_cache, value_cache, block_tables, context_lens, scale, num_splits, out, max_len,
 ) -> torch.Tensor:  # fmt: skip
-    """See torch_ops.paged_decode_attention. ``num_splits > 1`` splits each sequence's
-    context into that many ranges computed in parallel, then combined (split-KV).
-    ``max_len`` is ``context_lens.max()`` if the caller has it on the host."""
+    """See torch_ops.paged_decode_attention (called through ``ops``, which fills in the
+    defaults). ``num_splits > 1`` splits each sequence's context into that many ranges
+    computed in parallel, then combined (split-KV). ``max_len`` is ``context_lens.max()``
+    on the host; ``out`` the result tensor (or None)."""
     batch, num_heads, head_dim = query.shape
     _, block_size, kv_heads, _ = key_cache.shape
     group = num_heads // kv_heads
     query = query.contiguous()
     out = torch.empty_like(query) if out is None else out
     block_n = 64 if block_size >= 16 else 32
-    if max_len is None:
-        max_len = int(context_lens.max())
     tokens_per_split = -(-max_len // num_splits)
     tokens_per_split = -(-tokens_per_split // block_n) * block_n
     common = dict(
@@ -275,16 +273,15 @@ def _prefill_tiles(
 
 def paged_prefill_attention(
     query, key_cache, value_cache, block_tables, query_start_loc, context_starts, scale,
-    out=None, chunk_lens=None,
+    out, chunk_lens,
 ) -> torch.Tensor:  # fmt: skip
-    """See torch_ops.paged_prefill_attention; ``chunk_lens`` (host ints) avoids a sync."""
+    """See torch_ops.paged_prefill_attention (called through ``ops``, which fills in the
+    defaults); ``chunk_lens`` are the chunks' lengths as host ints."""
     tokens, num_heads, head_dim = query.shape
     _, block_size, kv_heads, _ = key_cache.shape
     query = query.contiguous()
     out = torch.empty_like(query) if out is None else out
     block_m = 16 if tokens <= 64 else 64
-    if chunk_lens is None:
-        chunk_lens = query_start_loc.diff().tolist()
     tile_chunk, tile_offset = _prefill_tiles(tuple(chunk_lens), block_m, query.device)
     if tile_chunk.numel() == 0:
         return out
