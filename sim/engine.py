@@ -496,14 +496,15 @@ class Replica:
                 request, seq.sample, seq.tokens, seq.generated, True, seq.fork_children
             )
             entries.append(WaitingEntry(request, fresh))
-        for i in range(decodes["seq_id"].shape[0]):
-            sample = int(decodes["sample"][i])
-            generated = int(decodes["generated"][i])
-            tokens = self.sequence_tokens(request, sample, generated)
-            entries.append(
-                WaitingEntry(request, PrefillSeq(request, sample, tokens, generated, resumed=True))
-            )
+        for sample, generated in zip(decodes["sample"].tolist(), decodes["generated"].tolist()):
+            entries.append(self.recompute_entry(request, sample, generated))
         self.waiting.extendleft(reversed(entries))
+
+    def recompute_entry(self, request: Request, sample: int, generated: int) -> WaitingEntry:
+        """A sample that lost its KV, queued to re-prefill prompt + its ``generated``
+        output tokens."""
+        tokens = self.sequence_tokens(request, sample, generated)
+        return WaitingEntry(request, PrefillSeq(request, sample, tokens, generated, resumed=True))
 
     def sequence_tokens(self, request: Request, sample: int, generated: int) -> np.ndarray:
         state = np.asarray([self.outputs.stream_state(request.req_id, sample)], dtype=np.int64)
@@ -607,9 +608,8 @@ class Replica:
             # the region; its moves are charged to nothing, a simplification.
             self.alloc.fork(parent.seq_id, child)
         except OutOfBlocks:
-            tokens = self.sequence_tokens(parent.request, sample, parent.generated + 1)
-            entry = PrefillSeq(parent.request, sample, tokens, parent.generated + 1, True)
-            self.waiting.appendleft(WaitingEntry(parent.request, entry))
+            entry = self.recompute_entry(parent.request, sample, parent.generated + 1)
+            self.waiting.appendleft(entry)
             return None
         return child
 
