@@ -75,31 +75,33 @@ class KVCache:
         layers, with the result of performing the moves in order. Independent moves go in
         one batched launch. Mutates device blocks."""
         for wave in independent_waves(moves, same_pool=True):
-            src, dst = self._move_indices(wave, self.device)
+            src, dst = self._move_indices(wave, self.device, self.device)
             ops.copy_blocks(self.data, src, dst, use_triton=self.use_triton)
 
     def swap_out(self, moves: Sequence[BlockMove]) -> None:
         """Device block ``src`` -> CPU block ``dst`` for every move, in order (one gather,
         one transfer, one scatter per wave). Mutates the CPU pool only."""
         for wave in independent_waves(moves, same_pool=False):
-            src, dst = self._move_indices(wave, self.device)
+            src, dst = self._move_indices(wave, self.device, self.cpu_data.device)
             staged = self.data.index_select(2, src).to("cpu", non_blocking=False)
-            self.cpu_data.index_copy_(2, dst.cpu(), staged)
+            self.cpu_data.index_copy_(2, dst, staged)
 
     def swap_in(self, moves: Sequence[BlockMove]) -> None:
         """CPU block ``src`` -> device block ``dst`` for every move, in order. Mutates
         device blocks only."""
         for wave in independent_waves(moves, same_pool=False):
-            src, dst = self._move_indices(wave, self.device)
-            staged = self.cpu_data.index_select(2, src.cpu()).to(self.device)
+            src, dst = self._move_indices(wave, self.cpu_data.device, self.device)
+            staged = self.cpu_data.index_select(2, src).to(self.device)
             self.data.index_copy_(2, dst, staged)
 
     @staticmethod
     def _move_indices(
-        moves: Sequence[BlockMove], device: torch.device
+        moves: Sequence[BlockMove], src_device: torch.device, dst_device: torch.device
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The moves' source and destination block ids, each on the device of the pool
+        it indexes (no round trip through the GPU for the CPU pool's ids)."""
         pairs = torch.tensor([tuple(m) for m in moves], dtype=torch.int64)
-        return pairs[:, 0].to(device), pairs[:, 1].to(device)
+        return pairs[:, 0].to(src_device), pairs[:, 1].to(dst_device)
 
     # -- reading back (tests, debugging) -------------------------------------------------
     def read_sequence(
