@@ -47,10 +47,11 @@ from collections.abc import Sequence
 from typing import Annotated, NamedTuple
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from backend.step import Batch
 from sim.hardware import HardwareSpec, ModelSpec
+from sim.schema import StrictModel
 
 __all__ = [
     "AnalyticCostModel",
@@ -64,10 +65,8 @@ Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
 Seconds = Annotated[float, Field(ge=0.0)]
 
 
-class CostParams(BaseModel):
+class CostParams(StrictModel):
     """Knobs of the analytic model. Defaults describe a tuned engine on a datacenter GPU."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     #: Fraction of dense peak FLOP/s that large bf16 GEMMs and FlashAttention reach;
     #: 0.6 is typical of cuBLAS/FlashAttention-2 on A100/H100 at serving shapes.

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, model_validator
+from pydantic import PositiveFloat, PositiveInt, model_validator
 
 from sim.hints import did_you_mean
+from sim.schema import StrictModel
 
 __all__ = [
     "HARDWARE_PRESETS",
@@ -28,15 +29,12 @@ __all__ = [
     "resolve_model",
 ]
 
-_FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 DtypeName = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(StrictModel):
     """The shape of a decoder-only transformer, enough to count bytes and FLOPs."""
-
-    model_config = _FROZEN
 
     name: str = "custom"
     num_layers: PositiveInt
@@ -108,10 +106,8 @@ class ModelSpec(BaseModel):
         return 2 * (self.layer_linear_params + self.lm_head_params)
 
 
-class HardwareSpec(BaseModel):
+class HardwareSpec(StrictModel):
     """One accelerator's datasheet figures (dense, no sparsity)."""
-
-    model_config = _FROZEN
 
     name: str = "custom"
     #: dtype name -> dense peak FLOP/s

@@ -48,11 +48,11 @@ from pydantic_core import PydanticCustomError
 from sim.costmodel import CostParams, kv_pool_blocks
 from sim.hardware import HardwareSpec, ModelSpec, expand_preset
 from sim.hints import did_you_mean
+from sim.schema import StrictModel
 from sim.workload import (
     ArrivalSpec,
     FileRef,
     LengthDist,
-    StrictModel,
     TraceArrival,
     WorkloadSpec,
     expand_length_shorthand,
@@ -539,8 +539,6 @@ def format_validation_error(err: ValidationError, source: str, raw: Any) -> str:
             loc.append("kind")
         path = ".".join(str(p) for p in loc) or "(top level)"
     message = _message(first)
-    if first["type"] == "extra_forbidden":  # from a model that is not a StrictModel
-        message = _schema_path_problem([str(p) for p in loc]) or message
     more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{source}: {path}: {message}{more}"
 
@@ -580,7 +578,5 @@ def _message(error: dict) -> str:
         return "required field missing (the variant's kind)"
     if kind.startswith("value_error") or kind == "assertion_error":
         return msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
-    if kind == "extra_forbidden":
-        return "unknown field"
     text = msg.replace("Input should be ", "expected ")
     return f"{text}, got {got!r}"

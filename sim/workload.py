@@ -39,18 +39,15 @@ from typing import Annotated, Any, ClassVar, Literal, NamedTuple, Protocol
 
 import numpy as np
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     PrivateAttr,
     ValidationInfo,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
-from sim.hints import did_you_mean
+from sim.schema import StrictModel
 from sim.tokens import (  # noqa: F401  (re-exported: the workload's public face)
     MOONCAKE_BLOCK_TOKENS,
     STREAM_STRIDE,
@@ -82,32 +79,6 @@ __all__ = [
 
 # --------------------------------------------------------------------------------------
 # Strict pydantic base: misspelt fields fail with a suggestion
-# --------------------------------------------------------------------------------------
-
-
-class StrictModel(BaseModel):
-    """Base of every scenario section: frozen, and unknown keys are an error that names
-    the closest valid field (pydantic's own ``extra="forbid"`` message does not)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _reject_unknown_fields(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            valid = list(cls.model_fields)
-            for key in data:
-                if key not in cls.model_fields:
-                    raise PydanticCustomError(
-                        "unknown_field",
-                        "unknown field{hint}",
-                        {"field": str(key), "hint": did_you_mean(key, valid)},
-                    )
-        return data
-
-
-# --------------------------------------------------------------------------------------
-# Files referenced by a workload (traces, length tables)
 # --------------------------------------------------------------------------------------
 
 

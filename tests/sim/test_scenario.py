@@ -177,7 +177,10 @@ def test_bad_overrides_give_one_line(tmp_path, override, expected):
             "workload.arrival.kind: unknown kind 'poison'; did you mean 'poisson'?",
         ),
         ("model: llama-3-8\n", "model: unknown model preset 'llama-3-8'; did you mean"),
-        ("model: {preset: tiny, num_layer: 3}\n", "model.num_layer: unknown field 'num_layer'"),
+        (
+            "model: {preset: tiny, num_layer: 3}\n",
+            "model.num_layer: unknown field; did you mean 'num_layers'",
+        ),
         ("cache: {block_size: many}\n", "cache.block_size: expected a valid integer"),
         ("cache: {allocator: buddy}\n", "cache.allocator: expected 'paged', 'contiguous-max'"),
         ("workload:\n  input: gpt4\n", "workload.input.name: expected 'sharegpt' or 'alpaca'"),
