@@ -7,24 +7,16 @@ import time
 
 
 class Progress:
-    """Redraws at most every ``interval_s`` wall seconds; silent when disabled or when
-    stderr is not a terminal and ``force`` is false."""
+    """Redraws at most every ``INTERVAL_S`` wall seconds; silent when disabled or when
+    stderr is not a terminal (a log file gets no carriage-return noise)."""
 
-    def __init__(
-        self,
-        total: int,
-        label: str,
-        *,
-        enabled: bool = True,
-        interval_s: float = 0.5,
-        force: bool = False,
-        stream=None,
-    ):
+    INTERVAL_S = 0.5
+
+    def __init__(self, total: int, label: str, *, enabled: bool = True):
         self.total = max(total, 1)
         self.label = label
-        self.stream = stream or sys.stderr
-        self.enabled = enabled and (force or self.stream.isatty())
-        self.interval_s = interval_s
+        self.stream = sys.stderr
+        self.enabled = enabled and self.stream.isatty()
         self._last = 0.0
         self._start = time.perf_counter()
 
@@ -32,7 +24,7 @@ class Progress:
         if not self.enabled:
             return
         now = time.perf_counter()
-        if now - self._last < self.interval_s and done < self.total:
+        if now - self._last < self.INTERVAL_S and done < self.total:
             return
         self._last = now
         frac = min(done / self.total, 1.0)
