@@ -326,11 +326,10 @@ class ContiguousAllocator(Allocator):
         return new_start
 
     def _resize(self, sid: int, new_start: int, needed: int) -> list[BlockMove]:
-        """Point ``sid`` at its grown region, copying its tokens if it moved."""
+        """Point ``sid`` at its grown region, copying its tokens if it moved. The caller
+        takes ``sid`` out of the usage sums before and puts it back after."""
         old_start, held = int(self._start[sid]), int(self._tokens[sid])
-        self._account(sid, -1)
         self._start[sid], self._reserved[sid] = new_start, needed
-        self._account(sid, +1)
         if new_start == old_start:
             return []
         self.slots[new_start : new_start + held] = self.slots[old_start : old_start + held]
@@ -362,13 +361,15 @@ class ContiguousAllocator(Allocator):
         held = int(self._tokens[sid])
         needed = held + tokens.shape[0]
         moves: list[BlockMove] = []
+        new_start = None
         if needed > self._reserved[sid]:
             start, reserved = int(self._start[sid]), int(self._reserved[sid])
             new_start = self._plan_growth(self._device, start, reserved, needed)
             if new_start is None:
                 raise self._out_of_slots(f"grow sequence {sid}", needed, self._device)
-            moves = self._resize(sid, new_start, needed)
         self._account(sid, -1)
+        if new_start is not None:
+            moves = self._resize(sid, new_start, needed)
         start = int(self._start[sid])
         self.slots[start + held : start + needed] = tokens
         self._tokens[sid] = needed
@@ -438,8 +439,10 @@ class ContiguousAllocator(Allocator):
             plan.append((sid, new_start, reserved + 1))
         self._device = space
         moves: list[BlockMove] = []
+        self._account(full, -1)
         for sid, new_start, needed in plan:  # in planning order: later plans may reuse
             moves += self._resize(sid, new_start, needed)  # slots freed by earlier ones
+        self._account(full, +1)
         return moves
 
     # -- sharing and release ---------------------------------------------------------------
