@@ -192,7 +192,7 @@ def request_table(requests: Iterable[Request]) -> dict[str, np.ndarray]:
         "tpot_s": tpot,
         "e2e_s": np.where(finished, finish - arrival, np.nan),
         "prompt_tokens": ints(r.prompt_len for r in reqs),
-        "output_tokens": np.where(finished, output_len * n, generated),
+        "output_tokens": generated,
         "cached_prompt_tokens": ints(r.cached_prompt_tokens for r in reqs),
         "preemptions": ints(r.num_preemptions for r in reqs),
         "replica": ints(r.replica for r in reqs),
