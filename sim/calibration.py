@@ -280,14 +280,13 @@ def fit(
     rows = features.shape[0]
     if rows < _N:
         raise CalibrationError(f"need at least {_N} profiled shapes to fit, got {rows}")
-    heldout = np.arange(rows) % 5 == 4
+    heldout = np.arange(rows) % 5 == 4  # rows >= _N, so some are held out, most kept
     train = ~heldout
     quality: dict[str, Any] = {"rows": rows, "method": "nnls on relative residuals"}
-    if heldout.any() and train.sum() >= 2:
-        partial = _fit_relative(features[train], seconds[train])
-        held = error_stats(features[heldout] @ partial, seconds[heldout])
-        quality.update(heldout_rows=int(heldout.sum()), train_rows=int(train.sum()))
-        quality.update(heldout_mape=held["mape"], heldout_p90_ape=held["p90_ape"])
+    partial = _fit_relative(features[train], seconds[train])
+    held = error_stats(features[heldout] @ partial, seconds[heldout])
+    quality.update(heldout_rows=int(heldout.sum()), train_rows=int(train.sum()))
+    quality.update(heldout_mape=held["mape"], heldout_p90_ape=held["p90_ape"])
     coefficients = _fit_relative(features, seconds)
     in_sample = error_stats(features @ coefficients, seconds)
     quality.update(all_rows_mape=in_sample["mape"], all_rows_p90_ape=in_sample["p90_ape"])
