@@ -570,12 +570,12 @@ class BlockManager(Allocator):
 
     def _check_batch(self, seq_ids, token_ids) -> tuple[np.ndarray, np.ndarray]:
         seqs = np.asarray(seq_ids)
-        tokens = as_tokens(token_ids, allow_empty=True)  # 1-D, integer, in range
-        if seqs.ndim != 1 or tokens.shape != seqs.shape:
+        if seqs.ndim != 1 or np.shape(token_ids) != seqs.shape:
             raise InvalidRequest(
                 f"seq_ids and token_ids must be 1-D of equal length, got {seqs.shape} "
-                f"and {tokens.shape}"
+                f"and {np.shape(token_ids)}"
             )
+        tokens = as_tokens(token_ids, allow_empty=True)  # integer, in range
         if not seqs.size:
             return seqs.astype(np.int64), tokens
         if seqs.dtype.kind not in "iu":

@@ -265,16 +265,18 @@ def _step_kind(shape: BatchShape) -> str:
     chunks, decodes = len(shape.chunks), len(shape.decode_context_lens)
     if chunks and decodes:
         return "mixed"
-    return "prefill-only" if chunks else "decode-only"
+    if chunks or decodes:
+        return "prefill-only" if chunks else "decode-only"
+    return "moves-only"  # only swaps / copy-on-write this step
 
 
 def _errors_by_kind(validation: Validation) -> dict[str, dict[str, float]]:
     """The calibrated model's mean signed relative error and step count per step kind
-    (decode-only, prefill-only, mixed): where the fit is off, and which way."""
+    (decode-only, prefill-only, mixed, moves-only): where the fit is off, and which way."""
     kinds = np.array([_step_kind(record.shape) for record in validation.records])
     measured, predicted = validation.measured_s, validation.predictions["calibrated"]
     out = {}
-    for kind in ("decode-only", "prefill-only", "mixed"):
+    for kind in ("decode-only", "prefill-only", "mixed", "moves-only"):
         rows = kinds == kind
         if rows.any():
             error = (predicted[rows] - measured[rows]) / measured[rows]
@@ -297,6 +299,11 @@ def _run_facts(result) -> dict[str, Any]:
 
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:+.1f}%"
+
+
+def _ms(seconds: float | None) -> str:
+    """A latency for the table (a run with no multi-token output has no TPOT)."""
+    return "n/a" if seconds is None else f"{1e3 * seconds:.2f} ms"
 
 
 def _abs_pct(value: float | None) -> str:
@@ -331,8 +338,8 @@ def format_table(report: dict[str, Any]) -> str:
     measured, fit = report["runs"]["measured"], report["calibration"]["fit"]
     heldout = fit.get("heldout_mape")
     lines.append(
-        f"{report['date']}: measured TTFT p50 {1e3 * measured['ttft_s']['p50']:.2f} ms, "
-        f"TPOT p50 {1e3 * measured['tpot_s']['p50']:.2f} ms; calibration held-out MAPE "
+        f"{report['date']}: measured TTFT p50 {_ms(measured['ttft_s']['p50'])}, "
+        f"TPOT p50 {_ms(measured['tpot_s']['p50'])}; calibration held-out MAPE "
         f"{_abs_pct(heldout)} ({fit.get('heldout_rows', '?')} of {fit.get('rows', '?')} "
         f"shapes); load average {report['measurement']['load_average_1min']}"
     )

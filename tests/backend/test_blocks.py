@@ -467,6 +467,8 @@ def test_bad_appends(mgr):
         mgr.append(0, [-1])
     with pytest.raises(InvalidRequest, match="equal length"):
         mgr.append_batch(np.array([0]), np.array([1, 2]))
+    with pytest.raises(InvalidRequest, match="seq_ids and token_ids must be 1-D"):
+        mgr.blocks_needed_for_batch(np.array([[0]]))
     with pytest.raises(InvalidRequest):
         mgr.append_batch(np.array([0]), np.array([-1]))
     with pytest.raises(InvalidRequest):

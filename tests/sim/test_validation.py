@@ -3,6 +3,7 @@ the error arithmetic and the report's structure (not its accuracy: that is the m
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from pathlib import Path
@@ -115,9 +116,17 @@ def test_format_table_lists_both_models(result):
     assert "error by step kind: decode-only" in table and "load average" in table
 
 
+def test_format_table_when_the_measured_run_has_no_tpot(result):
+    # One-token outputs have no TPOT: the table says n/a instead of failing.
+    report = copy.deepcopy(result.report)
+    report["runs"]["measured"]["tpot_s"]["p50"] = None
+    assert "TPOT p50 n/a" in validation.format_table(report)
+
+
 def test_errors_by_step_kind_cover_every_step_and_take_the_sign_of_the_error(result):
     kinds = result.report["per_step_by_kind"]
-    assert set(kinds) <= {"decode-only", "prefill-only", "mixed"} and len(kinds) >= 2
+    assert set(kinds) <= {"decode-only", "prefill-only", "mixed", "moves-only"}
+    assert len(kinds) >= 2
     assert sum(kind["steps"] for kind in kinds.values()) == len(result.records)
     # Each kind's mean error lies between the extremes of its steps' signed errors.
     measured, predicted = result.measured_s, result.predictions["calibrated"]
