@@ -268,8 +268,11 @@ class Allocator(ABC):
         nothing changed), UnknownSequence, InvalidRequest (already swapped out)."""
 
     @abstractmethod
-    def can_swap_in(self, seq_id: int) -> bool:
-        """Whether the device pool has room to bring ``seq_id`` back."""
+    def can_swap_in(self, *seq_ids: int) -> bool:
+        """Whether all of these (distinct, live) sequences are swapped out and the device
+        pool has room to bring them back, one after another in this order (a request's
+        samples return together). A yes guarantees every ``swap_in`` succeeds. No
+        mutation; raises UnknownSequence."""
 
     @abstractmethod
     def swap_in(self, seq_id: int) -> list[BlockMove]:

@@ -745,12 +745,18 @@ class BlockManager(Allocator):
         hits = self._cached_run(self._keys[seq], salt, lambda n: self.cpu_slots[cpu[:n]])
         return hits, len(cpu) - len(hits), self._revived(hits)
 
-    def can_swap_in(self, seq_id: int) -> bool:
-        seq = self._live(seq_id)
-        if self._state[seq] != _SWAPPED:
+    def can_swap_in(self, *seq_ids: int) -> bool:
+        """Exact for one sequence. For several, the answer assumes no prefix hits (their
+        whole tables are copied back): one swap-in can evict blocks another would have
+        shared, but a hit never needs more than the copy it replaces, so a yes is safe
+        (a no may be cautious)."""
+        seqs = [self._live(seq_id) for seq_id in seq_ids]
+        if any(self._state[seq] != _SWAPPED for seq in seqs):
             return False
-        _, needed, revived = self._swap_in_plan(seq)
-        return needed <= self._available(revived)
+        if len(seqs) == 1:
+            _, needed, revived = self._swap_in_plan(seqs[0])
+            return needed <= self._available(revived)
+        return sum(len(self._tables[seq]) for seq in seqs) <= self._available()
 
     def swap_in(self, seq_id: int) -> list[BlockMove]:
         seq = self._live(seq_id)

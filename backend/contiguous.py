@@ -484,14 +484,7 @@ class ContiguousAllocator(Allocator):
         sids = [self._lookup(seq_id) for seq_id in seq_ids]
         if any(self._where[sid] != _ON_DEVICE for sid in sids):
             return False
-        cpu = self._cpu.copy()  # place them one after another, as swap_out would
-        for sid in sids:
-            held = int(self._tokens[sid])
-            start = cpu.first_fit(held)
-            if start is None:
-                return False
-            cpu.take(start, held)
-        return True
+        return self._places_in_turn(self._cpu, [int(self._tokens[sid]) for sid in sids])
 
     def swap_out(self, seq_id: int) -> list[BlockMove]:
         """Copy the held tokens to the lowest CPU hole that fits them (only tokens travel,
@@ -512,11 +505,23 @@ class ContiguousAllocator(Allocator):
         self._where[sid], self._start[sid] = _ON_CPU, dst
         return [BlockMove(src + i, dst + i) for i in range(held)]
 
-    def can_swap_in(self, seq_id: int) -> bool:
-        sid = self._lookup(seq_id)
-        if self._where[sid] != _ON_CPU:
+    def can_swap_in(self, *seq_ids: int) -> bool:
+        sids = [self._lookup(seq_id) for seq_id in seq_ids]
+        if any(self._where[sid] != _ON_CPU for sid in sids):
             return False
-        return self._device.first_fit(int(self._reserved[sid])) is not None
+        return self._places_in_turn(self._device, [int(self._reserved[sid]) for sid in sids])
+
+    @staticmethod
+    def _places_in_turn(space: SlotSpace, sizes: list[int]) -> bool:
+        """Whether regions of ``sizes`` can be placed first-fit one after another (on a
+        copy of ``space``: no mutation)."""
+        trial = space.copy()
+        for size in sizes:
+            start = trial.first_fit(size)
+            if start is None:
+                return False
+            trial.take(start, size)
+        return True
 
     def swap_in(self, seq_id: int) -> list[BlockMove]:
         """Re-reserve the full region at the lowest device hole that fits and copy the

@@ -523,7 +523,7 @@ class Replica:
                 return
             if self.num_running_seqs() + len(item_seqs) > self.cfg.max_num_seqs:
                 return
-            if not all(self.alloc.can_swap_in(s) for s in item_seqs):
+            if not self.alloc.can_swap_in(*item_seqs):
                 return
             for seq_id in item_seqs:
                 moves.swap_in.extend(self.alloc.swap_in(seq_id))

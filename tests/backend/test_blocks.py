@@ -303,6 +303,10 @@ def test_held_blocks_and_swapping_several_sequences_out_together():
     assert mgr.can_swap_out(0, 2) and not mgr.can_swap_out(0, 1)
     mgr.swap_out(2)
     assert mgr.held_blocks(2) == 0 and not mgr.can_swap_out(0, 2)
+    mgr.swap_out(0)  # CPU: 3 blocks used; device: 1 (sequence 1's) of 8 in use
+    assert mgr.can_swap_in(0, 2) and not mgr.can_swap_in(0, 1)
+    mgr.allocate(3, list(range(11)))  # 6 blocks: the pool is full, sequence 0 needs 2
+    assert not mgr.can_swap_in(0) and not mgr.can_swap_in(2, 0)
 
 
 def test_swap_refused_cleanly_when_either_pool_is_full():

@@ -323,6 +323,14 @@ def test_held_blocks_and_swapping_several_sequences_out_together():
     assert alloc.can_swap_out(2, 3)  # 3 tokens to [0,3), then 2 to [5,7)
     assert not alloc.can_swap_out(3, 2)  # 2 tokens to [0,2) leave no hole of 3
     assert not alloc.can_swap_out(1, 2)  # sequence 1 is already on the CPU
+    # Back in: with 2 and 3 out too, the device hole [5, 24) is split by a new sequence
+    # taking [5, 15): [15, 24) holds 9 slots.
+    alloc.swap_out(2)
+    alloc.swap_out(3)
+    alloc.allocate(4, list(range(10)))
+    assert alloc.can_swap_in(1, 2)  # 4 slots -> [15, 19), then 5 -> [19, 24)
+    assert not alloc.can_swap_in(1, 2, 3)  # a third region (4 slots) finds no hole
+    assert not alloc.can_swap_in(0, 1)  # sequence 0 is on the device
     alloc.check_invariants()
 
 
