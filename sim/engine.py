@@ -32,6 +32,7 @@ import simpy
 from backend.base import Allocator, OutOfBlocks
 from sim.sequences import (
     DecodeSet,
+    Limit,
     Moves,
     PrefillSeq,
     StepPlan,
@@ -283,6 +284,8 @@ class Replica:
         # Preemptions made while planning, and any made between steps (see unblock).
         plan.num_preempted = self.num_preemptions - self._logged_preemptions
         self._logged_preemptions = self.num_preemptions
+        if plan.num_preempted or self.swapped:
+            plan.limit = Limit.KV_BLOCKS  # memory is what binds, whatever else also did
         batch = Batch(
             chunks,
             decode_ids,
@@ -359,17 +362,24 @@ class Replica:
         return len(self.decodes) + len(self.prefilling)
 
     def admit_waiting(self, plan: StepPlan, budget: int) -> None:
-        full = self.num_running_seqs() >= self.cfg.max_num_seqs
-        if not self.waiting or budget <= 0 or full:
+        """Admit waiting requests in the scheduler's order while slots, budget and memory
+        last; records in ``plan.limit`` what stopped admission with requests left."""
+        if not self.waiting:
+            return
+        plan.limit = self.admission_limit(budget)
+        if plan.limit != Limit.NONE:
             return  # (before asking the scheduler to order a possibly long queue)
         admitted = []
         for entry in self.scheduler.order(self.waiting, self):
-            if budget <= 0 or self.num_running_seqs() >= self.cfg.max_num_seqs:
+            plan.limit = self.admission_limit(budget)
+            if plan.limit != Limit.NONE:
                 break
             seq = entry.seq
             cached = self.admit(seq, budget)
             if cached is None:
-                break  # head of line does not fit now: wait, do not let others jump it
+                # Head of line does not fit now: wait, do not let others jump it.
+                plan.limit = Limit.KV_BLOCKS
+                break
             admitted.append(entry)
             # Without chunking a prompt longer than what is left waits, admitted (its
             # memory held), for the next step.
@@ -379,6 +389,16 @@ class Replica:
                 budget -= take
         for entry in admitted:
             self.waiting.remove(entry)
+        if self.waiting and plan.limit == Limit.NONE:
+            plan.limit = Limit.POLICY  # the scheduler offered no more of the queue
+
+    def admission_limit(self, budget: int) -> Limit:
+        """Which engine limit forbids admitting one more request now (NONE: none)."""
+        if self.num_running_seqs() >= self.cfg.max_num_seqs:
+            return Limit.MAX_NUM_SEQS
+        if budget <= 0:
+            return Limit.TOKEN_BUDGET
+        return Limit.NONE
 
     def admit(self, seq: PrefillSeq, budget: int) -> int | None:
         """Allocate ``seq``'s prompt (whole, or its first chunk under first-chunk

@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from sim import steady
+from sim.sequences import LIMIT_NAMES
 from sim.types import Request
 
 __all__ = [
@@ -65,8 +67,11 @@ STEP_COLUMNS = (
     "swapped_blocks",
     "queue_len",
     "num_preempted",
+    "limit",
 )
 _STEP_FLOAT_COLUMNS = frozenset({"time_s", "duration_s"})
+#: Columns stored as codes and written by name: steps.csv's ``limit`` (sim.sequences.Limit).
+_STEP_NAMED_COLUMNS = {"limit": LIMIT_NAMES}
 _STEP_INDEX = {name: i for i, name in enumerate(STEP_COLUMNS)}
 
 #: The per-step split of one replica's token slots, and its names in summary["kv"].
@@ -264,6 +269,14 @@ def summarize(
         "block_size": int(block_size),
         "kv": _kv_split(steps.as_array(), total_slots, block_size, _max(peak_used_blocks)),
     }
+    summary["steady_state"] = steady.steady_state(
+        table,
+        steps.as_array(),
+        _STEP_INDEX,
+        warmup_requests=warmup_requests,
+        met_slo=_meets_slo(table, slo_ttft_s, slo_tpot_s),
+        distribution=_distribution,
+    )
     if num_replicas > 1:
         peaks = peak_used_blocks or [None] * num_replicas
         summary["per_replica"] = [
@@ -384,7 +397,10 @@ def write_outputs(
     _write_csv(paths["requests.csv"], REQUEST_COLUMNS, request_columns, len(table["req_id"]))
     rows = steps.as_array()
     step_columns = [
-        _format_column(rows[:, j], c in _STEP_FLOAT_COLUMNS) for j, c in enumerate(STEP_COLUMNS)
+        _named_column(rows[:, j], _STEP_NAMED_COLUMNS[c])
+        if c in _STEP_NAMED_COLUMNS
+        else _format_column(rows[:, j], c in _STEP_FLOAT_COLUMNS)
+        for j, c in enumerate(STEP_COLUMNS)
     ]
     _write_csv(paths["steps.csv"], STEP_COLUMNS, step_columns, rows.shape[0])
     paths["summary.json"].write_text(summary_json(summary), encoding="utf-8")
@@ -418,6 +434,11 @@ def _format_column(values: np.ndarray, is_float: bool):
         return _Formatted(values.astype(np.int64), int.__repr__)
     # float.__repr__ is the shortest text that reads back to the same double.
     return _Formatted(values.astype(np.float64), float.__repr__)
+
+
+def _named_column(codes: np.ndarray, names: Sequence[str]):
+    """A column of small integer codes written as their names."""
+    return _Formatted(codes.astype(np.int64), names.__getitem__)
 
 
 class _Formatted:
@@ -467,15 +488,21 @@ def summary_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Headline metrics as (label, text) rows, in display order; missing keys show '-'.
     Shared by the CLI tables and the HTML report."""
     s, kv = summary, summary.get("kv") or {}
+    window = s.get("steady_state") or {}
     rows = [
+        ("verdict", window.get("verdict", "-")),
+        ("limited by", _limiter_text(window)),
         ("requests", str(s.get("num_requests", "-"))),
         ("finished", str(s.get("num_finished", "-"))),
         ("rejected", str(s.get("num_rejected", "-"))),
-        ("throughput req/s", _num(s.get("throughput_rps"))),
-        ("throughput tok/s", _num(s.get("throughput_tok_s"), 1)),
+        ("steady throughput req/s", _num(window.get("throughput_rps"))),
+        ("steady throughput tok/s", _num(window.get("throughput_tok_s"), 1)),
+        ("steady goodput req/s", _num(window.get("goodput_rps"))),
+        ("whole-run throughput req/s", _num(s.get("throughput_rps"))),
+        ("whole-run throughput tok/s", _num(s.get("throughput_tok_s"), 1)),
     ]
     for label, key in _LATENCIES:
-        dist = s.get(key) or {}
+        dist = _latency(s, key)
         rows += [(f"{label} {p} ms", _ms(dist.get(p))) for p in ("p50", "p90", "p99")]
     rows += [
         ("goodput", _pct(s.get("goodput"))),
@@ -488,6 +515,21 @@ def summary_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
     rows.append(("KV peak used", _pct(kv.get("peak_used_fraction"))))
     rows.append(("KV peak blocks", str(kv.get("peak_used_blocks", "-"))))
     return rows
+
+
+def _latency(summary: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """The headline distribution of ``key``: the steady window's, or (a run with no
+    window) the whole run's."""
+    window = summary.get("steady_state") or {}
+    return window.get(key) or summary.get(key) or {}
+
+
+def _limiter_text(window: Mapping[str, Any]) -> str:
+    """The dominant limiter and its share of the window's steps, e.g. 'max_num_seqs (87%)'."""
+    name = window.get("limited_by")
+    if name is None:
+        return "-"
+    return f"{name} ({_pct((window.get('limiters') or {}).get(name))} of steps)"
 
 
 def _align(rows: Sequence[Sequence[str]]) -> str:
@@ -508,14 +550,26 @@ def format_summary_table(summary: Mapping[str, Any]) -> str:
     rejected = rows["rejected"]
     if reasons:
         rejected += " (" + ", ".join(f"{k}: {v}" for k, v in sorted(reasons.items())) + ")"
+    window = summary.get("steady_state") or {}
     top = [
+        ["verdict", f"{window.get('verdict', '-')}: {window.get('reason', '')}".rstrip(": ")],
+        ["limited by", _limiter_breakdown(window)],
+        ["steady window", _window_text(window)],
         ["requests finished / total", f"{rows['finished']} / {rows['requests']}"],
         ["requests rejected", rejected],
-        ["throughput", f"{rows['throughput req/s']} req/s  {rows['throughput tok/s']} tok/s"],
+        [
+            "throughput (steady)",
+            f"{rows['steady throughput req/s']} req/s  {rows['steady throughput tok/s']} tok/s",
+        ],
+        [
+            "throughput (whole run)",
+            f"{rows['whole-run throughput req/s']} req/s  "
+            f"{rows['whole-run throughput tok/s']} tok/s",
+        ],
     ]
     latency = [["latency (ms)", *_PERCENTILES]]
     for label, key in _LATENCIES:
-        dist = summary.get(key) or {}
+        dist = _latency(summary, key)
         latency.append([label, *(_ms(dist.get(p)) for p in _PERCENTILES)])
     kv_split = "  ".join(
         f"{k.replace('_', ' ')} {rows['KV ' + k.replace('_', ' ')]}" for k in KV_SPLIT_KEYS
@@ -530,6 +584,30 @@ def format_summary_table(summary: Mapping[str, Any]) -> str:
     ]
     text_blocks = [_align_left(top), _align(latency), _align_left(bottom)]
     return "\n\n".join(text_blocks)
+
+
+def _limiter_breakdown(window: Mapping[str, Any]) -> str:
+    """'max_num_seqs (87% of steps; none 8%, token_budget 5%, ...)'."""
+    shares = window.get("limiters") or {}
+    main = window.get("limited_by")
+    if main is None:
+        return "-"
+    others = ", ".join(
+        f"{name} {_pct(share)}"
+        for name, share in sorted(shares.items(), key=lambda item: -(item[1] or 0))
+        if name != main and share
+    )
+    return _limiter_text(window) + (f"; {others}" if others else "")
+
+
+def _window_text(window: Mapping[str, Any]) -> str:
+    if window.get("window_s") is None:
+        return "-"
+    return (
+        f"{window['window_start_s']:.1f}-{window['window_end_s']:.1f} s "
+        f"({window['window_s']:.1f} s, {window['arrivals']:,} arrivals at "
+        f"{window['arrival_rate_rps']:.2f} req/s, {window['completions']:,} completions)"
+    )
 
 
 def _align_left(rows: Sequence[Sequence[str]]) -> str:

@@ -1,4 +1,5 @@
-"""The one-page HTML report of a run: summary table on top, then plotly figures.
+"""The one-page HTML report of a run: the stability verdict and the summary table on top,
+then plotly figures.
 
 Figures: latency CDFs (TTFT, TPOT, E2E), the KV pool split over time (stacked area, one
 replica at a time with a selector when there are several), batch size and queue length,
@@ -46,6 +47,10 @@ body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px
 table.summary { border-collapse: collapse; margin-bottom: 1.5em; }
 table.summary td { padding: 2px 12px; border-bottom: 1px solid #eee; }
 table.summary td.value { text-align: right; font-variant-numeric: tabular-nums; }
+p.verdict { padding: 0.6em 1em; border-left: 6px solid #999; background: #f6f6f6; }
+p.verdict.stable { border-color: #2ca02c; }
+p.verdict.overloaded { border-color: #d62728; }
+p.verdict.too-short { border-color: #ff7f0e; }
 """
 
 
@@ -73,7 +78,7 @@ def write_report(
         pio.to_html(fig, include_plotlyjs=(i == 0), full_html=False, div_id=name)
         for i, (name, fig) in enumerate(figures.items())
     ]
-    page = _page(title, _summary_html(summary), parts)
+    page = _page(title, _verdict_html(summary) + _summary_html(summary), parts)
     path = out / "report.html"
     path.write_text(page, encoding="utf-8")
     return path
@@ -207,6 +212,21 @@ def _preemption_figure(rows: np.ndarray) -> go.Figure:
 
 
 # ------------------------------------------------------------------------------ page
+
+
+def _verdict_html(summary: Mapping[str, Any]) -> str:
+    """The stability verdict as a banner above the summary table."""
+    window = summary.get("steady_state") or {}
+    verdict = window.get("verdict")
+    if verdict is None:
+        return ""
+    css = verdict.replace(" ", "-")
+    limited = window.get("limited_by")
+    limiter = f" Limited by {html.escape(limited)}." if limited else ""
+    return (
+        f'<p class="verdict {css}"><strong>{html.escape(verdict)}</strong>: '
+        f"{html.escape(window.get('reason', ''))}.{limiter}</p>\n"
+    )
 
 
 def _summary_html(summary: Mapping[str, Any]) -> str:

@@ -157,6 +157,7 @@ def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunR
             replica.swapped_blocks,
             len(replica.waiting),
             plan.num_preempted,
+            plan.limit,
         )
 
     def on_done(request: Request) -> None:

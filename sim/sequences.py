@@ -8,6 +8,7 @@ policies order, and what one step decided.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 
 import numpy as np
 
@@ -98,6 +99,22 @@ class WaitingEntry:
         return self.seq.resumed
 
 
+class Limit(IntEnum):
+    """What kept a step from admitting the requests still waiting when it was planned
+    (steps.csv's ``limit`` column, by name). ``NONE``: nothing was waiting after
+    scheduling (the queue drained, so the step was bound by compute alone)."""
+
+    NONE = 0
+    MAX_NUM_SEQS = 1  # every sequence slot (scheduler.max_num_seqs) was taken
+    TOKEN_BUDGET = 2  # the step's max_num_batched_tokens were spent
+    KV_BLOCKS = 3  # admission refused for memory, a preemption, or a swapped request waits
+    POLICY = 4  # the scheduling policy or batching mode held requests back
+
+
+#: Names of :class:`Limit` values, indexed by value.
+LIMIT_NAMES = tuple(limit.name.lower() for limit in Limit)
+
+
 @dataclass
 class StepPlan:
     """What the scheduler decided for one step; applied after the step's time passes."""
@@ -105,6 +122,7 @@ class StepPlan:
     decode_rows: int = 0
     chunks: list[tuple[PrefillSeq, int]] = field(default_factory=list)
     num_preempted: int = 0
+    limit: Limit = Limit.NONE
 
 
 @dataclass

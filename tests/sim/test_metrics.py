@@ -23,6 +23,7 @@ from sim.metrics import (
     summarize,
     write_outputs,
 )
+from sim.sequences import LIMIT_NAMES
 from sim.types import Request
 
 NAN = float("nan")
@@ -55,7 +56,9 @@ def make_request(
 
 def record_split(log, *, time_s, duration_s, split, replica=0, batch=1, used=1, preempted=0):
     """Record one step whose slot split is `split` (5 numbers in KV_SPLIT_KEYS order)."""
-    log.record(time_s, replica, duration_s, batch, 0, batch, used, 0, 0, *split, 0, 0, preempted)
+    log.record(
+        time_s, replica, duration_s, batch, 0, batch, used, 0, 0, *split, 0, 0, preempted, 0
+    )
 
 
 def simple_summary(requests, steps=None, **kwargs):
@@ -68,7 +71,7 @@ def simple_summary(requests, steps=None, **kwargs):
 def test_steplog_grows_past_initial_capacity_and_keeps_every_row():
     log = StepLog(initial_capacity=2)
     for i in range(1000):
-        log.record(0.5 * i, i % 3, 0.25, i, 2 * i, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, i % 2)
+        log.record(0.5 * i, i % 3, 0.25, i, 2 * i, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, i % 2, 0)
     assert len(log) == 1000 and log.capacity >= 1000
     np.testing.assert_array_equal(log.column("time_s"), 0.5 * np.arange(1000))
     np.testing.assert_array_equal(log.column("replica"), np.arange(1000) % 3)
@@ -81,7 +84,7 @@ def test_steplog_views_are_read_only():
     record_split(log, time_s=0.0, duration_s=1.0, split=(1, 0, 0, 0, 99))
     with pytest.raises(ValueError):
         log.column("batch_size")[0] = 5
-    log.record(1.0, 0, 1.0, 2, 0, 2, 1, 0, 0, 1, 0, 0, 0, 99, 0, 0, 0)  # still appendable
+    log.record(1.0, 0, 1.0, 2, 0, 2, 1, 0, 0, 1, 0, 0, 0, 99, 0, 0, 0, 0)  # still appendable
     assert log.column("batch_size").tolist() == [1.0, 2.0]
 
 
@@ -321,8 +324,12 @@ def test_csv_headers_and_exact_round_trip(tmp_path):
     with paths["steps.csv"].open() as f:
         rows = list(csv.reader(f))
     assert tuple(rows[0]) == STEP_COLUMNS and len(rows) == len(log) + 1
-    np.testing.assert_array_equal(np.array(rows[1:], dtype=float), log.as_array())
+    numbers = [row[:-1] for row in rows[1:]]
+    np.testing.assert_array_equal(np.array(numbers, dtype=float), log.as_array()[:, :-1])
     assert all("." not in cell for cell in rows[1][3:])  # counts written as integers
+    # the limit column is written by name
+    limits = log.column("limit").astype(int)
+    assert [row[-1] for row in rows[1:]] == [LIMIT_NAMES[code] for code in limits]
     with paths["requests.csv"].open() as f:
         req_rows = list(csv.DictReader(f))
     assert tuple(req_rows[0]) == REQUEST_COLUMNS and len(req_rows) == len(requests)
@@ -349,7 +356,8 @@ def test_summary_table_shows_headline_numbers(tmp_path):
     for label in ("TTFT", "TPOT", "E2E", "goodput", "preemptions", "prefix hit rate", "p99"):
         assert label in text
     assert f"{summary['num_finished']} / {summary['num_requests']}" in text
-    assert f"{summary['ttft_s']['p50'] * 1000:,.1f}" in text
+    assert f"{summary['steady_state']['ttft_s']['p50'] * 1000:,.1f}" in text
+    assert f"verdict                    {summary['steady_state']['verdict']}" in text
     assert "prompt, too long: 4" in text
 
 
@@ -358,8 +366,18 @@ def test_compare_table_has_one_column_per_run(tmp_path):
     _, _, b, _ = run_outputs(tmp_path / "b", seed=9)
     lines = compare_table({"fcfs": a, "priority": b}).splitlines()
     assert lines[0].split() == ["metric", "fcfs", "priority"]
-    throughput = next(line for line in lines if line.startswith("throughput req/s"))
+    throughput = next(line for line in lines if line.startswith("whole-run throughput req/s"))
     assert throughput.split()[-2:] == [f"{a['throughput_rps']:.2f}", f"{b['throughput_rps']:.2f}"]
     assert len({len(line) for line in lines if line.startswith(("metric", "KV peak"))}) == 1
     with pytest.raises(ValueError):
         compare_table({})
+
+
+def test_limit_column_is_written_by_name(tmp_path):
+    log = StepLog()
+    for code in range(len(LIMIT_NAMES)):
+        log.record(float(code), 0, 1.0, 1, 0, 1, 1, 0, 0, 16, 0, 0, 0, 0, 0, 0, 0, code)
+    paths = write_outputs(tmp_path, [], log, simple_summary([], log))
+    with paths["steps.csv"].open() as f:
+        written = [row["limit"] for row in csv.DictReader(f)]
+    assert written == ["none", "max_num_seqs", "token_budget", "kv_blocks", "policy"]

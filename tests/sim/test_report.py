@@ -46,6 +46,7 @@ def step_log(num_steps, num_replicas=1):
             0,
             i % 4,
             int(i % 100 == 0),
+            i % 5,
         )
     return log
 
@@ -79,6 +80,10 @@ def test_report_has_summary_and_every_figure(tmp_path):
     assert "run &lt;a &amp; b&gt;" in page and "run <a & b>" not in page
     assert '<table class="summary">' in page
     assert f"{summary['throughput_rps']:.2f}" in page
+    window = summary["steady_state"]
+    verdict = f'<p class="verdict {window["verdict"].replace(" ", "-")}"><strong>'
+    assert page.index(verdict) < page.index('<table class="summary">')
+    assert f"Limited by {window['limited_by']}." in page
     assert page.count("Plotly.newPlot(") == len(FIGURE_TITLES)
     # plotly.js embedded once, inline (works offline): no CDN script tag.
     assert page.count("plotly.js v") == 1 and "<script src=" not in page
