@@ -1,59 +1,57 @@
-"""Analytic (roofline) step-time model: the default :class:`~sim.types.Executor`.
+"""Analytic step-time model: the default :class:`~sim.types.Executor`.
 
-Notation, all per GPU of a tensor-parallel (TP) group of size ``tp``: ``L`` layers,
-``H`` query heads, ``d`` head dim, ``h`` hidden size, ``b`` bytes per element,
-``W`` matmul weights of the decoder layers, ``V`` LM-head weights (vocab x h),
-``kv = 2 L Hkv d b`` KV bytes per token, ``F = peak FLOP/s x flops_efficiency``,
-``B = HBM bytes/s x bandwidth_efficiency``. A step computes ``T`` new tokens for ``S``
-sequences: prefill chunks ``(s_i, n_i)`` (``s_i`` tokens already cached, ``n_i`` new) and
-decodes with context ``c_j`` (tokens attended to, the new one included).
+A step runs prefill chunks ``(s_i, n_i)`` (``s_i`` tokens already cached, ``n_i`` new) and
+decodes with contexts ``c_j`` (tokens attended to, the new one included): ``T`` tokens for
+``S`` sequences. Its time is what the GPU does plus what the CPU adds::
 
-Three parts, each ``max(compute, memory)``, summed::
+    step = L x layer(T) + L x attention + embedding(T) + LM head and sampling(S)
+           + block moves + cpu_step_overhead + cpu_per_seq_overhead x S
 
-    linear     = max( (2 W T + 2 V S) / tp / F,        (W + V) b / tp / B )
-    prefill    = max( 4 L H d sum_i(n_i s_i + n_i (n_i+1)/2) / tp / F,
-                      kv sum_i(s_i + 2 n_i) / tp / B )      # read context, write chunk
-    decode     = max( 4 L H d sum_j c_j / tp / F,  kv sum_j (c_j + 1) / tp / B )
-    allreduce  = 2 L [2 (tp-1)/tp  T h b / link + latency]   # ring, after attn and MLP
-    moves      = swapped_blocks x block_bytes / host_link + copied_blocks x 2 block_bytes / B
-    step       = linear + prefill + decode + allreduce + moves
-                 + step_overhead + per_seq_overhead x S
+    layer(T) = GEMMs qkv, o, up(+gate), down                 # tile/wave-quantised
+             + 2 RMSNorms + rotary + activation               # elementwise kernels
+             + KV write + residual add                        # streaming kernels
+             + 2 all-reduces of T x hidden (tensor parallel)
+    attention = prefill attention(chunks) + decode attention(S_decode, sum c_j)
+
+with every kernel timed by :class:`sim.kernels.GpuKernels` (module doc there: kernel
+floors, the smooth roofline, tile and wave quantisation, FlashAttention's per-CTA cost,
+decode attention's per-sequence cost) on one GPU of the tensor-parallel group: weights,
+query heads and the MLP are split ``tp`` ways, KV heads too but never below one head per
+GPU (vLLM replicates KV heads when ``tp > Hkv``).
 
 Why this split:
 
-* The linear layers run once on the concatenated tokens of the whole batch, so the
-  weights are read once per step however the batch mixes prefill and decode. Attention
-  runs per sequence (separate prefill and decode kernels) and is bound by its own
-  roofline: prefill attention is compute bound, decode attention reads the KV cache.
+* The linear layers run once on the concatenated tokens of the whole batch, so a step
+  that mixes prefill and decode reads the weights once. Attention runs per sequence
+  (separate prefill and decode kernels) and is bound by its own roofline: prefill
+  attention is compute bound, decode attention reads the KV cache.
 * The LM head runs once per sequence (the engine samples from the last position only),
   not once per token. A non-final prefill chunk is charged one too; it is < 0.1 % of a
   chunk's FLOPs.
-* Causal attention is charged only for the unmasked half (FlashAttention skips masked
-  tiles). Activations' own memory traffic, norms, rotary and sampling are left out:
-  they are small next to weights and KV, and part of what the efficiencies absorb.
-* KV heads are sharded across TP ranks, but never below one head per rank (vLLM
-  replicates KV heads when ``tp > Hkv``), so ``kv`` per GPU is ``max(1, Hkv/tp)`` heads.
 * Swaps and copy-on-write copies run before the forward pass and block it (vLLM v0 does
   them synchronously), so they add rather than overlap.
+* CPU overhead is its own term (``cpu_s``), apart from GPU time: it is what a faster GPU
+  does not shorten, and what engines work hardest to hide.
 
-The hot path (:meth:`AnalyticCostModel.execute`) does one numpy sum over the decode
-context lengths and O(1) Python per prefill chunk; every constant is folded in
-``__init__``.
+``bench/costmodel_vs_profiles.py`` measures the layer time against published per-operator
+GPU profiles (Vidur's A100/H100/A40 data). The hot path (:meth:`AnalyticCostModel.execute`)
+costs a few dictionary look-ups: the per-layer time of ``T`` tokens and the LM head of
+``S`` sequences are computed once per distinct count and kept.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
-from pydantic import Field
 
 from backend.step import Batch
 from sim.hardware import HardwareSpec, ModelSpec
-from sim.schema import StrictModel
+from sim.kernels import CostParams, GpuKernels
 
 __all__ = [
+    "LAYER_OPS",
     "AnalyticCostModel",
     "CostParams",
     "StepCost",
@@ -61,49 +59,49 @@ __all__ = [
     "kv_pool_blocks",
 ]
 
-Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
-Seconds = Annotated[float, Field(ge=0.0)]
-
-
-class CostParams(StrictModel):
-    """Knobs of the analytic model. Defaults describe a tuned engine on a datacenter GPU."""
-
-    #: Fraction of dense peak FLOP/s that large bf16 GEMMs and FlashAttention reach;
-    #: 0.6 is typical of cuBLAS/FlashAttention-2 on A100/H100 at serving shapes.
-    flops_efficiency: Fraction = 0.6
-    #: Fraction of datasheet HBM bandwidth a weight-streaming GEMV or paged-attention
-    #: kernel sustains; STREAM-like copies reach ~0.9, whole decode steps ~0.8.
-    bandwidth_efficiency: Fraction = 0.8
-    #: Fixed CPU cost per step (schedule, build inputs, launch a CUDA graph, sample).
-    #: 1 ms closes the gap between the bandwidth-bound ideal of a batch-1 Llama-3-8B decode
-    #: on H100 (~6 ms at 0.8 efficiency) and the ~7 ms/token reported by vLLM users.
-    step_overhead_s: Seconds = 1e-3
-    #: CPU cost per sequence in the batch (block tables, sampling params, detokenise);
-    #: about 10 us in a Python engine, so it matters at a batch of hundreds.
-    per_seq_overhead_s: Seconds = 1e-5
-    #: Start-up latency of one small NCCL/custom all-reduce over NVLink.
-    allreduce_latency_s: Seconds = 1e-5
+#: The per-layer kernels of :meth:`AnalyticCostModel.layer_ops`, in execution order,
+#: named as Vidur's profiles name them (``kv_cache_save`` and ``all_reduce`` apart).
+LAYER_OPS = (
+    "input_layernorm",
+    "attn_pre_proj",
+    "attn_rope",
+    "kv_cache_save",
+    "attn_post_proj",
+    "post_attention_layernorm",
+    "mlp_up_proj",
+    "mlp_act",
+    "mlp_down_proj",
+    "add",
+    "all_reduce",
+)
+_GEMMS = frozenset({"attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"})
 
 
 class StepCost(NamedTuple):
     """One step's predicted time split by cause (seconds); ``total_s`` is their sum."""
 
-    linear_s: float
+    linear_s: float  # the layers' GEMMs
+    elementwise_s: float  # norms, rotary, activation, residual adds, KV writes, embedding
     prefill_attention_s: float
     decode_attention_s: float
+    lm_head_s: float  # LM head GEMM and sampling
     allreduce_s: float
     data_movement_s: float
-    overhead_s: float
+    cpu_s: float
 
     @property
     def total_s(self) -> float:
         return sum(self)
 
+    @property
+    def gpu_s(self) -> float:
+        return self.total_s - self.cpu_s
+
 
 class AnalyticCostModel:
     """Predicts step time from the model's shape and the GPU's datasheet (module doc).
 
-    Immutable after construction; ``execute`` and ``predict`` mutate nothing."""
+    Immutable but for its caches; ``execute`` and ``predict`` mutate nothing else."""
 
     def __init__(
         self,
@@ -122,29 +120,54 @@ class AnalyticCostModel:
         self.model, self.hardware = model, hardware
         self.tensor_parallel, self.block_size = tensor_parallel, block_size
         self.params = params = params or CostParams()
+        self.kernels = GpuKernels(hardware, params, model.dtype_bytes)
         tp = tensor_parallel
-        flops = hardware.peak_flops(model.dtype_bytes) * params.flops_efficiency
-        bandwidth = hardware.mem_bandwidth_bytes_s * params.bandwidth_efficiency
-        kv_per_token = model.kv_bytes_per_token(tp)
-        block_bytes = block_size * kv_per_token
-        # seconds per unit of work, per GPU
-        self._s_per_linear_token = 2 * model.layer_linear_params / tp / flops
-        self._s_per_lm_head_seq = 2 * model.lm_head_params / tp / flops
-        self._s_weights = (
-            (model.layer_linear_params + model.lm_head_params) * model.dtype_bytes / tp / bandwidth
-        )
-        heads_per_gpu = model.num_heads // tp
-        self._s_per_attention_pair = 4 * model.num_layers * heads_per_gpu * model.head_dim / flops
-        self._s_per_kv_token = kv_per_token / bandwidth
-        num_allreduces = 2 * model.num_layers if tp > 1 else 0
-        ring_bytes_per_token = 2 * (tp - 1) / tp * model.hidden_size * model.dtype_bytes
-        self._s_allreduce_per_token = (
-            num_allreduces * ring_bytes_per_token / hardware.interconnect_bytes_s
-        )
-        self._s_allreduce_fixed = num_allreduces * params.allreduce_latency_s
+        self._heads = model.num_heads // tp
+        self._kv_heads = max(1, model.num_kv_heads // tp)
+        self._mlp = model.intermediate_size // tp
+        self._kv_bytes_per_layer_token = model.kv_bytes_per_token(tp) // model.num_layers
+        block_bytes = block_size * model.kv_bytes_per_token(tp)
         self._s_per_swapped_block = block_bytes / hardware.host_link_bytes_s
-        self._s_per_copied_block = 2 * block_bytes / bandwidth
+        self._s_per_copied_block = 2 * block_bytes / self.kernels.copy_bytes_s()
+        self._dense: dict[int, tuple[float, float, float]] = {}
+        self._lm_head: dict[int, float] = {}
 
+    # -- per layer ----------------------------------------------------------------------
+    def layer_ops(self, tokens: int) -> dict[str, float]:
+        """Seconds of each kernel of one decoder layer for ``tokens`` tokens (LAYER_OPS
+        order; attention itself is :meth:`attention_layer`)."""
+        m, k, b = self.model, self.kernels, self.model.dtype_bytes
+        h, d, t = m.hidden_size, m.head_dim, tokens
+        up_cols = (2 if m.mlp == "swiglu" else 1) * self._mlp
+        act_bytes = (3 if m.mlp == "swiglu" else 2) * t * self._mlp * b
+        norm = k.elementwise(2 * t * h * b)
+        return {
+            "input_layernorm": norm,
+            "attn_pre_proj": k.gemm(t, h, (self._heads + 2 * self._kv_heads) * d),
+            "attn_rope": k.elementwise(2 * t * (self._heads + self._kv_heads) * d * b),
+            "kv_cache_save": k.streaming(t * self._kv_bytes_per_layer_token),
+            "attn_post_proj": k.gemm(t, self._heads * d, h),
+            "post_attention_layernorm": norm,
+            "mlp_up_proj": k.gemm(t, h, up_cols),
+            "mlp_act": k.elementwise(act_bytes),
+            "mlp_down_proj": k.gemm(t, self._mlp, h),
+            "add": k.streaming(3 * t * h * b),
+            "all_reduce": 2 * k.allreduce(t * h * b, self.tensor_parallel),
+        }
+
+    def attention_layer(
+        self, prefill_chunks: Sequence[tuple[int, int]], num_decodes: int, decode_context: int
+    ) -> tuple[float, float]:
+        """(prefill, decode) attention seconds of one layer: ``prefill_chunks`` as
+        ``(cached, new)`` and ``num_decodes`` decodes reading ``decode_context`` tokens."""
+        head_dim = self.model.head_dim
+        prefill = self.kernels.prefill_attention(prefill_chunks, self._heads, head_dim)
+        decode = self.kernels.decode_attention(
+            num_decodes, decode_context, self._kv_bytes_per_layer_token
+        )
+        return prefill, decode
+
+    # -- per step -----------------------------------------------------------------------
     def execute(self, batch: Batch) -> float:
         """Predicted seconds for ``batch`` (the Executor seam); an empty batch takes 0."""
         return self.predict(*batch.shape())
@@ -175,7 +198,7 @@ class AnalyticCostModel:
         copy_blocks: int = 0,
     ) -> StepCost:
         """Like :meth:`predict`, split by cause."""
-        prefill_tokens = prefill_pairs = prefill_kv = 0
+        prefill_tokens = 0
         for start, num_tokens in prefill_chunks:
             if start < 0 or num_tokens < 1:
                 raise ValueError(
@@ -183,8 +206,6 @@ class AnalyticCostModel:
                     f"got ({start}, {num_tokens})"
                 )
             prefill_tokens += num_tokens
-            prefill_pairs += num_tokens * start + num_tokens * (num_tokens + 1) // 2
-            prefill_kv += start + 2 * num_tokens  # read the context, write the chunk
         num_decodes = int(decode_context_lens.shape[0])
         decode_context = int(decode_context_lens.sum()) if num_decodes else 0
         num_seqs = len(prefill_chunks) + num_decodes
@@ -192,21 +213,52 @@ class AnalyticCostModel:
             swap_blocks * self._s_per_swapped_block + copy_blocks * self._s_per_copied_block
         )
         if num_seqs == 0:
-            overhead = self.params.step_overhead_s if data_movement else 0.0
-            return StepCost(0.0, 0.0, 0.0, 0.0, data_movement, overhead)
-        tokens = prefill_tokens + num_decodes
-        linear = max(
-            tokens * self._s_per_linear_token + num_seqs * self._s_per_lm_head_seq,
-            self._s_weights,
+            cpu = self.params.cpu_step_overhead_s if data_movement else 0.0
+            return StepCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, data_movement, cpu)
+        layers = self.model.num_layers
+        linear, elementwise, allreduce = self._dense_s(prefill_tokens + num_decodes)
+        prefill, decode = self.attention_layer(prefill_chunks, num_decodes, decode_context)
+        cpu = self.params.cpu_step_overhead_s + num_seqs * self.params.cpu_per_seq_overhead_s
+        return StepCost(
+            linear,
+            elementwise,
+            layers * prefill,
+            layers * decode,
+            self._lm_head_s(num_seqs),
+            allreduce,
+            data_movement,
+            cpu,
         )
-        prefill = max(prefill_pairs * self._s_per_attention_pair, prefill_kv * self._s_per_kv_token)
-        decode = max(
-            decode_context * self._s_per_attention_pair,
-            (decode_context + num_decodes) * self._s_per_kv_token,
-        )
-        allreduce = tokens * self._s_allreduce_per_token + self._s_allreduce_fixed
-        overhead = self.params.step_overhead_s + num_seqs * self.params.per_seq_overhead_s
-        return StepCost(linear, prefill, decode, allreduce, data_movement, overhead)
+
+    def _dense_s(self, tokens: int) -> tuple[float, float, float]:
+        """(GEMMs, elementwise, all-reduce) seconds of all layers plus the embedding for
+        ``tokens`` tokens; computed once per token count."""
+        cached = self._dense.get(tokens)
+        if cached is None:
+            ops = self.layer_ops(tokens)
+            layers = self.model.num_layers
+            linear = layers * sum(ops[name] for name in _GEMMS)
+            allreduce = layers * ops["all_reduce"]
+            elementwise = layers * sum(ops.values()) - linear - allreduce
+            embedding = self.kernels.streaming(2 * tokens * self.model.hidden_size)
+            cached = self._dense[tokens] = (linear, elementwise + embedding, allreduce)
+        return cached
+
+    def _lm_head_s(self, num_seqs: int) -> float:
+        """Final norm, LM head and sampling for ``num_seqs`` sequences (one position
+        each); computed once per count. Each GPU holds ``vocab / tp`` columns and
+        samples from fp32 logits (read twice: softmax, then top-k/top-p)."""
+        cached = self._lm_head.get(num_seqs)
+        if cached is None:
+            m, k = self.model, self.kernels
+            vocab = m.vocab_size // self.tensor_parallel
+            logits_bytes = 4 * num_seqs * vocab
+            cached = self._lm_head[num_seqs] = (
+                k.elementwise(2 * num_seqs * m.hidden_size * m.dtype_bytes)
+                + k.gemm(num_seqs, m.hidden_size, vocab)
+                + k.elementwise(2 * logits_bytes)
+            )
+        return cached
 
 
 def _check_tensor_parallel(model: ModelSpec, tensor_parallel: int) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from sim.hints import did_you_mean
 from sim.schema import StrictModel
@@ -107,7 +107,9 @@ class ModelSpec(StrictModel):
 
 
 class HardwareSpec(StrictModel):
-    """One accelerator's datasheet figures (dense, no sparsity)."""
+    """One accelerator's datasheet figures (dense, no sparsity), plus two measured ones
+    the cost model needs: how many SMs share the work and what fraction of the datasheet
+    bandwidth a streaming kernel sustains."""
 
     name: str = "custom"
     #: dtype name -> dense peak FLOP/s
@@ -118,6 +120,15 @@ class HardwareSpec(StrictModel):
     host_link_bytes_s: PositiveFloat
     #: GPU <-> GPU bandwidth per GPU, one direction (NVLink; PCIe if none); used for TP
     interconnect_bytes_s: PositiveFloat
+    #: streaming multiprocessors, for tile and wave quantisation (None: not modelled)
+    num_sms: PositiveInt | None = None
+    #: sustained / datasheet memory bandwidth of a read-bound streaming kernel (86-95 %
+    #: on A100/H100/H200 in Azure's BabelStream runs; 0.9 where nobody has measured)
+    sustained_bandwidth_fraction: float = Field(default=0.9, gt=0.0, le=1.0)
+
+    @property
+    def sustained_bandwidth_bytes_s(self) -> float:
+        return self.mem_bandwidth_bytes_s * self.sustained_bandwidth_fraction
 
     @model_validator(mode="after")
     def _has_a_float_format(self) -> HardwareSpec:
@@ -243,7 +254,15 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
 # --- hardware presets ---------------------------------------------------------------------
 # Capacities are the datasheet's decimal GB (the usable figure nvidia-smi shows is a few
 # percent higher, so this errs on the small side). Links are one direction: the datasheets
-# quote NVLink and PCIe bidirectional totals, which we halve.
+# quote NVLink and PCIe bidirectional totals, which we halve. SM counts: A100 whitepaper
+# ("A100 Tensor Core GPU has 108 SMs"); H100 SXM5 132 (Chips and Cheese, "Nvidia's H100:
+# Funny L2, and Tons of Bandwidth", 2023, and deviceQuery); H200 132 (same GH100 die; 132
+# in te42kyfo/gpu-benches' H200 run); L4 58 and A40 84 (deviceQuery / gpu-benches).
+# Sustained bandwidth fractions are read-bound streaming kernels over the datasheet: the
+# BabelStream Dot kernel in Azure's AI-benchmarking-guide (ND A100 v4: 1.75 of 2.039 TB/s;
+# ND H100 v5: 3.18 of 3.35; ND H200 v5: 4.48 of 4.8) and the read kernel of
+# te42kyfo/gpu-benches' gpu-stream (A100 40GB 1490 of 1555 GB/s, A40 679 of 696); L4 has
+# no published run and keeps the 0.9 default.
 _GB = 1e9
 _TF = 1e12
 
@@ -257,6 +276,8 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
         mem_capacity_bytes=40 * 10**9,
         host_link_bytes_s=32 * _GB,
         interconnect_bytes_s=300 * _GB,
+        num_sms=108,
+        sustained_bandwidth_fraction=0.958,
     ),
     # NVIDIA A100 Tensor Core GPU datasheet (SXM, 80GB HBM2e): 2,039 GB/s
     "a100-80gb": HardwareSpec(
@@ -266,6 +287,8 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
         mem_capacity_bytes=80 * 10**9,
         host_link_bytes_s=32 * _GB,
         interconnect_bytes_s=300 * _GB,
+        num_sms=108,
+        sustained_bandwidth_fraction=0.86,
     ),
     # NVIDIA H100 Tensor Core GPU datasheet (SXM5, 80GB HBM3): 3.35 TB/s, NVLink 900 GB/s,
     # PCIe Gen5 128 GB/s; dense = half the "with sparsity" figures
@@ -282,6 +305,8 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
         mem_capacity_bytes=80 * 10**9,
         host_link_bytes_s=64 * _GB,
         interconnect_bytes_s=450 * _GB,
+        num_sms=132,
+        sustained_bandwidth_fraction=0.95,
     ),
     # NVIDIA H200 Tensor Core GPU datasheet (SXM, 141GB HBM3e): 4.8 TB/s, same compute and
     # links as H100 SXM
@@ -298,6 +323,8 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
         mem_capacity_bytes=141 * 10**9,
         host_link_bytes_s=64 * _GB,
         interconnect_bytes_s=450 * _GB,
+        num_sms=132,
+        sustained_bandwidth_fraction=0.93,
     ),
     # NVIDIA L4 Tensor Core GPU datasheet (24GB GDDR6): 300 GB/s, PCIe Gen4 x16 64 GB/s,
     # no NVLink (tensor parallelism goes over PCIe)
@@ -314,6 +341,25 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
         mem_capacity_bytes=24 * 10**9,
         host_link_bytes_s=32 * _GB,
         interconnect_bytes_s=32 * _GB,
+        num_sms=58,
+    ),
+    # NVIDIA A40 datasheet (48GB GDDR6): 696 GB/s, 149.7 TFLOPS dense BF16/FP16 tensor
+    # (299.4 with sparsity), 37.4 FP32, PCIe Gen4 x16 64 GB/s, NVLink bridge 112.5 GB/s
+    # bidirectional between pairs
+    "a40": HardwareSpec(
+        name="a40",
+        flops={
+            "fp32": 37.4 * _TF,
+            "tf32": 74.8 * _TF,
+            "bf16": 149.7 * _TF,
+            "fp16": 149.7 * _TF,
+        },
+        mem_bandwidth_bytes_s=696 * _GB,
+        mem_capacity_bytes=48 * 10**9,
+        host_link_bytes_s=32 * _GB,
+        interconnect_bytes_s=56.25 * _GB,
+        num_sms=84,
+        sustained_bandwidth_fraction=0.976,
     ),
 }
 
