@@ -224,6 +224,7 @@ def summarize(
     num_replicas: int = 1,
     block_size: int = 1,
     peak_used_blocks: Sequence[int] | None = None,
+    cost_model: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The content of summary.json (JSON-ready: Python numbers, None where undefined).
 
@@ -269,6 +270,8 @@ def summarize(
         "block_size": int(block_size),
         "kv": _kv_split(steps.as_array(), total_slots, block_size, _max(peak_used_blocks)),
     }
+    if cost_model is not None:
+        summary["cost_model"] = dict(cost_model)
     summary["steady_state"] = steady.steady_state(
         table,
         steps.as_array(),
@@ -582,8 +585,26 @@ def format_summary_table(summary: Mapping[str, Any]) -> str:
         ["KV split (time avg)", kv_split],
         ["KV peak used", f"{rows['KV peak used']}  ({rows['KV peak blocks']} blocks)"],
     ]
+    profile_note = _profile_note(summary.get("cost_model") or {})
+    if profile_note:
+        bottom.append(["cost model", profile_note])
     text_blocks = [_align_left(top), _align(latency), _align_left(bottom)]
     return "\n\n".join(text_blocks)
+
+
+def _profile_note(cost_model: Mapping[str, Any]) -> str:
+    """For a profile-driven run: how many steps needed the analytic model somewhere."""
+    if cost_model.get("kind") != "profile":
+        return ""
+    fallbacks = {k: v for k, v in (cost_model.get("fallback_steps") or {}).items() if v}
+    steps = cost_model.get("steps", 0)
+    if not fallbacks:
+        return f"profile: all {steps:,} steps inside the profile's grid"
+    parts = ", ".join(f"{part} {count:,}" for part, count in sorted(fallbacks.items()))
+    return (
+        f"profile: steps with a part outside the profile, predicted analytically: {parts} "
+        f"(of {steps:,} steps)"
+    )
 
 
 def _limiter_breakdown(window: Mapping[str, Any]) -> str:

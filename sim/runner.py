@@ -26,9 +26,11 @@ from policies.scheduling import SCHEDULERS
 from sim import metrics, report, workload
 from sim.costmodel import AnalyticCostModel, CostParams
 from sim.engine import Cluster, EngineConfig, Replica
+from sim.profile_costs import ProfileCostModel
 from sim.progress import Progress
 from sim.scenario import ScenarioError
 from sim.types import Request
+from sim.vidur_profiles import ProfileError, load_vidur_profile
 
 
 @dataclass
@@ -79,7 +81,29 @@ def build_executor(scenario, allocator: Allocator):
         from sim.calibration import build_calibrated_executor
 
         return build_calibrated_executor(scenario)
+    if scenario.cost_model.kind == "profile":
+        return build_profile_executor(scenario)
     return analytic_executor(scenario)
+
+
+def build_profile_executor(scenario) -> ProfileCostModel:
+    """The executor for ``cost_model: {kind: profile, ...}``. Raises ScenarioError (one
+    line) for a profile that cannot be read or has no rows for the scenario's model."""
+    spec = scenario.cost_model
+    device, model_name, network = spec.vidur_names(scenario.hardware, scenario.model)
+    try:
+        profile = load_vidur_profile(
+            spec.profile_dir,
+            model=scenario.model,
+            tensor_parallel=scenario.tensor_parallel,
+            device=device,
+            model_name=model_name,
+            network=network or None,
+            block_size=scenario.cache.block_size,
+        )
+    except ProfileError as err:
+        raise ScenarioError(f"{scenario.source}: cost_model.path: {err}") from None
+    return ProfileCostModel(profile, analytic_executor(scenario))
 
 
 def analytic_executor(scenario) -> AnalyticCostModel:
@@ -165,14 +189,16 @@ def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunR
         bar.update(finished[0])
 
     replicas = []
+    executors = []
     for index in range(scenario.routing.replicas):
         allocator = build_allocator(scenario)
+        executors.append(make_executor(scenario, allocator))
         replicas.append(
             Replica(
                 env,
                 index,
                 allocator,
-                make_executor(scenario, allocator),
+                executors[-1],
                 make_policy(
                     scenario,
                     SCHEDULERS,
@@ -212,9 +238,26 @@ def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunR
         # Blocks for the paged manager, slots for contiguous baselines: the fraction and
         # the slot count are the comparable figures.
         peak_used_blocks=[r.alloc.peak_used_blocks for r in replicas],
+        cost_model=cost_model_report(scenario, executors),
     )
     num_steps = sum(r.num_steps for r in replicas)
     return RunResult(requests, steps, summary, time.perf_counter() - wall_start, num_steps)
+
+
+def cost_model_report(scenario, executors) -> dict[str, Any]:
+    """summary.json's ``cost_model``: where step times came from, and for a profile the
+    steps (all replicas together) whose parts fell outside its grid."""
+    if scenario.backend.kind == "torch":
+        return {"kind": "measured", "backend": scenario.backend.device}
+    profiles = [e for e in executors if isinstance(e, ProfileCostModel)]
+    if not profiles:
+        return {"kind": scenario.cost_model.kind}
+    report = profiles[0].report()
+    report["steps"] = sum(p.num_steps for p in profiles)
+    report["fallback_steps"] = {
+        part: sum(p.fallback_steps[part] for p in profiles) for part in report["fallback_steps"]
+    }
+    return report
 
 
 def write_run(result: RunResult, scenario, out_dir: str | Path, *, html: bool = True) -> Path:

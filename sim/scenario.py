@@ -49,6 +49,7 @@ from sim.costmodel import CostParams, kv_pool_blocks
 from sim.hardware import HardwareSpec, ModelSpec, expand_preset
 from sim.hints import did_you_mean
 from sim.schema import StrictModel
+from sim.vidur_profiles import default_network, vidur_names
 from sim.workload import (
     ArrivalSpec,
     FileRef,
@@ -56,6 +57,7 @@ from sim.workload import (
     TraceArrival,
     WorkloadSpec,
     expand_length_shorthand,
+    resolve_existing_dir,
     resolve_existing_file,
 )
 
@@ -275,13 +277,29 @@ class BackendSpec(StrictModel):
 
 
 class CostModelSpec(FileRef):
-    """The analytic cost model, optionally with ``params`` overrides, or a calibrated
-    one read from ``file`` (relative to the scenario file)."""
+    """Where step times come from when ``backend.kind`` is ``model``:
+
+    * ``analytic`` (default): the kernel-level model of sim.costmodel, optionally with
+      ``params`` overrides;
+    * ``calibrated``: unit costs fitted to a profile, read from ``file``;
+    * ``profile``: Vidur's published GPU profiles (``format: vidur``) under ``path`` (its
+      ``data/profiling`` folder, or the folder holding ``mlp.csv``), interpolated; the
+      analytic model covers what lies outside them. ``device``, ``profile_model`` and
+      ``network`` are Vidur's names for the GPU, the model and the node (default: the
+      counterparts of the scenario's presets).
+
+    Paths are relative to the scenario file."""
 
     _file_field = "file"
-    kind: Literal["analytic", "calibrated"] = "analytic"
+    kind: Literal["analytic", "calibrated", "profile"] = "analytic"
     file: str | None = None
     params: CostParams | None = None
+    format: Literal["vidur"] = "vidur"
+    path: str | None = None
+    device: str | None = None
+    profile_model: str | None = None
+    network: str | None = None
+    _profile_dir: Path | None = PrivateAttr(default=None)
 
     @field_validator("file")
     @classmethod
@@ -290,11 +308,47 @@ class CostModelSpec(FileRef):
             resolve_existing_file(value, info)
         return value
 
+    @field_validator("path")
+    @classmethod
+    def _is_directory(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:
+            resolve_existing_dir(value, info)
+        return value
+
     @model_validator(mode="after")
-    def _file_for_calibrated(self) -> CostModelSpec:
+    def _inputs_for_kind(self, info: ValidationInfo) -> CostModelSpec:
         if self.kind == "calibrated" and self.file is None:
             raise _error_at("cost_model.file", "a calibrated cost model needs a file")
+        if self.kind == "profile" and self.path is None:
+            raise _error_at("cost_model.path", "a profile cost model needs a path (a folder)")
+        if self.path is not None:
+            self._profile_dir = resolve_existing_dir(self.path, info)
         return self
+
+    @property
+    def profile_dir(self) -> Path | None:
+        """The absolute profile folder (None unless ``path`` is set)."""
+        return self._profile_dir
+
+    def vidur_names(self, hardware: HardwareSpec, model: ModelSpec) -> tuple[str, str, str]:
+        """(device, model, network) names in Vidur's layout: the fields when set, else
+        the counterparts of the presets. Raises ValueError naming the field to set."""
+        device, model_name = vidur_names(hardware.name, model.name)
+        device = self.device or device
+        model_name = self.profile_model or model_name
+        if device is None:
+            raise _error_at(
+                "cost_model.device",
+                f"no Vidur device name is known for hardware {hardware.name!r}; set it "
+                f"(e.g. a100, h100)",
+            )
+        if model_name is None:
+            raise _error_at(
+                "cost_model.profile_model",
+                f"no Vidur model name is known for model {model.name!r}; set it (e.g. "
+                f"meta-llama/Meta-Llama-3-8B)",
+            )
+        return device, model_name, self.network or default_network(device) or ""
 
 
 class Scenario(StrictModel):
@@ -347,6 +401,8 @@ class Scenario(StrictModel):
                 "preemption.mode",
                 "swap needs CPU space: set cache.cpu_swap_gib or cache.num_cpu_blocks",
             )
+        if self.cost_model.kind == "profile":
+            self.cost_model.vidur_names(self.hardware, self.model)  # names must be known
         return self
 
     @property

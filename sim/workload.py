@@ -99,6 +99,14 @@ def resolve_existing_file(value: str, info: ValidationInfo) -> Path:
     return resolved
 
 
+def resolve_existing_dir(value: str, info: ValidationInfo) -> Path:
+    """The absolute path of an existing directory named in a scenario; ValueError if none."""
+    resolved = (_base_dir(info) / value).resolve()
+    if not resolved.is_dir():
+        raise ValueError(f"directory not found: {value} (looked for {resolved})")
+    return resolved
+
+
 class FileRef(StrictModel):
     """A section naming a file in its ``path`` field (or the field ``_file_field`` names;
     subclasses check it exists with :func:`resolve_existing_file`, on the field). The

@@ -373,3 +373,65 @@ def test_bad_prefill_chunk():
         tiny_model().predict([(0, 0)], NO_DECODES)
     with pytest.raises(ValueError, match="start >= 0"):
         tiny_model().predict([(-1, 4)], NO_DECODES)
+
+
+# --- against published measurements ------------------------------------------------------
+
+#: Whole-layer times (us) of Meta-Llama-3-8B on one A100 from Vidur's published profiles
+#: (microsoft/vidur, data/profiling/compute/a100/meta-llama/Meta-Llama-3-8B, MIT licence):
+#: the sum of the per-layer operators of mlp.csv at the step's token count plus the
+#: attention of attention.csv (its KV-save operator left out, see
+#: bench/costmodel_vs_profiles.py). Keys: ("decode", batch, context),
+#: ("prefill", tokens), ("mixed", prefill tokens, decode batch, context).
+A100_LLAMA_3_8B_LAYER_US = {
+    ("decode", 1, 4096): 328.0,
+    ("decode", 8, 128): 324.0,
+    ("decode", 16, 1024): 380.5,
+    ("decode", 64, 2048): 690.0,
+    ("decode", 128, 4096): 1717.0,
+    ("decode", 256, 1024): 1244.0,
+    ("prefill", 256): 631.0,
+    ("prefill", 1024): 2460.0,
+    ("prefill", 2048): 4807.0,
+    ("prefill", 4096): 9500.0,
+    # every prompt of 128 / 512 / 1024 / 2048 tokens with decodes of (8, 256), (32, 512),
+    # (64, 2048) and (128, 4096) whose token count the profile measured
+    ("mixed", 128, 8, 256): 595.5,
+    ("mixed", 128, 32, 512): 620.0,
+    ("mixed", 128, 64, 2048): 878.0,
+    ("mixed", 128, 128, 4096): 1929.0,
+    ("mixed", 512, 8, 256): 1275.5,
+    ("mixed", 512, 32, 512): 1405.5,
+    ("mixed", 512, 64, 2048): 1637.5,
+    ("mixed", 512, 128, 4096): 2859.5,
+    ("mixed", 1024, 32, 512): 2628.5,
+    ("mixed", 1024, 64, 2048): 2995.0,
+    ("mixed", 1024, 128, 4096): 3978.0,
+    ("mixed", 2048, 32, 512): 5009.0,
+    ("mixed", 2048, 64, 2048): 5366.0,
+    ("mixed", 2048, 128, 4096): 6387.5,
+}
+_VIDUR_LAYER_OPS = tuple(op for op in LAYER_OPS if op not in ("kv_cache_save", "all_reduce"))
+
+
+def _layer_us(model: AnalyticCostModel, key: tuple) -> float:
+    regime, *shape = key
+    chunks = [(0, shape[0])] if regime in ("prefill", "mixed") else []
+    batch, context = (shape[-2], shape[-1]) if regime in ("decode", "mixed") else (0, 0)
+    tokens = sum(n for _, n in chunks) + batch
+    ops = model.layer_ops(tokens)
+    dense = sum(ops[op] for op in _VIDUR_LAYER_OPS) + ops["kv_cache_save"]
+    return 1e6 * (dense + sum(model.attention_layer(chunks, batch, batch * context)))
+
+
+def test_layer_time_is_within_the_target_of_published_a100_measurements():
+    """Issue 10's target, per regime: mean absolute error <= 10 %, no point beyond 20 %
+    (a wave more or less of a GEMM at ~520 tokens costs up to 18 %)."""
+    model = AnalyticCostModel(LLAMA_8B, HARDWARE_PRESETS["a100-80gb"])
+    errors: dict[str, list[float]] = {}
+    for key, measured in A100_LLAMA_3_8B_LAYER_US.items():
+        error = (_layer_us(model, key) - measured) / measured
+        assert abs(error) <= 0.20, (key, error)
+        errors.setdefault(key[0], []).append(abs(error))
+    for regime, values in errors.items():
+        assert sum(values) / len(values) <= 0.10, regime
