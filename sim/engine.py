@@ -86,6 +86,8 @@ class Replica:
         outputs: TokenSource,
         on_step: Callable[..., None],
         on_done: Callable[[Request], None],
+        *,
+        batching,
     ):
         self.env = env
         self.index = index
@@ -116,7 +118,14 @@ class Replica:
         # Reserving (contiguous) allocators size a request's region from the start
         # (``reserve(prompt, max_new_tokens)``), so they always admit by whole prompt.
         self.reserve = getattr(allocator, "reservation_size", None)
-        self.first_chunk_admission = config.admission == "first-chunk" and self.reserve is None
+        # The batching mode composes each step (policies.batching); prompts are cut into
+        # chunks only if both the scenario and the mode allow it.
+        self.batching = batching
+        self.chunking = config.chunked_prefill and batching.chunks_prompts
+        # Admitting by first chunk only makes sense when prompts run in chunks.
+        self.first_chunk_admission = (
+            config.admission == "first-chunk" and self.reserve is None and self.chunking
+        )
         self.process = env.process(self.loop())
 
     # -- what policies may look at (policies/ Protocols; nothing here is mutated) -----
@@ -200,7 +209,7 @@ class Replica:
         if prompt + out > self.cfg.max_model_len:
             limit = self.cfg.max_model_len
             return f"prompt+output {prompt + out} tokens exceed max_model_len {limit}"
-        if not self.cfg.chunked_prefill and prompt > self.cfg.max_num_batched_tokens:
+        if not self.chunking and prompt > self.cfg.max_num_batched_tokens:
             return (
                 f"prompt {prompt} tokens exceed max_num_batched_tokens "
                 f"{self.cfg.max_num_batched_tokens} without chunked prefill"
@@ -271,10 +280,9 @@ class Replica:
         plan = StepPlan()
         moves = Moves()
         self.swap_in_waiting(moves)
-        decode_ids, decode_ctx, decode_tokens = self.schedule_decodes(plan, moves)
-        budget = self.cfg.max_num_batched_tokens - len(decode_ids)
-        budget = self.schedule_running_prefills(plan, budget)
-        self.admit_waiting(plan, budget)
+        step = _StepBuilder(self, plan, moves)
+        self.batching.compose(step)
+        decode_ids, decode_ctx, decode_tokens = step.decode_arrays
         chunks = tuple(
             PrefillChunk(s.seq_id, s.computed, s.tokens[s.computed : s.computed + n])
             for s, n in plan.chunks
@@ -350,39 +358,51 @@ class Replica:
 
     def chunk_size(self, seq: PrefillSeq, budget: int, plan: StepPlan) -> int:
         """Prompt tokens of ``seq`` to compute this step (0: none)."""
-        remaining = seq.tokens.shape[0] - seq.computed
-        if self.cfg.chunked_prefill or remaining <= budget:
+        return self.whole_prompt_size(seq.tokens.shape[0] - seq.computed, budget, plan)
+
+    def whole_prompt_size(self, remaining: int, budget: int, plan: StepPlan) -> int:
+        """Tokens of a prompt with ``remaining`` to compute that this step takes: up to
+        the budget with chunking; else all of them or none, except that a prompt longer
+        than the budget (a resumed request's prompt + outputs) may run alone, so that it
+        cannot wait forever."""
+        if self.chunking or remaining <= budget:
             return min(remaining, budget)
-        # Without chunking a prompt runs whole; one longer than the budget (a resumed
-        # request's prompt + outputs) may still run alone so it cannot wait forever.
         alone = not plan.chunks and not plan.decode_rows
         return remaining if alone else 0
 
     def num_running_seqs(self) -> int:
         return len(self.decodes) + len(self.prefilling)
 
-    def admit_waiting(self, plan: StepPlan, budget: int) -> None:
-        """Admit waiting requests in the scheduler's order while slots, budget and memory
-        last; records in ``plan.limit`` what stopped admission with requests left."""
+    def admit_waiting(
+        self, plan: StepPlan, budget: int, only: Callable[[Request], bool] | None = None
+    ) -> tuple[list[Request], int]:
+        """Admit waiting requests in the scheduler's order (those ``only`` accepts, up to
+        the first it refuses) while slots, budget and memory last; records in
+        ``plan.limit`` what stopped admission with requests left. Returns the requests
+        admitted and the budget left."""
         if not self.waiting:
-            return
+            return [], budget
         plan.limit = self.admission_limit(budget)
         if plan.limit != Limit.NONE:
-            return  # (before asking the scheduler to order a possibly long queue)
+            return [], budget  # (before asking the scheduler to order a long queue)
         admitted = []
         for entry in self.scheduler.order(self.waiting, self):
             plan.limit = self.admission_limit(budget)
             if plan.limit != Limit.NONE:
                 break
+            if only is not None and not only(entry.request):
+                plan.limit = Limit.POLICY  # the batching mode holds the rest back
+                break
             seq = entry.seq
+            if not self.chunking and not self.fits_whole(seq, budget, plan):
+                plan.limit = Limit.TOKEN_BUDGET  # a whole prompt waits for a later step
+                break
             cached = self.admit(seq, budget)
             if cached is None:
                 # Head of line does not fit now: wait, do not let others jump it.
                 plan.limit = Limit.KV_BLOCKS
                 break
             admitted.append(entry)
-            # Without chunking a prompt longer than what is left waits, admitted (its
-            # memory held), for the next step.
             take = self.chunk_size(seq, budget, plan)
             if take:
                 plan.chunks.append((seq, take))
@@ -391,6 +411,14 @@ class Replica:
             self.waiting.remove(entry)
         if self.waiting and plan.limit == Limit.NONE:
             plan.limit = Limit.POLICY  # the scheduler offered no more of the queue
+        return [entry.request for entry in admitted], budget
+
+    def fits_whole(self, seq: PrefillSeq, budget: int, plan: StepPlan) -> bool:
+        """Without chunking: whether ``seq``'s whole uncached prompt runs this step."""
+        cached = self.alloc.cached_prefix_tokens(seq.tokens, salt=seq.request.tenant)
+        total = seq.tokens.shape[0]
+        to_compute = total - min(cached, total - 1)
+        return self.whole_prompt_size(to_compute, budget, plan) > 0
 
     def admission_limit(self, budget: int) -> Limit:
         """Which engine limit forbids admitting one more request now (NONE: none)."""
@@ -648,6 +676,51 @@ class Replica:
         seq = self.waiting[0].seq
         remaining_out = seq.request.output_len - seq.generated
         return self.blocks_for(seq.tokens.shape[0], remaining_out) * self.alloc.block_size
+
+
+class _StepBuilder:
+    """The moves a batching mode composes a step from (policies.batching.StepBuilder);
+    it keeps the step's token budget. Each move runs at most once per step."""
+
+    _NO_DECODES = (
+        np.zeros(0, dtype=np.int64),
+        np.zeros(0, dtype=np.int64),
+        np.zeros(0, dtype=np.int32),
+    )
+
+    def __init__(self, replica: Replica, plan: StepPlan, moves: Moves):
+        self._replica, self._plan, self._moves = replica, plan, moves
+        self._budget = replica.cfg.max_num_batched_tokens
+        self.decode_arrays = self._NO_DECODES
+        self._done: set[str] = set()
+
+    def _once(self, move: str) -> None:
+        if move in self._done:
+            raise RuntimeError(f"batching mode called step.{move}() twice in one step")
+        self._done.add(move)
+
+    def decodes(self) -> None:
+        self._once("decodes")
+        self.decode_arrays = self._replica.schedule_decodes(self._plan, self._moves)
+        self._budget -= self.decode_arrays[0].shape[0]
+
+    def running_prefills(self) -> None:
+        self._once("running_prefills")
+        self._budget = self._replica.schedule_running_prefills(self._plan, self._budget)
+
+    def admit(self, only: Callable[[Request], bool] | None = None) -> list[Request]:
+        self._once("admit")
+        admitted, self._budget = self._replica.admit_waiting(self._plan, self._budget, only)
+        return admitted
+
+    @property
+    def has_prefill_chunks(self) -> bool:
+        return bool(self._plan.chunks)
+
+    @property
+    def replica_empty(self) -> bool:
+        replica = self._replica
+        return not (replica.prefilling or len(replica.decodes) or replica.swapped)
 
 
 class _VictimView:

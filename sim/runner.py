@@ -18,6 +18,7 @@ import simpy
 from backend.base import Allocator
 from backend.blocks import BlockManager
 from backend.contiguous import make_contiguous
+from policies.batching import BATCHING
 from policies.eviction import EVICTORS
 from policies.preemption import VICTIMS
 from policies.registry import UnknownPolicy
@@ -211,6 +212,9 @@ def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunR
                 outputs,
                 on_step,
                 on_done,
+                batching=make_policy(
+                    scenario, BATCHING, "scheduler.batching", scenario.scheduler.batching
+                ),
             )
         )
     router = make_policy(

@@ -94,6 +94,7 @@ ResolvedHardware = Annotated[
 # --------------------------------------------------------------------------------------
 
 _REGISTRIES = {
+    "batching": "BATCHING",
     "scheduling": "SCHEDULERS",
     "preemption": "VICTIMS",
     "eviction": "EVICTORS",
@@ -192,11 +193,19 @@ class SchedulerSpec(StrictModel):
     #: "whole-prompt": admit only if the whole prompt's KV fits now; "first-chunk": only
     #: the first chunk must fit, later chunks take blocks as they run (paged only)
     admission: Literal["whole-prompt", "first-chunk"] = "whole-prompt"
+    #: which kinds of work a step may hold (policies.batching): mixed, prefill-first,
+    #: decode-first or static
+    batching: str = Field(default="mixed", validate_default=True)
 
     @field_validator("policy")
     @classmethod
     def _registered(cls, name: str) -> str:
         return _check_policy("scheduling", name)
+
+    @field_validator("batching")
+    @classmethod
+    def _registered_batching(cls, name: str) -> str:
+        return _check_policy("batching", name)
 
 
 class PreemptionSpec(StrictModel):

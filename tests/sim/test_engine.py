@@ -9,6 +9,7 @@ import simpy
 
 from backend.blocks import BlockManager
 from backend.contiguous import make_contiguous
+from policies.batching import BATCHING
 from policies.preemption import VICTIMS
 from policies.routing import ROUTERS
 from policies.scheduling import SCHEDULERS
@@ -52,7 +53,7 @@ def request(req_id, arrival, prompt_len, output_len, **kw):
     return Request(req_id=req_id, arrival_s=arrival, prompt=prompt, output_len=output_len, **kw)
 
 
-def run(requests, allocator, config=None, seconds=1.0, mode="recompute"):
+def run(requests, allocator, config=None, seconds=1.0, mode="recompute", batching="mixed"):
     env = simpy.Environment()
     executor = FixedStep(seconds)
     done = []
@@ -68,6 +69,7 @@ def run(requests, allocator, config=None, seconds=1.0, mode="recompute"):
         Outputs(),
         on_step=lambda *a: None,
         on_done=done.append,
+        batching=BATCHING.get(batching)(),
     )
     cluster = Cluster(env, [replica], ROUTERS.get("round-robin")())
     env.process(cluster.arrivals(requests))

@@ -29,6 +29,7 @@ import numpy as np
 from hypothesis import event, given
 from hypothesis import strategies as st
 
+from policies.batching import BATCHING
 from policies.eviction import EVICTORS
 from policies.preemption import VICTIMS
 from policies.routing import ROUTERS
@@ -127,6 +128,7 @@ def scenarios(draw) -> dict:
         "chunked_prefill": draw(st.booleans()),
         "watermark": draw(st.sampled_from([0.0, 0.01, 0.1, 0.3])),
         "admission": draw(st.sampled_from(["whole-prompt", "first-chunk"])),
+        "batching": draw(st.sampled_from(BATCHING.names())),
     }
     n = draw(st.integers(1, 3))
     modes = ["recompute", "swap", "swap"] if num_cpu_blocks else ["recompute"]

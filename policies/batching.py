@@ -1,0 +1,129 @@
+"""Batching modes: which kinds of work one engine step may hold.
+
+Every step the engine asks the replica's mode to *compose* the step from three moves,
+in the order the mode calls them (each at most once per step):
+
+* ``step.decodes()``: every running sequence in its decode phase gets one token (it may
+  preempt another request when the KV pool runs out);
+* ``step.running_prefills()``: prompts already admitted get their next chunk;
+* ``step.admit(only=None)``: waiting requests are admitted, in the scheduler's order,
+  into what is left of the token budget; ``only(request)`` may restrict which.
+
+A mode also says whether prompts may be cut into chunks (``chunks_prompts``; the
+scenario's ``scheduler.chunked_prefill`` must allow it too). Without chunking a prompt is
+admitted only when all of it fits what is left of the step's token budget, or runs alone.
+
+The modes users compare (Vidur models several of them as replica schedulers):
+
+* ``mixed`` (default; vLLM V1, Sarathi-Serve): decodes, then chunks of running and new
+  prompts under the token budget, in one step.
+* ``prefill-first`` (vLLM before chunked prefill, Orca-style admission): a step holds
+  either prompts or decodes, never both; whenever a prompt can be admitted, it runs
+  first and the decodes wait a step.
+* ``decode-first``: decodes every step; new prompts only into the budget the decodes
+  leave, whole (no chunking).
+* ``static`` (request-level batching, as in FasterTransformer or early TGI): a batch is
+  formed when the replica is empty and runs until all its requests finish; nothing new
+  is admitted meanwhile (a member preempted by recompute may come back).
+
+Policies never import the engine: the step builder is the :class:`StepBuilder` protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from policies.registry import Registry
+
+__all__ = ["BATCHING", "BatchingMode", "StepBuilder"]
+
+
+class StepBuilder(Protocol):
+    """What a batching mode may do with the step being planned (the engine provides it)."""
+
+    def decodes(self) -> None: ...
+
+    def running_prefills(self) -> None: ...
+
+    def admit(self, only: Callable[[Any], bool] | None = None) -> list[Any]:
+        """Admit waiting requests (those ``only`` accepts, stopping at the first it
+        refuses); returns the requests admitted."""
+        ...
+
+    @property
+    def has_prefill_chunks(self) -> bool:
+        """Whether the step holds any prompt chunk so far."""
+        ...
+
+    @property
+    def replica_empty(self) -> bool:
+        """No sequence running, prefilling or swapped out on this replica."""
+        ...
+
+
+class BatchingMode(Protocol):
+    chunks_prompts: bool
+
+    def compose(self, step: StepBuilder) -> None:
+        """Plan one step with ``step``'s moves; mutates the mode's own state only."""
+        ...
+
+
+BATCHING: Registry = Registry("batching")
+
+
+@BATCHING.register("mixed")
+class Mixed:
+    """Decodes, running prompt chunks and new prompts share each step's token budget."""
+
+    chunks_prompts = True
+
+    def compose(self, step: StepBuilder) -> None:
+        step.decodes()
+        step.running_prefills()
+        step.admit()
+
+
+@BATCHING.register("prefill-first")
+class PrefillFirst:
+    """A step of whole prompts whenever one can be admitted, else a step of decodes."""
+
+    chunks_prompts = False
+
+    def compose(self, step: StepBuilder) -> None:
+        step.running_prefills()
+        step.admit()
+        if not step.has_prefill_chunks:
+            step.decodes()
+
+
+@BATCHING.register("decode-first")
+class DecodeFirst:
+    """Every decode each step; whole prompts only in the budget the decodes leave."""
+
+    chunks_prompts = False
+
+    def compose(self, step: StepBuilder) -> None:
+        step.decodes()
+        step.running_prefills()
+        step.admit()
+
+
+@BATCHING.register("static")
+class Static:
+    """Request-level batching: admit a batch into an empty replica, then nothing new
+    until every member has finished."""
+
+    chunks_prompts = True
+
+    def __init__(self) -> None:
+        self._members: set[int] = set()
+
+    def compose(self, step: StepBuilder) -> None:
+        step.decodes()
+        step.running_prefills()
+        if step.replica_empty and not step.has_prefill_chunks:
+            self._members = {request.req_id for request in step.admit()}
+        else:
+            step.admit(only=lambda request: request.req_id in self._members)
