@@ -6,8 +6,10 @@ in the order the mode calls them (each at most once per step):
 * ``step.decodes()``: every running sequence in its decode phase gets one token (it may
   preempt another request when the KV pool runs out);
 * ``step.running_prefills()``: prompts already admitted get their next chunk;
-* ``step.admit(only=None)``: waiting requests are admitted, in the scheduler's order,
-  into what is left of the token budget; ``only(request)`` may restrict which.
+* ``step.admit(only=None, beyond_budget=False)``: waiting requests are admitted, in the
+  scheduler's order, into what is left of the token budget; ``only(request)`` may
+  restrict which, and ``beyond_budget`` admits past a spent budget (those prompts run
+  in the next steps).
 
 A mode also says whether prompts may be cut into chunks (``chunks_prompts``; the
 scenario's ``scheduler.chunked_prefill`` must allow it too). Without chunking a prompt is
@@ -22,9 +24,10 @@ The modes users compare (Vidur models several of them as replica schedulers):
   first and the decodes wait a step.
 * ``decode-first``: decodes every step; new prompts only into the budget the decodes
   leave, whole (no chunking).
-* ``static`` (request-level batching, as in FasterTransformer or early TGI): a batch is
-  formed when the replica is empty and runs until all its requests finish; nothing new
-  is admitted meanwhile (a member preempted by recompute may come back).
+* ``static`` (request-level batching, as in FasterTransformer or early TGI): a batch of
+  up to ``max_num_seqs`` requests (as memory allows) is formed when the replica is
+  empty and runs until all its requests finish; nothing new is admitted meanwhile (a
+  member preempted by recompute may come back).
 
 Policies never import the engine: the step builder is the :class:`StepBuilder` protocol.
 """
@@ -46,9 +49,12 @@ class StepBuilder(Protocol):
 
     def running_prefills(self) -> None: ...
 
-    def admit(self, only: Callable[[Any], bool] | None = None) -> list[Any]:
+    def admit(
+        self, only: Callable[[Any], bool] | None = None, beyond_budget: bool = False
+    ) -> list[Any]:
         """Admit waiting requests (those ``only`` accepts, stopping at the first it
-        refuses); returns the requests admitted."""
+        refuses; with ``beyond_budget`` also when the step's token budget is spent,
+        their prompts then run in later steps); returns the requests admitted."""
         ...
 
     @property
@@ -123,7 +129,9 @@ class Static:
     def compose(self, step: StepBuilder) -> None:
         step.decodes()
         step.running_prefills()
-        if step.replica_empty and not step.has_prefill_chunks:
-            self._members = {request.req_id for request in step.admit()}
+        if step.replica_empty:
+            # The whole batch, up to max_num_seqs and memory, is formed now; prompts the
+            # step's budget cannot hold yet are computed in the next steps.
+            self._members = {request.req_id for request in step.admit(beyond_budget=True)}
         else:
             step.admit(only=lambda request: request.req_id in self._members)

@@ -374,36 +374,43 @@ class Replica:
         return len(self.decodes) + len(self.prefilling)
 
     def admit_waiting(
-        self, plan: StepPlan, budget: int, only: Callable[[Request], bool] | None = None
+        self,
+        plan: StepPlan,
+        budget: int,
+        only: Callable[[Request], bool] | None = None,
+        beyond_budget: bool = False,
     ) -> tuple[list[Request], int]:
         """Admit waiting requests in the scheduler's order (those ``only`` accepts, up to
-        the first it refuses) while slots, budget and memory last; records in
-        ``plan.limit`` what stopped admission with requests left. Returns the requests
-        admitted and the budget left."""
+        the first it refuses) while slots, budget and memory last; with
+        ``beyond_budget`` a spent budget does not stop admission (those requests hold
+        their memory and start computing in later steps). Records in ``plan.limit``
+        what stopped admission with requests left. Returns the requests admitted and
+        the budget left."""
         if not self.waiting:
             return [], budget
-        plan.limit = self.admission_limit(budget)
+        plan.limit = self.admission_limit(budget, beyond_budget)
         if plan.limit != Limit.NONE:
             return [], budget  # (before asking the scheduler to order a long queue)
         admitted = []
         for entry in self.scheduler.order(self.waiting, self):
-            plan.limit = self.admission_limit(budget)
+            plan.limit = self.admission_limit(budget, beyond_budget)
             if plan.limit != Limit.NONE:
                 break
             if only is not None and not only(entry.request):
                 plan.limit = Limit.POLICY  # the batching mode holds the rest back
                 break
             seq = entry.seq
-            if not self.chunking and not self.fits_whole(seq, budget, plan):
+            whole = self.chunking or beyond_budget or self.fits_whole(seq, budget, plan)
+            if not whole:
                 plan.limit = Limit.TOKEN_BUDGET  # a whole prompt waits for a later step
                 break
-            cached = self.admit(seq, budget)
+            cached = self.admit(seq, max(budget, 0))
             if cached is None:
                 # Head of line does not fit now: wait, do not let others jump it.
                 plan.limit = Limit.KV_BLOCKS
                 break
             admitted.append(entry)
-            take = self.chunk_size(seq, budget, plan)
+            take = self.chunk_size(seq, budget, plan) if budget > 0 else 0
             if take:
                 plan.chunks.append((seq, take))
                 budget -= take
@@ -420,11 +427,11 @@ class Replica:
         to_compute = total - min(cached, total - 1)
         return self.whole_prompt_size(to_compute, budget, plan) > 0
 
-    def admission_limit(self, budget: int) -> Limit:
+    def admission_limit(self, budget: int, beyond_budget: bool = False) -> Limit:
         """Which engine limit forbids admitting one more request now (NONE: none)."""
         if self.num_running_seqs() >= self.cfg.max_num_seqs:
             return Limit.MAX_NUM_SEQS
-        if budget <= 0:
+        if budget <= 0 and not beyond_budget:
             return Limit.TOKEN_BUDGET
         return Limit.NONE
 
@@ -440,7 +447,7 @@ class Replica:
         if self.first_chunk_admission or watermark:
             cached = self.alloc.cached_prefix_tokens(seq.tokens, salt=request.tenant)
             if self.first_chunk_admission:
-                tokens = seq.tokens[: min(total, cached + budget)]
+                tokens = seq.tokens[: min(total, cached + max(budget, 1))]
             if watermark:
                 # The watermark keeps headroom so running sequences can grow (vLLM's
                 # watermark); it is waived on an empty replica, where nothing could grow.
@@ -708,9 +715,13 @@ class _StepBuilder:
         self._once("running_prefills")
         self._budget = self._replica.schedule_running_prefills(self._plan, self._budget)
 
-    def admit(self, only: Callable[[Request], bool] | None = None) -> list[Request]:
+    def admit(
+        self, only: Callable[[Request], bool] | None = None, beyond_budget: bool = False
+    ) -> list[Request]:
         self._once("admit")
-        admitted, self._budget = self._replica.admit_waiting(self._plan, self._budget, only)
+        admitted, self._budget = self._replica.admit_waiting(
+            self._plan, self._budget, only, beyond_budget
+        )
         return admitted
 
     @property

@@ -500,7 +500,6 @@ def summary_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("rejected", str(s.get("num_rejected", "-"))),
         ("steady throughput req/s", _num(window.get("throughput_rps"))),
         ("steady throughput tok/s", _num(window.get("throughput_tok_s"), 1)),
-        ("steady goodput req/s", _num(window.get("goodput_rps"))),
         ("whole-run throughput req/s", _num(s.get("throughput_rps"))),
         ("whole-run throughput tok/s", _num(s.get("throughput_tok_s"), 1)),
     ]
@@ -508,8 +507,8 @@ def summary_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
         dist = _latency(s, key)
         rows += [(f"{label} {p} ms", _ms(dist.get(p))) for p in ("p50", "p90", "p99")]
     rows += [
-        ("goodput", _pct(s.get("goodput"))),
-        ("goodput req/s", _num(s.get("goodput_rps"))),
+        ("goodput", _pct(window.get("goodput", s.get("goodput")))),
+        ("goodput req/s", _num(window.get("goodput_rps", s.get("goodput_rps")))),
         ("mean batch", _num(s.get("mean_batch_size"), 1)),
         ("preemptions", str(s.get("num_preemptions", "-"))),
         ("prefix hit rate", _pct(s.get("prefix_hit_rate"))),
