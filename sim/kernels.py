@@ -18,7 +18,7 @@ uses them.
   ``num_sms`` tiles. With fewer tiles than SMs, split-K spreads the reduction over the
   idle SMs and the whole GPU works on it.
 * **Streaming** kernels (weight reads inside GEMVs, KV-cache writes, residual adds, block
-  copies, decode attention) move bytes at ``memory_efficiency`` of the sustained
+  copies) move bytes at ``memory_efficiency`` of the sustained
   bandwidth; **elementwise** kernels with reductions or transcendental math (RMSNorm,
   rotary embedding, SiLU-and-multiply, sampling) at ``elementwise_efficiency``.
 * **Prefill attention** (FlashAttention-style, causal): one CTA per (head, 128-query
@@ -29,8 +29,8 @@ uses them.
   peak.
 * **Decode attention** reads each sequence's KV (``decode_seq_overhead_tokens`` more per
   sequence for its page-table walk, query load and output write) at
-  ``memory_efficiency``, after a floor of ``decode_attention_floor_s`` (a split-KV
-  kernel plus the kernel merging its partial results).
+  ``decode_attention_efficiency``, after a floor of ``decode_attention_floor_s`` (a
+  split-KV kernel plus the kernel merging its partial results).
 * **All-reduce** (tensor parallelism): a ring moves ``2 (tp-1)/tp`` of the message over
   the interconnect at ``interconnect_efficiency`` after ``allreduce_latency_s``.
 
@@ -94,6 +94,11 @@ class CostParams(StrictModel):
     #: reaches 0.30, 0.43 and 0.53 of peak at 0.5k, 1k and 2k tokens against 0.62 at 16k:
     #: a CTA visiting k tiles on average runs at k / (k + ~2) of its long-sequence speed.
     attention_cta_overhead_tiles: float = Field(default=2.0, ge=0.0)
+    #: Fraction of the sustained read bandwidth that paged decode attention reaches on
+    #: long contexts: FlashInfer's batch decode uses 88 % of H100's datasheet bandwidth at
+    #: 1k tokens (flashinfer.ai blog, 2024-02-02), 0.97 of its 0.95 once the per-sequence
+    #: cost below is counted.
+    decode_attention_efficiency: Fraction = 0.97
     #: Fixed cost of one decoding sequence in KV tokens read: FlashInfer's batch decode
     #: (batch 64, H100) uses 41 / 64 / 83 / 88 % of the bandwidth at 32 / 128 / 512 /
     #: 1k-token contexts, i.e. each sequence costs like ~45 more tokens.
@@ -129,6 +134,9 @@ class GpuKernels:
         self.peak_flops = hardware.peak_flops(dtype_bytes)
         self.num_sms = hardware.num_sms
         self._stream_bytes_s = hardware.sustained_bandwidth_bytes_s * params.memory_efficiency
+        self._decode_bytes_s = (
+            hardware.sustained_bandwidth_bytes_s * params.decode_attention_efficiency
+        )
         self._elementwise_bytes_s = (
             hardware.sustained_bandwidth_bytes_s * params.elementwise_efficiency
         )
@@ -208,7 +216,7 @@ class GpuKernels:
             return 0.0
         tokens = context_tokens + self.params.decode_seq_overhead_tokens * num_seqs
         return self.params.decode_attention_floor_s + tokens * kv_bytes_per_token / (
-            self._stream_bytes_s
+            self._decode_bytes_s
         )
 
     # -- communication ------------------------------------------------------------------

@@ -33,6 +33,7 @@ TOY_GPU = HardwareSpec(
 TOY_PARAMS = CostParams(
     gemm_efficiency=0.5,
     memory_efficiency=0.5,
+    decode_attention_efficiency=0.5,
     elementwise_efficiency=0.25,
     attention_efficiency=0.5,
     roofline_sharpness=1000.0,

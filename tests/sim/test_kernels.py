@@ -28,6 +28,7 @@ TOY = HardwareSpec(
 EXACT = CostParams(
     gemm_efficiency=1.0,
     memory_efficiency=1.0,
+    decode_attention_efficiency=1.0,
     elementwise_efficiency=1.0,
     attention_efficiency=1.0,
     interconnect_efficiency=1.0,
