@@ -105,15 +105,11 @@ class PrefillFirst:
 
 
 @BATCHING.register("decode-first")
-class DecodeFirst:
-    """Every decode each step; whole prompts only in the budget the decodes leave."""
+class DecodeFirst(Mixed):
+    """Every decode each step; whole prompts only in the budget the decodes leave: the
+    mixed step without chunking."""
 
     chunks_prompts = False
-
-    def compose(self, step: StepBuilder) -> None:
-        step.decodes()
-        step.running_prefills()
-        step.admit()
 
 
 @BATCHING.register("static")

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sim.costmodel import LAYER_OPS
 from sim.hardware import ModelSpec
 
 __all__ = [
@@ -50,18 +51,10 @@ __all__ = [
     "vidur_names",
 ]
 
-#: Per-layer operators of mlp.csv, in Vidur's names (the embedding is once per step).
-DENSE_OPS = (
-    "input_layernorm",
-    "attn_pre_proj",
-    "attn_rope",
-    "attn_post_proj",
-    "post_attention_layernorm",
-    "mlp_up_proj",
-    "mlp_act",
-    "mlp_down_proj",
-    "add",
-)
+#: Per-layer operators of mlp.csv (the embedding is once per step): the analytic model's
+#: layer operators, which carry Vidur's names, but the KV save (attention.csv) and the
+#: all-reduce (all_reduce.csv).
+DENSE_OPS = tuple(op for op in LAYER_OPS if op not in ("kv_cache_save", "all_reduce"))
 _OPTIONAL_DENSE = frozenset({"post_attention_layernorm", "add"})  # Vidur fills them with 0
 _RESHAPES = ("attn_input_reshape", "attn_output_reshape")
 _CPU_PARTS = ("schedule", "sampler_e2e", "prepare_inputs_e2e", "process_model_outputs")

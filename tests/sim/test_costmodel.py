@@ -13,6 +13,7 @@ from backend.base import BlockMove
 from backend.step import Batch, PrefillChunk
 from sim.costmodel import LAYER_OPS, AnalyticCostModel, CostParams, kv_pool_blocks
 from sim.hardware import HARDWARE_PRESETS, MODEL_PRESETS, HardwareSpec
+from sim.vidur_profiles import DENSE_OPS
 
 TINY = MODEL_PRESETS["tiny"]
 LLAMA_8B = MODEL_PRESETS["llama-3-8b"]
@@ -412,7 +413,6 @@ A100_LLAMA_3_8B_LAYER_US = {
     ("mixed", 2048, 64, 2048): 5366.0,
     ("mixed", 2048, 128, 4096): 6387.5,
 }
-_VIDUR_LAYER_OPS = tuple(op for op in LAYER_OPS if op not in ("kv_cache_save", "all_reduce"))
 
 
 def _layer_us(model: AnalyticCostModel, key: tuple) -> float:
@@ -421,7 +421,7 @@ def _layer_us(model: AnalyticCostModel, key: tuple) -> float:
     batch, context = (shape[-2], shape[-1]) if regime in ("decode", "mixed") else (0, 0)
     tokens = sum(n for _, n in chunks) + batch
     ops = model.layer_ops(tokens)
-    dense = sum(ops[op] for op in _VIDUR_LAYER_OPS) + ops["kv_cache_save"]
+    dense = sum(ops[op] for op in DENSE_OPS) + ops["kv_cache_save"]
     return 1e6 * (dense + sum(model.attention_layer(chunks, batch, batch * context)))
 
 
