@@ -74,7 +74,9 @@ LAYER_OPS = (
     "add",
     "all_reduce",
 )
-_GEMMS = frozenset({"attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"})
+# A tuple, not a set: summed in a fixed order, the floats come out the same whatever the
+# process's string-hash seed (a set's order is not, and neither is the last bit of a sum).
+_GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 
 
 class StepCost(NamedTuple):
