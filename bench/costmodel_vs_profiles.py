@@ -3,7 +3,7 @@
     .venv/bin/python bench/costmodel_vs_profiles.py DIR
 
 DIR is Vidur's ``data/profiling`` folder (microsoft/vidur, MIT licence), or any folder
-in its layout (see sim/vidur_profiles.py). For every device and model under
+in its layout (see sim/costs/vidur.py). For every device and model under
 ``DIR/compute`` whose device has a pagesim preset (a100 -> a100-80gb, h100 -> h100-sxm,
 a40 -> a40) it compares, at the measured points only (nothing interpolated):
 
@@ -42,9 +42,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim.costmodel import AnalyticCostModel  # noqa: E402
-from sim.hardware import HARDWARE_PRESETS, ModelSpec  # noqa: E402
-from sim.vidur_profiles import VidurProfile, load_vidur_profile  # noqa: E402
+from sim.config.hardware import ModelSpec  # noqa: E402
+from sim.config.presets import HARDWARE_PRESETS  # noqa: E402
+from sim.costs.analytic import AnalyticCostModel  # noqa: E402
+from sim.costs.vidur import VidurProfile, load_vidur_profile  # noqa: E402
 
 PRESET_OF_DEVICE = {"a100": "a100-80gb", "h100": "h100-sxm", "a40": "a40"}
 NODE_OF_DEVICE = {"a100": "a100_dgx", "h100": "h100_dgx"}

@@ -19,8 +19,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim.runner import analytic_executor, build_executor, simulate  # noqa: E402
-from sim.scenario import load_scenario  # noqa: E402
+from sim.config.loader import load_scenario  # noqa: E402
+from sim.run.build import analytic_executor, build_executor  # noqa: E402
+from sim.run.runner import simulate  # noqa: E402
 
 
 def step_kind(batch) -> str:

@@ -47,7 +47,7 @@ overrides=(
 )
 set_args=()
 for assignment in "${overrides[@]}"; do set_args+=(--set "$assignment"); done
-timeout "${VALIDATE_TIMEOUT:-270}" "$PY" -m sim.cli_validation validate \
+timeout "${VALIDATE_TIMEOUT:-270}" "$PY" -m sim.cli validate \
     scenarios/validation.yaml "${set_args[@]}" --out "$WORK" --quick --warmup 2 --repeats 3 \
     --max-context 2048 --step-repeats 2 --quiet
 rc=$?

@@ -26,8 +26,9 @@ SCENARIO = ROOT / "scenarios" / "default.yaml"
 def one_run(num_requests: int) -> dict:
     """Runs in a child process; prints one JSON line."""
     sys.path.insert(0, str(ROOT))
-    from sim.runner import build_executor, simulate
-    from sim.scenario import load_scenario
+    from sim.config.loader import load_scenario
+    from sim.run.build import build_executor
+    from sim.run.runner import simulate
 
     scenario = load_scenario(SCENARIO, [f"simulation.num_requests={num_requests}"])
     clock: list[float] = []

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from policies.routing import ROUTERS
-from sim.types import Request
+from sim.workload.request import Request
 
 
 @dataclass

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from policies.scheduling import SCHEDULERS
-from sim import cli
-from sim.types import Request
+from sim.cli import main
+from sim.workload.request import Request
 
 
 @dataclass
@@ -189,7 +189,7 @@ def test_a_plugin_scheduler_from_a_file_runs_through_pagesim(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "run"
     scenario = str(REPO / PLUGIN_SCENARIO)
-    assert cli.main(["run", scenario, "--out", str(out), "--quiet", "--no-report"]) == 0
+    assert main(["run", scenario, "--out", str(out), "--quiet", "--no-report"]) == 0
     ttft = median_ttft_by_tenant(out / "requests.csv")
     assert set(ttft) == {"0", "1", "2"}
     # Tenant 0 is premium: it jumps the queue, so it waits far less than the others.
@@ -199,7 +199,7 @@ def test_a_plugin_scheduler_from_a_file_runs_through_pagesim(tmp_path, monkeypat
 def test_a_plugin_that_cannot_be_loaded_is_a_one_line_error(tmp_path, capsys):
     scenario = tmp_path / "plugin.yaml"
     scenario.write_text("scheduler: {policy: missing_policy.py:Nope}\n")
-    assert cli.main(["run", str(scenario), "--out", str(tmp_path / "r"), "--quiet"]) == 2
+    assert main(["run", str(scenario), "--out", str(tmp_path / "r"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "scheduler.policy" in err and "missing_policy.py" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -208,7 +208,7 @@ def test_a_plugin_that_cannot_be_loaded_is_a_one_line_error(tmp_path, capsys):
 def test_parameters_a_policy_does_not_take_are_a_one_line_error(tmp_path, capsys):
     scenario = tmp_path / "params.yaml"
     scenario.write_text("scheduler: {policy: priority, params: {agin_s: 3}}\n")
-    assert cli.main(["run", str(scenario), "--out", str(tmp_path / "r"), "--quiet"]) == 2
+    assert main(["run", str(scenario), "--out", str(tmp_path / "r"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "scheduler.params" in err and "agin_s" in err
     assert len(err.strip().splitlines()) == 1

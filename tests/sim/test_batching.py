@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from policies.batching import BATCHING
-from sim.runner import simulate
-from sim.scenario import validate_scenario
+from sim.config.loader import validate_scenario
+from sim.run.runner import simulate
 
 STEP_S = 0.01
 

@@ -10,9 +10,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from backend.step import Batch, PrefillChunk
-from sim import calibration as cal
-from sim.profiling import default_grid
-from sim.scenario import ScenarioError, validate_scenario
+from sim.config.errors import ScenarioError
+from sim.config.loader import validate_scenario
+from sim.costs.calibrated import (
+    FEATURES,
+    CalibratedCostModel,
+    Calibration,
+    CalibrationError,
+    load,
+    model_shape_key,
+    save,
+    step_features,
+)
+from sim.hil.fit import error_stats, fit, nnls
+from sim.hil.profiling import default_grid
+from sim.run.build import build_calibrated_executor
 
 seeds = st.integers(0, 2**32 - 1)
 
@@ -27,15 +39,15 @@ def true_coefficients(rng: np.random.Generator) -> np.ndarray:
     scale = {"step": 1e-3, "decode_step": 3e-4, "tokens": 1e-5, "seqs": 1e-5,
              "prefill_chunks": 1e-4, "prefill_cached_pairs": 1e-8, "prefill_new_pairs": 1e-8,
              "prefill_context": 1e-7, "decode_context": 1e-7, "decode_padded": 1e-7}  # fmt: skip
-    units = np.array([scale.get(name, 0.0) for name in cal.FEATURES])
-    return units * rng.uniform(0.5, 2.0, len(cal.FEATURES))
+    units = np.array([scale.get(name, 0.0) for name in FEATURES])
+    return units * rng.uniform(0.5, 2.0, len(FEATURES))
 
 
 # -- features ---------------------------------------------------------------------------
 
 
 def test_step_features_of_a_mixed_step():
-    row = dict(zip(cal.FEATURES, cal.step_features([(32, 16)], np.array([10, 20]))))
+    row = dict(zip(FEATURES, step_features([(32, 16)], np.array([10, 20]))))
     assert row["step"] == row["decode_step"] == 1
     assert row["tokens"] == 16 + 2
     assert row["seqs"] == 1 + 2
@@ -49,14 +61,14 @@ def test_step_features_of_a_mixed_step():
 
 
 def test_an_empty_step_has_only_its_moves():
-    row = cal.step_features([], np.zeros(0, dtype=np.int64), swap_blocks=3, copy_blocks=2)
+    row = step_features([], np.zeros(0, dtype=np.int64), swap_blocks=3, copy_blocks=2)
     expected = {"swapped_blocks": 3, "copied_blocks": 2}
-    assert dict(zip(cal.FEATURES, row)) == {name: expected.get(name, 0) for name in cal.FEATURES}
+    assert dict(zip(FEATURES, row)) == {name: expected.get(name, 0) for name in FEATURES}
 
 
 def test_the_default_grid_identifies_every_forward_pass_coefficient():
     features = grid_features()
-    forward_columns = len(cal.FEATURES) - 2  # no block moves in the grid
+    forward_columns = len(FEATURES) - 2  # no block moves in the grid
     assert np.linalg.matrix_rank(features[:, :forward_columns]) == forward_columns
 
 
@@ -68,7 +80,7 @@ def test_nnls_recovers_an_exact_nonnegative_solution(seed):
     rng = np.random.default_rng(seed)
     a = rng.uniform(0.0, 1.0, (30, 6))
     x = rng.uniform(0.0, 3.0, 6) * (rng.random(6) < 0.7)  # some exact zeros
-    np.testing.assert_allclose(cal.nnls(a, a @ x), x, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(nnls(a, a @ x), x, rtol=1e-6, atol=1e-9)
 
 
 @given(seeds)
@@ -76,7 +88,7 @@ def test_nnls_meets_the_optimality_conditions(seed):
     rng = np.random.default_rng(seed)
     a = rng.normal(size=(25, 5)) * rng.uniform(1e-3, 1e3, 5)  # badly scaled columns
     b = rng.normal(size=25)
-    x = cal.nnls(a, b)
+    x = nnls(a, b)
     gradient = a.T @ (b - a @ x)  # minus the objective's gradient / 2
     scale = np.linalg.norm(a, axis=0) * max(np.linalg.norm(b), 1.0)
     assert (x >= 0).all()
@@ -86,7 +98,7 @@ def test_nnls_meets_the_optimality_conditions(seed):
 
 def test_nnls_gives_an_all_zero_column_coefficient_zero():
     a = np.array([[1.0, 0.0], [2.0, 0.0], [3.0, 0.0]])
-    np.testing.assert_allclose(cal.nnls(a, np.array([2.0, 4.0, 6.0])), [2.0, 0.0])
+    np.testing.assert_allclose(nnls(a, np.array([2.0, 4.0, 6.0])), [2.0, 0.0])
 
 
 @pytest.mark.parametrize(
@@ -99,7 +111,7 @@ def test_nnls_gives_an_all_zero_column_coefficient_zero():
 )
 def test_nnls_rejects_bad_input(a, b):
     with pytest.raises(ValueError):
-        cal.nnls(a, b)
+        nnls(a, b)
 
 
 # -- fitting ----------------------------------------------------------------------------
@@ -109,7 +121,7 @@ def test_nnls_rejects_bad_input(a, b):
 def test_fit_recovers_known_coefficients_from_exact_times(seed):
     features = grid_features()
     truth = true_coefficients(np.random.default_rng(seed))
-    fitted = cal.fit(features, features @ truth)
+    fitted = fit(features, features @ truth)
     np.testing.assert_allclose(fitted.vector(), truth, rtol=1e-6, atol=1e-15)
     assert fitted.fit["heldout_mape"] < 1e-6
     assert fitted.fit["heldout_rows"] + fitted.fit["train_rows"] == fitted.fit["rows"]
@@ -121,41 +133,41 @@ def test_fit_with_noise_predicts_held_out_shapes_within_the_noise(seed):
     features = grid_features()
     exact = features @ true_coefficients(rng)
     noisy = exact * rng.lognormal(0.0, 0.02, exact.size)  # 2 % timing noise
-    fitted = cal.fit(features, noisy)
+    fitted = fit(features, noisy)
     assert 0 < fitted.fit["heldout_mape"] < 0.05
-    assert cal.error_stats(fitted.predict(features), exact)["mape"] < 0.03
+    assert error_stats(fitted.predict(features), exact)["mape"] < 0.03
     assert (fitted.vector() >= 0).all()
 
 
 def test_fit_refuses_too_few_rows_and_bad_times():
     features = grid_features()
-    with pytest.raises(cal.CalibrationError, match="at least"):
-        cal.fit(features[:3], np.ones(3))
+    with pytest.raises(CalibrationError, match="at least"):
+        fit(features[:3], np.ones(3))
     times = np.ones(len(features))
     times[4] = 0.0
-    with pytest.raises(cal.CalibrationError, match="positive"):
-        cal.fit(features, times)
+    with pytest.raises(CalibrationError, match="positive"):
+        fit(features, times)
 
 
 def test_error_stats():
-    stats = cal.error_stats(np.array([1.1, 0.8, 2.0]), np.array([1.0, 1.0, 2.0]))
+    stats = error_stats(np.array([1.1, 0.8, 2.0]), np.array([1.0, 1.0, 2.0]))
     assert stats["mape"] == pytest.approx((0.1 + 0.2 + 0.0) / 3)
     assert stats["mean_rel_error"] == pytest.approx((0.1 - 0.2) / 3)
     assert stats["n"] == 3
-    assert cal.error_stats(np.zeros(0), np.zeros(0))["mape"] is None
+    assert error_stats(np.zeros(0), np.zeros(0))["mape"] is None
 
 
 # -- file and executor ------------------------------------------------------------------
 
 
-def sample_calibration(**profile) -> cal.Calibration:
-    coefficients = dict(zip(cal.FEATURES, true_coefficients(np.random.default_rng(7))))
-    return cal.Calibration(coefficients, {"rows": 12}, dict(profile))
+def sample_calibration(**profile) -> Calibration:
+    coefficients = dict(zip(FEATURES, true_coefficients(np.random.default_rng(7))))
+    return Calibration(coefficients, {"rows": 12}, dict(profile))
 
 
 def test_save_and_load_round_trip(tmp_path):
     original = sample_calibration(model="tiny", device="cpu")
-    loaded = cal.load(cal.save(original, tmp_path / "c.json"))
+    loaded = load(save(original, tmp_path / "c.json"))
     assert loaded == original
 
 
@@ -172,19 +184,19 @@ def test_save_and_load_round_trip(tmp_path):
 def test_load_rejects_bad_files_in_one_line(tmp_path, text, message):
     path = tmp_path / "bad.json"
     path.write_text(text)
-    with pytest.raises(cal.CalibrationError, match=message) as err:
-        cal.load(path)
+    with pytest.raises(CalibrationError, match=message) as err:
+        load(path)
     assert str(path) in str(err.value) and "\n" not in str(err.value)
 
 
 def test_executor_predicts_features_times_coefficients():
     calibration = sample_calibration()
-    model = cal.CalibratedCostModel(calibration)
+    model = CalibratedCostModel(calibration)
     chunk = PrefillChunk(0, 32, np.arange(16, dtype=np.int32))
     contexts = np.array([10, 20], dtype=np.int64)
     batch = Batch((chunk,), np.array([1, 2]), contexts, np.zeros(2, dtype=np.int32),
                   copies=((1, 2),), swap_out=((3, 4), (5, 6)))  # fmt: skip
-    expected = cal.step_features([(32, 16)], contexts, swap_blocks=2, copy_blocks=1)
+    expected = step_features([(32, 16)], contexts, swap_blocks=2, copy_blocks=1)
     expected = float(expected @ calibration.vector())
     assert model.execute(batch) == pytest.approx(expected)
     assert model.predict([(32, 16)], contexts, swap_blocks=2, copy_blocks=1) == pytest.approx(
@@ -193,8 +205,8 @@ def test_executor_predicts_features_times_coefficients():
     assert expected > 0
 
 
-def scenario_with(tmp_path, calibration: cal.Calibration, model: str = "tiny"):
-    cal.save(calibration, tmp_path / "calibration.json")
+def scenario_with(tmp_path, calibration: Calibration, model: str = "tiny"):
+    save(calibration, tmp_path / "calibration.json")
     raw = {
         "model": model,
         "cache": {"num_blocks": 64},
@@ -205,22 +217,22 @@ def scenario_with(tmp_path, calibration: cal.Calibration, model: str = "tiny"):
 
 
 def test_build_calibrated_executor_reads_the_scenarios_file(tmp_path):
-    from sim.hardware import MODEL_PRESETS
+    from sim.config.presets import MODEL_PRESETS
 
-    calibration = sample_calibration(model_shape=cal.model_shape_key(MODEL_PRESETS["tiny"]))
-    executor = cal.build_calibrated_executor(scenario_with(tmp_path, calibration))
+    calibration = sample_calibration(model_shape=model_shape_key(MODEL_PRESETS["tiny"]))
+    executor = build_calibrated_executor(scenario_with(tmp_path, calibration))
     assert executor.calibration == calibration
 
 
 def test_build_calibrated_executor_refuses_another_models_profile(tmp_path):
-    from sim.hardware import MODEL_PRESETS
+    from sim.config.presets import MODEL_PRESETS
 
-    calibration = sample_calibration(model_shape=cal.model_shape_key(MODEL_PRESETS["llama-3-8b"]))
+    calibration = sample_calibration(model_shape=model_shape_key(MODEL_PRESETS["llama-3-8b"]))
     with pytest.raises(ScenarioError, match="profile this model"):
-        cal.build_calibrated_executor(scenario_with(tmp_path, calibration))
+        build_calibrated_executor(scenario_with(tmp_path, calibration))
 
 
 def test_calibration_json_is_plain_json(tmp_path):
-    document = json.loads(cal.save(sample_calibration(), tmp_path / "c.json").read_text())
+    document = json.loads(save(sample_calibration(), tmp_path / "c.json").read_text())
     assert document["format"] == "pagesim-calibration"
-    assert set(document["coefficients"]) == set(cal.FEATURES)
+    assert set(document["coefficients"]) == set(FEATURES)

@@ -11,9 +11,12 @@ from pydantic import ValidationError
 
 from backend.base import BlockMove
 from backend.step import Batch, PrefillChunk
-from sim.costmodel import LAYER_OPS, AnalyticCostModel, CostParams, kv_pool_blocks
-from sim.hardware import HARDWARE_PRESETS, MODEL_PRESETS, HardwareSpec
-from sim.vidur_profiles import DENSE_OPS
+from sim.config.costs import CostParams
+from sim.config.hardware import HardwareSpec
+from sim.config.pool import kv_pool_blocks
+from sim.config.presets import HARDWARE_PRESETS, MODEL_PRESETS
+from sim.costs.analytic import LAYER_OPS, AnalyticCostModel
+from sim.costs.vidur import DENSE_OPS
 
 TINY = MODEL_PRESETS["tiny"]
 LLAMA_8B = MODEL_PRESETS["llama-3-8b"]

@@ -13,8 +13,8 @@ from policies.batching import BATCHING
 from policies.preemption import VICTIMS
 from policies.routing import ROUTERS
 from policies.scheduling import SCHEDULERS
-from sim.engine import Cluster, EngineConfig, Replica
-from sim.types import Request
+from sim.engine.replica import Cluster, EngineConfig, Replica
+from sim.workload.request import Request
 
 
 class FixedStep:

@@ -5,14 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from sim.hardware import (
-    HARDWARE_PRESETS,
-    MODEL_PRESETS,
-    HardwareSpec,
-    ModelSpec,
-    resolve_hardware,
-    resolve_model,
-)
+from sim.config.hardware import HardwareSpec, ModelSpec
+from sim.config.presets import HARDWARE_PRESETS, MODEL_PRESETS, resolve_hardware, resolve_model
 
 TINY_FIELDS = dict(
     num_layers=2,

@@ -8,8 +8,10 @@ import math
 
 import pytest
 
-from sim.hardware import HARDWARE_PRESETS, HardwareSpec
-from sim.kernels import CostParams, GpuKernels
+from sim.config.costs import CostParams
+from sim.config.hardware import HardwareSpec
+from sim.config.presets import HARDWARE_PRESETS
+from sim.costs.kernels import GpuKernels
 
 H100 = HARDWARE_PRESETS["h100-sxm"]
 A100 = HARDWARE_PRESETS["a100-80gb"]

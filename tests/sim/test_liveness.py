@@ -3,7 +3,7 @@
 Hypothesis draws small scenarios (tiny model, tiny pools, every registered policy,
 admission and preemption modes, swap on/off, prefix caching on/off, 1-3 replicas, n
 samples, prefix groups, sessions, tenants, priorities) and runs each to completion with
-``sim.runner.simulate`` itself. The runner's executor factory wraps the real one and its
+``sim.run.simulate`` itself. The runner's executor factory wraps the real one and its
 replica class is wrapped (``unittest.mock.patch``) so the test sees what the runner built without
 re-implementing it. For every run:
 
@@ -29,13 +29,16 @@ import numpy as np
 from hypothesis import event, given
 from hypothesis import strategies as st
 
+import sim.run.runner
 from policies.batching import BATCHING
 from policies.eviction import EVICTORS
 from policies.preemption import VICTIMS
 from policies.routing import ROUTERS
 from policies.scheduling import SCHEDULERS
-from sim import runner
-from sim.scenario import validate_scenario
+from sim.config.loader import validate_scenario
+from sim.engine.replica import Replica
+from sim.run.build import build_executor
+from sim.run.runner import RunResult, simulate
 
 #: far more steps than any drawn scenario needs (<= 30 requests of <= 200 tokens, n <= 3,
 #: one after the other at 8 tokens a step is ~4,000), small enough to shrink a livelock fast
@@ -67,15 +70,15 @@ class CountingExecutor:
 class Run:
     """A finished run plus the pieces the runner built for it, in replica order."""
 
-    result: runner.RunResult
+    result: RunResult
     replicas: list
     executors: list[CountingExecutor]
 
 
 def simulate_observed(scenario) -> Run:
-    """``runner.simulate(scenario)`` with access to its replicas and executors."""
+    """``simulate(scenario)`` with access to its replicas and executors."""
     replicas, executors = [], []
-    build_executor, replica_class = runner.build_executor, runner.Replica  # the real ones
+    replica_class = Replica  # the real one
 
     def counting_executor(scenario, allocator):
         executors.append(CountingExecutor(build_executor(scenario, allocator)))
@@ -85,8 +88,8 @@ def simulate_observed(scenario) -> Run:
         replicas.append(replica_class(*args, **kwargs))
         return replicas[-1]
 
-    with mock.patch.object(runner, "Replica", recorded_replica):
-        result = runner.simulate(scenario, executor_factory=counting_executor)
+    with mock.patch.object(sim.run.runner, "Replica", recorded_replica):
+        result = simulate(scenario, executor_factory=counting_executor)
     assert len(executors) == len(replicas) == scenario.routing.replicas
     return Run(result, replicas, executors)
 

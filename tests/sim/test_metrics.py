@@ -12,19 +12,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.metrics import (
-    KV_SPLIT_KEYS,
-    REQUEST_COLUMNS,
-    STEP_COLUMNS,
-    StepLog,
-    compare_table,
-    format_summary_table,
-    request_table,
-    summarize,
-    write_outputs,
-)
-from sim.sequences import LIMIT_NAMES
-from sim.types import Request
+from sim.engine.sequences import LIMIT_NAMES
+from sim.output.files import write_outputs
+from sim.output.requests import REQUEST_COLUMNS, request_table
+from sim.output.steplog import KV_SPLIT_KEYS, STEP_COLUMNS, StepLog
+from sim.output.summary import summarize
+from sim.output.tables import compare_table, format_summary_table
+from sim.workload.request import Request
 
 NAN = float("nan")
 SLO = {"slo_ttft_s": 1.0, "slo_tpot_s": 0.1}

@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 
 from sim.cli import main
-from sim.costmodel import AnalyticCostModel
-from sim.hardware import HARDWARE_PRESETS, MODEL_PRESETS
-from sim.profile_costs import ProfileCostModel
-from sim.scenario import ScenarioError, validate_scenario
-from sim.vidur_profiles import DENSE_OPS, Grid2D, ProfileError, Table1D, load_vidur_profile
+from sim.config.errors import ScenarioError
+from sim.config.loader import validate_scenario
+from sim.config.presets import HARDWARE_PRESETS, MODEL_PRESETS
+from sim.costs.analytic import AnalyticCostModel
+from sim.costs.profile import ProfileCostModel
+from sim.costs.vidur import DENSE_OPS, Grid2D, ProfileError, Table1D, load_vidur_profile
 
 LLAMA = MODEL_PRESETS["llama-3-8b"]
 A100 = HARDWARE_PRESETS["a100-80gb"]

@@ -10,10 +10,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim import profiling
-from sim.calibration import FEATURES
-from sim.cli_validation import main
-from sim.hardware import MODEL_PRESETS
+from sim.cli import main
+from sim.config.presets import MODEL_PRESETS
+from sim.costs.calibrated import FEATURES
+from sim.hil.profiling import (
+    CSV_COLUMNS,
+    StepShape,
+    default_grid,
+    profile,
+    read_profile,
+    write_profile,
+)
 
 TINY = MODEL_PRESETS["tiny"]
 
@@ -28,7 +35,7 @@ TINY = MODEL_PRESETS["tiny"]
 def test_grid_shapes_respect_the_limits(
     max_num_seqs, max_batched_tokens, max_context, block_size, quick
 ):
-    shapes = profiling.default_grid(
+    shapes = default_grid(
         max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
         max_context=max_context, block_size=block_size, quick=quick,
     )  # fmt: skip
@@ -48,41 +55,41 @@ def test_grid_shapes_respect_the_limits(
 
 
 def test_quick_grid_is_smaller():
-    assert len(profiling.default_grid(quick=True)) < len(profiling.default_grid())
+    assert len(default_grid(quick=True)) < len(default_grid())
 
 
 def test_grid_rejects_non_positive_limits():
     with pytest.raises(ValueError):
-        profiling.default_grid(max_num_seqs=0)
+        default_grid(max_num_seqs=0)
 
 
 def test_decode_contexts_spread_evenly_between_the_bounds():
-    contexts = profiling.StepShape(5, 16, 80).decode_contexts()
+    contexts = StepShape(5, 16, 80).decode_contexts()
     assert contexts.tolist() == [16, 32, 48, 64, 80]
-    assert profiling.StepShape(num_chunks=2, chunk_tokens=8, chunk_start=4).chunks() == [(4, 8)] * 2
+    assert StepShape(num_chunks=2, chunk_tokens=8, chunk_start=4).chunks() == [(4, 8)] * 2
 
 
 def test_blocks_needed_counts_every_sequence():
-    shape = profiling.StepShape(2, 17, 17, 1, 10, 6)  # two decodes of 17, one chunk to 16
+    shape = StepShape(2, 17, 17, 1, 10, 6)  # two decodes of 17, one chunk to 16
     assert shape.blocks_needed(16) == 2 + 2 + 1
 
 
 SHAPES = [
-    profiling.StepShape(3, 16, 40),
-    profiling.StepShape(num_chunks=2, chunk_tokens=12, chunk_start=20),
-    profiling.StepShape(2, 16, 33, 1, 9, 0),
+    StepShape(3, 16, 40),
+    StepShape(num_chunks=2, chunk_tokens=12, chunk_start=20),
+    StepShape(2, 16, 33, 1, 9, 0),
 ]
 
 
 @pytest.fixture(scope="module")
 def profile_rows():
-    return profiling.profile(TINY, SHAPES, block_size=16, warmup=1, repeats=3)
+    return profile(TINY, SHAPES, block_size=16, warmup=1, repeats=3)
 
 
 def test_profile_rows_describe_each_shape_and_its_timing(profile_rows):
     assert len(profile_rows) == len(SHAPES)
     for row, shape in zip(profile_rows, SHAPES):
-        assert set(row) == set(profiling.CSV_COLUMNS)
+        assert set(row) == set(CSV_COLUMNS)
         assert row["kind"] == shape.kind
         assert row["num_decodes"] == shape.num_decodes and row["chunk_start"] == shape.chunk_start
         assert 0 < row["min_s"] <= row["p10_s"] <= row["median_s"] <= row["p90_s"]
@@ -91,10 +98,10 @@ def test_profile_rows_describe_each_shape_and_its_timing(profile_rows):
 
 
 def test_profile_csv_round_trip(profile_rows, tmp_path):
-    path = profiling.write_profile(profile_rows, tmp_path / "p.csv")
+    path = write_profile(profile_rows, tmp_path / "p.csv")
     with path.open() as handle:
-        assert next(csv.reader(handle)) == list(profiling.CSV_COLUMNS)
-    shapes, seconds, meta = profiling.read_profile(path, "median_s")
+        assert next(csv.reader(handle)) == list(CSV_COLUMNS)
+    shapes, seconds, meta = read_profile(path, "median_s")
     assert shapes == SHAPES
     np.testing.assert_allclose(seconds, [r["median_s"] for r in profile_rows], rtol=1e-8)
     assert meta["model"] == "tiny" and meta["statistic"] == "median_s"
@@ -104,12 +111,12 @@ def test_read_profile_names_the_problem(tmp_path):
     path = tmp_path / "bad.csv"
     path.write_text("kind,num_decodes\ndecode,1\n")
     with pytest.raises(ValueError, match="missing columns"):
-        profiling.read_profile(path)
-    rows = [dict.fromkeys(profiling.CSV_COLUMNS, "1")]
+        read_profile(path)
+    rows = [dict.fromkeys(CSV_COLUMNS, "1")]
     rows[0]["min_s"] = "fast"
-    profiling.write_profile(rows, path)
+    write_profile(rows, path)
     with pytest.raises(ValueError, match="line 2"):
-        profiling.read_profile(path)
+        read_profile(path)
 
 
 def test_profile_and_calibrate_commands(tmp_path, capsys):
@@ -117,7 +124,7 @@ def test_profile_and_calibrate_commands(tmp_path, capsys):
     code = main(["profile", "--model", "tiny", "--quick", "--repeats", "1", "--warmup", "0",
                  "--max-context", "64", "--out", str(csv_path), "--quiet"])  # fmt: skip
     assert code == 0
-    shapes, seconds, _ = profiling.read_profile(csv_path)
+    shapes, seconds, _ = read_profile(csv_path)
     assert len(shapes) > len(FEATURES) and (seconds > 0).all()
     assert main(["calibrate", str(csv_path), "--out", str(json_path)]) == 0
     out = capsys.readouterr().out

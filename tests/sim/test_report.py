@@ -10,9 +10,10 @@ import re
 import numpy as np
 import pytest
 
-from sim.metrics import StepLog, summarize
-from sim.report import FIGURE_TITLES, MAX_POINTS, downsample_indices, write_report
-from sim.types import Request
+from sim.output.report import FIGURE_TITLES, MAX_POINTS, downsample_indices, write_report
+from sim.output.steplog import StepLog
+from sim.output.summary import summarize
+from sim.workload.request import Request
 
 SLO = {"slo_ttft_s": 1.0, "slo_tpot_s": 0.1}
 

@@ -10,10 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.costmodel import kv_pool_blocks
-from sim.hardware import HARDWARE_PRESETS, MODEL_PRESETS
-from sim.scenario import Scenario, ScenarioError, load_scenario, validate_scenario
-from sim.workload import generate_requests
+from sim.config.errors import ScenarioError
+from sim.config.loader import load_scenario, validate_scenario
+from sim.config.pool import kv_pool_blocks
+from sim.config.presets import HARDWARE_PRESETS, MODEL_PRESETS
+from sim.config.scenario import Scenario
+from sim.workload.generate import generate_requests
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((REPO / "scenarios").rglob("*.yaml"))

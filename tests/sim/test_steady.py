@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim import steady
-from sim.runner import simulate
-from sim.scenario import validate_scenario
+from sim.config.loader import validate_scenario
+from sim.output.steady import in_system, mser_truncation
+from sim.run.runner import simulate
 
 STEP_S = 0.01
 OUTPUT = 10
@@ -110,9 +110,9 @@ def test_kv_block_limit_is_named():
 def test_mser_drops_a_filling_transient_and_nothing_from_a_level_series():
     rng = np.random.default_rng(0)
     level = 50 + rng.normal(0, 2, 255)
-    assert steady.mser_truncation(level) <= 25
+    assert mser_truncation(level) <= 25
     filling = np.concatenate([np.linspace(0, 50, 80), 50 + rng.normal(0, 2, 175)])
-    assert 60 <= steady.mser_truncation(filling) <= 120
+    assert 60 <= mser_truncation(filling) <= 120
 
 
 def test_in_system_counts_arrivals_minus_departures():
@@ -121,6 +121,6 @@ def test_in_system_counts_arrivals_minus_departures():
         "finish_s": np.array([1.5, np.nan, 2.5, np.nan]),
         "rejected": np.array([False, True, False, False]),
     }
-    levels = steady.in_system(table, np.array([0.5, 1.0, 1.6, 2.2, 3.0, 9.0]))
+    levels = in_system(table, np.array([0.5, 1.0, 1.6, 2.2, 3.0, 9.0]))
     # request 1 is rejected (gone at arrival); request 3 never finishes
     assert levels.tolist() == [1.0, 1.0, 0.0, 1.0, 1.0, 1.0]

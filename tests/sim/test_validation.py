@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 from backend.step import Batch
-from sim import validation
-from sim.calibration import FEATURES, CalibratedCostModel, Calibration
-from sim.cli_validation import main
-from sim.scenario import validate_scenario
+from sim.cli import main
+from sim.config.loader import validate_scenario
+from sim.costs.calibrated import FEATURES, CalibratedCostModel, Calibration
+from sim.hil.validation import CPU_TARGET, RecordingExecutor, end_to_end_errors, run_validation
+from sim.hil.validation_report import format_table, write_validation
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,7 +44,7 @@ def calibration() -> Calibration:
 
 @pytest.fixture(scope="module")
 def result():
-    return validation.run_validation(validate_scenario(SMALL), calibration(), step_repeats=2)
+    return run_validation(validate_scenario(SMALL), calibration(), step_repeats=2)
 
 
 def is_finite_number(value) -> bool:
@@ -84,7 +85,7 @@ def test_report_errors_are_finite_and_come_from_both_runs(result):
             assert entry["measured"] == (measured[quantile] if quantile else measured)
             assert entry["predicted"] == (predicted[quantile] if quantile else predicted)
     assert set(report["end_to_end"]["calibrated"]) >= {"ttft_s.p50", "tpot_s.p99", "e2e_s.p90"}
-    assert report["target"]["bound"] == validation.CPU_TARGET
+    assert report["target"]["bound"] == CPU_TARGET
     assert isinstance(report["target"]["met"], bool)
 
 
@@ -97,7 +98,7 @@ def test_the_three_runs_replay_the_same_trace(result):
 
 
 def test_write_validation_files(result, tmp_path):
-    out = validation.write_validation(result, tmp_path / "v")
+    out = write_validation(result, tmp_path / "v")
     report = json.loads((out / "validation.json").read_text())
     assert report["per_step"]["calibrated"]["n"] == len(result.records)
     html = (out / "validation.html").read_text()
@@ -110,7 +111,7 @@ def test_write_validation_files(result, tmp_path):
 
 
 def test_format_table_lists_both_models(result):
-    table = validation.format_table(result.report)
+    table = format_table(result.report)
     assert "| per-step MAPE |" in table and "| ttft_s.p50 |" in table
     assert "calibrated" in table and "analytic" in table
     assert "error by step kind: decode-only" in table and "load average" in table
@@ -120,7 +121,7 @@ def test_format_table_when_the_measured_run_has_no_tpot(result):
     # One-token outputs have no TPOT: the table says n/a instead of failing.
     report = copy.deepcopy(result.report)
     report["runs"]["measured"]["tpot_s"]["p50"] = None
-    assert "TPOT p50 n/a" in validation.format_table(report)
+    assert "TPOT p50 n/a" in format_table(report)
 
 
 def test_errors_by_step_kind_cover_every_step_and_take_the_sign_of_the_error(result):
@@ -154,7 +155,7 @@ def decode_batch(**moves) -> Batch:
 
 
 def test_recording_executor_keeps_the_minimum_of_its_repeats():
-    recorder = validation.RecordingExecutor(FakeExecutor([3.0, 1.0, 2.0]), repeats=3)
+    recorder = RecordingExecutor(FakeExecutor([3.0, 1.0, 2.0]), repeats=3)
     assert recorder.execute(decode_batch()) == 1.0
     assert recorder.inner.calls == 3
     assert recorder.records[0].measured_s == 1.0
@@ -162,7 +163,7 @@ def test_recording_executor_keeps_the_minimum_of_its_repeats():
 
 
 def test_recording_executor_runs_steps_that_move_blocks_once():
-    recorder = validation.RecordingExecutor(FakeExecutor([3.0, 1.0]), repeats=2)
+    recorder = RecordingExecutor(FakeExecutor([3.0, 1.0]), repeats=2)
     assert recorder.execute(decode_batch(swap_out=((1, 2),))) == 3.0
     assert recorder.inner.calls == 1
     assert recorder.records[0].shape.swap_blocks == 1
@@ -174,7 +175,7 @@ def test_end_to_end_errors_are_relative_to_the_measured_run():
         latencies = {m: dict(quantiles) for m in ("ttft_s", "tpot_s", "e2e_s")}
         return {**latencies, "throughput_rps": throughput, "throughput_tok_s": None}
 
-    errors = validation.end_to_end_errors(summary(1.0, 10.0), summary(1.1, 9.0))
+    errors = end_to_end_errors(summary(1.0, 10.0), summary(1.1, 9.0))
     assert errors["ttft_s.p90"]["rel_error"] == pytest.approx(0.1)
     assert errors["throughput_rps"]["rel_error"] == pytest.approx(-0.1)
     assert errors["throughput_tok_s"]["rel_error"] is None
@@ -197,7 +198,7 @@ def test_validate_command_profiles_calibrates_and_reports(tmp_path, capsys):
 
 
 def test_validate_refuses_another_models_calibration(tmp_path, capsys):
-    from sim.calibration import save
+    from sim.costs.calibrated import save
 
     path = save(Calibration(dict.fromkeys(FEATURES, 1e-6), {}, {"model_shape": "L1-h8"}),
                 tmp_path / "c.json")  # fmt: skip
@@ -208,7 +209,7 @@ def test_validate_refuses_another_models_calibration(tmp_path, capsys):
 
 
 def test_shipped_validation_scenario_loads():
-    from sim.scenario import load_scenario
+    from sim.config.loader import load_scenario
 
     scenario = load_scenario(ROOT / "scenarios" / "validation.yaml")
     assert scenario.model.name == "tiny" and scenario.backend.kind == "torch"

@@ -9,19 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.hardware import MODEL_PRESETS
-from sim.workload import (
-    LENGTH_PRESETS,
-    MOONCAKE_BLOCK_TOKENS,
-    PresetLength,
-    TraceError,
-    WorkloadSpec,
-    generate_requests,
-    load_trace,
-    output_token_ids,
-    sample_lengths,
-    stream_id,
-)
+from sim.config.presets import MODEL_PRESETS
+from sim.config.traces import TraceError, load_trace
+from sim.config.workload import LENGTH_PRESETS, PresetLength, WorkloadSpec
+from sim.workload.generate import generate_requests
+from sim.workload.sampling import sample_lengths
+from sim.workload.tokens import MOONCAKE_BLOCK_TOKENS, output_token_ids, stream_id
 
 # A huge vocabulary makes an accidental shared token (1 in 2**30) a non-event, so tests
 # can demand that unrelated requests share nothing.

@@ -1,0 +1,44 @@
+"""The `pagesim` command line.
+
+A user mistake (bad scenario, bad file, bad option) ends in one line on stderr and exit
+code 2, never a traceback. Internal errors (bugs) still raise loudly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from sim.cli.common import OneLineParser, add_scenario_options, dispatch
+from sim.cli.run import cmd_compare, cmd_run
+from sim.cli.validation import add_commands
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="pagesim", description="Simulate LLM serving on a paged KV cache.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+
+    run = sub.add_parser("run", help="run a scenario and write CSVs, summary and report")
+    run.add_argument("scenario", help="scenario YAML file")
+    run.add_argument("--out", help="output directory (default: runs/<scenario name>)")
+    add_scenario_options(run)
+    run.add_argument("--no-report", action="store_true", help="skip the HTML report")
+    run.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    run.set_defaults(handler=cmd_run)
+
+    compare = sub.add_parser("compare", help="headline metrics of several runs side by side")
+    compare.add_argument("runs", nargs="+", help="run directories (each with summary.json)")
+    compare.set_defaults(handler=cmd_compare)
+
+    add_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    return dispatch(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""``pagesim run`` and ``pagesim compare``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sim.cli.common import UsageError, prepare_output_dir
+
+
+def cmd_run(args) -> int:
+    from sim.config.errors import ScenarioError
+    from sim.config.loader import load_scenario
+    from sim.run.runner import simulate, write_run
+
+    try:
+        scenario = load_scenario(args.scenario, args.overrides, seed=args.seed)
+    except ScenarioError as err:
+        raise UsageError(str(err)) from None
+    out = Path(args.out) if args.out else Path("runs") / scenario.name
+    created = prepare_output_dir(out)  # before the run: never lose a finished run to it
+    try:
+        result = simulate(scenario, progress=not args.quiet)
+    except ScenarioError as err:  # problems only visible once the run is built
+        if created:
+            out.rmdir()
+        raise UsageError(str(err)) from None
+    write_run(result, scenario, out, html=not args.no_report)
+    if not args.quiet:
+        from sim.output.tables import format_summary_table
+
+        print(format_summary_table(result.summary))
+        print(
+            f"\n{result.num_steps:,} steps in {result.wall_s:.2f} s wall "
+            f"({len(result.requests) / max(result.wall_s, 1e-9):,.0f} requests/s); "
+            f"wrote {out}/" + ("report.html" if not args.no_report else "summary.json")
+        )
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from sim.output.tables import compare_table
+
+    summaries = {}
+    for run_dir in args.runs:
+        path = Path(run_dir) / "summary.json"
+        try:
+            summaries[Path(run_dir).name or run_dir] = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise UsageError(f"{path}: not found (is {run_dir} a pagesim run directory?)") from None
+        except json.JSONDecodeError as err:
+            raise UsageError(f"{path}: line {err.lineno}: not valid JSON") from None
+    print(compare_table(summaries))
+    return 0

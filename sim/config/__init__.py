@@ -1,0 +1,35 @@
+"""Configuration: every input a run reads, validated once.
+
+The scenario schema (:mod:`.scenario`, its sections in :mod:`.sections`, :mod:`.workload`,
+:mod:`.costs`), the model and GPU specs and presets (:mod:`.hardware`, :mod:`.presets`),
+the KV pool size (:mod:`.pool`), the files a scenario names (:mod:`.files`,
+:mod:`.tables`, :mod:`.traces`), and loading with ``--set`` overrides and one-line
+errors (:mod:`.loader`, :mod:`.errors`). Nothing here runs a simulation.
+"""
+
+from sim.config.costs import CostModelSpec, CostParams
+from sim.config.errors import ScenarioError
+from sim.config.hardware import HardwareSpec, ModelSpec
+from sim.config.loader import apply_override, load_scenario, validate_scenario
+from sim.config.pool import kv_pool_blocks
+from sim.config.presets import HARDWARE_PRESETS, MODEL_PRESETS, resolve_hardware, resolve_model
+from sim.config.scenario import Scenario
+from sim.config.workload import WorkloadSpec
+
+__all__ = [
+    "HARDWARE_PRESETS",
+    "MODEL_PRESETS",
+    "CostModelSpec",
+    "CostParams",
+    "HardwareSpec",
+    "ModelSpec",
+    "Scenario",
+    "ScenarioError",
+    "WorkloadSpec",
+    "apply_override",
+    "kv_pool_blocks",
+    "load_scenario",
+    "resolve_hardware",
+    "resolve_model",
+    "validate_scenario",
+]

@@ -1,0 +1,194 @@
+"""The ``cost_model`` section: which model gives step times, and the constants of the
+analytic one.
+
+* :class:`CostParams`: the analytic model's constants, each with its source (the kernels
+  using them are in :mod:`sim.costs.kernels`).
+* :class:`CostModelSpec`: ``analytic`` (with ``params`` overrides), ``calibrated`` (a
+  fitted file) or ``profile`` (Vidur's published GPU profiles under ``path``).
+* The names Vidur's profiles use for pagesim's presets, for ``profile`` defaults.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+
+from sim.config.errors import error_at
+from sim.config.files import FileRef, resolve_existing_dir, resolve_existing_file
+from sim.config.hardware import HardwareSpec, ModelSpec
+from sim.config.schema import StrictModel
+
+__all__ = ["CostModelSpec", "CostParams", "default_network", "vidur_names"]
+
+
+Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
+
+
+Seconds = Annotated[float, Field(ge=0.0)]
+
+
+class CostParams(StrictModel):
+    """Constants of the analytic model, each with its source. The defaults describe a
+    tuned engine (vLLM V1-like: cuBLAS GEMMs, FlashAttention prefill, paged decode
+    attention) on a datacenter GPU."""
+
+    #: Fraction of an SM's dense tensor peak a GEMM tile's main loop sustains. cuBLAS
+    #: reaches 87 % (A100 SXM) and 80 % (H100 SXM) of peak at its best BF16 shape
+    #: (stas00/ml-engineering, "Maximum Achievable Matmul FLOPS"); "optimized GEMM can
+    #: reach up to 80-90 %" (FlashAttention-2 paper, Dao 2023).
+    gemm_efficiency: Fraction = 0.8
+    #: Output tile of one CTA, rows x columns: cuBLAS's 128 x 128 class (NVIDIA, "Matrix
+    #: Multiplication Background User's Guide", tile and wave quantisation).
+    gemm_tile: tuple[Annotated[int, Field(ge=16)], Annotated[int, Field(ge=16)]] = (128, 128)
+    #: Exponent of the smooth roofline combining a GEMM's compute and memory time; 3
+    #: reproduces the memory-to-compute transition (64-256 tokens) of Vidur's A100 GEMM
+    #: profiles and is checked on its H100 and A40 ones (bench/costmodel_vs_profiles.py).
+    roofline_sharpness: float = Field(default=3.0, ge=1.0)
+    #: Fraction of the sustained read bandwidth that weight-streaming GEMVs, KV reads and
+    #: writes and copies reach. Vidur's profiles stream large weight matrices at 1-16
+    #: tokens at 0.75-0.78 of the datasheet bandwidth on A100 (0.87-0.91 of its measured
+    #: 0.86) and 0.83-0.87 on H100 (0.87-0.92 of its 0.95).
+    memory_efficiency: Fraction = 0.89
+    #: Fraction of the sustained bandwidth of norm, rotary, activation and sampling
+    #: kernels: 0.33-0.6 of the datasheet bandwidth in Vidur's A100 and H100 profiles
+    #: at 512+ tokens (RMSNorm lowest, SiLU-and-multiply highest).
+    elementwise_efficiency: Fraction = 0.5
+    #: Time any kernel occupies the GPU: 2.6-2.7 us per back-to-back small kernel on
+    #: A100 and H200 (te42kyfo/gpu-benches, gpu-small-kernels).
+    kernel_floor_s: Seconds = 2.5e-6
+    #: Fraction of the SM's tensor peak FlashAttention's main loop reaches on long
+    #: sequences: FA2 forward "up to 73 %" on A100 (Dao 2023); FA3 causal, head dim
+    #: 128, 62 % of H100's peak at 16k tokens (Shah et al. 2024, Fig. 5).
+    attention_efficiency: Fraction = 0.6
+    #: Query rows (and KV columns) of one attention tile; FA3 uses 128 x 128 tiles for
+    #: head dim 128 on Hopper.
+    attention_tile: int = Field(default=128, ge=16)
+    #: Fixed cost of one attention CTA in KV tiles. FA3's causal head-dim-128 curve
+    #: reaches 0.30, 0.43 and 0.53 of peak at 0.5k, 1k and 2k tokens against 0.62 at 16k:
+    #: a CTA visiting k tiles on average runs at k / (k + ~2) of its long-sequence speed.
+    attention_cta_overhead_tiles: float = Field(default=2.0, ge=0.0)
+    #: Fraction of the sustained read bandwidth that paged decode attention reaches on
+    #: long contexts: FlashInfer's batch decode uses 88 % of H100's datasheet bandwidth at
+    #: 1k tokens (flashinfer.ai blog, 2024-02-02), 0.97 of its 0.95 once the per-sequence
+    #: cost below is counted.
+    decode_attention_efficiency: Fraction = 0.97
+    #: Fixed cost of one decoding sequence in KV tokens read: FlashInfer's batch decode
+    #: (batch 64, H100) uses 41 / 64 / 83 / 88 % of the bandwidth at 32 / 128 / 512 /
+    #: 1k-token contexts, i.e. each sequence costs like ~45 more tokens.
+    decode_seq_overhead_tokens: float = Field(default=45.0, ge=0.0)
+    #: Floor of the decode attention in a layer: a split-KV kernel and the kernel merging
+    #: its partial results (Vidur's A100 FlashInfer profiles: 10 us for one sequence of
+    #: 160 tokens).
+    decode_attention_floor_s: Seconds = 10e-6
+    #: Fraction of the interconnect's bandwidth a ring all-reduce reaches: nccl-tests
+    #: bus bandwidth 232 of 300 GB/s on 8 x A100 and ~370 of 450 on 8 x H100 (NCCL
+    #: maintainers, nccl-tests#212).
+    interconnect_efficiency: Fraction = 0.8
+    #: Start-up latency of one small all-reduce inside a CUDA graph: ~6 us on two H100
+    #: (NVIDIA/nccl#1259); vLLM's custom all-reduce is of that order.
+    allreduce_latency_s: Seconds = 1e-5
+    #: CPU time per step not hidden behind the GPU (schedule, prepare inputs, process
+    #: outputs): a vLLM 0.27 engine loop profiled at 541 us per step amortised
+    #: (openfabric-systems/simllm#204).
+    cpu_step_overhead_s: Seconds = 5e-4
+    #: CPU time per sequence in the step: the same study's scheduler cost, 12.7 us per
+    #: running request at the cap.
+    cpu_per_seq_overhead_s: Seconds = 12e-6
+
+
+#: pagesim preset -> Vidur's device and model directory names (its repository's names).
+_DEVICES = {"a100-80gb": "a100", "a100-40gb": "a100", "h100-sxm": "h100", "a40": "a40"}
+_NETWORKS = {"a100": "a100_dgx", "h100": "h100_dgx", "a40": "a40_pairwise_nvlink"}
+_MODELS = {
+    "llama-3-8b": "meta-llama/Meta-Llama-3-8B",
+    "llama-3-70b": "meta-llama/Meta-Llama-3-70B",
+}
+
+
+def vidur_names(hardware_name: str, model_name: str) -> tuple[str | None, str | None]:
+    """Vidur's (device, model) directory names for pagesim preset names; None where there
+    is no known counterpart (the scenario must then name it)."""
+    return _DEVICES.get(hardware_name), _MODELS.get(model_name)
+
+
+def default_network(device: str) -> str | None:
+    """Vidur's node name for a device's all-reduce and CPU-overhead files (its DGX node
+    where it has one)."""
+    return _NETWORKS.get(device)
+
+
+class CostModelSpec(FileRef):
+    """Where step times come from when ``backend.kind`` is ``model``:
+
+    * ``analytic`` (default): the kernel-level model of sim.costs.analytic, optionally with
+      ``params`` overrides;
+    * ``calibrated``: unit costs fitted to a profile, read from ``file``;
+    * ``profile``: Vidur's published GPU profiles (``format: vidur``) under ``path`` (its
+      ``data/profiling`` folder, or the folder holding ``mlp.csv``), interpolated; the
+      analytic model covers what lies outside them. ``device``, ``profile_model`` and
+      ``network`` are Vidur's names for the GPU, the model and the node (default: the
+      counterparts of the scenario's presets).
+
+    Paths are relative to the scenario file."""
+
+    _file_field = "file"
+    kind: Literal["analytic", "calibrated", "profile"] = "analytic"
+    file: str | None = None
+    params: CostParams | None = None
+    format: Literal["vidur"] = "vidur"
+    path: str | None = None
+    device: str | None = None
+    profile_model: str | None = None
+    network: str | None = None
+    _profile_dir: Path | None = PrivateAttr(default=None)
+
+    @field_validator("file")
+    @classmethod
+    def _exists(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:
+            resolve_existing_file(value, info)
+        return value
+
+    @field_validator("path")
+    @classmethod
+    def _is_directory(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:
+            resolve_existing_dir(value, info)
+        return value
+
+    @model_validator(mode="after")
+    def _inputs_for_kind(self, info: ValidationInfo) -> CostModelSpec:
+        if self.kind == "calibrated" and self.file is None:
+            raise error_at("cost_model.file", "a calibrated cost model needs a file")
+        if self.kind == "profile" and self.path is None:
+            raise error_at("cost_model.path", "a profile cost model needs a path (a folder)")
+        if self.path is not None:
+            self._profile_dir = resolve_existing_dir(self.path, info)
+        return self
+
+    @property
+    def profile_dir(self) -> Path | None:
+        """The absolute profile folder (None unless ``path`` is set)."""
+        return self._profile_dir
+
+    def vidur_names(self, hardware: HardwareSpec, model: ModelSpec) -> tuple[str, str, str]:
+        """(device, model, network) names in Vidur's layout: the fields when set, else
+        the counterparts of the presets. Raises ValueError naming the field to set."""
+        device, model_name = vidur_names(hardware.name, model.name)
+        device = self.device or device
+        model_name = self.profile_model or model_name
+        if device is None:
+            raise error_at(
+                "cost_model.device",
+                f"no Vidur device name is known for hardware {hardware.name!r}; set it "
+                f"(e.g. a100, h100)",
+            )
+        if model_name is None:
+            raise error_at(
+                "cost_model.profile_model",
+                f"no Vidur model name is known for model {model.name!r}; set it (e.g. "
+                f"meta-llama/Meta-Llama-3-8B)",
+            )
+        return device, model_name, self.network or default_network(device) or ""

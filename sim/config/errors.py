@@ -1,0 +1,99 @@
+"""User mistakes in a scenario, as one line: ``<file>: <field.path>: <what was expected>``.
+
+:func:`format_validation_error` turns pydantic's ValidationError into that line, with
+the location as the user wrote it (union tags pydantic inserts are dropped).
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+from pydantic import (
+    ValidationError,
+)
+from pydantic_core import PydanticCustomError
+
+from sim.config.hints import did_you_mean
+from sim.config.workload import (
+    ArrivalSpec,
+    LengthDist,
+)
+
+
+class ScenarioError(ValueError):
+    """A user mistake in a scenario file or an override; the message is one line."""
+
+
+def error_at(path: str, message: str) -> PydanticCustomError:
+    """An error to report at ``path`` (dotted) from a validator that sees the whole
+    scenario (pydantic would otherwise report it at the validator's own level)."""
+    return PydanticCustomError("at_path", "{message}", {"path": path, "message": message})
+
+
+def _kind_tags(*unions: Any) -> set[str]:
+    """The ``kind`` literals of tagged-union members, which pydantic inserts into error
+    locations (``workload.arrival.poisson.rate_rps``) and the user never wrote."""
+    members = (typing.get_args(typing.get_args(union)[0]) for union in unions)
+    return {typing.get_args(m.model_fields["kind"].annotation)[0] for ms in members for m in ms}
+
+
+_TAGS = _kind_tags(LengthDist, ArrivalSpec)
+
+
+def format_validation_error(err: ValidationError, source: str, raw: Any) -> str:
+    """``<file>: <field.path>: <message>`` for the first error, ``(+N more)`` after."""
+    errors = err.errors(include_url=False)
+    first = errors[0]
+    ctx = first.get("ctx") or {}
+    if first["type"] == "at_path":
+        path = ctx["path"]
+    else:
+        loc = _user_loc(first["loc"], raw)
+        if first["type"] == "unknown_field":
+            loc.append(ctx["field"])
+        if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            loc.append("kind")
+        path = ".".join(str(p) for p in loc) or "(top level)"
+    message = _message(first)
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{source}: {path}: {message}{more}"
+
+
+def _user_loc(loc: tuple, raw: Any) -> list:
+    """The error location as the user wrote it: drop the union tags pydantic inserts
+    (``workload.arrival.poisson.rate_rps`` -> ``workload.arrival.rate_rps``)."""
+    out: list = []
+    node = raw
+    for part in loc:
+        in_dict = isinstance(node, dict) and part in node
+        in_list = isinstance(node, list) and isinstance(part, int) and part < len(node)
+        if in_dict or in_list:
+            node = node[part]
+            out.append(part)
+        elif isinstance(part, str) and (part in _TAGS or "[" in part):
+            continue
+        else:
+            node = None
+            out.append(part)
+    return out
+
+
+def _message(error: dict) -> str:
+    kind, msg, ctx = error["type"], error["msg"], error.get("ctx") or {}
+    got = error.get("input")
+    if kind == "at_path":
+        return ctx["message"]
+    if kind == "unknown_field":
+        return msg
+    if kind == "missing":
+        return "required field missing"
+    if kind == "union_tag_invalid":
+        valid = [t.strip(" '") for t in str(ctx.get("expected_tags", "")).split(",")]
+        return f"unknown kind {ctx.get('tag')!r}{did_you_mean(ctx.get('tag'), valid)}"
+    if kind == "union_tag_not_found":
+        return "required field missing (the variant's kind)"
+    if kind.startswith("value_error") or kind == "assertion_error":
+        return msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    text = msg.replace("Input should be ", "expected ")
+    return f"{text}, got {got!r}"

@@ -1,0 +1,146 @@
+"""Model and accelerator specs (pydantic, frozen); the presets are in :mod:`sim.config.presets`.
+
+A scenario names a model and a GPU either by preset (``"llama-3-8b"``, ``"h100-sxm"``) or
+by an explicit shape; :func:`resolve_model` / :func:`resolve_hardware` accept both, plus a
+dict ``{"preset": NAME, ...overrides}``. An unknown preset raises ``ValueError`` listing the
+valid names, which pydantic turns into a field error for the scenario file.
+
+Parameter counting (:attr:`ModelSpec.num_params`) covers the token embedding, attention
+q/k/v/o, the MLP, the norms' scales and an untied LM head. Biases (OPT everywhere, Qwen2
+on q/k/v) and OPT's learned position embeddings are left out: they are < 0.2 % of the
+weights and add no matmul FLOPs worth modelling.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from sim.config.schema import StrictModel
+
+DtypeName = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
+
+
+class ModelSpec(StrictModel):
+    """The shape of a decoder-only transformer, enough to count bytes and FLOPs."""
+
+    name: str = "custom"
+    num_layers: PositiveInt
+    hidden_size: PositiveInt
+    num_heads: PositiveInt
+    num_kv_heads: PositiveInt
+    head_dim: PositiveInt
+    intermediate_size: PositiveInt
+    vocab_size: PositiveInt
+    max_model_len: PositiveInt
+    dtype_bytes: Literal[1, 2, 4] = 2
+    #: "swiglu": gate, up and down projections (Llama, Mistral, Qwen);
+    #: "gelu": up and down only (OPT, GPT-2).
+    mlp: Literal["swiglu", "gelu"] = "swiglu"
+    tie_embeddings: bool = False
+
+    @model_validator(mode="after")
+    def _kv_heads_divide_heads(self) -> ModelSpec:
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads ({self.num_heads}) must be a multiple of "
+                f"num_kv_heads ({self.num_kv_heads})"
+            )
+        return self
+
+    def kv_bytes_per_token(self, tensor_parallel: int = 1) -> int:
+        """KV bytes one token occupies on each GPU of a ``tensor_parallel`` group: K and V
+        for every layer and KV head, the KV heads sharded over the group (and replicated
+        once it is wider than them)."""
+        kv_heads_per_gpu = max(1, self.num_kv_heads // tensor_parallel)
+        return 2 * self.num_layers * kv_heads_per_gpu * self.head_dim * self.dtype_bytes
+
+    @property
+    def attention_params_per_layer(self) -> int:
+        q_out = self.num_heads * self.head_dim
+        kv_out = self.num_kv_heads * self.head_dim
+        # q, k, v project hidden -> heads; o projects q_out -> hidden
+        return self.hidden_size * (q_out + 2 * kv_out) + q_out * self.hidden_size
+
+    @property
+    def mlp_params_per_layer(self) -> int:
+        matrices = 3 if self.mlp == "swiglu" else 2
+        return matrices * self.hidden_size * self.intermediate_size
+
+    @property
+    def layer_linear_params(self) -> int:
+        """Matmul weights of all decoder layers (attention + MLP), no LM head."""
+        return self.num_layers * (self.attention_params_per_layer + self.mlp_params_per_layer)
+
+    @property
+    def lm_head_params(self) -> int:
+        """The output projection's weights (the embedding matrix itself when tied)."""
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def num_params(self) -> int:
+        embedding = self.vocab_size * self.hidden_size
+        norms = (2 * self.num_layers + 1) * self.hidden_size  # two per layer + final
+        lm_head = 0 if self.tie_embeddings else self.lm_head_params
+        return embedding + self.layer_linear_params + norms + lm_head
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.num_params * self.dtype_bytes
+
+    @property
+    def linear_flops_per_token(self) -> int:
+        """2 FLOPs (multiply + add) per matmul weight, LM head included."""
+        return 2 * (self.layer_linear_params + self.lm_head_params)
+
+
+class HardwareSpec(StrictModel):
+    """One accelerator's datasheet figures (dense, no sparsity), plus two measured ones
+    the cost model needs: how many SMs share the work and what fraction of the datasheet
+    bandwidth a streaming kernel sustains."""
+
+    name: str = "custom"
+    #: dtype name -> dense peak FLOP/s
+    flops: dict[DtypeName, PositiveFloat]
+    mem_bandwidth_bytes_s: PositiveFloat
+    mem_capacity_bytes: PositiveInt
+    #: host <-> device link, one direction (PCIe or NVLink-C2C); used for swap
+    host_link_bytes_s: PositiveFloat
+    #: GPU <-> GPU bandwidth per GPU, one direction (NVLink; PCIe if none); used for TP
+    interconnect_bytes_s: PositiveFloat
+    #: streaming multiprocessors, for tile and wave quantisation (None: not modelled)
+    num_sms: PositiveInt | None = None
+    #: sustained / datasheet memory bandwidth of a read-bound streaming kernel (86-95 %
+    #: on A100/H100/H200 in Azure's BabelStream runs; 0.9 where nobody has measured)
+    sustained_bandwidth_fraction: float = Field(default=0.9, gt=0.0, le=1.0)
+
+    @property
+    def sustained_bandwidth_bytes_s(self) -> float:
+        return self.mem_bandwidth_bytes_s * self.sustained_bandwidth_fraction
+
+    @model_validator(mode="after")
+    def _has_a_float_format(self) -> HardwareSpec:
+        if not self.flops:
+            raise ValueError("flops must name at least one dtype, e.g. {'bf16': 1e15}")
+        return self
+
+    def peak_flops(self, dtype_bytes: int) -> float:
+        """Dense peak FLOP/s for matmuls on elements of ``dtype_bytes`` bytes.
+
+        4 -> fp32; 2 -> bf16, else fp16; 1 -> fp8, else the 2-byte rate (the hardware
+        would upcast). Raises ValueError if the device lists no matching format."""
+        order: dict[int, tuple[DtypeName, ...]] = {
+            4: ("fp32",),
+            2: ("bf16", "fp16"),
+            1: ("fp8", "bf16", "fp16"),
+        }
+        if dtype_bytes not in order:
+            raise ValueError(f"dtype_bytes must be 1, 2 or 4, got {dtype_bytes}")
+        for key in order[dtype_bytes]:
+            if key in self.flops:
+                return self.flops[key]
+        raise ValueError(
+            f"hardware {self.name!r} lists no FLOP/s for {dtype_bytes}-byte elements "
+            f"(tried {', '.join(order[dtype_bytes])}; has {', '.join(self.flops)})"
+        )

@@ -1,0 +1,136 @@
+"""The scenario: every section, validated once into a frozen :class:`Scenario`.
+
+A scenario is validated once (:func:`sim.config.loader.load_scenario`) into a frozen
+:class:`Scenario`;
+every section has defaults, so ``model: llama-3-8b`` alone is a valid scenario. Every
+model forbids unknown fields, so a misspelt key fails with the closest valid name.
+
+Placement decisions:
+
+* ``tensor_parallel`` is a top-level field (the ``hardware`` section is one GPU's
+  datasheet, shared by every GPU of the group).
+* ``cache.num_blocks`` set: the device pool has exactly that many blocks. Unset (the
+  default): the pool is derived from memory by :func:`sim.config.pool.kv_pool_blocks`
+  (capacity x ``gpu_memory_utilization`` - weights / tp - activation reserve).
+* ``cache.cpu_swap_gib`` is per GPU (as vLLM's ``swap_space``); ``num_cpu_blocks`` sets
+  the CPU pool directly instead.
+* ``model`` and ``hardware`` hold the *resolved* specs after validation, so the dumped
+  scenario (``scenario.json``) records the exact shapes and figures a run used.
+* Paths inside a scenario (traces, length tables, calibration files) are kept as written
+  (never made absolute in a dump); they resolve against the scenario file's directory.
+
+User mistakes raise :class:`ScenarioError` with one line: ``<file>: <field.path>: <what
+was expected / got>``.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import (
+    BeforeValidator,
+    Field,
+    PrivateAttr,
+    model_validator,
+)
+
+from sim.config.costs import CostModelSpec
+from sim.config.errors import error_at
+from sim.config.hardware import HardwareSpec, ModelSpec
+from sim.config.presets import expand_preset
+from sim.config.schema import StrictModel
+from sim.config.sections import (
+    BackendSpec,
+    CacheSpec,
+    EvictionSpec,
+    PreemptionSpec,
+    RoutingSpec,
+    SchedulerSpec,
+    SimulationSpec,
+    SLOSpec,
+)
+from sim.config.workload import (
+    TraceArrival,
+    WorkloadSpec,
+)
+
+ResolvedModel = Annotated[
+    ModelSpec, BeforeValidator(functools.partial(expand_preset, kind="model"))
+]
+
+
+ResolvedHardware = Annotated[
+    HardwareSpec, BeforeValidator(functools.partial(expand_preset, kind="hardware"))
+]
+
+
+class Scenario(StrictModel):
+    """One simulated deployment and its traffic. Sections are documented on their
+    classes; ``model``/``hardware`` are resolved specs after validation."""
+
+    name: str = "scenario"
+    description: str = ""
+    #: where it came from (for error messages) and the folder relative paths live in
+    _source: str = PrivateAttr(default="<scenario>")
+    _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+    model: ResolvedModel = Field(default="llama-3-8b", validate_default=True)
+    hardware: ResolvedHardware = Field(default="h100-sxm", validate_default=True)
+    tensor_parallel: int = Field(default=1, ge=1)
+    cache: CacheSpec = Field(default_factory=CacheSpec)
+    scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
+    preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
+    eviction: EvictionSpec = Field(default_factory=EvictionSpec)
+    routing: RoutingSpec = Field(default_factory=RoutingSpec)
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    slo: SLOSpec = Field(default_factory=SLOSpec)
+    simulation: SimulationSpec = Field(default_factory=SimulationSpec)
+    backend: BackendSpec = Field(default_factory=BackendSpec)
+    cost_model: CostModelSpec = Field(default_factory=CostModelSpec)
+
+    @model_validator(mode="after")
+    def _fits_together(self) -> Scenario:
+        sim = self.simulation
+        replay = isinstance(self.workload.arrival, TraceArrival)
+        if sim.num_requests is None and sim.duration_s is None and not replay:
+            raise error_at(
+                "simulation.num_requests", "set num_requests or duration_s (or replay a trace)"
+            )
+        try:
+            blocks = self.cache.device_blocks(self.model, self.hardware, self.tensor_parallel)
+        except ValueError as err:
+            raise error_at("tensor_parallel", str(err)) from None
+        if blocks < 1:
+            raise error_at("cache.num_blocks", f"expected at least one block, got {blocks}")
+        sched = self.scheduler
+        if sched.max_num_batched_tokens < sched.max_num_seqs:
+            raise error_at(
+                "scheduler.max_num_batched_tokens",
+                f"must be >= scheduler.max_num_seqs ({sched.max_num_seqs}) so that every "
+                f"running sequence can decode each step, got {sched.max_num_batched_tokens}",
+            )
+        cpu = self.cache.cpu_blocks(self.model, self.tensor_parallel)
+        if self.preemption.mode == "swap" and cpu == 0:
+            raise error_at(
+                "preemption.mode",
+                "swap needs CPU space: set cache.cpu_swap_gib or cache.num_cpu_blocks",
+            )
+        if self.cost_model.kind == "profile":
+            self.cost_model.vidur_names(self.hardware, self.model)  # names must be known
+        return self
+
+    @property
+    def source(self) -> str:
+        """The scenario file (or '<scenario>'), for one-line error messages."""
+        return self._source
+
+    def resolve_plugin(self, name: str) -> str:
+        """A ``path/file.py:attr`` plug-in name with a relative path resolved against the
+        scenario's folder (like trace files) when the file is there; others unchanged."""
+        target, sep, attr = name.rpartition(":")
+        if sep and target.endswith(".py") and not Path(target).is_absolute():
+            beside = self._base_dir / target
+            if beside.is_file():
+                return f"{beside}:{attr}"
+        return name

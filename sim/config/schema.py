@@ -1,0 +1,38 @@
+"""The base of every scenario section and spec: frozen, and an unknown key is a one-line
+error naming the closest valid field (pydantic's own ``extra="forbid"`` message does not).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic_core import PydanticCustomError
+
+from sim.config.hints import did_you_mean
+
+
+class StrictModel(BaseModel):
+    """Base of every scenario section: frozen, and unknown keys are an error that names
+    the closest valid field (pydantic's own ``extra="forbid"`` message does not)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reject_unknown_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            valid = list(cls.model_fields)
+            for key in data:
+                if key not in cls.model_fields:
+                    raise PydanticCustomError(
+                        "unknown_field",
+                        "unknown field{hint}",
+                        {"field": str(key), "hint": did_you_mean(key, valid)},
+                    )
+        return data
+
+
+# --------------------------------------------------------------------------------------
+# Files referenced by a workload (traces, length tables)
+# --------------------------------------------------------------------------------------

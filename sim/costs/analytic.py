@@ -1,0 +1,258 @@
+"""Analytic step-time model: the default :class:`~sim.engine.executor.Executor`.
+
+A step runs prefill chunks ``(s_i, n_i)`` (``s_i`` tokens already cached, ``n_i`` new) and
+decodes with contexts ``c_j`` (tokens attended to, the new one included): ``T`` tokens for
+``S`` sequences. Its time is what the GPU does plus what the CPU adds::
+
+    step = L x layer(T) + L x attention + embedding(T) + LM head and sampling(S)
+           + block moves + cpu_step_overhead + cpu_per_seq_overhead x S
+
+    layer(T) = GEMMs qkv, o, up(+gate), down                 # tile/wave-quantised
+             + 2 RMSNorms + rotary + activation               # elementwise kernels
+             + KV write + residual add                        # streaming kernels
+             + 2 all-reduces of T x hidden (tensor parallel)
+    attention = prefill attention(chunks) + decode attention(S_decode, sum c_j)
+
+with every kernel timed by :class:`sim.costs.kernels.GpuKernels` (module doc there: kernel
+floors, the smooth roofline, tile and wave quantisation, FlashAttention's per-CTA cost,
+decode attention's per-sequence cost) on one GPU of the tensor-parallel group: weights,
+query heads and the MLP are split ``tp`` ways, KV heads too but never below one head per
+GPU (vLLM replicates KV heads when ``tp > Hkv``).
+
+Why this split:
+
+* The linear layers run once on the concatenated tokens of the whole batch, so a step
+  that mixes prefill and decode reads the weights once. Attention runs per sequence
+  (separate prefill and decode kernels) and is bound by its own roofline: prefill
+  attention is compute bound, decode attention reads the KV cache.
+* The LM head runs once per sequence (the engine samples from the last position only),
+  not once per token. A non-final prefill chunk is charged one too; it is < 0.1 % of a
+  chunk's FLOPs.
+* Swaps and copy-on-write copies run before the forward pass and block it (vLLM v0 does
+  them synchronously), so they add rather than overlap.
+* CPU overhead is its own term (``cpu_s``), apart from GPU time: it is what a faster GPU
+  does not shorten, and what engines work hardest to hide.
+
+``bench/costmodel_vs_profiles.py`` measures the layer time against published per-operator
+GPU profiles (Vidur's A100/H100/A40 data). The hot path (:meth:`AnalyticCostModel.execute`)
+costs a few dictionary look-ups: the per-layer time of ``T`` tokens and the LM head of
+``S`` sequences are computed once per distinct count and kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from backend.step import Batch
+from sim.config.costs import CostParams
+from sim.config.hardware import HardwareSpec, ModelSpec
+from sim.config.pool import _check_tensor_parallel
+from sim.costs.kernels import GpuKernels
+
+#: The per-layer kernels of :meth:`AnalyticCostModel.layer_ops`, in execution order,
+#: named as Vidur's profiles name them (``kv_cache_save`` and ``all_reduce`` apart).
+LAYER_OPS = (
+    "input_layernorm",
+    "attn_pre_proj",
+    "attn_rope",
+    "kv_cache_save",
+    "attn_post_proj",
+    "post_attention_layernorm",
+    "mlp_up_proj",
+    "mlp_act",
+    "mlp_down_proj",
+    "add",
+    "all_reduce",
+)
+
+
+# A tuple, not a set: summed in a fixed order, the floats come out the same whatever the
+# process's string-hash seed (a set's order is not, and neither is the last bit of a sum).
+_GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+
+
+class StepCost(NamedTuple):
+    """One step's predicted time split by cause (seconds); ``total_s`` is their sum."""
+
+    linear_s: float  # the layers' GEMMs
+    elementwise_s: float  # norms, rotary, activation, residual adds, KV writes, embedding
+    prefill_attention_s: float
+    decode_attention_s: float
+    lm_head_s: float  # LM head GEMM and sampling
+    allreduce_s: float
+    data_movement_s: float
+    cpu_s: float
+
+    @property
+    def total_s(self) -> float:
+        return sum(self)
+
+    @property
+    def gpu_s(self) -> float:
+        return self.total_s - self.cpu_s
+
+
+class AnalyticCostModel:
+    """Predicts step time from the model's shape and the GPU's datasheet (module doc).
+
+    Immutable but for its caches; ``execute`` and ``predict`` mutate nothing else."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        hardware: HardwareSpec,
+        *,
+        tensor_parallel: int = 1,
+        params: CostParams | None = None,
+        block_size: int = 16,
+    ):
+        """Raises ValueError if ``tensor_parallel`` cannot split the heads evenly, if
+        ``block_size`` is not positive, or if the GPU has no rate for the model's dtype."""
+        _check_tensor_parallel(model, tensor_parallel)
+        if block_size < 1:
+            raise ValueError(f"block_size must be a positive number of tokens, got {block_size}")
+        self.model, self.hardware = model, hardware
+        self.tensor_parallel, self.block_size = tensor_parallel, block_size
+        self.params = params = params or CostParams()
+        self.kernels = GpuKernels(hardware, params, model.dtype_bytes)
+        tp = tensor_parallel
+        self._heads = model.num_heads // tp
+        self._kv_heads = max(1, model.num_kv_heads // tp)
+        self._mlp = model.intermediate_size // tp
+        self._kv_bytes_per_layer_token = model.kv_bytes_per_token(tp) // model.num_layers
+        block_bytes = block_size * model.kv_bytes_per_token(tp)
+        self._s_per_swapped_block = block_bytes / hardware.host_link_bytes_s
+        self._s_per_copied_block = 2 * block_bytes / self.kernels.copy_bytes_s()
+        self._dense: dict[int, tuple[float, float, float]] = {}
+        self._lm_head: dict[int, float] = {}
+
+    # -- per layer ----------------------------------------------------------------------
+    def layer_ops(self, tokens: int) -> dict[str, float]:
+        """Seconds of each kernel of one decoder layer for ``tokens`` tokens (LAYER_OPS
+        order; attention itself is :meth:`attention_layer`)."""
+        m, k, b = self.model, self.kernels, self.model.dtype_bytes
+        h, d, t = m.hidden_size, m.head_dim, tokens
+        up_cols = (2 if m.mlp == "swiglu" else 1) * self._mlp
+        act_bytes = (3 if m.mlp == "swiglu" else 2) * t * self._mlp * b
+        norm = k.elementwise(2 * t * h * b)
+        return {
+            "input_layernorm": norm,
+            "attn_pre_proj": k.gemm(t, h, (self._heads + 2 * self._kv_heads) * d),
+            "attn_rope": k.elementwise(2 * t * (self._heads + self._kv_heads) * d * b),
+            "kv_cache_save": k.streaming(t * self._kv_bytes_per_layer_token),
+            "attn_post_proj": k.gemm(t, self._heads * d, h),
+            "post_attention_layernorm": norm,
+            "mlp_up_proj": k.gemm(t, h, up_cols),
+            "mlp_act": k.elementwise(act_bytes),
+            "mlp_down_proj": k.gemm(t, self._mlp, h),
+            "add": k.streaming(3 * t * h * b),
+            "all_reduce": 2 * k.allreduce(t * h * b, self.tensor_parallel),
+        }
+
+    def attention_layer(
+        self, prefill_chunks: Sequence[tuple[int, int]], num_decodes: int, decode_context: int
+    ) -> tuple[float, float]:
+        """(prefill, decode) attention seconds of one layer: ``prefill_chunks`` as
+        ``(cached, new)`` and ``num_decodes`` decodes reading ``decode_context`` tokens."""
+        head_dim = self.model.head_dim
+        prefill = self.kernels.prefill_attention(prefill_chunks, self._heads, head_dim)
+        decode = self.kernels.decode_attention(
+            num_decodes, decode_context, self._kv_bytes_per_layer_token
+        )
+        return prefill, decode
+
+    # -- per step -----------------------------------------------------------------------
+    def execute(self, batch: Batch) -> float:
+        """Predicted seconds for ``batch`` (the Executor seam); an empty batch takes 0."""
+        return self.predict(*batch.shape())
+
+    def predict(
+        self,
+        prefill_chunks: Sequence[tuple[int, int]],
+        decode_context_lens: np.ndarray,
+        swap_blocks: int = 0,
+        copy_blocks: int = 0,
+    ) -> float:
+        """Predicted seconds for prefill chunks ``(start, num_tokens)`` plus one decode
+        token per entry of ``decode_context_lens`` (each counting the new token), plus
+        ``swap_blocks`` host<->device and ``copy_blocks`` device copies.
+
+        Raises ValueError for a chunk with a negative start or no tokens. Decode
+        lengths are trusted (the engine builds them; checking costs a second pass)."""
+        return self.breakdown(
+            prefill_chunks, decode_context_lens, swap_blocks=swap_blocks, copy_blocks=copy_blocks
+        ).total_s
+
+    def breakdown(
+        self,
+        prefill_chunks: Sequence[tuple[int, int]],
+        decode_context_lens: np.ndarray,
+        *,
+        swap_blocks: int = 0,
+        copy_blocks: int = 0,
+    ) -> StepCost:
+        """Like :meth:`predict`, split by cause."""
+        prefill_tokens = 0
+        for start, num_tokens in prefill_chunks:
+            if start < 0 or num_tokens < 1:
+                raise ValueError(
+                    f"prefill chunk needs start >= 0 and num_tokens >= 1, "
+                    f"got ({start}, {num_tokens})"
+                )
+            prefill_tokens += num_tokens
+        num_decodes = int(decode_context_lens.shape[0])
+        decode_context = int(decode_context_lens.sum()) if num_decodes else 0
+        num_seqs = len(prefill_chunks) + num_decodes
+        data_movement = (
+            swap_blocks * self._s_per_swapped_block + copy_blocks * self._s_per_copied_block
+        )
+        if num_seqs == 0:
+            cpu = self.params.cpu_step_overhead_s if data_movement else 0.0
+            return StepCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, data_movement, cpu)
+        layers = self.model.num_layers
+        linear, elementwise, allreduce = self._dense_s(prefill_tokens + num_decodes)
+        prefill, decode = self.attention_layer(prefill_chunks, num_decodes, decode_context)
+        cpu = self.params.cpu_step_overhead_s + num_seqs * self.params.cpu_per_seq_overhead_s
+        return StepCost(
+            linear,
+            elementwise,
+            layers * prefill,
+            layers * decode,
+            self._lm_head_s(num_seqs),
+            allreduce,
+            data_movement,
+            cpu,
+        )
+
+    def _dense_s(self, tokens: int) -> tuple[float, float, float]:
+        """(GEMMs, elementwise, all-reduce) seconds of all layers plus the embedding for
+        ``tokens`` tokens; computed once per token count."""
+        cached = self._dense.get(tokens)
+        if cached is None:
+            ops = self.layer_ops(tokens)
+            layers = self.model.num_layers
+            linear = layers * sum(ops[name] for name in _GEMMS)
+            allreduce = layers * ops["all_reduce"]
+            elementwise = layers * sum(ops.values()) - linear - allreduce
+            embedding = self.kernels.streaming(2 * tokens * self.model.hidden_size)
+            cached = self._dense[tokens] = (linear, elementwise + embedding, allreduce)
+        return cached
+
+    def _lm_head_s(self, num_seqs: int) -> float:
+        """Final norm, LM head and sampling for ``num_seqs`` sequences (one position
+        each); computed once per count. Each GPU holds ``vocab / tp`` columns and
+        samples from fp32 logits (read twice: softmax, then top-k/top-p)."""
+        cached = self._lm_head.get(num_seqs)
+        if cached is None:
+            m, k = self.model, self.kernels
+            vocab = m.vocab_size // self.tensor_parallel
+            logits_bytes = 4 * num_seqs * vocab
+            cached = self._lm_head[num_seqs] = (
+                k.elementwise(2 * num_seqs * m.hidden_size * m.dtype_bytes)
+                + k.gemm(num_seqs, m.hidden_size, vocab)
+                + k.elementwise(2 * logits_bytes)
+            )
+        return cached

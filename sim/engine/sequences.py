@@ -1,0 +1,137 @@
+"""What the engine keeps about each replica's sequences between steps.
+
+Plain state, no SimPy and no policy: a prefill in progress, a request swapped to the
+CPU pool, the running decode sequences as one numpy array, the waiting-queue entries
+policies order, and what one step decided.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import numpy as np
+
+from backend.base import BlockMove
+from sim.workload.request import Request
+
+
+@dataclass(eq=False)
+class PrefillSeq:
+    """A sequence whose prompt (plus, after a recompute preemption, its generated
+    tokens) is being computed. ``generated`` tokens were sampled before this prefill."""
+
+    request: Request
+    sample: int
+    tokens: np.ndarray
+    generated: int = 0
+    resumed: bool = False
+    fork_children: int = 0  # samples to fork from this one when its prompt is done
+    seq_id: int = -1
+    computed: int = 0  # tokens whose KV is in the pool
+    held: int = 0  # tokens whose slots the allocator holds (>= computed)
+
+
+@dataclass(eq=False)
+class SwappedRequest:
+    """A request whose sequences all live in the CPU pool."""
+
+    request: Request
+    prefills: list[PrefillSeq]
+    decodes: dict[str, np.ndarray]
+    num_blocks: int
+
+
+def _field(index: int) -> property:
+    def get(self) -> np.ndarray:
+        return self.data[index]
+
+    def put(self, value) -> None:  # `d.context += 1` rebinds: write through
+        self.data[index] = value
+
+    return property(get, put)
+
+
+class DecodeSet:
+    """Running sequences in their decode phase: one int64 array, a row per field.
+
+    Fields are exposed as contiguous row views (``d.generated``, ...), so per-step
+    updates are in-place numpy operations and removing finished sequences is a single
+    fancy-indexing call, whatever the number of fields."""
+
+    FIELDS = ("seq_id", "req_id", "sample", "stream", "generated", "target", "context", "tenant")
+    seq_id, req_id, sample, stream, generated, target, context, tenant = (
+        _field(i) for i in range(len(FIELDS))
+    )
+
+    def __init__(self) -> None:
+        self.data = np.zeros((len(self.FIELDS), 0), dtype=np.int64)
+
+    def __len__(self) -> int:
+        return int(self.data.shape[1])
+
+    def extend(self, rows: dict[str, np.ndarray] | list[tuple[int, ...]]) -> None:
+        """Append rows given as column arrays or as tuples in FIELDS order."""
+        if isinstance(rows, list):
+            if not rows:
+                return
+            block = np.asarray(rows, dtype=np.int64).T
+        else:
+            block = np.stack([rows[name] for name in self.FIELDS])
+        self.data = np.concatenate([self.data, block], axis=1)
+
+    def take(self, mask: np.ndarray) -> dict[str, np.ndarray]:
+        """Remove the rows selected by ``mask`` and return them as column arrays."""
+        taken = self.data[:, mask]
+        self.data = self.data[:, ~mask]
+        return {name: taken[i] for i, name in enumerate(self.FIELDS)}
+
+
+@dataclass(eq=False)
+class WaitingEntry:
+    """A prefill waiting for admission (what scheduling policies order)."""
+
+    request: Request
+    seq: PrefillSeq
+
+    @property
+    def resumed(self) -> bool:
+        return self.seq.resumed
+
+
+class Limit(IntEnum):
+    """What kept a step from admitting the requests still waiting when it was planned
+    (steps.csv's ``limit`` column, by name). ``NONE``: nothing was waiting after
+    scheduling (the queue drained, so the step was bound by compute alone)."""
+
+    NONE = 0
+    MAX_NUM_SEQS = 1  # every sequence slot (scheduler.max_num_seqs) was taken
+    TOKEN_BUDGET = 2  # the step's max_num_batched_tokens were spent
+    KV_BLOCKS = 3  # admission refused for memory, a preemption, or a swapped request waits
+    POLICY = 4  # the scheduling policy or batching mode held requests back
+
+
+#: Names of :class:`Limit` values, indexed by value.
+LIMIT_NAMES = tuple(limit.name.lower() for limit in Limit)
+
+
+@dataclass
+class StepPlan:
+    """What the scheduler decided for one step; applied after the step's time passes."""
+
+    decode_rows: int = 0
+    chunks: list[tuple[PrefillSeq, int]] = field(default_factory=list)
+    num_preempted: int = 0
+    limit: Limit = Limit.NONE
+
+
+@dataclass
+class Moves:
+    copies: list[BlockMove] = field(default_factory=list)
+    swap_out: list[BlockMove] = field(default_factory=list)
+    swap_in: list[BlockMove] = field(default_factory=list)
+
+
+def seq_ids(prefills: list[PrefillSeq], decodes: dict[str, np.ndarray]) -> list[int]:
+    """Sequence ids of detached prefills and decode rows (as ``DecodeSet.take`` returns)."""
+    return [s.seq_id for s in prefills] + decodes["seq_id"].tolist()

@@ -1,0 +1,111 @@
+"""Writing a run's requests.csv, steps.csv and summary.json, byte-identical for identical
+inputs: fixed column order, shortest round-trip float text, sorted JSON keys, nothing
+about the machine or the clock.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.output.requests import _REQUEST_FLOAT_COLUMNS, REQUEST_COLUMNS, request_table
+from sim.output.steplog import _STEP_FLOAT_COLUMNS, _STEP_NAMED_COLUMNS, STEP_COLUMNS, StepLog
+from sim.workload.request import Request
+
+# Rows per chunk when writing CSVs: bounds the memory of the string lists.
+_CSV_CHUNK_ROWS = 100_000
+
+
+def write_outputs(
+    out_dir: str | Path,
+    requests: Iterable[Request],
+    steps: StepLog,
+    summary: Mapping[str, Any],
+) -> dict[str, Path]:
+    """Write requests.csv, steps.csv and summary.json into `out_dir` (created if missing,
+    files overwritten). Identical inputs give byte-identical files: fixed column order,
+    shortest round-trip float text, sorted JSON keys, nothing about the machine or clock.
+    Returns the paths by name. Raises ValueError if the summary holds a non-finite float
+    that is not None-able (it never does when it comes from `summarize`)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table = request_table(requests)
+    paths = {name: out / name for name in ("requests.csv", "steps.csv", "summary.json")}
+    request_columns = [
+        _format_column(table[c], c in _REQUEST_FLOAT_COLUMNS) for c in REQUEST_COLUMNS
+    ]
+    _write_csv(paths["requests.csv"], REQUEST_COLUMNS, request_columns, len(table["req_id"]))
+    rows = steps.as_array()
+    step_columns = [
+        _named_column(rows[:, j], _STEP_NAMED_COLUMNS[c])
+        if c in _STEP_NAMED_COLUMNS
+        else _format_column(rows[:, j], c in _STEP_FLOAT_COLUMNS)
+        for j, c in enumerate(STEP_COLUMNS)
+    ]
+    _write_csv(paths["steps.csv"], STEP_COLUMNS, step_columns, rows.shape[0])
+    paths["summary.json"].write_text(summary_json(summary), encoding="utf-8")
+    return paths
+
+
+def summary_json(summary: Mapping[str, Any]) -> str:
+    """Canonical JSON text of a summary: sorted keys, NaN/inf as null, repr floats."""
+    return json.dumps(_json_ready(summary), sort_keys=True, indent=2, allow_nan=False) + "\n"
+
+
+def _json_ready(value):
+    if isinstance(value, Mapping):
+        return {str(k): _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    return value
+
+
+def _format_column(values: np.ndarray, is_float: bool):
+    """Column as a lazy sequence of strings (sliced per chunk by `_write_csv`)."""
+    if values.dtype == object:
+        return [_csv_text(str(v)) for v in values]
+    if not is_float and np.all(np.floor(values) == values):
+        return _Formatted(values.astype(np.int64), int.__repr__)
+    # float.__repr__ is the shortest text that reads back to the same double.
+    return _Formatted(values.astype(np.float64), float.__repr__)
+
+
+def _named_column(codes: np.ndarray, names: Sequence[str]):
+    """A column of small integer codes written as their names."""
+    return _Formatted(codes.astype(np.int64), names.__getitem__)
+
+
+class _Formatted:
+    """Formats a numpy column slice by slice, so a 10**6-row CSV never holds every cell
+    as a Python string at once."""
+
+    def __init__(self, values: np.ndarray, to_text) -> None:
+        self._values, self._to_text = values, to_text
+
+    def __getitem__(self, chunk: slice) -> list[str]:
+        return list(map(self._to_text, self._values[chunk].tolist()))
+
+
+def _csv_text(text: str) -> str:
+    if any(ch in text for ch in ',"\n\r'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def _write_csv(path: Path, header: Sequence[str], columns: Sequence, num_rows: int) -> None:
+    with path.open("w", encoding="utf-8", newline="\n") as f:
+        f.write(",".join(header) + "\n")
+        for start in range(0, num_rows, _CSV_CHUNK_ROWS):
+            chunk = slice(start, start + _CSV_CHUNK_ROWS)
+            f.write("\n".join(map(",".join, zip(*(c[chunk] for c in columns)))) + "\n")

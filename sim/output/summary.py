@@ -1,0 +1,195 @@
+"""summary.json: what a run measured, from its request outcomes and its step log.
+
+Data in: one `StepLog.record(...)` per simulator step, and at the end the list of
+the requests' outcomes. Data out: requests.csv, steps.csv and summary.json (all
+byte-identical for identical inputs) plus the human tables printed by the CLI.
+
+Conventions (so the numbers mean one thing everywhere):
+
+* A request is *finished* when it has a finish time and no rejection reason; it is
+  *rejected* when `rejected_reason` is non-empty.
+* Warm-up: requests are ordered by (arrival, req_id); the first `warmup_requests` are
+  excluded from every latency, goodput and throughput figure. Counts (requests, finished,
+  rejected, preemptions) and the prefix hit rate cover the whole run.
+* Output tokens of a finished request are ``output_len * n``; of an unfinished one, what it
+  had generated. TPOT is per sample stream, ``(finish - first_token) / (output_len - 1)``
+  for ``output_len >= 2``: the n samples of a request decode side by side, so dividing by
+  ``output_len * n - 1`` would report a per-token latency n times better than any user sees.
+* Duration is the span from the first measured arrival to the last measured finish.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from sim.output.requests import request_table
+from sim.output.steady import steady_state
+from sim.output.steplog import _STEP_INDEX, KV_SPLIT_COLUMNS, KV_SPLIT_KEYS, StepLog
+from sim.workload.request import Request
+
+
+def summarize(
+    requests: Iterable[Request],
+    steps: StepLog,
+    *,
+    total_slots: int,
+    slo_ttft_s: float,
+    slo_tpot_s: float,
+    warmup_requests: int = 0,
+    num_replicas: int = 1,
+    block_size: int = 1,
+    peak_used_blocks: Sequence[int] | None = None,
+    cost_model: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The content of summary.json (JSON-ready: Python numbers, None where undefined).
+
+    `total_slots` is the KV pool of ONE replica in token slots (`block_size` per block);
+    each step's slot split is divided by it and the result averaged over time, weighting
+    steps by their duration. `peak_used_blocks`, one per replica, are the allocators' own
+    peaks (they see the pool mid-step, the step log only after each step's finished
+    sequences are freed); without them the step log's peak is reported.
+    Mutates nothing. Raises ValueError on a negative `warmup_requests` or `num_replicas < 1`.
+    """
+    if warmup_requests < 0 or num_replicas < 1:
+        raise ValueError("warmup_requests must be >= 0 and num_replicas >= 1")
+    table = request_table(requests)
+    measured = np.arange(table["req_id"].shape[0]) >= warmup_requests
+    duration = _duration_s(table, measured)
+    done = measured & table["finished"]
+    met_slo = _meets_slo(table, slo_ttft_s, slo_tpot_s) & measured
+    summary: dict[str, Any] = {
+        "num_requests": int(table["req_id"].shape[0]),
+        "num_measured": int(measured.sum()),
+        "warmup_requests": int(warmup_requests),
+        "num_finished": int(table["finished"].sum()),
+        "num_rejected": int(table["rejected"].sum()),
+        "rejected_reasons": dict(
+            sorted(Counter(table["rejected_reason"][table["rejected"]]).items())
+        ),
+        "duration_s": duration,
+        "throughput_rps": _rate(done.sum(), duration),
+        "throughput_tok_s": _rate(table["output_tokens"][done].sum(), duration),
+        "ttft_s": _distribution(table["ttft_s"][measured]),
+        "tpot_s": _distribution(table["tpot_s"][measured]),
+        "e2e_s": _distribution(table["e2e_s"][measured]),
+        "slo_ttft_s": float(slo_ttft_s),
+        "slo_tpot_s": float(slo_tpot_s),
+        "goodput": _ratio(met_slo.sum(), measured.sum()),
+        "goodput_rps": _rate(met_slo.sum(), duration),
+        "mean_batch_size": _mean(steps.column("batch_size")),
+        "num_preemptions": int(table["preemptions"].sum()),
+        "prefix_hit_rate": _prefix_hit_rate(table, np.ones_like(measured)),
+        "num_replicas": int(num_replicas),
+        "total_slots": int(total_slots),
+        "num_blocks": int(total_slots // block_size),
+        "block_size": int(block_size),
+        "kv": _kv_split(steps.as_array(), total_slots, block_size, _max(peak_used_blocks)),
+    }
+    if cost_model is not None:
+        summary["cost_model"] = dict(cost_model)
+    summary["steady_state"] = steady_state(
+        table,
+        steps.as_array(),
+        _STEP_INDEX,
+        warmup_requests=warmup_requests,
+        met_slo=_meets_slo(table, slo_ttft_s, slo_tpot_s),
+        distribution=_distribution,
+    )
+    if num_replicas > 1:
+        peaks = peak_used_blocks or [None] * num_replicas
+        summary["per_replica"] = [
+            _replica_summary(table, steps, r, measured, duration, total_slots, block_size, peak)
+            for r, peak in zip(range(num_replicas), peaks, strict=True)
+        ]
+    return summary
+
+
+def _max(values: Sequence[int] | None) -> int | None:
+    return max(values) if values else None
+
+
+def _duration_s(table: Mapping[str, np.ndarray], measured: np.ndarray) -> float | None:
+    finishes = table["finish_s"][measured & table["finished"]]
+    if finishes.size == 0:
+        return None
+    return float(finishes.max() - table["arrival_s"][measured].min())
+
+
+def _meets_slo(table: Mapping[str, np.ndarray], slo_ttft_s: float, slo_tpot_s: float):
+    # A single-token request has no TPOT and so cannot miss the TPOT SLO; NaN TTFT
+    # compares False, so an unfinished or rejected request is always a miss.
+    tpot_ok = ~(table["tpot_s"] > slo_tpot_s)
+    return table["finished"] & (table["ttft_s"] <= slo_ttft_s) & tpot_ok
+
+
+def _distribution(values: np.ndarray) -> dict[str, float | None]:
+    values = values[~np.isnan(values)]
+    if values.size == 0:
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    return {"mean": float(values.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def _rate(count, duration_s: float | None) -> float | None:
+    if duration_s is None or duration_s <= 0:
+        return None
+    return float(count) / duration_s
+
+
+def _ratio(numerator, denominator) -> float | None:
+    return float(numerator) / float(denominator) if denominator > 0 else None
+
+
+def _mean(values: np.ndarray) -> float | None:
+    return float(values.mean()) if values.size else None
+
+
+def _prefix_hit_rate(table: Mapping[str, np.ndarray], subset: np.ndarray) -> float | None:
+    # Only requests that were ever scheduled had a chance to hit the prefix cache;
+    # counting queued or rejected prompts would dilute the rate with non-attempts.
+    tried = subset & ~np.isnan(table["first_scheduled_s"])
+    return _ratio(table["cached_prompt_tokens"][tried].sum(), table["prompt_tokens"][tried].sum())
+
+
+def _kv_split(
+    rows: np.ndarray, total_slots: int, block_size: int, peak: int | None
+) -> dict[str, Any]:
+    """Duration-weighted mean of each step's slot split / total_slots, plus the peak in
+    use (``peak`` blocks if given, else the most the step log saw)."""
+    used = rows[:, _STEP_INDEX["used_blocks"]]
+    if peak is None and used.size:
+        peak = int(used.max())
+    kv: dict[str, Any] = {
+        "peak_used_blocks": peak,
+        "peak_used_slots": None if peak is None else peak * block_size,
+        "peak_used_fraction": None if peak is None else peak * block_size / total_slots,
+    }
+    weights = rows[:, _STEP_INDEX["duration_s"]]
+    denominator = float(weights.sum()) * total_slots
+    for key, column in zip(KV_SPLIT_KEYS, KV_SPLIT_COLUMNS):
+        slots = rows[:, _STEP_INDEX[column]]
+        kv[key] = float(slots @ weights) / denominator if denominator > 0 else None
+    return kv
+
+
+def _replica_summary(
+    table, steps: StepLog, replica, measured, duration, total_slots, block_size, peak
+):
+    mine = table["replica"] == replica
+    done = mine & measured & table["finished"]
+    rows = steps.as_array()
+    rows = rows[rows[:, _STEP_INDEX["replica"]] == replica]
+    return {
+        "replica": replica,
+        "num_finished": int((mine & table["finished"]).sum()),
+        "throughput_rps": _rate(done.sum(), duration),
+        "throughput_tok_s": _rate(table["output_tokens"][done].sum(), duration),
+        "mean_batch_size": _mean(rows[:, _STEP_INDEX["batch_size"]]),
+        "num_preemptions": int(table["preemptions"][mine].sum()),
+        "prefix_hit_rate": _prefix_hit_rate(table, mine),
+        "kv": _kv_split(rows, total_slots, block_size, peak),
+    }

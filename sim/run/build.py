@@ -1,0 +1,138 @@
+"""Building a run's parts from a validated scenario: allocators, executors (cost models
+or the real backend), engine configuration and policies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from backend.base import Allocator
+from backend.blocks import BlockManager
+from backend.contiguous import make_contiguous
+from policies.eviction import EVICTORS
+from policies.registry import UnknownPolicy
+from sim.config.costs import CostParams
+from sim.config.errors import ScenarioError
+from sim.costs.analytic import AnalyticCostModel
+from sim.costs.calibrated import CalibratedCostModel, CalibrationError, load, shape_mismatch
+from sim.costs.profile import ProfileCostModel
+from sim.costs.vidur import ProfileError, load_vidur_profile
+from sim.engine.replica import EngineConfig
+
+
+def build_allocator(scenario) -> Allocator:
+    """One replica's allocator, sized from the scenario."""
+    cache = scenario.cache
+    model, hw, tp = scenario.model, scenario.hardware, scenario.tensor_parallel
+    num_blocks = cache.device_blocks(model, hw, tp)
+    num_cpu_blocks = cache.cpu_blocks(model, tp)
+    if cache.allocator == "paged":
+        rng = np.random.default_rng(scenario.simulation.seed)  # for a randomised policy
+        evictor = make_policy(
+            scenario, EVICTORS, "eviction.policy", scenario.eviction.policy, {"rng": rng}
+        )
+        return BlockManager(
+            num_blocks,
+            cache.block_size,
+            num_cpu_blocks=num_cpu_blocks,
+            enable_prefix_caching=cache.prefix_caching,
+            evictor=evictor,
+        )
+    return make_contiguous(
+        cache.allocator,
+        num_slots=num_blocks * cache.block_size,
+        max_model_len=model.max_model_len,
+        num_cpu_slots=num_cpu_blocks * cache.block_size,
+    )
+
+
+def build_executor(scenario, allocator: Allocator):
+    """The step-time source: the analytic cost model, a calibrated one, or the real
+    torch backend (hardware in the loop)."""
+    if scenario.backend.kind == "torch":
+        from sim.hil.realbackend import build_torch_executor
+
+        return build_torch_executor(scenario, allocator)
+    if scenario.cost_model.kind == "calibrated":
+
+        return build_calibrated_executor(scenario)
+    if scenario.cost_model.kind == "profile":
+        return build_profile_executor(scenario)
+    return analytic_executor(scenario)
+
+
+def build_profile_executor(scenario) -> ProfileCostModel:
+    """The executor for ``cost_model: {kind: profile, ...}``. Raises ScenarioError (one
+    line) for a profile that cannot be read or has no rows for the scenario's model."""
+    spec = scenario.cost_model
+    device, model_name, network = spec.vidur_names(scenario.hardware, scenario.model)
+    try:
+        profile = load_vidur_profile(
+            spec.profile_dir,
+            model=scenario.model,
+            tensor_parallel=scenario.tensor_parallel,
+            device=device,
+            model_name=model_name,
+            network=network or None,
+            block_size=scenario.cache.block_size,
+        )
+    except ProfileError as err:
+        raise ScenarioError(f"{scenario.source}: cost_model.path: {err}") from None
+    return ProfileCostModel(profile, analytic_executor(scenario))
+
+
+def analytic_executor(scenario) -> AnalyticCostModel:
+    """The scenario's roofline cost model (with its ``cost_model.params`` overrides)."""
+    return AnalyticCostModel(
+        scenario.model,
+        scenario.hardware,
+        tensor_parallel=scenario.tensor_parallel,
+        params=scenario.cost_model.params or CostParams(),
+        block_size=scenario.cache.block_size,
+    )
+
+
+def engine_config(scenario, allocator: Allocator) -> EngineConfig:
+    sched = scenario.scheduler
+    return EngineConfig(
+        max_num_seqs=sched.max_num_seqs,
+        max_num_batched_tokens=sched.max_num_batched_tokens,
+        chunked_prefill=sched.chunked_prefill,
+        watermark_blocks=int(sched.watermark * allocator.num_blocks),
+        preemption_mode=scenario.preemption.mode,
+        max_model_len=scenario.model.max_model_len,
+        admission=sched.admission,
+    )
+
+
+def make_policy(scenario, registry, field: str, name: str, params: dict | None = None):
+    """Instantiate the policy a scenario names at ``field`` (e.g. "scheduler.policy").
+    Raises ScenarioError (one line) for a plug-in that cannot be loaded or parameters the
+    policy does not take."""
+    try:
+        factory = registry.get(scenario.resolve_plugin(name))
+    except UnknownPolicy as err:
+        raise ScenarioError(f"{scenario.source}: {field}: {err}") from None
+    try:
+        return factory(**(params or {}))
+    except (TypeError, ValueError) as err:
+        section = field.rpartition(".")[0]
+        raise ScenarioError(f"{scenario.source}: {section}.params: {name}: {err}") from None
+
+
+def build_calibrated_executor(scenario) -> CalibratedCostModel:
+    """The executor for ``cost_model: {kind: calibrated, file: ...}``.
+
+    Raises ScenarioError (one line) if the file is unusable or was profiled on a model
+    of another shape (its unit costs would mean nothing for this one)."""
+    from sim.config.errors import ScenarioError
+
+    path = scenario.cost_model.resolved_path
+    try:
+        calibration = load(path)
+    except CalibrationError as err:
+        raise ScenarioError(f"{scenario.name}: cost_model.file: {err}") from None
+    problem = shape_mismatch(calibration, scenario.model)
+    if problem:
+        raise ScenarioError(f"{scenario.name}: cost_model.file: {path}: {problem}")
+    return CalibratedCostModel(calibration)

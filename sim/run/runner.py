@@ -1,0 +1,173 @@
+"""Glue from a validated scenario to a finished run: build, simulate, write outputs.
+
+scenario -> requests (workload) -> replicas (allocator + executor + policies) -> SimPy
+run -> requests.csv / steps.csv / summary.json / scenario.json / report.html.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import simpy
+
+from policies.batching import BATCHING
+from policies.preemption import VICTIMS
+from policies.routing import ROUTERS
+from policies.scheduling import SCHEDULERS
+from sim.costs.profile import ProfileCostModel
+from sim.engine.replica import Cluster, Replica
+from sim.output.files import write_outputs
+from sim.output.report import write_report
+from sim.output.steplog import StepLog
+from sim.output.summary import summarize
+from sim.run.build import build_allocator, build_executor, engine_config, make_policy
+from sim.run.progress import Progress
+from sim.workload.generate import generate_requests
+from sim.workload.request import Request
+from sim.workload.tokens import SyntheticOutputs
+
+
+@dataclass
+class RunResult:
+    """What a run produced (in memory; the files are written by :func:`write_run`)."""
+
+    requests: list[Request]
+    steps: StepLog
+    summary: dict[str, Any]
+    wall_s: float
+    num_steps: int
+
+
+def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunResult:
+    """Run ``scenario`` to completion (or its safety horizon). Deterministic: the same
+    scenario gives the same result, whatever the machine (with a model executor).
+    ``executor_factory(scenario, allocator)`` replaces :func:`build_executor` for every
+    replica (validation wraps the real executor with it)."""
+    make_executor = executor_factory or build_executor
+    wall_start = time.perf_counter()
+    seed = scenario.simulation.seed
+    rng = np.random.default_rng(seed)
+    requests = generate_requests(scenario, scenario.model, rng=rng)
+    env = simpy.Environment()
+    steps = StepLog()
+    outputs = SyntheticOutputs(seed, scenario.model.vocab_size)
+    finished = [0]
+    bar = Progress(len(requests), "simulating", enabled=progress)
+
+    def on_step(replica: Replica, batch, duration: float, plan) -> None:
+        usage = replica.alloc.usage(replica.next_request_tokens())
+        steps.record(
+            replica.env.now - duration,
+            replica.index,
+            duration,
+            batch.batch_size,
+            batch.num_prefill_tokens,
+            batch.num_decode_tokens,
+            usage.used_blocks,
+            usage.cached_blocks,
+            usage.free_blocks,
+            usage.token_slots,
+            usage.reserved_slots,
+            usage.internal_frag_slots,
+            usage.external_frag_slots,
+            usage.free_slots,
+            replica.swapped_blocks,
+            len(replica.waiting),
+            plan.num_preempted,
+            plan.limit,
+        )
+
+    def on_done(request: Request) -> None:
+        finished[0] += 1
+        bar.update(finished[0])
+
+    replicas = []
+    executors = []
+    for index in range(scenario.routing.replicas):
+        allocator = build_allocator(scenario)
+        executors.append(make_executor(scenario, allocator))
+        replicas.append(
+            Replica(
+                env,
+                index,
+                allocator,
+                executors[-1],
+                make_policy(
+                    scenario,
+                    SCHEDULERS,
+                    "scheduler.policy",
+                    scenario.scheduler.policy,
+                    scenario.scheduler.params,
+                ),
+                make_policy(scenario, VICTIMS, "preemption.victim", scenario.preemption.victim),
+                engine_config(scenario, allocator),
+                outputs,
+                on_step,
+                on_done,
+                batching=make_policy(
+                    scenario, BATCHING, "scheduler.batching", scenario.scheduler.batching
+                ),
+            )
+        )
+    router = make_policy(
+        scenario, ROUTERS, "routing.router", scenario.routing.router, scenario.routing.params
+    )
+    cluster = Cluster(env, replicas, router)
+    env.process(cluster.arrivals(requests))
+    env.run(until=scenario.simulation.max_sim_time_s)
+    bar.close()
+    generated = [replica.generated_by_request() for replica in replicas]
+    for request in requests:
+        if np.isnan(request.finish_s) and not request.rejected_reason:
+            request.rejected_reason = "unfinished at max_sim_time_s"
+            request.generated = generated[request.replica].get(request.req_id, 0)
+    pool = replicas[0].alloc
+    summary = summarize(
+        requests,
+        steps,
+        total_slots=pool.num_blocks * pool.block_size,
+        slo_ttft_s=scenario.slo.ttft_s,
+        slo_tpot_s=scenario.slo.tpot_s,
+        warmup_requests=scenario.simulation.warmup_requests,
+        num_replicas=len(replicas),
+        block_size=pool.block_size,
+        # Blocks for the paged manager, slots for contiguous baselines: the fraction and
+        # the slot count are the comparable figures.
+        peak_used_blocks=[r.alloc.peak_used_blocks for r in replicas],
+        cost_model=cost_model_report(scenario, executors),
+    )
+    num_steps = sum(r.num_steps for r in replicas)
+    return RunResult(requests, steps, summary, time.perf_counter() - wall_start, num_steps)
+
+
+def cost_model_report(scenario, executors) -> dict[str, Any]:
+    """summary.json's ``cost_model``: where step times came from, and for a profile the
+    steps (all replicas together) whose parts fell outside its grid."""
+    if scenario.backend.kind == "torch":
+        return {"kind": "measured", "backend": scenario.backend.device}
+    profiles = [e for e in executors if isinstance(e, ProfileCostModel)]
+    if not profiles:
+        return {"kind": scenario.cost_model.kind}
+    report = profiles[0].report()
+    report["steps"] = sum(p.num_steps for p in profiles)
+    report["fallback_steps"] = {
+        part: sum(p.fallback_steps[part] for p in profiles) for part in report["fallback_steps"]
+    }
+    return report
+
+
+def write_run(result: RunResult, scenario, out_dir: str | Path, *, html: bool = True) -> Path:
+    """Write the run's files into ``out_dir``; returns the directory."""
+    out = Path(out_dir)
+    write_outputs(out, result.requests, result.steps, result.summary)
+    (out / "scenario.json").write_text(
+        json.dumps(scenario.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+    )
+    if html:
+        write_report(out, result.requests, result.steps, result.summary, title=scenario.name)
+    return out

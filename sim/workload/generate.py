@@ -1,0 +1,328 @@
+"""The request stream: arrivals, lengths, shared prefixes, sessions, token ids.
+
+:class:`~sim.config.workload.WorkloadSpec` (a section of the scenario) describes the traffic;
+:func:`generate_requests` turns it into a list of :class:`~sim.workload.request.Request` sorted by
+arrival time with ``req_id`` = index.
+
+Token ids are synthesised so that the prefix cache sees exactly the sharing the workload
+describes and nothing else:
+
+* a request's own tokens are uniform random ids in ``[0, vocab)`` drawn from the run's
+  generator, so two requests share a full block by accident with probability
+  ``vocab ** -block_size`` (nil);
+* a prefix group's system prompt is drawn once and copied into every request of the group;
+* a session turn's prompt is the previous turn's prompt, then the previous turn's output
+  tokens, then new user tokens;
+* a Mooncake ``hash_id`` stands for one 512-token block whose tokens are a pure function
+  of (seed, hash id), so equal hash ids give equal tokens in any request.
+
+Output tokens are a pure function :func:`output_token_ids` of (seed, stream, position):
+the engine calls it to synthesise what each sequence decodes, and the generator calls it
+to build the next session turn, so both agree token for token. The seed is
+``scenario.simulation.seed`` (``token_seed`` of :func:`generate_requests`).
+
+Simplification: a session's next turn arrives ``think time`` after the previous turn's
+*arrival*, not after its completion; the engine does not feed completion times back into
+the workload (the stream is generated once, up front).
+
+Clipping: every request has at least one prompt token and one output token and
+``prompt + output <= model.max_model_len``. Own tokens are cut first, then the output.
+A session ends early when its history alone leaves no room for another turn.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+from sim.config.tables import load_length_table
+from sim.config.workload import (
+    CategoricalSpec,
+    EmpiricalLength,
+    PrefixGroupsSpec,
+    SessionsSpec,
+    TraceArrival,
+    WorkloadSpec,
+)
+from sim.workload.request import Request
+from sim.workload.sampling import arrival_times, sample_lengths
+from sim.workload.tokens import (
+    MOONCAKE_BLOCK_TOKENS,
+    hash_block_tokens,
+    output_stream_states,
+    output_tokens_at,
+    stream_id,
+)
+
+
+class ModelLimits(Protocol):
+    """What generation needs from a ModelSpec."""
+
+    vocab_size: int
+    max_model_len: int
+
+
+class _Plan(NamedTuple):
+    """Per-request columns before token synthesis (all int64 but arrival_s)."""
+
+    arrival_s: np.ndarray
+    own_len: np.ndarray
+    output_len: np.ndarray
+    prefix_group: np.ndarray
+    session: np.ndarray
+    turn: np.ndarray
+    tenant: np.ndarray
+    priority: np.ndarray
+    source_row: np.ndarray  # trace row, -1 for synthetic requests
+
+
+def generate_requests(
+    scenario_or_workload: Any,
+    model: ModelLimits,
+    *,
+    num_requests: int | None = None,
+    duration_s: float | None = None,
+    rng: np.random.Generator,
+    token_seed: int | None = None,
+) -> list[Request]:
+    """The request stream, sorted by arrival, ``req_id`` = index.
+
+    Accepts a Scenario (its ``workload``; ``num_requests``, ``duration_s`` and the token
+    seed default to its ``simulation`` section) or a bare WorkloadSpec (token seed 0).
+    Generation stops at ``num_requests`` or at ``duration_s``, whichever comes first (a
+    trace replays whole without either).
+    Draws only from ``rng``; mutates nothing else. Raises ValueError if neither limit
+    is given, TraceError/LengthTableError for a bad file.
+    """
+    spec = getattr(scenario_or_workload, "workload", scenario_or_workload)
+    sim = getattr(scenario_or_workload, "simulation", None)
+    if sim is not None:
+        num_requests = sim.num_requests if num_requests is None else num_requests
+        duration_s = sim.duration_s if duration_s is None else duration_s
+        token_seed = sim.seed if token_seed is None else token_seed
+    replay = isinstance(spec.arrival, TraceArrival)
+    if num_requests is None and duration_s is None and not replay:
+        raise ValueError("generate_requests needs num_requests or duration_s")
+    token_seed = 0 if token_seed is None else token_seed
+    if isinstance(spec.arrival, TraceArrival):
+        plan, prefixes = _plan_trace(spec, model, num_requests, duration_s), []
+    else:
+        prefixes = _prefix_lengths(spec.prefix, model, rng)
+        plan = _plan_synthetic(spec, model, rng, num_requests, duration_s, prefixes)
+    return _build_requests(spec, model, plan, prefixes, rng, token_seed)
+
+
+def _prefix_lengths(prefix: PrefixGroupsSpec, model: ModelLimits, rng) -> list[int]:
+    if prefix.num_groups == 0:
+        return []
+    lengths = sample_lengths(prefix.length, prefix.num_groups, rng, "input")
+    # leave room for one own token and one output token
+    return [int(x) for x in np.minimum(lengths, max(model.max_model_len - 2, 0))]
+
+
+def _plan_synthetic(spec, model, rng, num_requests, duration_s, prefixes) -> _Plan:
+    starts = arrival_times(spec.arrival, rng, num_requests, duration_s)
+    units = len(starts)
+    group = _pick_groups(spec.prefix, units, rng)
+    tenant = spec.tenants.sample(units, rng)
+    priority = spec.priorities.sample(units, rng)
+    if spec.sessions is None:
+        turns = np.ones(units, dtype=np.int64)
+        offsets = np.zeros(units)
+    else:
+        turns = sample_lengths(spec.sessions.turns, units, rng, "input")
+        offsets = _think_offsets(spec.sessions, turns, rng)
+    unit = np.repeat(np.arange(units), turns)
+    turn = np.arange(len(unit)) - np.repeat(np.cumsum(turns) - turns, turns)
+    own = _paired_lengths(spec, len(unit), rng)
+    # group -1 (no prefix) indexes the trailing 0
+    prefix_len = np.asarray(prefixes + [0], dtype=np.int64)[group[unit]]
+    own_len, output_len, keep = _clip(own[0], own[1], prefix_len, turn, model.max_model_len)
+    arrival = starts[unit] + offsets
+    if duration_s is not None:
+        keep &= arrival < duration_s
+    session = unit if spec.sessions is not None else np.full(len(unit), -1, dtype=np.int64)
+    columns = (arrival, own_len, output_len, group[unit], session, turn, tenant[unit])
+    columns += (priority[unit], np.full(len(unit), -1, dtype=np.int64))
+    plan = _Plan(*(c[keep] for c in columns))
+    return _sorted_prefix(plan, num_requests)
+
+
+def _pick_groups(prefix: PrefixGroupsSpec, size: int, rng) -> np.ndarray:
+    """Prefix group per unit, -1 for none."""
+    if prefix.num_groups == 0:
+        return np.full(size, -1, dtype=np.int64)
+    picker = CategoricalSpec(
+        count=prefix.num_groups, pick=prefix.pick, zipf_exponent=prefix.zipf_exponent
+    )
+    groups = picker.sample(size, rng)
+    return np.where(rng.random(size) < prefix.fraction, groups, -1)
+
+
+def _think_offsets(sessions: SessionsSpec, turns: np.ndarray, rng) -> np.ndarray:
+    """Arrival offset of every turn from its session's start (0 for the first turn)."""
+    total = int(turns.sum())
+    if sessions.think_time == "fixed":
+        gaps = np.full(total, sessions.think_time_s)
+    else:
+        gaps = rng.exponential(sessions.think_time_s, total) if sessions.think_time_s else None
+        gaps = np.zeros(total) if gaps is None else gaps
+    first = np.cumsum(turns) - turns
+    gaps[first] = 0.0
+    run = np.cumsum(gaps)
+    return run - np.repeat(run[first], turns)
+
+
+def _paired_lengths(spec: WorkloadSpec, size: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Own prompt and output lengths; one empirical two-column file is sampled by row."""
+    rows = None
+    same_table = (
+        isinstance(spec.input, EmpiricalLength)
+        and isinstance(spec.output, EmpiricalLength)
+        and spec.input.resolved_path == spec.output.resolved_path
+    )
+    if same_table:
+        rows = rng.integers(0, load_length_table(spec.input.resolved_path).shape[0], size=size)
+    own = sample_lengths(spec.input, size, rng, "input", rows)
+    out = sample_lengths(spec.output, size, rng, "output", rows)
+    return own, out
+
+
+def _clip(own, out, prefix_len, turn, max_len: int):
+    """Clip to ``prompt + output <= max_len`` (each >= 1); returns (own, out, keep).
+    Session turns carry their history (previous prompt + output); a turn without room
+    for one own and one output token ends its session (``keep`` false from there on)."""
+    if turn.max(initial=0) > 0:
+        return _clip_sessions(own, out, prefix_len, turn, max_len)
+    # without sessions the history is the system prompt, already <= max_len - 2
+    own = np.clip(own, 1, max_len - 1 - prefix_len)
+    out = np.clip(out, 1, max_len - prefix_len - own)
+    return own, out, np.ones(len(own), dtype=bool)
+
+
+def _clip_sessions(own, out, prefix_len, turn, max_len: int):
+    """Sequential, since each turn's room depends on the clipped previous turn. Plain
+    Python lists: numpy scalar indexing would cost ~10x in this loop."""
+    own_list, out_list, keep = own.tolist(), out.tolist(), [True] * len(own)
+    prefix_list, turn_list = prefix_len.tolist(), turn.tolist()
+    history = ended = 0
+    for i, t in enumerate(turn_list):
+        if t == 0:
+            history, ended = prefix_list[i], False
+        else:
+            history += own_list[i - 1] + out_list[i - 1]
+        if ended or history + 2 > max_len:
+            keep[i], ended = False, True
+            continue
+        own_list[i] = min(own_list[i], max_len - 1 - history)
+        out_list[i] = min(out_list[i], max_len - history - own_list[i])
+    own_array = np.asarray(own_list, dtype=np.int64)
+    return own_array, np.asarray(out_list, dtype=np.int64), np.asarray(keep)
+
+
+def _sorted_prefix(plan: _Plan, num_requests: int | None) -> _Plan:
+    """Sort by arrival (ties keep generation order, so a turn never precedes its
+    predecessor) and keep the first ``num_requests``: a prefix in time, so every kept
+    turn's predecessors are kept too."""
+    order = np.argsort(plan.arrival_s, kind="stable")[:num_requests]
+    return _Plan(*(column[order] for column in plan))
+
+
+def _plan_trace(spec, model, num_requests, duration_s) -> _Plan:
+    trace = spec.arrival.trace()
+    arrival = trace.arrival_s * spec.arrival.time_scale
+    order = np.argsort(arrival, kind="stable")
+    if duration_s is not None:
+        order = order[arrival[order] < duration_s]
+    order = order[:num_requests]
+    max_len = model.max_model_len
+    own = np.clip(trace.input_len[order], 1, max_len - 1)
+    out = np.clip(trace.output_len[order], 1, np.maximum(max_len - own, 1))
+    size = len(order)
+    minus_one = np.full(size, -1, dtype=np.int64)
+    zeros = np.zeros(size, dtype=np.int64)
+    return _Plan(arrival[order], own, out, minus_one, minus_one, zeros, zeros, zeros, order)
+
+
+def _build_requests(spec, model, plan: _Plan, prefixes, rng, token_seed) -> list[Request]:
+    vocab = model.vocab_size
+    group_tokens = [rng.integers(0, vocab, size=n, dtype=np.int32) for n in prefixes]
+    hashes = spec.arrival.trace().hash_ids if isinstance(spec.arrival, TraceArrival) else None
+    fresh_len = plan.own_len
+    if hashes is not None:  # only the tokens past a prompt's hash-id blocks are drawn
+        covered = [len(hashes[row]) * MOONCAKE_BLOCK_TOKENS for row in plan.source_row]
+        fresh_len = np.maximum(plan.own_len - np.asarray(covered, dtype=np.int64), 0)
+    own_tokens = rng.integers(0, vocab, size=int(fresh_len.sum()), dtype=np.int32)
+    own_end = np.cumsum(fresh_len).tolist()
+    own_len = fresh_len.tolist()
+    prompt_len = plan.own_len.tolist()
+    previous = _previous_turn(plan)
+    outputs = _previous_outputs(plan, previous, token_seed, vocab)
+    group, prev_list, rows = plan.prefix_group.tolist(), previous.tolist(), plan.source_row
+    prompts: list[np.ndarray] = []
+    for i in range(len(own_len)):
+        own = own_tokens[own_end[i] - own_len[i] : own_end[i]]
+        if hashes is not None:
+            prompt = _hashed_prompt(hashes[rows[i]], prompt_len[i], own, token_seed, vocab)
+        elif prev_list[i] >= 0:
+            prompt = np.concatenate([prompts[prev_list[i]], outputs[i], own])
+        elif group[i] >= 0:
+            prompt = np.concatenate([group_tokens[group[i]], own])
+        else:
+            prompt = own
+        prompts.append(prompt)
+    return [_request(i, plan, prompt, spec.n) for i, prompt in enumerate(prompts)]
+
+
+def _previous_turn(plan: _Plan) -> np.ndarray:
+    """Index of each request's previous turn in its session, -1 for none. Kept turns of
+    a session are 0..k (see _sorted_prefix), so the previous turn is the neighbour in
+    (session, turn) order."""
+    previous = np.full(len(plan.turn), -1, dtype=np.int64)
+    by_session = np.lexsort((plan.turn, plan.session))
+    session = plan.session[by_session]
+    same = (session[1:] == session[:-1]) & (session[1:] >= 0)
+    previous[by_session[1:][same]] = by_session[:-1][same]
+    return previous
+
+
+def _previous_outputs(plan: _Plan, previous: np.ndarray, seed: int, vocab: int) -> list:
+    """For each request with a previous turn, that turn's output tokens (sample 0's
+    stream, exactly what the engine will generate for it); one vectorised hash call."""
+    has_previous = np.flatnonzero(previous >= 0)
+    lengths = plan.output_len[previous[has_previous]]
+    # states per stream, then repeated: the same as output_token_ids elementwise
+    states = output_stream_states(seed, stream_id(previous[has_previous], 0))
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    positions = np.arange(int(lengths.sum())) - starts
+    tokens = output_tokens_at(np.repeat(states, lengths), positions, vocab)
+    pieces = np.split(tokens, np.cumsum(lengths)[:-1]) if len(lengths) else []
+    outputs: list = [None] * len(previous)
+    for index, piece in zip(has_previous.tolist(), pieces):
+        outputs[index] = piece
+    return outputs
+
+
+def _request(i: int, plan: _Plan, prompt: np.ndarray, n: int) -> Request:
+    return Request(
+        req_id=i,
+        arrival_s=float(plan.arrival_s[i]),
+        prompt=prompt,
+        output_len=int(plan.output_len[i]),
+        tenant=int(plan.tenant[i]),
+        priority=int(plan.priority[i]),
+        prefix_group=int(plan.prefix_group[i]),
+        session=int(plan.session[i]),
+        turn=int(plan.turn[i]),
+        n=n,
+    )
+
+
+def _hashed_prompt(
+    hash_ids: np.ndarray, length: int, rest: np.ndarray, seed: int, vocab: int
+) -> np.ndarray:
+    """A ``length``-token prompt: the hash-id blocks cut to the length, then ``rest``
+    (exactly the tokens past the blocks)."""
+    blocks = hash_block_tokens(seed, hash_ids[: -(-length // MOONCAKE_BLOCK_TOKENS)], vocab)
+    return np.concatenate([blocks[:length], rest])

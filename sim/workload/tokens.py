@@ -1,0 +1,120 @@
+"""Deterministic token ids: pure functions of (seed, key, position).
+
+splitmix64 in numpy uint64 arithmetic seeds one state per stream (an output stream of a
+request's sample, or a Mooncake hash id); a lighter per-position mix then gives the
+tokens. The engine synthesises decode tokens with :class:`SyntheticOutputs` and the
+workload builds session turns with :func:`output_token_ids`, so both agree token for
+token.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.config.workload import STREAM_STRIDE
+
+#: tokens behind one Mooncake hash id (the trace's published block size)
+MOONCAKE_BLOCK_TOKENS = 512
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+# Domains keep the output streams and the hash-id blocks independent of each other.
+_OUTPUT_DOMAIN = 0x6F75747075740000
+_HASH_BLOCK_DOMAIN = 0x68617368626C6B00
+_MASK64 = (1 << 64) - 1
+
+
+def _mix64_inplace(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser (a bijection on uint64 with good avalanche), in place on a
+    temporary the caller owns; in place because these arrays reach tens of millions."""
+    z ^= z >> np.uint64(30)
+    z *= _MIX1
+    z ^= z >> np.uint64(27)
+    z *= _MIX2
+    z ^= z >> np.uint64(31)
+    return z
+
+
+def _stream_states(seed: int, domain: int, keys: np.ndarray) -> np.ndarray:
+    """One uint64 state per stream key, seeded by (seed, domain)."""
+    with np.errstate(over="ignore"):
+        # works on 0-d values too: augmented assignment rebinds numpy scalars
+        root = _mix64_inplace(np.uint64((seed ^ domain) & _MASK64) + _GOLDEN)
+        state = np.asarray(keys, dtype=np.int64).astype(np.uint64) + _GOLDEN
+        state ^= root
+        return _mix64_inplace(state)
+
+
+def _tokens_at(states: np.ndarray, positions: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Element i: token ``positions[i]`` of the stream seeded by ``states[i]`` (inputs
+    broadcast), in ``[0, vocab_size)``.
+
+    Called by the engine every decode step, so it is a lighter mix than the stream
+    seeding: the (already well mixed) state plus a Weyl step, one xorshift-multiply,
+    then a multiply-high onto the vocabulary (cheaper than a uint64 modulo). Integer
+    array overflow wraps silently in numpy, which is what the arithmetic relies on."""
+    positions, states = np.asarray(positions), np.asarray(states)
+    if positions.ndim == 0 and states.ndim == 0:  # numpy scalars warn on overflow
+        return _tokens_at(states.reshape(1), positions.reshape(1), vocab_size)[0]
+    z = positions.astype(np.uint64) * _GOLDEN
+    z = z + states.view(np.uint64)  # int64 bit patterns (the engine's) too
+    z ^= z >> np.uint64(29)
+    z *= _MIX1
+    z >>= np.uint64(32)
+    z *= np.uint64(vocab_size)
+    z >>= np.uint64(32)
+    return z.astype(np.int32)
+
+
+def stream_id(req_id: int | np.ndarray, sample_index: int | np.ndarray = 0):
+    """The output stream of sample ``sample_index`` (0 <= i < STREAM_STRIDE) of request
+    ``req_id``; works elementwise on int64 arrays."""
+    return req_id * STREAM_STRIDE + sample_index
+
+
+def output_token_ids(
+    seed: int, stream_ids: np.ndarray, positions: np.ndarray, vocab_size: int
+) -> np.ndarray:
+    """The tokens a sequence generates: element i is the ``positions[i]``-th output token
+    (0 = the first token sampled after the prompt) of stream ``stream_ids[i]`` (see
+    :func:`stream_id`). Inputs broadcast; returns int32 ids in ``[0, vocab_size)``.
+    Pure: the same arguments always give the same tokens."""
+    return _tokens_at(_stream_states(seed, _OUTPUT_DOMAIN, stream_ids), positions, vocab_size)
+
+
+def output_stream_states(seed: int, stream_ids: np.ndarray) -> np.ndarray:
+    """The uint64 generator state of each output stream: computing it once per sequence
+    lets the engine's decode step call :func:`output_tokens_at` alone (its hot path)."""
+    return _stream_states(seed, _OUTPUT_DOMAIN, stream_ids)
+
+
+def output_tokens_at(states: np.ndarray, positions: np.ndarray, vocab_size: int) -> np.ndarray:
+    """``output_token_ids`` from precomputed :func:`output_stream_states`."""
+    return _tokens_at(states, positions, vocab_size)
+
+
+class SyntheticOutputs:
+    """The engine's source of decode tokens: what each request's sample generates.
+
+    ``stream_state`` is computed once per sequence (kept by the engine as an int64 bit
+    pattern); ``tokens`` is then the only per-step work."""
+
+    def __init__(self, seed: int, vocab_size: int):
+        self.seed = seed
+        self.vocab_size = vocab_size
+
+    def stream_state(self, req_id: int, sample: int) -> int:
+        keys = np.asarray([stream_id(req_id, sample)], dtype=np.int64)
+        return int(output_stream_states(self.seed, keys).view(np.int64)[0])
+
+    def tokens(self, states: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        return _tokens_at(states, positions, self.vocab_size)
+
+
+def hash_block_tokens(seed: int, hash_ids: np.ndarray, vocab_size: int) -> np.ndarray:
+    """The concatenated 512-token blocks behind Mooncake ``hash_ids`` (int32)."""
+    states = _stream_states(seed, _HASH_BLOCK_DOMAIN, np.asarray(hash_ids, dtype=np.int64))
+    positions = np.arange(MOONCAKE_BLOCK_TOKENS)
+    return _tokens_at(states[:, None], positions[None, :], vocab_size).reshape(-1)
