@@ -1,7 +1,7 @@
 """Preemption victim policies: who loses its KV memory on a free-list miss.
 
 A policy gets the requests currently holding KV blocks on the device (each a
-``sim.types.Request``) and returns the one to preempt. The mode (recompute or swap) is
+``sim.workload.Request``) and returns the one to preempt. The mode (recompute or swap) is
 the engine's, chosen by the scenario.
 
 Ties always go to the most recently arrived request (then the highest id), so a run is

@@ -1,6 +1,6 @@
 """Scheduling policies: the order in which waiting requests are offered this step's budget.
 
-A policy sees the waiting queue (entries with ``.request`` — a ``sim.types.Request`` —
+A policy sees the waiting queue (entries with ``.request`` — a ``sim.workload.Request`` —
 and ``.resumed``, true for requests preempted by recompute) and returns the order to try
 them in. The engine admits in that order until the token budget, the sequence cap or the
 KV pool runs out; it stops at the first entry that does not fit, so a large request at
