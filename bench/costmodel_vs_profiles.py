@@ -282,7 +282,11 @@ def print_cpu(root: Path, combos) -> None:
         if node is None or model_name in seen:
             continue
         profile = load_vidur_profile(
-            root, model=spec, tensor_parallel=1, device=device, model_name=model_name,
+            root,
+            model=spec,
+            tensor_parallel=1,
+            device=device,
+            model_name=model_name,
             network=node,
         )
         if profile.cpu_overhead is None:
@@ -297,8 +301,15 @@ def print_cpu(root: Path, combos) -> None:
 
 
 _LLAMA = ModelSpec(
-    name="l", num_layers=1, hidden_size=4096, num_heads=32, num_kv_heads=8, head_dim=128,
-    intermediate_size=14336, vocab_size=128256, max_model_len=8192,
+    name="l",
+    num_layers=1,
+    hidden_size=4096,
+    num_heads=32,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=14336,
+    vocab_size=128256,
+    max_model_len=8192,
 )
 
 

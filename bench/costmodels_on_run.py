@@ -50,13 +50,17 @@ def main() -> int:
             return seconds
 
     simulate(scenario, executor_factory=lambda s, a: Both(build_executor(s, a)))
-    print(f"{args.scenario} with cost_model.kind={scenario.cost_model.kind}, every step also "
-          f"priced by the analytic model")
+    print(
+        f"{args.scenario} with cost_model.kind={scenario.cost_model.kind}, every step also "
+        f"priced by the analytic model"
+    )
     print(f"{'step kind':<14}{'steps':>8}{'own ms':>10}{'analytic ms':>13}{'analytic/own':>14}")
     for kind, pairs in sorted(rows.items()):
         own, other = np.array(pairs).T
-        print(f"{kind:<14}{own.size:>8}{own.mean() * 1e3:>10.2f}{other.mean() * 1e3:>13.2f}"
-              f"{(other / own).mean():>14.3f}")
+        print(
+            f"{kind:<14}{own.size:>8}{own.mean() * 1e3:>10.2f}{other.mean() * 1e3:>13.2f}"
+            f"{(other / own).mean():>14.3f}"
+        )
     return 0
 
 

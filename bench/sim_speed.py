@@ -44,7 +44,7 @@ def one_run(num_requests: int) -> dict:
             return self.inner.execute(batch)
 
     result = simulate(scenario, executor_factory=lambda s, a: Timed(build_executor(s, a)))
-    tokens = sum(r.generated for r in result.requests)
+    tokens = sum(r.output_tokens for r in result.outcomes)
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
         "requests": num_requests,

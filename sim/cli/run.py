@@ -1,5 +1,4 @@
-"""``pagesim run`` and ``pagesim compare``.
-"""
+"""``pagesim run`` and ``pagesim compare``."""
 
 from __future__ import annotations
 
@@ -33,7 +32,7 @@ def cmd_run(args) -> int:
         print(format_summary_table(result.summary))
         print(
             f"\n{result.num_steps:,} steps in {result.wall_s:.2f} s wall "
-            f"({len(result.requests) / max(result.wall_s, 1e-9):,.0f} requests/s); "
+            f"({len(result.outcomes) / max(result.wall_s, 1e-9):,.0f} requests/s); "
             f"wrote {out}/" + ("report.html" if not args.no_report else "summary.json")
         )
     return 0

@@ -1,5 +1,4 @@
-"""Reading a scenario: YAML, ``--set`` overrides, validation into a frozen Scenario.
-"""
+"""Reading a scenario: YAML, ``--set`` overrides, validation into a frozen Scenario."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Length tables: one integer per line, or two columns (input, output), read once.
-"""
+"""Length tables: one integer per line, or two columns (input, output), read once."""
 
 from __future__ import annotations
 

@@ -58,6 +58,7 @@ _RESHAPES = ("attn_input_reshape", "attn_output_reshape")
 _CPU_PARTS = ("schedule", "sampler_e2e", "prepare_inputs_e2e", "process_model_outputs")
 _MS = 1e-3
 
+
 class ProfileError(ValueError):
     """A profile that cannot be used; the message is one line naming the file."""
 

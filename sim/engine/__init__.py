@@ -1,13 +1,27 @@
 """The SimPy serving engine: replicas stepping schedule -> execute -> apply, behind a
 router.
 
-A replica (:mod:`.replica`) keeps its sequences (:mod:`.sequences`), lets its batching
-mode compose each step, runs it on an executor (:mod:`.executor`: a cost model or the
-real backend) and applies the result. The engine sees policies and the allocator only
-through their interfaces.
+A replica (:mod:`.replica`) keeps its live state (:mod:`.state`, :mod:`.sequences`),
+plans each step (:mod:`.scheduling`, the batching mode composing it through
+:mod:`.step_builder`), runs it on an executor (:mod:`.executor`: a cost model or the real
+backend), applies the result (:mod:`.completion`) and frees memory under pressure
+(:mod:`.memory`). It emits typed records (:mod:`.records`): one per step, one per
+request. The engine sees policies and the allocator only through their interfaces.
 """
 
-from sim.engine.executor import Executor
-from sim.engine.replica import Cluster, EngineConfig, Replica
+from sim.engine.cluster import Cluster
+from sim.engine.config import EngineConfig
+from sim.engine.executor import Executor, TokenSource
+from sim.engine.records import Limit, RequestOutcome, StepRecord
+from sim.engine.replica import Replica
 
-__all__ = ["Cluster", "EngineConfig", "Executor", "Replica"]
+__all__ = [
+    "Cluster",
+    "EngineConfig",
+    "Executor",
+    "Limit",
+    "Replica",
+    "RequestOutcome",
+    "StepRecord",
+    "TokenSource",
+]

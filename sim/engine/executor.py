@@ -1,9 +1,12 @@
-"""x
+"""What a replica runs its steps on (a cost model or the real backend) and where the
+tokens it feeds back come from.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
+
+import numpy as np
 
 from backend.step import Batch
 
@@ -16,4 +19,17 @@ class Executor(Protocol):
 
     def execute(self, batch: Batch) -> float:
         """Seconds the step takes (predicted or measured)."""
+        ...
+
+
+class TokenSource(Protocol):
+    """What each sequence generates (the engine feeds these tokens back as decode
+    inputs, so prefix caching and multi-turn sessions see them)."""
+
+    def stream_state(self, req_id: int, sample: int) -> int:
+        """An int64 key for sample ``sample`` of request ``req_id``, computed once."""
+        ...
+
+    def tokens(self, states: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """int32 token ids: the ``positions[i]``-th output token of ``states[i]``."""
         ...

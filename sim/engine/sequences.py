@@ -8,11 +8,11 @@ policies order, and what one step decided.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import IntEnum
 
 import numpy as np
 
 from backend.base import BlockMove
+from sim.engine.records import Limit
 from sim.workload.request import Request
 
 
@@ -97,22 +97,6 @@ class WaitingEntry:
     @property
     def resumed(self) -> bool:
         return self.seq.resumed
-
-
-class Limit(IntEnum):
-    """What kept a step from admitting the requests still waiting when it was planned
-    (steps.csv's ``limit`` column, by name). ``NONE``: nothing was waiting after
-    scheduling (the queue drained, so the step was bound by compute alone)."""
-
-    NONE = 0
-    MAX_NUM_SEQS = 1  # every sequence slot (scheduler.max_num_seqs) was taken
-    TOKEN_BUDGET = 2  # the step's max_num_batched_tokens were spent
-    KV_BLOCKS = 3  # admission refused for memory, a preemption, or a swapped request waits
-    POLICY = 4  # the scheduling policy or batching mode held requests back
-
-
-#: Names of :class:`Limit` values, indexed by value.
-LIMIT_NAMES = tuple(limit.name.lower() for limit in Limit)
 
 
 @dataclass

@@ -61,7 +61,7 @@ _QUANTILES = ("p50", "p90", "p99")
 _THROUGHPUTS = ("throughput_rps", "throughput_tok_s")
 
 
-class StepRecord(NamedTuple):
+class MeasuredStep(NamedTuple):
     """One executed step: its shape (enough to re-predict it) and measured seconds."""
 
     shape: BatchShape
@@ -78,7 +78,7 @@ class RecordingExecutor:
             raise ValueError(f"repeats must be >= 1, got {repeats}")
         self.inner = inner
         self.repeats = repeats
-        self.records: list[StepRecord] = []
+        self.records: list[MeasuredStep] = []
 
     def execute(self, batch: Batch) -> float:
         seconds = self.inner.execute(batch)
@@ -86,7 +86,7 @@ class RecordingExecutor:
         if not moves:  # re-running moves would move data twice; a forward pass is idempotent
             for _ in range(self.repeats - 1):
                 seconds = min(seconds, self.inner.execute(batch))
-        self.records.append(StepRecord(batch.shape(), float(seconds)))
+        self.records.append(MeasuredStep(batch.shape(), float(seconds)))
         return seconds
 
 
@@ -121,7 +121,7 @@ class Validation:
 
     scenario: Any
     calibration: Calibration
-    records: list[StepRecord]
+    records: list[MeasuredStep]
     features: np.ndarray  # [step, FEATURES] of the records' shapes
     runs: dict[str, Any]  # "measured" / "calibrated" / "analytic" -> sim.run.RunResult
     predictions: dict[str, np.ndarray]  # model name -> per-step predicted seconds

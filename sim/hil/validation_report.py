@@ -158,7 +158,7 @@ def _cdf_figure(validation: Validation, column: str, label: str):
 
     fig = go.Figure()
     for name, result in validation.runs.items():
-        values = np.sort(request_table(result.requests)[column])
+        values = np.sort(request_table(result.outcomes)[column])
         values = values[~np.isnan(values)] * 1e3
         if values.size:
             fraction = np.arange(1, values.size + 1) / values.size

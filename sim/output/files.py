@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from sim.engine.records import RequestOutcome
 from sim.output.requests import _REQUEST_FLOAT_COLUMNS, REQUEST_COLUMNS, request_table
 from sim.output.steplog import _STEP_FLOAT_COLUMNS, _STEP_NAMED_COLUMNS, STEP_COLUMNS, StepLog
-from sim.workload.request import Request
 
 # Rows per chunk when writing CSVs: bounds the memory of the string lists.
 _CSV_CHUNK_ROWS = 100_000
@@ -23,7 +23,7 @@ _CSV_CHUNK_ROWS = 100_000
 
 def write_outputs(
     out_dir: str | Path,
-    requests: Iterable[Request],
+    outcomes: Iterable[RequestOutcome],
     steps: StepLog,
     summary: Mapping[str, Any],
 ) -> dict[str, Path]:
@@ -34,7 +34,7 @@ def write_outputs(
     that is not None-able (it never does when it comes from `summarize`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    table = request_table(requests)
+    table = request_table(outcomes)
     paths = {name: out / name for name in ("requests.csv", "steps.csv", "summary.json")}
     request_columns = [
         _format_column(table[c], c in _REQUEST_FLOAT_COLUMNS) for c in REQUEST_COLUMNS

@@ -19,10 +19,10 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
+from sim.engine.records import RequestOutcome
 from sim.output.requests import request_table
 from sim.output.steplog import KV_SPLIT_COLUMNS, KV_SPLIT_KEYS, STEP_COLUMNS, StepLog
 from sim.output.tables import summary_rows
-from sim.workload.request import Request
 
 __all__ = ["FIGURE_TITLES", "MAX_POINTS", "downsample_indices", "write_report"]
 
@@ -51,7 +51,7 @@ p.verdict.too-short { border-color: #ff7f0e; }
 
 def write_report(
     out_dir: str | Path,
-    requests: Iterable[Request],
+    outcomes: Iterable[RequestOutcome],
     steps: StepLog,
     summary: Mapping[str, Any],
     title: str,
@@ -61,7 +61,7 @@ def write_report(
     or no step, gives a valid page (empty figures say "no data")."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    table = request_table(requests)
+    table = request_table(outcomes)
     rows = steps.as_array()
     figures = {
         "latency": _latency_figure(table),

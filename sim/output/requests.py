@@ -1,5 +1,4 @@
-"""The per-request table: requests.csv's columns, computed from the requests' outcomes.
-"""
+"""The per-request table: requests.csv's columns, computed from the requests' outcomes."""
 
 from __future__ import annotations
 
@@ -7,7 +6,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from sim.workload.request import Request
+from sim.engine.records import RequestOutcome
 
 #: Columns of requests.csv, in file order.
 REQUEST_COLUMNS = (
@@ -36,10 +35,10 @@ _REQUEST_FLOAT_COLUMNS = frozenset(
 )
 
 
-def request_table(requests: Iterable[Request]) -> dict[str, np.ndarray]:
+def request_table(outcomes: Iterable[RequestOutcome]) -> dict[str, np.ndarray]:
     """Per-request columns (REQUEST_COLUMNS plus boolean `finished` / `rejected`), rows
-    ordered by (arrival_s, req_id). Reads the requests; mutates nothing."""
-    reqs = list(requests)
+    ordered by (arrival_s, req_id). Reads the outcomes; mutates nothing."""
+    reqs = list(outcomes)
     order = np.lexsort((np.array([r.req_id for r in reqs]), np.array([r.arrival_s for r in reqs])))
     reqs = [reqs[int(i)] for i in order]
 
@@ -54,7 +53,7 @@ def request_table(requests: Iterable[Request]) -> dict[str, np.ndarray]:
     output_len, n = ints(r.output_len for r in reqs), ints(r.n for r in reqs)
     rejected = reason != ""
     finished = ~np.isnan(finish) & ~rejected
-    generated = ints(r.generated for r in reqs)
+    generated = ints(r.output_tokens for r in reqs)
     multi_token = finished & (output_len >= 2)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(multi_token, (finish - first_token) / np.maximum(output_len - 1, 1), np.nan)

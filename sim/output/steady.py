@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.engine.sequences import LIMIT_NAMES
+from sim.engine.records import LIMIT_NAMES
 
 __all__ = [
     "GRID_POINTS",

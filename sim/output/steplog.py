@@ -1,39 +1,19 @@
-"""The step log: one row per engine step, in compact numpy storage, and its columns.
-"""
+"""The step log: one row per engine step, in compact numpy storage, and its columns."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from sim.engine.sequences import LIMIT_NAMES
+from sim.engine.records import LIMIT_NAMES, STEP_FIELDS, StepRecord
 
-#: Columns of steps.csv, in file order (time first, then `StepLog.record`'s arguments).
-STEP_COLUMNS = (
-    "time_s",
-    "replica",
-    "duration_s",
-    "batch_size",
-    "num_prefill_tokens",
-    "num_decode_tokens",
-    "used_blocks",
-    "cached_blocks",
-    "free_blocks",
-    "token_slots",
-    "reserved_slots",
-    "internal_frag_slots",
-    "external_frag_slots",
-    "free_slots",
-    "swapped_blocks",
-    "queue_len",
-    "num_preempted",
-    "limit",
-)
+#: Columns of steps.csv, in file order: the fields of the engine's StepRecord.
+STEP_COLUMNS = STEP_FIELDS
 
 
 _STEP_FLOAT_COLUMNS = frozenset({"time_s", "duration_s"})
 
 
-#: Columns stored as codes and written by name: steps.csv's ``limit`` (sim.engine.sequences.Limit).
+#: Columns stored as codes and written by name: steps.csv's ``limit`` (sim.engine.records.Limit).
 _STEP_NAMED_COLUMNS = {"limit": LIMIT_NAMES}
 
 
@@ -64,14 +44,12 @@ class StepLog:
         self._data = np.zeros((max(1, int(initial_capacity)), len(STEP_COLUMNS)))
         self._size = 0
 
-    def record(self, *row: float) -> None:
-        """Append one step: one number per STEP_COLUMNS entry, in that order (``time_s``,
-        the step's start in simulated seconds, first). Mutates the log; grows its storage
-        geometrically when full."""
+    def record(self, step: StepRecord) -> None:
+        """Append one step. Mutates the log; grows its storage geometrically when full."""
         i = self._size
         if i == self._data.shape[0]:
             self._grow()
-        self._data[i] = row  # numpy rejects a row of the wrong length
+        self._data[i] = step  # a StepRecord is a tuple in STEP_COLUMNS order
         self._size = i + 1
 
     def _grow(self) -> None:

@@ -1,7 +1,7 @@
 """summary.json: what a run measured, from its request outcomes and its step log.
 
-Data in: one `StepLog.record(...)` per simulator step, and at the end the list of
-the requests' outcomes. Data out: requests.csv, steps.csv and summary.json (all
+Data in: the engine's records (sim.engine.records): the step log of its StepRecords and
+one RequestOutcome per request. Data out: requests.csv, steps.csv and summary.json (all
 byte-identical for identical inputs) plus the human tables printed by the CLI.
 
 Conventions (so the numbers mean one thing everywhere):
@@ -26,14 +26,14 @@ from typing import Any
 
 import numpy as np
 
+from sim.engine.records import RequestOutcome
 from sim.output.requests import request_table
 from sim.output.steady import steady_state
 from sim.output.steplog import _STEP_INDEX, KV_SPLIT_COLUMNS, KV_SPLIT_KEYS, StepLog
-from sim.workload.request import Request
 
 
 def summarize(
-    requests: Iterable[Request],
+    outcomes: Iterable[RequestOutcome],
     steps: StepLog,
     *,
     total_slots: int,
@@ -56,7 +56,7 @@ def summarize(
     """
     if warmup_requests < 0 or num_replicas < 1:
         raise ValueError("warmup_requests must be >= 0 and num_replicas >= 1")
-    table = request_table(requests)
+    table = request_table(outcomes)
     measured = np.arange(table["req_id"].shape[0]) >= warmup_requests
     duration = _duration_s(table, measured)
     done = measured & table["finished"]

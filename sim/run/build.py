@@ -54,7 +54,6 @@ def build_executor(scenario, allocator: Allocator):
 
         return build_torch_executor(scenario, allocator)
     if scenario.cost_model.kind == "calibrated":
-
         return build_calibrated_executor(scenario)
     if scenario.cost_model.kind == "profile":
         return build_profile_executor(scenario)

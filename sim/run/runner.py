@@ -20,7 +20,9 @@ from policies.preemption import VICTIMS
 from policies.routing import ROUTERS
 from policies.scheduling import SCHEDULERS
 from sim.costs.profile import ProfileCostModel
-from sim.engine.replica import Cluster, Replica
+from sim.engine.cluster import Cluster
+from sim.engine.records import UNFINISHED_REASON, RequestOutcome
+from sim.engine.replica import Replica
 from sim.output.files import write_outputs
 from sim.output.report import write_report
 from sim.output.steplog import StepLog
@@ -28,7 +30,6 @@ from sim.output.summary import summarize
 from sim.run.build import build_allocator, build_executor, engine_config, make_policy
 from sim.run.progress import Progress
 from sim.workload.generate import generate_requests
-from sim.workload.request import Request
 from sim.workload.tokens import SyntheticOutputs
 
 
@@ -36,7 +37,7 @@ from sim.workload.tokens import SyntheticOutputs
 class RunResult:
     """What a run produced (in memory; the files are written by :func:`write_run`)."""
 
-    requests: list[Request]
+    outcomes: list[RequestOutcome]  # in the workload's request order
     steps: StepLog
     summary: dict[str, Any]
     wall_s: float
@@ -56,35 +57,12 @@ def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunR
     env = simpy.Environment()
     steps = StepLog()
     outputs = SyntheticOutputs(seed, scenario.model.vocab_size)
-    finished = [0]
+    done: dict[int, RequestOutcome] = {}
     bar = Progress(len(requests), "simulating", enabled=progress)
 
-    def on_step(replica: Replica, batch, duration: float, plan) -> None:
-        usage = replica.alloc.usage(replica.next_request_tokens())
-        steps.record(
-            replica.env.now - duration,
-            replica.index,
-            duration,
-            batch.batch_size,
-            batch.num_prefill_tokens,
-            batch.num_decode_tokens,
-            usage.used_blocks,
-            usage.cached_blocks,
-            usage.free_blocks,
-            usage.token_slots,
-            usage.reserved_slots,
-            usage.internal_frag_slots,
-            usage.external_frag_slots,
-            usage.free_slots,
-            replica.swapped_blocks,
-            len(replica.waiting),
-            plan.num_preempted,
-            plan.limit,
-        )
-
-    def on_done(request: Request) -> None:
-        finished[0] += 1
-        bar.update(finished[0])
+    def on_done(outcome: RequestOutcome) -> None:
+        done[outcome.req_id] = outcome
+        bar.update(len(done))
 
     replicas = []
     executors = []
@@ -107,7 +85,7 @@ def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunR
                 make_policy(scenario, VICTIMS, "preemption.victim", scenario.preemption.victim),
                 engine_config(scenario, allocator),
                 outputs,
-                on_step,
+                steps.record,
                 on_done,
                 batching=make_policy(
                     scenario, BATCHING, "scheduler.batching", scenario.scheduler.batching
@@ -121,14 +99,12 @@ def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunR
     env.process(cluster.arrivals(requests))
     env.run(until=scenario.simulation.max_sim_time_s)
     bar.close()
-    generated = [replica.generated_by_request() for replica in replicas]
-    for request in requests:
-        if np.isnan(request.finish_s) and not request.rejected_reason:
-            request.rejected_reason = "unfinished at max_sim_time_s"
-            request.generated = generated[request.replica].get(request.req_id, 0)
+    for outcome in cluster.unfinished_outcomes(UNFINISHED_REASON):
+        done[outcome.req_id] = outcome
+    outcomes = [done[request.req_id] for request in requests]
     pool = replicas[0].alloc
     summary = summarize(
-        requests,
+        outcomes,
         steps,
         total_slots=pool.num_blocks * pool.block_size,
         slo_ttft_s=scenario.slo.ttft_s,
@@ -142,7 +118,7 @@ def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunR
         cost_model=cost_model_report(scenario, executors),
     )
     num_steps = sum(r.num_steps for r in replicas)
-    return RunResult(requests, steps, summary, time.perf_counter() - wall_start, num_steps)
+    return RunResult(outcomes, steps, summary, time.perf_counter() - wall_start, num_steps)
 
 
 def cost_model_report(scenario, executors) -> dict[str, Any]:
@@ -164,10 +140,10 @@ def cost_model_report(scenario, executors) -> dict[str, Any]:
 def write_run(result: RunResult, scenario, out_dir: str | Path, *, html: bool = True) -> Path:
     """Write the run's files into ``out_dir``; returns the directory."""
     out = Path(out_dir)
-    write_outputs(out, result.requests, result.steps, result.summary)
+    write_outputs(out, result.outcomes, result.steps, result.summary)
     (out / "scenario.json").write_text(
         json.dumps(scenario.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
     )
     if html:
-        write_report(out, result.requests, result.steps, result.summary, title=scenario.name)
+        write_report(out, result.outcomes, result.steps, result.summary, title=scenario.name)
     return out

@@ -1,5 +1,4 @@
-"""A user request: what the workload generates and every later stage reads.
-"""
+"""A user request: what the workload generates and every later stage reads."""
 
 from __future__ import annotations
 
@@ -8,10 +7,10 @@ from dataclasses import dataclass
 import numpy as np
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class Request:
-    """One user request as the workload generates it (immutable inputs) plus the
-    mutable progress the engine records (times are simulated seconds)."""
+    """One user request as the workload generates it (immutable; what the engine
+    observes of it is its :class:`~sim.engine.records.RequestOutcome`)."""
 
     req_id: int
     arrival_s: float
@@ -23,16 +22,6 @@ class Request:
     session: int = -1  # multi-turn session id, -1 = none
     turn: int = 0
     n: int = 1  # parallel samples (forked sequences sharing the prompt)
-
-    # -- progress (filled by the engine) --
-    first_scheduled_s: float = float("nan")
-    first_token_s: float = float("nan")
-    finish_s: float = float("nan")
-    cached_prompt_tokens: int = 0
-    num_preemptions: int = 0
-    replica: int = 0
-    rejected_reason: str = ""
-    generated: int = 0
 
     @property
     def prompt_len(self) -> int:

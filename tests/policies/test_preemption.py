@@ -53,7 +53,7 @@ def test_lowest_priority_then_last_arrived():
         req(3, 3.0, priority=2),
     ]
     assert pick("lowest-priority", running) == 2
-    running[2].priority = 5
+    running[2] = req(2, 2.0, priority=5)
     assert pick("lowest-priority", running) == 1
 
 

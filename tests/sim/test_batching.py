@@ -46,8 +46,8 @@ def run(batching: str, *, rate: float = 200.0, num_requests: int = 300, **schedu
     }
     recorder = Recorder()
     result = simulate(validate_scenario(raw), executor_factory=lambda *_: recorder)
-    assert all(not r.rejected_reason for r in result.requests)
-    assert all(not np.isnan(r.finish_s) for r in result.requests)
+    assert all(not r.rejected_reason for r in result.outcomes)
+    assert all(not np.isnan(r.finish_s) for r in result.outcomes)
     starts = result.steps.column("time_s").tolist()  # the step log keeps the same order
     return result, [(start, *step) for start, step in zip(starts, recorder.steps, strict=True)]
 
@@ -71,7 +71,7 @@ def test_prefill_first_never_mixes_and_runs_prompts_first():
     # prompt runs in the first step that starts after it arrived.
     quiet, quiet_steps = run("prefill-first", rate=5.0, num_requests=40)
     starts = np.array([start for start, _, _ in quiet_steps])
-    for request in quiet.requests:
+    for request in quiet.outcomes:
         assert request.first_scheduled_s == pytest.approx(starts[starts >= request.arrival_s][0])
     assert result.summary["num_finished"] == 300
 
@@ -91,12 +91,12 @@ def test_decode_first_runs_every_decode_and_never_chunks():
             seen.setdefault(seq_id, []).append(index)
     for seq_id, indices in seen.items():
         assert indices == list(range(indices[0], indices[0] + len(indices))), seq_id
-    assert sorted(prompt_len.values()) == sorted(r.prompt_len for r in result.requests)
+    assert sorted(prompt_len.values()) == sorted(r.prompt_len for r in result.outcomes)
 
 
 def test_static_batches_admit_nothing_while_a_batch_runs():
     result, _ = run("static")
-    done = sorted(result.requests, key=lambda r: r.first_scheduled_s)
+    done = sorted(result.outcomes, key=lambda r: r.first_scheduled_s)
     batches: list[list] = []
     for request in done:
         if batches and request.first_scheduled_s == batches[-1][0].first_scheduled_s:
@@ -115,7 +115,7 @@ def test_static_batches_admit_nothing_while_a_batch_runs():
 def test_each_mode_is_deterministic(batching):
     first, _ = run(batching, num_requests=60)
     second, _ = run(batching, num_requests=60)
-    assert [r.finish_s for r in first.requests] == [r.finish_s for r in second.requests]
+    assert [r.finish_s for r in first.outcomes] == [r.finish_s for r in second.outcomes]
 
 
 def test_an_unknown_mode_is_a_one_line_error():

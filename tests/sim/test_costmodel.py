@@ -108,9 +108,11 @@ def test_tiny_decode_step_by_hand():
     assert cost.decode_attention_s == pytest.approx(TINY.num_layers * decode)
     assert cost.prefill_attention_s == cost.allreduce_s == cost.data_movement_s == 0
     lm_head = (
-        FLOOR + 2 * 2 * TINY.hidden_size * 4 / (1e8 * 0.25)  # final norm
+        FLOOR
+        + 2 * 2 * TINY.hidden_size * 4 / (1e8 * 0.25)  # final norm
         + gemm_by_hand(2, TINY.hidden_size, TINY.vocab_size)
-        + FLOOR + 2 * 4 * 2 * TINY.vocab_size / (1e8 * 0.25)  # sampling reads fp32 logits
+        + FLOOR
+        + 2 * 4 * 2 * TINY.vocab_size / (1e8 * 0.25)  # sampling reads fp32 logits
     )
     assert cost.lm_head_s == pytest.approx(lm_head)
     assert cost.cpu_s == pytest.approx(1e-3 + 2 * 1e-4)

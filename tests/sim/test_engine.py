@@ -13,7 +13,7 @@ from policies.batching import BATCHING
 from policies.preemption import VICTIMS
 from policies.routing import ROUTERS
 from policies.scheduling import SCHEDULERS
-from sim.engine.replica import Cluster, EngineConfig, Replica
+from sim.engine import Cluster, EngineConfig, Replica
 from sim.workload.request import Request
 
 
@@ -53,10 +53,14 @@ def request(req_id, arrival, prompt_len, output_len, **kw):
     return Request(req_id=req_id, arrival_s=arrival, prompt=prompt, output_len=output_len, **kw)
 
 
-def run(requests, allocator, config=None, seconds=1.0, mode="recompute", batching="mixed"):
+def run(
+    requests, allocator, config=None, seconds=1.0, mode="recompute", batching="mixed", until=10_000
+):
+    """Serve ``requests`` on one replica until ``until``; returns the executor's log, the
+    outcomes received, the replica, the step records and the cluster."""
     env = simpy.Environment()
     executor = FixedStep(seconds)
-    done = []
+    done, records = Outcomes(), []
     cfg = config or EngineConfig(preemption_mode=mode, max_model_len=4096)
     replica = Replica(
         env,
@@ -67,14 +71,23 @@ def run(requests, allocator, config=None, seconds=1.0, mode="recompute", batchin
         VICTIMS.get("last-arrived")(),
         cfg,
         Outputs(),
-        on_step=lambda *a: None,
+        on_step=records.append,
         on_done=done.append,
         batching=BATCHING.get(batching)(),
     )
     cluster = Cluster(env, [replica], ROUTERS.get("round-robin")())
     env.process(cluster.arrivals(requests))
-    env.run(until=10_000)
+    env.run(until=until)
+    run.records, run.cluster = records, cluster  # for the tests that read them
     return executor.log, done, replica
+
+
+class Outcomes(list):
+    """The outcomes ``on_done`` received, in order; ``[request]`` looks one up."""
+
+    def of(self, request):
+        (outcome,) = [o for o in self if o.request is request]
+        return outcome
 
 
 def test_one_request_prefill_then_decodes():
@@ -83,9 +96,10 @@ def test_one_request_prefill_then_decodes():
     log, done, _ = run([req], alloc)
     # step 1: whole prompt (first token sampled); steps 2-3 decode tokens 2 and 3
     assert log == [(((0, 0, 10),), [], 0, 0, 0), ((), [0], 0, 0, 0), ((), [0], 0, 0, 0)]
-    assert done == [req]
-    assert (req.first_scheduled_s, req.first_token_s, req.finish_s) == (0.0, 1.0, 3.0)
-    assert req.generated == 3 and req.rejected_reason == ""
+    assert [o.request for o in done] == [req]
+    out = done.of(req)
+    assert (out.first_scheduled_s, out.first_token_s, out.finish_s) == (0.0, 1.0, 3.0)
+    assert out.output_tokens == 3 and out.rejected_reason == "" and out.replica == 0
     assert alloc.usage().used_blocks == 0
     alloc.check_invariants()
 
@@ -94,21 +108,22 @@ def test_chunked_prefill_splits_prompt_under_token_budget():
     alloc = BlockManager(num_blocks=8, block_size=4)
     req = request(0, 0.0, prompt_len=10, output_len=2)
     cfg = EngineConfig(max_num_batched_tokens=4, max_num_seqs=4, max_model_len=64)
-    log, _, _ = run([req], alloc, cfg)
+    log, done, _ = run([req], alloc, cfg)
     assert [entry[0] for entry in log] == [((0, 0, 4),), ((0, 4, 4),), ((0, 8, 2),), ()]
-    assert req.first_token_s == 3.0 and req.finish_s == 4.0
+    assert done.of(req).first_token_s == 3.0 and done.of(req).finish_s == 4.0
 
 
 def test_decode_and_prefill_share_a_step_under_continuous_batching():
     alloc = BlockManager(num_blocks=16, block_size=4)
     a = request(0, 0.0, prompt_len=4, output_len=3)
     b = request(1, 0.5, prompt_len=4, output_len=2)
-    log, _, _ = run([a, b], alloc)
+    log, done, _ = run([a, b], alloc)
     assert log == [
         (((0, 0, 4),), [], 0, 0, 0),  # t=0: a's prompt
         (((1, 0, 4),), [0], 0, 0, 0),  # t=1: a decodes while b (arrived 0.5) prefills
         ((), [0, 1], 0, 0, 0),  # t=2: both decode; both finish
     ]
+    a, b = done.of(a), done.of(b)
     assert (a.finish_s, b.first_token_s, b.finish_s) == (3.0, 2.0, 3.0)
 
 
@@ -120,9 +135,10 @@ def test_free_list_miss_preempts_last_arrived_and_everyone_finishes():
     b = request(1, 0.0, prompt_len=3, output_len=5)
     log, done, replica = run([a, b], alloc)
     assert sorted(r.req_id for r in done) == [0, 1]
+    a, b = done.of(a), done.of(b)
     assert b.num_preemptions >= 1 and a.num_preemptions == 0
     assert replica.num_preemptions == b.num_preemptions
-    assert a.generated == 5 and b.generated == 5
+    assert a.output_tokens == 5 and b.output_tokens == 5
     assert alloc.usage().used_blocks == 0
     alloc.check_invariants()
 
@@ -136,7 +152,7 @@ def test_swap_mode_moves_blocks_out_and_back():
     swapped_in = sum(entry[4] for entry in log)
     assert replica.num_swaps_out >= 1
     assert swapped_out > 0 and swapped_in == swapped_out
-    assert len(done) == 2 and all(r.generated == 5 for r in done)
+    assert len(done) == 2 and all(r.output_tokens == 5 for r in done)
     alloc.check_invariants()
 
 
@@ -145,8 +161,10 @@ def test_request_that_can_never_fit_is_rejected_with_reason():
     big = request(0, 0.0, prompt_len=20, output_len=2)
     small = request(1, 0.1, prompt_len=2, output_len=2)
     _, done, _ = run([big, small], alloc)
+    big, small = done.of(big), done.of(small)
     assert "KV blocks" in big.rejected_reason and np.isnan(big.first_token_s)
-    assert small.rejected_reason == "" and small.generated == 2
+    assert big.output_tokens == 0 and np.isnan(big.finish_s)
+    assert small.rejected_reason == "" and small.output_tokens == 2
     assert [r.req_id for r in done] == [0, 1]
 
 
@@ -155,7 +173,7 @@ def test_too_long_for_the_model_is_rejected():
     req = request(0, 0.0, prompt_len=30, output_len=10)
     cfg = EngineConfig(max_model_len=32)
     _, done, _ = run([req], alloc, cfg)
-    assert "max_model_len" in req.rejected_reason
+    assert "max_model_len" in done.of(req).rejected_reason
 
 
 def test_parallel_samples_fork_and_copy_on_write():
@@ -166,7 +184,7 @@ def test_parallel_samples_fork_and_copy_on_write():
     # decode step copies it for two of the three samples.
     assert log[0][0] == ((0, 0, 6),)
     assert log[1][1] == [0, 1, 2] and log[1][2] == 2
-    assert done == [req] and req.generated == 9
+    assert [o.request for o in done] == [req] and done.of(req).output_tokens == 9
     assert alloc.usage().used_blocks == 0
 
 
@@ -175,10 +193,10 @@ def test_prefix_cache_hit_skips_cached_prompt_blocks():
     shared = np.arange(500, 508, dtype=np.int32)
     a = Request(0, 0.0, np.concatenate([shared, [1, 2]]).astype(np.int32), 2)
     b = Request(1, 5.0, np.concatenate([shared, [3]]).astype(np.int32), 2)
-    log, _, _ = run([a, b], alloc)
+    log, done, _ = run([a, b], alloc)
     b_prefill = [entry[0] for entry in log if entry[0] and entry[0][0][0] != 0]
     assert b_prefill == [((1, 8, 1),)]  # b (seq 1) starts after its 8 cached tokens
-    assert b.cached_prompt_tokens == 8 and a.cached_prompt_tokens == 0
+    assert done.of(b).cached_prompt_tokens == 8 and done.of(a).cached_prompt_tokens == 0
 
 
 @pytest.mark.parametrize("name", ["contiguous-max", "contiguous-pow2", "contiguous-oracle"])
@@ -187,7 +205,7 @@ def test_contiguous_baselines_serve_the_same_requests(name):
     reqs = [request(i, 0.1 * i, prompt_len=5 + i, output_len=3 + i) for i in range(4)]
     _, done, _ = run(reqs, alloc, EngineConfig(max_model_len=32))
     assert sorted(r.req_id for r in done) == [0, 1, 2, 3]
-    assert all(r.generated == r.output_len for r in reqs)
+    assert all(done.of(r).output_tokens == r.output_len for r in reqs)
     alloc.check_invariants()
 
 
@@ -197,5 +215,23 @@ def test_no_request_is_scheduled_before_it_arrives():
     alloc = BlockManager(num_blocks=8, block_size=4)
     first = request(0, 0.0800746590354181, prompt_len=2, output_len=1)
     second = request(1, 1.9369691586445807, prompt_len=2, output_len=1)
-    run([first, second], alloc)
-    assert second.first_scheduled_s >= second.arrival_s
+    _, done, _ = run([first, second], alloc)
+    assert done.of(second).first_scheduled_s >= second.arrival_s
+
+
+def test_every_step_is_recorded_and_the_horizon_leaves_outcomes_for_the_rest():
+    alloc = BlockManager(num_blocks=8, block_size=4)
+    first, late = request(0, 0.0, prompt_len=4, output_len=5), request(1, 50.0, 4, 2)
+    _, done, _ = run([first, late], alloc, until=2.5)
+    # Two steps ended by t=2.5 (the prompt, one decode); the third is still running.
+    shape = [
+        (r.time_s, r.batch_size, r.num_prefill_tokens, r.num_decode_tokens) for r in run.records
+    ]
+    assert shape == [(0.0, 1, 4, 0), (1.0, 1, 0, 1)]
+    assert [r.used_blocks for r in run.records] == [1, 2] and run.records[0].queue_len == 0
+    assert done == []
+    running, never_arrived = run.cluster.unfinished_outcomes("stopped")
+    assert (running.request, running.output_tokens, running.first_token_s) == (first, 2, 1.0)
+    assert (never_arrived.request, never_arrived.output_tokens) == (late, 0)
+    assert running.rejected_reason == never_arrived.rejected_reason == "stopped"
+    assert np.isnan(never_arrived.first_scheduled_s) and np.isnan(running.finish_s)

@@ -58,9 +58,7 @@ def test_gemm_below_a_wave_uses_every_sm_by_split_k():
     k = toy()
     big_k = 1 << 20
     # 4 tiles on 10 SMs: the padded work shared by all SMs
-    assert k.gemm(128, big_k, 4 * 128) == pytest.approx(
-        2 * 128 * 4 * 128 * big_k / 1e13, rel=1e-3
-    )
+    assert k.gemm(128, big_k, 4 * 128) == pytest.approx(2 * 128 * 4 * 128 * big_k / 1e13, rel=1e-3)
 
 
 def test_skinny_gemms_pad_to_short_tiles():
@@ -108,9 +106,7 @@ def test_prefill_attention_is_bound_by_its_longest_cta():
     # one head, one 128-token chunk: one CTA visiting one KV tile, on one of 10 SMs
     assert k.prefill_attention([(0, 128)], heads=1, head_dim=128) == pytest.approx(tile_on_sm)
     # 40 heads x (1 + 2) tiles for 256 tokens: 120 tile-visits over 10 SMs
-    assert k.prefill_attention([(0, 256)], heads=40, head_dim=128) == pytest.approx(
-        12 * tile_on_sm
-    )
+    assert k.prefill_attention([(0, 256)], heads=40, head_dim=128) == pytest.approx(12 * tile_on_sm)
     # a chunk after 1000 cached tokens: q-tiles visit 9 and then ceil(1256/128) = 10
     assert k.prefill_attention([(1000, 256)], heads=1, head_dim=128) == pytest.approx(
         10 * tile_on_sm

@@ -36,6 +36,7 @@ from policies.preemption import VICTIMS
 from policies.routing import ROUTERS
 from policies.scheduling import SCHEDULERS
 from sim.config.loader import validate_scenario
+from sim.engine.records import UNFINISHED_REASON
 from sim.engine.replica import Replica
 from sim.run.build import build_executor
 from sim.run.runner import RunResult, simulate
@@ -203,12 +204,12 @@ def pressured_scenarios(draw) -> dict:
 def check_requests(requests) -> None:
     """Each request finished with its whole output, or was rejected with a reason."""
     for r in requests:
-        assert r.rejected_reason != "unfinished at max_sim_time_s", f"request {r.req_id} starved"
+        assert r.rejected_reason != UNFINISHED_REASON, f"request {r.req_id} starved"
         if r.rejected_reason:
             assert math.isnan(r.finish_s), f"request {r.req_id} finished and was rejected"
             continue
         assert not math.isnan(r.finish_s), f"request {r.req_id} neither finished nor rejected"
-        assert r.generated == r.output_len * r.n
+        assert r.output_tokens == r.output_len * r.n
         assert r.arrival_s <= r.first_scheduled_s <= r.first_token_s <= r.finish_s
 
 
@@ -243,10 +244,10 @@ def check_step_log(run: Run) -> None:
         assert swap_in.sum() <= swap_out.sum()
         assert (swap_out.sum() > 0) == (replica.num_swaps_out > 0)
         assert replica.num_swaps_out <= replica.num_preemptions
-    if summary["num_preemptions"] == 0 and all(r.n == 1 for r in run.result.requests):
+    if summary["num_preemptions"] == 0 and all(r.n == 1 for r in run.result.outcomes):
         # Without re-prefills each sample's prefill gives its first token and decode
         # steps give the rest: the log holds exactly output_len - 1 decodes per request.
-        done = [r for r in run.result.requests if not r.rejected_reason]
+        done = [r for r in run.result.outcomes if not r.rejected_reason]
         expected = sum(r.output_len - 1 for r in done)
         assert int(steps.column("num_decode_tokens").sum()) == expected
 
@@ -254,7 +255,7 @@ def check_step_log(run: Run) -> None:
 def check_run(raw: dict) -> Run:
     """Run a drawn scenario and check liveness and conservation; returns the run."""
     run = simulate_observed(validate_scenario(raw))
-    check_requests(run.result.requests)
+    check_requests(run.result.outcomes)
     check_memory(run.replicas)
     check_step_log(run)
     # Coverage of the interesting paths, shown by --hypothesis-show-statistics.
@@ -300,7 +301,7 @@ def test_one_token_outputs_with_samples():
     """Regression (fixed in 34e8246): complete_prefill freed the parent sequence of a
     one-token output before forking the other samples from it (UnknownSequence)."""
     run = simulate_observed(validate_scenario(tiny_raw(input=4, output=1, n=2)))
-    check_requests(run.result.requests)
+    check_requests(run.result.outcomes)
     check_memory(run.replicas)
 
 
@@ -314,7 +315,7 @@ def test_swapped_forks_do_not_livelock():
     raw["simulation"]["num_requests"] = 2
     run = simulate_observed(validate_scenario(raw))
     assert_triggered(run, swap=True)
-    check_requests(run.result.requests)
+    check_requests(run.result.outcomes)
     check_memory(run.replicas)
     check_step_log(run)
 
@@ -379,7 +380,7 @@ def test_swapped_samples_leave_no_finished_holder():
     as a victim)."""
     run = simulate_observed(validate_scenario(swapped_samples_raw()))
     assert_triggered(run, swap=True)
-    check_requests(run.result.requests)
+    check_requests(run.result.outcomes)
     check_memory(run.replicas)
 
 
@@ -398,4 +399,4 @@ def test_swapped_samples_do_not_livelock():
     }
     run = simulate_observed(validate_scenario(raw))
     assert_triggered(run, swap=True)
-    check_requests(run.result.requests)
+    check_requests(run.result.outcomes)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.engine.sequences import LIMIT_NAMES
+from sim.engine.records import LIMIT_NAMES, RequestOutcome, StepRecord
 from sim.output.files import write_outputs
 from sim.output.requests import REQUEST_COLUMNS, request_table
 from sim.output.steplog import KV_SPLIT_KEYS, STEP_COLUMNS, StepLog
@@ -39,19 +39,28 @@ def make_request(
     replica=0,
     scheduled=None,
 ):
-    """A request already run by an imaginary engine (scheduled when it got a token)."""
-    r = Request(req_id, arrival, np.zeros(prompt_len, np.int32), output_len, n=n)
-    r.first_token_s, r.finish_s, r.rejected_reason = first_token, finish, rejected
-    r.first_scheduled_s = first_token if scheduled is None else scheduled
-    r.cached_prompt_tokens, r.num_preemptions, r.replica = cached, preemptions, replica
-    r.generated = output_len * n if not math.isnan(finish) else 0
-    return r
+    """The outcome of a request run by an imaginary engine (scheduled when it got a
+    token)."""
+    request = Request(req_id, arrival, np.zeros(prompt_len, np.int32), output_len, n=n)
+    return RequestOutcome(
+        request,
+        replica,
+        first_token if scheduled is None else scheduled,
+        first_token,
+        finish,
+        cached,
+        preemptions,
+        output_len * n if not math.isnan(finish) else 0,
+        rejected,
+    )
 
 
 def record_split(log, *, time_s, duration_s, split, replica=0, batch=1, used=1, preempted=0):
     """Record one step whose slot split is `split` (5 numbers in KV_SPLIT_KEYS order)."""
     log.record(
-        time_s, replica, duration_s, batch, 0, batch, used, 0, 0, *split, 0, 0, preempted, 0
+        StepRecord(
+            time_s, replica, duration_s, batch, 0, batch, used, 0, 0, *split, 0, 0, preempted, 0
+        )
     )
 
 
@@ -65,7 +74,8 @@ def simple_summary(requests, steps=None, **kwargs):
 def test_steplog_grows_past_initial_capacity_and_keeps_every_row():
     log = StepLog(initial_capacity=2)
     for i in range(1000):
-        log.record(0.5 * i, i % 3, 0.25, i, 2 * i, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, i % 2, 0)
+        counts = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
+        log.record(StepRecord(0.5 * i, i % 3, 0.25, i, 2 * i, 1, *counts, i % 2, 0))
     assert len(log) == 1000 and log.capacity >= 1000
     np.testing.assert_array_equal(log.column("time_s"), 0.5 * np.arange(1000))
     np.testing.assert_array_equal(log.column("replica"), np.arange(1000) % 3)
@@ -78,7 +88,8 @@ def test_steplog_views_are_read_only():
     record_split(log, time_s=0.0, duration_s=1.0, split=(1, 0, 0, 0, 99))
     with pytest.raises(ValueError):
         log.column("batch_size")[0] = 5
-    log.record(1.0, 0, 1.0, 2, 0, 2, 1, 0, 0, 1, 0, 0, 0, 99, 0, 0, 0, 0)  # still appendable
+    # still appendable
+    log.record(StepRecord(1.0, 0, 1.0, 2, 0, 2, 1, 0, 0, 1, 0, 0, 0, 99, 0, 0, 0, 0))
     assert log.column("batch_size").tolist() == [1.0, 2.0]
 
 
@@ -370,7 +381,7 @@ def test_compare_table_has_one_column_per_run(tmp_path):
 def test_limit_column_is_written_by_name(tmp_path):
     log = StepLog()
     for code in range(len(LIMIT_NAMES)):
-        log.record(float(code), 0, 1.0, 1, 0, 1, 1, 0, 0, 16, 0, 0, 0, 0, 0, 0, 0, code)
+        log.record(StepRecord(float(code), 0, 1.0, 1, 0, 1, 1, 0, 0, 16, 0, 0, 0, 0, 0, 0, 0, code))
     paths = write_outputs(tmp_path, [], log, simple_summary([], log))
     with paths["steps.csv"].open() as f:
         written = [row["limit"] for row in csv.DictReader(f)]

@@ -10,6 +10,7 @@ import re
 import numpy as np
 import pytest
 
+from sim.engine.records import RequestOutcome, StepRecord
 from sim.output.report import FIGURE_TITLES, MAX_POINTS, downsample_indices, write_report
 from sim.output.steplog import StepLog
 from sim.output.summary import summarize
@@ -19,10 +20,8 @@ SLO = {"slo_ttft_s": 1.0, "slo_tpot_s": 0.1}
 
 
 def finished_request(req_id, arrival, replica=0):
-    r = Request(req_id, arrival, np.zeros(16, np.int32), 8, replica=replica)
-    r.first_scheduled_s, r.first_token_s, r.finish_s = arrival, arrival + 0.1, arrival + 1.0
-    r.generated = 8
-    return r
+    request = Request(req_id, arrival, np.zeros(16, np.int32), 8)
+    return RequestOutcome(request, replica, arrival, arrival + 0.1, arrival + 1.0, 0, 0, 8, "")
 
 
 def step_log(num_steps, num_replicas=1):
@@ -30,24 +29,26 @@ def step_log(num_steps, num_replicas=1):
     for i in range(num_steps):
         used = i % 50
         log.record(
-            0.01 * i,
-            i % num_replicas,
-            0.01,
-            used % 9,
-            0,
-            used % 9,
-            used,
-            0,
-            50 - used,
-            16 * used,
-            0,
-            0,
-            0,
-            800 - 16 * used,
-            0,
-            i % 4,
-            int(i % 100 == 0),
-            i % 5,
+            StepRecord(
+                0.01 * i,
+                i % num_replicas,
+                0.01,
+                used % 9,
+                0,
+                used % 9,
+                used,
+                0,
+                50 - used,
+                16 * used,
+                0,
+                0,
+                0,
+                800 - 16 * used,
+                0,
+                i % 4,
+                int(i % 100 == 0),
+                i % 5,
+            )
         )
     return log
 
@@ -91,7 +92,10 @@ def test_report_has_summary_and_every_figure(tmp_path):
     assert "NaN" not in page.split("</table>")[0]
 
 
-@pytest.mark.parametrize("requests", [[], [Request(0, 0.0, np.zeros(4, np.int32), 3)]])
+UNFINISHED = RequestOutcome.unserved(Request(0, 0.0, np.zeros(4, np.int32), 3), 0, "unfinished")
+
+
+@pytest.mark.parametrize("requests", [[], [UNFINISHED]])
 def test_report_without_data_does_not_crash(tmp_path, requests):
     path, _ = make_report(tmp_path, requests, StepLog())
     page = path.read_text()

@@ -91,7 +91,7 @@ def test_report_errors_are_finite_and_come_from_both_runs(result):
 
 def test_the_three_runs_replay_the_same_trace(result):
     arrivals = {
-        name: [request.arrival_s for request in run.requests] for name, run in result.runs.items()
+        name: [request.arrival_s for request in run.outcomes] for name, run in result.runs.items()
     }
     assert arrivals["measured"] == arrivals["calibrated"] == arrivals["analytic"]
     assert all(run.summary["num_finished"] == 6 for run in result.runs.values())

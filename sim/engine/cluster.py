@@ -1,0 +1,48 @@
+"""Replicas behind a router, fed by one arrival process."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import simpy
+
+from sim.engine.records import RequestOutcome
+from sim.engine.replica import Replica
+from sim.workload.request import Request
+
+
+class Cluster:
+    """Replicas behind a router, fed by one arrival process."""
+
+    def __init__(self, env: simpy.Environment, replicas: Sequence[Replica], router):
+        self.env = env
+        self.replicas = list(replicas)
+        self.router = router
+        self._requests: Sequence[Request] = ()
+        self._num_arrived = 0
+
+    def arrivals(self, requests: Sequence[Request]):
+        """SimPy process: hand each request to a replica at its arrival time."""
+        self._requests, self._num_arrived = requests, 0
+        for i, request in enumerate(requests):
+            delay = request.arrival_s - self.env.now
+            # now + (arrival - now) can round one ulp below arrival; step up so that no
+            # request is ever scheduled before it arrived.
+            while self.env.now + delay < request.arrival_s:
+                delay = math.nextafter(delay, math.inf)
+            if delay > 0:
+                yield self.env.timeout(delay)
+            self._num_arrived = i + 1
+            chosen = self.router.route(request, self.replicas, self.env.now)
+            if not 0 <= chosen < len(self.replicas):
+                raise RuntimeError(f"router returned replica {chosen} of {len(self.replicas)}")
+            self.replicas[chosen].submit(request)
+
+    def unfinished_outcomes(self, reason: str) -> list[RequestOutcome]:
+        """Outcomes of every request the run did not finish or reject: those in flight
+        on a replica and those that had not arrived (replica 0, nothing observed)."""
+        outcomes = [o for replica in self.replicas for o in replica.unfinished_outcomes(reason)]
+        not_arrived = self._requests[self._num_arrived :]
+        outcomes += [RequestOutcome.unserved(r, 0, reason) for r in not_arrived]
+        return outcomes

@@ -1,0 +1,128 @@
+"""Applying a step whose time has passed: decodes gain their token, prompts that ran
+their last chunk sample their first one (and fork the request's other samples), and
+finished samples free their blocks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from backend.base import OutOfBlocks
+from sim.engine.executor import TokenSource
+from sim.engine.memory import Memory
+from sim.engine.sequences import PrefillSeq, StepPlan
+from sim.engine.state import ReplicaState
+
+
+class Completion:
+    """Applies finished steps to one replica. Mutates the state and the allocator, and
+    calls ``finish(req_id, now)`` when a request's last sample is done."""
+
+    def __init__(
+        self,
+        state: ReplicaState,
+        memory: Memory,
+        outputs: TokenSource,
+        finish: Callable[[int, float], None],
+        *,
+        track_service: bool,
+    ):
+        self.state = state
+        self.alloc = state.alloc
+        self.memory = memory
+        self.outputs = outputs
+        self.finish = finish
+        # Tokens computed per tenant, kept only for schedulers that ask (fair share).
+        self.track_service = track_service
+        self.served: dict[int, int] = {}
+
+    def apply(self, plan: StepPlan, now: float) -> None:
+        if self.track_service:
+            self.count_service(plan)
+        self.apply_decodes(plan, now)
+        new_rows: list[tuple[int, ...]] = []
+        for seq, take in plan.chunks:
+            seq.computed += take
+            if seq.computed == seq.tokens.shape[0]:
+                self.complete_prefill(seq, now, new_rows)
+        self.state.decodes.extend(new_rows)
+
+    def count_service(self, plan: StepPlan) -> None:
+        tenants = self.state.decodes.tenant[: plan.decode_rows]
+        for tenant, count in zip(*np.unique(tenants, return_counts=True)):
+            self.served[int(tenant)] = self.served.get(int(tenant), 0) + int(count)
+        for seq, take in plan.chunks:
+            tenant = seq.request.tenant
+            self.served[tenant] = self.served.get(tenant, 0) + take
+
+    def apply_decodes(self, plan: StepPlan, now: float) -> None:
+        rows = plan.decode_rows
+        if not rows:
+            return
+        d = self.state.decodes
+        d.generated[:rows] += 1
+        done = np.zeros(len(d), dtype=bool)
+        done[:rows] = d.generated[:rows] >= d.target[:rows]
+        if not done.any():
+            return
+        finished = d.take(done)
+        for seq_id, req_id in zip(finished["seq_id"].tolist(), finished["req_id"].tolist()):
+            self.alloc.free(seq_id)
+            self.sample_done(req_id, now)
+
+    def complete_prefill(self, seq: PrefillSeq, now: float, new_rows: list) -> None:
+        """The prompt's last chunk ran: its logits gave one more token."""
+        self.state.prefilling.remove(seq)
+        request = seq.request
+        progress = self.state.in_flight[request.req_id]
+        if math.isnan(progress.first_token_s):
+            progress.first_token_s = now
+        generated = seq.generated + 1
+        samples = [seq.sample] + [seq.sample + 1 + i for i in range(seq.fork_children)]
+        if generated >= request.output_len:
+            # Every sample's only token came from these logits: nothing left to fork.
+            self.alloc.free(seq.seq_id)
+            for _ in samples:
+                self.sample_done(request.req_id, now)
+            return
+        context = seq.tokens.shape[0]
+        for sample in samples:
+            seq_id = seq.seq_id if sample == seq.sample else self.fork(seq, sample)
+            if seq_id is None:
+                continue  # could not fork: that sample was re-queued for recompute
+            stream = self.outputs.stream_state(request.req_id, sample)
+            new_rows.append(
+                (
+                    seq_id,
+                    request.req_id,
+                    sample,
+                    stream,
+                    generated,
+                    request.output_len,
+                    context,
+                    request.tenant,
+                )
+            )
+
+    def fork(self, parent: PrefillSeq, sample: int) -> int | None:
+        state = self.state
+        child = state.next_seq_id
+        state.next_seq_id += 1
+        try:
+            # Paged forks share blocks (copy-on-write later). A contiguous baseline copies
+            # the region; its moves are charged to nothing, a simplification.
+            self.alloc.fork(parent.seq_id, child)
+        except OutOfBlocks:
+            entry = self.memory.recompute_entry(parent.request, sample, parent.generated + 1)
+            state.waiting.appendleft(entry)
+            return None
+        return child
+
+    def sample_done(self, req_id: int, now: float) -> None:
+        progress = self.state.in_flight[req_id]
+        progress.samples_left -= 1
+        if progress.samples_left == 0:
+            self.finish(req_id, now)

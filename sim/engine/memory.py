@@ -1,0 +1,172 @@
+"""Memory pressure on one replica: preemption (by recompute or swap) when the free list
+runs dry, and swapped requests coming back.
+
+Recompute frees a victim's blocks and re-queues it at the front, to be re-prefilled from
+prompt + the tokens generated so far; swap copies its blocks to the CPU pool (falling
+back to recompute when the CPU pool is full) and brings them back, in order, before any
+new request is admitted.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from sim.engine.config import EngineConfig
+from sim.engine.executor import TokenSource
+from sim.engine.sequences import Moves, PrefillSeq, SwappedRequest, WaitingEntry, seq_ids
+from sim.engine.state import ReplicaState
+from sim.workload.request import Request
+
+#: Detached sequences: the prefills, and the decode rows as ``DecodeSet.take`` gives them.
+Detached = tuple[list[PrefillSeq], dict[str, np.ndarray]]
+
+
+class Memory:
+    """Preemption and swap for one replica. Mutates the state's queues and running set
+    and the allocator; the victim policy only picks."""
+
+    def __init__(
+        self,
+        state: ReplicaState,
+        config: EngineConfig,
+        victim_policy,
+        outputs: TokenSource,
+        clock,
+    ):
+        self.state = state
+        self.alloc = state.alloc
+        self.cfg = config
+        self.victims = victim_policy
+        self.outputs = outputs
+        self.clock = clock  # () -> simulated seconds now
+
+    def make_room(self, moves: Moves | None) -> None:
+        """Free device memory by one preemption (the one place preemptions are counted).
+
+        The victim request is swapped out when the mode is swap, ``moves`` can carry the
+        copies (a step is being planned) and the CPU pool has room; otherwise its
+        sequences are recomputed. When a single request holds all the memory, only its
+        newest sequence is recomputed: swapping or recomputing the whole request would
+        bring it back to the same state (a livelock), while its other samples can finish
+        with the memory they hold."""
+        state = self.state
+        state.num_preemptions += 1
+        running = state.running_requests()
+        if len(running) == 1:
+            (request,) = running
+            if len(state.seq_ids_of(request)) > 1:
+                state.in_flight[request.req_id].num_preemptions += 1
+                self.release(request, *self.detach_newest(request))
+                return
+        victim = self.victims.pick(running, VictimView(self.clock(), state))
+        state.in_flight[victim.req_id].num_preemptions += 1
+        swap = moves is not None and self.cfg.preemption_mode == "swap"
+        if not (swap and self.try_swap_out(victim, moves)):
+            self.release(victim, *self.detach(victim))
+
+    def detach(self, victim: Request) -> Detached:
+        """Take ``victim``'s sequences out of the running set (allocator untouched)."""
+        state = self.state
+        prefills = [s for s in state.prefilling if s.request is victim]
+        state.prefilling = [s for s in state.prefilling if s.request is not victim]
+        return prefills, state.decodes.take(state.decodes.req_id == victim.req_id)
+
+    def detach_newest(self, request: Request) -> Detached:
+        """Take ``request``'s newest sequence out of the running set (its others stay)."""
+        d = self.state.decodes
+        rows = d.req_id == request.req_id
+        if rows.any():
+            return [], d.take(d.seq_id == d.seq_id[rows].max())
+        newest = next(s for s in reversed(self.state.prefilling) if s.request is request)
+        self.state.prefilling.remove(newest)
+        return [newest], d.take(np.zeros(len(d), dtype=bool))
+
+    def release(self, request: Request, prefills, decodes) -> None:
+        """Free detached sequences (on the device or swapped out) and re-queue them."""
+        for seq_id in seq_ids(prefills, decodes):
+            self.alloc.free(seq_id)
+        self.requeue_for_recompute(request, prefills, decodes)
+
+    def try_swap_out(self, victim: Request, moves: Moves) -> bool:
+        """Swap every sequence of ``victim`` to the CPU pool; False (nothing changed) when
+        the pool has no room for all of them."""
+        victim_seqs = self.state.seq_ids_of(victim)
+        if not self.alloc.can_swap_out(*victim_seqs):
+            return False
+        blocks = sum(self.alloc.held_blocks(s) for s in victim_seqs)
+        for seq_id in victim_seqs:
+            moves.swap_out.extend(self.alloc.swap_out(seq_id))
+        self.state.swapped.append(SwappedRequest(victim, *self.detach(victim), blocks))
+        self.state.num_swaps_out += 1
+        return True
+
+    def requeue_for_recompute(self, request: Request, prefills, decodes) -> None:
+        """Put the victim's sequences back at the front of the queue, to be re-prefilled
+        from prompt + the tokens each has generated so far."""
+        entries = []
+        for seq in prefills:
+            fresh = PrefillSeq(
+                request, seq.sample, seq.tokens, seq.generated, True, seq.fork_children
+            )
+            entries.append(WaitingEntry(request, fresh))
+        for sample, generated in zip(decodes["sample"].tolist(), decodes["generated"].tolist()):
+            entries.append(self.recompute_entry(request, sample, generated))
+        self.state.waiting.extendleft(reversed(entries))
+
+    def recompute_entry(self, request: Request, sample: int, generated: int) -> WaitingEntry:
+        """A sample that lost its KV, queued to re-prefill prompt + its ``generated``
+        output tokens."""
+        tokens = self.sequence_tokens(request, sample, generated)
+        return WaitingEntry(request, PrefillSeq(request, sample, tokens, generated, resumed=True))
+
+    def sequence_tokens(self, request: Request, sample: int, generated: int) -> np.ndarray:
+        state = np.asarray([self.outputs.stream_state(request.req_id, sample)], dtype=np.int64)
+        outputs = self.outputs.tokens(state, np.arange(generated, dtype=np.int64))
+        return np.concatenate([request.prompt, outputs.astype(request.prompt.dtype)])
+
+    def resume_by_recompute(self, item: SwappedRequest) -> None:
+        self.release(item.request, item.prefills, item.decodes)
+
+    def swap_in_waiting(self, moves: Moves) -> None:
+        """Swapped requests resume, in order, before any new request is admitted."""
+        state = self.state
+        while state.swapped:
+            item = state.swapped[0]
+            item_seqs = seq_ids(item.prefills, item.decodes)
+            if item.num_blocks + len(state.decodes) > state.available_blocks():
+                return
+            if state.num_running_seqs() + len(item_seqs) > self.cfg.max_num_seqs:
+                return
+            if not self.alloc.can_swap_in(*item_seqs):
+                return
+            for seq_id in item_seqs:
+                moves.swap_in.extend(self.alloc.swap_in(seq_id))
+            state.swapped.popleft()
+            state.prefilling.extend(item.prefills)
+            state.decodes.extend(item.decodes)
+
+
+class VictimView:
+    """What a victim policy reads (policies.preemption.VictimView). Each per-request
+    total is computed for all running requests at once, on first use, so a pick costs
+    O(running sequences) rather than a scan per candidate."""
+
+    def __init__(self, now: float, state: ReplicaState):
+        self.now = now
+        self._state = state
+
+    @functools.cached_property
+    def _blocks(self) -> dict[int, int]:
+        return self._state.blocks_by_request()
+
+    @functools.cached_property
+    def _generated(self) -> dict[int, int]:
+        return self._state.generated_by_request()
+
+    def blocks_held(self, request: Request) -> int:
+        return self._blocks.get(request.req_id, 0)
+
+    def generated_tokens(self, request: Request) -> int:
+        return self._generated.get(request.req_id, 0)

@@ -1,0 +1,269 @@
+"""Planning one step of one replica: which decodes run, which prompt chunks, which
+waiting requests are admitted, under the token budget, ``max_num_seqs`` and memory.
+
+The batching mode (policies.batching) decides the order of the moves through a
+:class:`~sim.engine.step_builder.StepBuilder`; this module carries them out. A prompt's
+slots are allocated when its request is admitted (prefix-cache hits come back from
+``allocate``); a decode appends one slot, and a free-list miss preempts (see
+:mod:`.memory`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from backend.base import OutOfBlocks
+from backend.step import Batch, PrefillChunk
+from sim.engine.config import EngineConfig
+from sim.engine.executor import TokenSource
+from sim.engine.memory import Memory
+from sim.engine.records import Limit
+from sim.engine.sequences import Moves, PrefillSeq, StepPlan
+from sim.engine.state import ReplicaState
+from sim.engine.step_builder import StepBuilder
+from sim.workload.request import Request
+
+
+class StepPlanner:
+    """Composes each step of one replica. Mutates the state (admission moves waiting
+    entries to the prefilling set; decodes take slots) and the allocator."""
+
+    def __init__(
+        self,
+        state: ReplicaState,
+        config: EngineConfig,
+        memory: Memory,
+        outputs: TokenSource,
+        scheduler,
+        batching,
+        policy_view,
+        clock,
+    ):
+        self.state = state
+        self.alloc = state.alloc
+        self.cfg = config
+        self.memory = memory
+        self.outputs = outputs
+        self.scheduler = scheduler
+        self.batching = batching
+        self.policy_view = policy_view  # what the scheduler reads (the replica)
+        self.clock = clock  # () -> simulated seconds now
+        self._logged_preemptions = 0  # num_preemptions already in a step's record
+        # Reserving (contiguous) allocators size a request's region from the start
+        # (``reserve(prompt, max_new_tokens)``), so they always admit by whole prompt.
+        self.reserve = getattr(self.alloc, "reservation_size", None)
+        # Prompts are cut into chunks only if both the scenario and the mode allow it.
+        self.chunking = config.chunked_prefill and batching.chunks_prompts
+        # Admitting by first chunk only makes sense when prompts run in chunks.
+        self.first_chunk_admission = (
+            config.admission == "first-chunk" and self.reserve is None and self.chunking
+        )
+
+    def plan(self) -> tuple[Batch, StepPlan]:
+        """The next step's batch and what to apply when its time has passed."""
+        plan = StepPlan()
+        moves = Moves()
+        self.memory.swap_in_waiting(moves)
+        step = StepBuilder(self, plan, moves)
+        self.batching.compose(step)
+        decode_ids, decode_ctx, decode_tokens = step.decode_arrays
+        chunks = tuple(
+            PrefillChunk(s.seq_id, s.computed, s.tokens[s.computed : s.computed + n])
+            for s, n in plan.chunks
+        )
+        for seq, take in plan.chunks:
+            self.alloc.mark_computed(seq.seq_id, seq.computed + take)
+        # Preemptions made while planning, and any made between steps (see Replica.unblock).
+        preemptions = self.state.num_preemptions
+        plan.num_preempted = preemptions - self._logged_preemptions
+        self._logged_preemptions = preemptions
+        if plan.num_preempted or self.state.swapped:
+            plan.limit = Limit.KV_BLOCKS  # memory is what binds, whatever else also did
+        batch = Batch(
+            chunks,
+            decode_ids,
+            decode_ctx,
+            decode_tokens,
+            tuple(moves.copies),
+            tuple(moves.swap_out),
+            tuple(moves.swap_in),
+        )
+        return batch, plan
+
+    # -- decodes and running prefills ---------------------------------------------------
+    def schedule_decodes(self, plan: StepPlan, moves: Moves):
+        """Give every decoding sequence one slot, preempting on a free-list miss."""
+        d = self.state.decodes
+        while len(d):
+            # The newest sampled token (position generated - 1) is fed and gets its slot.
+            tokens = self.outputs.tokens(d.stream, d.generated - 1)
+            try:
+                # Refused appends change nothing (OutOfBlocks is raised before any
+                # mutation), so trying first costs one call on the common path.
+                moves.copies.extend(self.alloc.append_batch(d.seq_id, tokens))
+                break
+            except OutOfBlocks:
+                self.memory.make_room(moves)
+        plan.decode_rows = len(d)
+        if not plan.decode_rows:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, np.zeros(0, dtype=np.int32)
+        d.context += 1
+        return d.seq_id.copy(), d.context.copy(), tokens
+
+    def schedule_running_prefills(self, plan: StepPlan, budget: int) -> int:
+        for seq in self.state.prefilling:
+            if budget <= 0:
+                break
+            take = self.hold_slots(seq, self.chunk_size(seq, budget, plan))
+            if not take:
+                if self.first_chunk_admission:
+                    continue  # out of blocks for this one; others may still fit
+                break
+            plan.chunks.append((seq, take))
+            budget -= take
+        return budget
+
+    def hold_slots(self, seq: PrefillSeq, take: int) -> int:
+        """Make the allocator hold slots for the next ``take`` tokens of ``seq``; returns
+        how many it could (fewer when blocks run out under first-chunk admission)."""
+        missing = seq.computed + take - seq.held
+        if missing <= 0:
+            return take
+        bs = self.alloc.block_size
+        room = (-seq.held) % bs + self.state.available_blocks() * bs
+        grow = min(missing, room)
+        if grow > 0:
+            self.alloc.append(seq.seq_id, seq.tokens[seq.held : seq.held + grow])
+            seq.held += grow
+        return min(take, seq.held - seq.computed)
+
+    def chunk_size(self, seq: PrefillSeq, budget: int, plan: StepPlan) -> int:
+        """Prompt tokens of ``seq`` to compute this step (0: none)."""
+        return self.whole_prompt_size(seq.tokens.shape[0] - seq.computed, budget, plan)
+
+    def whole_prompt_size(self, remaining: int, budget: int, plan: StepPlan) -> int:
+        """Tokens of a prompt with ``remaining`` to compute that this step takes: up to
+        the budget with chunking; else all of them or none, except that a prompt longer
+        than the budget (a resumed request's prompt + outputs) may run alone, so that it
+        cannot wait forever."""
+        if self.chunking or remaining <= budget:
+            return min(remaining, budget)
+        alone = not plan.chunks and not plan.decode_rows
+        return remaining if alone else 0
+
+    # -- admission ------------------------------------------------------------------------
+    def admit_waiting(
+        self,
+        plan: StepPlan,
+        budget: int,
+        only: Callable[[Request], bool] | None = None,
+        beyond_budget: bool = False,
+    ) -> tuple[list[Request], int]:
+        """Admit waiting requests in the scheduler's order (those ``only`` accepts, up to
+        the first it refuses) while slots, budget and memory last; with
+        ``beyond_budget`` a spent budget does not stop admission (those requests hold
+        their memory and start computing in later steps). Records in ``plan.limit``
+        what stopped admission with requests left. Returns the requests admitted and
+        the budget left."""
+        waiting = self.state.waiting
+        if not waiting:
+            return [], budget
+        plan.limit = self.admission_limit(budget, beyond_budget)
+        if plan.limit != Limit.NONE:
+            return [], budget  # (before asking the scheduler to order a long queue)
+        admitted = []
+        for entry in self.scheduler.order(waiting, self.policy_view):
+            plan.limit = self.admission_limit(budget, beyond_budget)
+            if plan.limit != Limit.NONE:
+                break
+            if only is not None and not only(entry.request):
+                plan.limit = Limit.POLICY  # the batching mode holds the rest back
+                break
+            seq = entry.seq
+            whole = self.chunking or beyond_budget or self.fits_whole(seq, budget, plan)
+            if not whole:
+                plan.limit = Limit.TOKEN_BUDGET  # a whole prompt waits for a later step
+                break
+            if self.admit(seq, max(budget, 0)) is None:
+                # Head of line does not fit now: wait, do not let others jump it.
+                plan.limit = Limit.KV_BLOCKS
+                break
+            admitted.append(entry)
+            take = self.chunk_size(seq, budget, plan) if budget > 0 else 0
+            if take:
+                plan.chunks.append((seq, take))
+                budget -= take
+        for entry in admitted:
+            waiting.remove(entry)
+        if waiting and plan.limit == Limit.NONE:
+            plan.limit = Limit.POLICY  # the scheduler offered no more of the queue
+        return [entry.request for entry in admitted], budget
+
+    def fits_whole(self, seq: PrefillSeq, budget: int, plan: StepPlan) -> bool:
+        """Without chunking: whether ``seq``'s whole uncached prompt runs this step."""
+        cached = self.alloc.cached_prefix_tokens(seq.tokens, salt=seq.request.tenant)
+        total = seq.tokens.shape[0]
+        to_compute = total - min(cached, total - 1)
+        return self.whole_prompt_size(to_compute, budget, plan) > 0
+
+    def admission_limit(self, budget: int, beyond_budget: bool = False) -> Limit:
+        """Which engine limit forbids admitting one more request now (NONE: none)."""
+        if self.state.num_running_seqs() >= self.cfg.max_num_seqs:
+            return Limit.MAX_NUM_SEQS
+        if budget <= 0 and not beyond_budget:
+            return Limit.TOKEN_BUDGET
+        return Limit.NONE
+
+    def admit(self, seq: PrefillSeq, budget: int) -> int | None:
+        """Allocate ``seq``'s prompt (whole, or its first chunk under first-chunk
+        admission); None when it does not fit now (nothing changed)."""
+        request, state = seq.request, self.state
+        total = seq.tokens.shape[0]
+        remaining_out = request.output_len - seq.generated
+        tokens = seq.tokens
+        # The watermark is waived for resumed requests and on an empty replica.
+        watermark = not seq.resumed and state.num_running_seqs() > 0
+        if self.first_chunk_admission or watermark:
+            cached = self.alloc.cached_prefix_tokens(seq.tokens, salt=request.tenant)
+            if self.first_chunk_admission:
+                tokens = seq.tokens[: min(total, cached + max(budget, 1))]
+            if watermark:
+                # The watermark keeps headroom so running sequences can grow (vLLM's
+                # watermark); it is waived on an empty replica, where nothing could grow.
+                needed = self.blocks_for(tokens.shape[0] - cached, remaining_out)
+                if state.available_blocks() - needed < self.cfg.watermark_blocks:
+                    return None
+        # Blocks are offered to other requests' prefix lookups only once their chunk is
+        # scheduled (see plan()), never while their KV does not exist yet. A refused
+        # allocate changes nothing, so trying it is the cheapest "can allocate?".
+        try:
+            cached = self.alloc.allocate(
+                state.next_seq_id,
+                tokens,
+                salt=request.tenant,
+                max_new_tokens=remaining_out,
+                computed_tokens=0,
+            )
+        except OutOfBlocks:
+            return None
+        seq.seq_id = state.next_seq_id
+        state.next_seq_id += 1
+        seq.held = tokens.shape[0]
+        # At least one token is computed so the step has logits to sample from.
+        seq.computed = min(cached, total - 1)
+        progress = state.in_flight[request.req_id]
+        if not seq.resumed:
+            progress.cached_prompt_tokens = seq.computed
+        if math.isnan(progress.first_scheduled_s):
+            progress.first_scheduled_s = self.clock()
+        state.prefilling.append(seq)
+        return cached
+
+    def blocks_for(self, tokens: int, max_new_tokens: int) -> int:
+        if self.reserve is not None:
+            return self.reserve(tokens, max_new_tokens)
+        return math.ceil(tokens / self.alloc.block_size)

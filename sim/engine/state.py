@@ -1,0 +1,109 @@
+"""One replica's live state between steps: its queues, its running sequences and the
+progress of each request in flight, with the reads the engine and policies make of it.
+
+Mutated only by the replica's parts (admission in :mod:`.scheduling`, preemption and
+swap in :mod:`.memory`, results in :mod:`.completion`); everything here is plain data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from backend.base import Allocator
+from sim.engine.records import RequestOutcome
+from sim.engine.sequences import DecodeSet, PrefillSeq, SwappedRequest, WaitingEntry
+from sim.workload.request import Request
+
+
+@dataclass(eq=False, slots=True)
+class RequestProgress:
+    """What the engine has observed of one request in flight (simulated seconds)."""
+
+    request: Request
+    replica: int
+    samples_left: int
+    first_scheduled_s: float = math.nan
+    first_token_s: float = math.nan
+    cached_prompt_tokens: int = 0
+    num_preemptions: int = 0
+
+    def outcome(self, finish_s: float, output_tokens: int, reason: str) -> RequestOutcome:
+        return RequestOutcome(
+            self.request,
+            self.replica,
+            self.first_scheduled_s,
+            self.first_token_s,
+            finish_s,
+            self.cached_prompt_tokens,
+            self.num_preemptions,
+            output_tokens,
+            reason,
+        )
+
+
+class ReplicaState:
+    """Queues, running sequences and requests in flight of one replica."""
+
+    def __init__(self, allocator: Allocator):
+        self.alloc = allocator
+        self.waiting: deque[WaitingEntry] = deque()
+        self.prefilling: list[PrefillSeq] = []
+        self.decodes = DecodeSet()
+        self.swapped: deque[SwappedRequest] = deque()
+        self.in_flight: dict[int, RequestProgress] = {}  # submitted, not finished/rejected
+        self.next_seq_id = 0
+        self.num_preemptions = 0
+        self.num_swaps_out = 0
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.prefilling or len(self.decodes) or self.swapped)
+
+    def is_idle(self) -> bool:
+        """No sequence running, prefilling or swapped out (the queue may hold some)."""
+        return not (self.prefilling or len(self.decodes) or self.swapped)
+
+    def num_running_seqs(self) -> int:
+        return len(self.decodes) + len(self.prefilling)
+
+    def available_blocks(self) -> int:
+        usage = self.alloc.usage()
+        return usage.free_blocks + usage.cached_blocks
+
+    def swapped_blocks(self) -> int:
+        """Device blocks (the allocator's unit) the swapped-out requests held."""
+        return sum(item.num_blocks for item in self.swapped)
+
+    def seq_ids_of(self, request: Request) -> list[int]:
+        prefills = [s.seq_id for s in self.prefilling if s.request is request]
+        return prefills + self.decodes.seq_id[self.decodes.req_id == request.req_id].tolist()
+
+    def running_requests(self) -> list[Request]:
+        """Requests with sequences on the device (prefilling or decoding): the
+        preemption candidates."""
+        req_ids = dict.fromkeys(s.request.req_id for s in self.prefilling)
+        req_ids.update(dict.fromkeys(self.decodes.req_id.tolist()))
+        return [self.in_flight[req_id].request for req_id in req_ids]
+
+    def running_seqs(self) -> Iterator[tuple[int, int, int]]:
+        """(request id, sequence id, tokens generated) of every running sequence."""
+        for seq in self.prefilling:
+            yield seq.request.req_id, seq.seq_id, seq.generated
+        d = self.decodes
+        yield from zip(d.req_id.tolist(), d.seq_id.tolist(), d.generated.tolist())
+
+    def blocks_by_request(self) -> dict[int, int]:
+        """Device blocks (the allocator's unit) held by each running request."""
+        totals: dict[int, int] = {}
+        for req_id, seq_id, _ in self.running_seqs():
+            totals[req_id] = totals.get(req_id, 0) + self.alloc.held_blocks(seq_id)
+        return totals
+
+    def generated_by_request(self) -> dict[int, int]:
+        """Output tokens each running request's sequences have produced so far."""
+        totals: dict[int, int] = {}
+        for req_id, _, generated in self.running_seqs():
+            totals[req_id] = totals.get(req_id, 0) + generated
+        return totals

@@ -1,0 +1,62 @@
+"""The moves a batching mode composes a step from (policies.batching.StepBuilder)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sim.engine.sequences import Moves, StepPlan
+from sim.workload.request import Request
+
+if TYPE_CHECKING:  # the planner builds one per step; no import at run time
+    from sim.engine.scheduling import StepPlanner
+
+
+class StepBuilder:
+    """One step's moves, carried out by the planner; it keeps the step's token budget.
+    Each move runs at most once per step."""
+
+    _NO_DECODES = (
+        np.zeros(0, dtype=np.int64),
+        np.zeros(0, dtype=np.int64),
+        np.zeros(0, dtype=np.int32),
+    )
+
+    def __init__(self, planner: StepPlanner, plan: StepPlan, moves: Moves):
+        self._planner, self._plan, self._moves = planner, plan, moves
+        self._budget = planner.cfg.max_num_batched_tokens
+        self.decode_arrays = self._NO_DECODES
+        self._done: set[str] = set()
+
+    def _once(self, move: str) -> None:
+        if move in self._done:
+            raise RuntimeError(f"batching mode called step.{move}() twice in one step")
+        self._done.add(move)
+
+    def decodes(self) -> None:
+        self._once("decodes")
+        self.decode_arrays = self._planner.schedule_decodes(self._plan, self._moves)
+        self._budget -= self.decode_arrays[0].shape[0]
+
+    def running_prefills(self) -> None:
+        self._once("running_prefills")
+        self._budget = self._planner.schedule_running_prefills(self._plan, self._budget)
+
+    def admit(
+        self, only: Callable[[Request], bool] | None = None, beyond_budget: bool = False
+    ) -> list[Request]:
+        self._once("admit")
+        admitted, self._budget = self._planner.admit_waiting(
+            self._plan, self._budget, only, beyond_budget
+        )
+        return admitted
+
+    @property
+    def has_prefill_chunks(self) -> bool:
+        return bool(self._plan.chunks)
+
+    @property
+    def replica_empty(self) -> bool:
+        return self._planner.state.is_idle()
