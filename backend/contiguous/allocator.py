@@ -27,11 +27,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from backend.base import (
-    Allocator,
     BlockMove,
     InvalidRequest,
     KVUsage,
     OutOfBlocks,
+    ReservingAllocator,
     as_tokens,
     check_count,
 )
@@ -41,7 +41,7 @@ from backend.contiguous.regions import NOT_LIVE, ON_CPU, ON_DEVICE, will_fill
 from backend.contiguous.swap import Swap
 
 
-class ContiguousAllocator(Growth, Swap, Allocator):
+class ContiguousAllocator(Growth, Swap, ReservingAllocator):
     """One contiguous, first-fit region per sequence, sized by a reservation ``mode``.
 
     Per-sequence state lives in numpy arrays indexed by sequence id (see regions.py).
@@ -60,9 +60,14 @@ class ContiguousAllocator(Growth, Swap, Allocator):
         self.mode = mode
         super().__init__(self.num_blocks, self.num_cpu_blocks)
 
+    @property
+    def peak_used_blocks(self) -> int:
+        return self._peak_slots
+
     # -- sizing ----------------------------------------------------------------------
     def reservation_size(self, prompt_len: int, max_new_tokens: int) -> int:
-        """Slots this allocator reserves for such a request, capped at max_model_len."""
+        """Slots this allocator reserves for such a request (by its mode), capped at
+        max_model_len. No mutation; InvalidRequest for a bad length."""
         prompt_len = check_count("prompt_len", prompt_len, 0)
         max_new_tokens = check_count("max_new_tokens", max_new_tokens, 0)
         return reserved_slots(self.mode, self.max_model_len, prompt_len, max_new_tokens)
@@ -217,7 +222,7 @@ class ContiguousAllocator(Growth, Swap, Allocator):
         assert self._used_slots == int(reserved[on_device].sum()), "used counter drifted"
         assert self._token_slots == int(tokens[on_device].sum()), "token counter drifted"
         assert self._fill_slots == int(fill.sum()), "fill counter drifted"
-        assert self.peak_used_blocks >= self._used_slots, "peak below current use"
+        assert self._peak_slots >= self._used_slots, "peak below current use"
 
 
 def make_contiguous(

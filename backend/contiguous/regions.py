@@ -37,7 +37,7 @@ class Regions:
     def __init__(self, num_slots: int, num_cpu_slots: int):
         self.slots = np.zeros(num_slots, dtype=np.int32)
         self.cpu_slots = np.zeros(num_cpu_slots, dtype=np.int32)
-        self.peak_used_blocks = 0
+        self._peak_slots = 0  # the most slots reserved at once (peak_used_blocks)
         self._device = SlotSpace(num_slots)
         self._cpu = SlotSpace(num_cpu_slots)
         # per sequence id: where it lives, region start (CPU start while swapped), device
@@ -106,7 +106,7 @@ class Regions:
         self._used_slots += sign * int(np.sum(reserved))
         self._token_slots += sign * int(np.sum(tokens))
         self._fill_slots += sign * int(np.sum(fill))
-        self.peak_used_blocks = max(self.peak_used_blocks, self._used_slots)
+        self._peak_slots = max(self._peak_slots, self._used_slots)
 
     def _place(self, sid: int, start: int, reserved: int, tokens: np.ndarray, target: int) -> None:
         """Record a new device-resident sequence in a region already taken."""
