@@ -7,6 +7,7 @@ from backend.base import (
     InvalidRequest,
     KVUsage,
     OutOfBlocks,
+    ReservingAllocator,
     UnknownSequence,
 )
 
@@ -17,5 +18,6 @@ __all__ = [
     "InvalidRequest",
     "KVUsage",
     "OutOfBlocks",
+    "ReservingAllocator",
     "UnknownSequence",
 ]

@@ -167,6 +167,12 @@ class Allocator(ABC):
         """Free blocks of the CPU swap pool (for contiguous allocators possibly split
         into holes: see ``can_swap_out``)."""
 
+    @property
+    @abstractmethod
+    def peak_used_blocks(self) -> int:
+        """The most device blocks (slots, for allocators that are not block based) held
+        by live sequences at once since construction; never below the current use."""
+
     # -- allocation ------------------------------------------------------------------
     @abstractmethod
     def can_allocate(
@@ -314,3 +320,16 @@ class Allocator(ABC):
     @abstractmethod
     def check_invariants(self) -> None:
         """Verify the whole state; raise AssertionError on any broken invariant."""
+
+
+class ReservingAllocator(Allocator):
+    """An allocator that reserves a request's whole KV up front (the contiguous
+    baselines), so a request whose reservation exceeds the pool can never be admitted:
+    callers size it with ``reservation_size`` and reject it instead of waiting forever.
+    Allocators that take memory as sequences grow (the paged manager) are not this."""
+
+    @abstractmethod
+    def reservation_size(self, prompt_len: int, max_new_tokens: int) -> int:
+        """Blocks (slots) ``allocate`` reserves for a prompt of ``prompt_len`` tokens that
+        will append ``max_new_tokens`` more. No mutation. Raises InvalidRequest for a
+        negative or non-integer length."""

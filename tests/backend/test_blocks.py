@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import backend.blocks as blocks_module
+import backend.prefix_index as prefix_index_module
 from backend.base import (
     BlockMove,
     DuplicateSequence,
@@ -257,7 +257,7 @@ def test_a_hash_collision_cannot_alias_different_tokens_or_salts(monkeypatch):
     # Make every block collide (one key for any tokens and any salt), then check that a
     # hit is refused unless the tokens and the salt match.
     monkeypatch.setattr(
-        blocks_module, "chain_keys", lambda digests, salt, parent=0: [7] * len(digests)
+        prefix_index_module, "chain_keys", lambda digests, salt, parent=0: [7] * len(digests)
     )
     mgr = caching(16, 2)
     assert mgr.allocate(0, [1, 2, 3]) == 0  # publishes block [1, 2] under key 7

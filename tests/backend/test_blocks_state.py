@@ -251,7 +251,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
         self.mgr.check_invariants()
         assert self.mgr.usage() == self.initial, "blocks leaked"
         assert self.mgr.num_free_cpu_blocks == self.mgr.num_cpu_blocks
-        assert not self.mgr._block_of_key, "prefix keys leaked"
+        assert not self.mgr._index.keyed_blocks(), "prefix keys leaked"
 
 
 TestBlockManagerStateMachine = BlockManagerMachine.TestCase

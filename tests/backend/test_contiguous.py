@@ -4,12 +4,15 @@ import numpy as np
 import pytest
 
 from backend.base import (
+    Allocator,
     BlockMove,
     DuplicateSequence,
     InvalidRequest,
     OutOfBlocks,
+    ReservingAllocator,
     UnknownSequence,
 )
+from backend.blocks import BlockManager
 from backend.contiguous import ContiguousAllocator, make_contiguous
 
 
@@ -68,6 +71,20 @@ def test_factory_maps_names_to_modes():
         assert alloc.num_cpu_blocks == 4
     with pytest.raises(InvalidRequest, match="contiguous-oracle"):
         make_contiguous("contiguous-best", 8, max_model_len=8)
+
+
+def test_only_the_reserving_allocators_declare_a_reservation_size():
+    # The engine sizes a request it may never admit with reservation_size, which only
+    # reserving allocators have; both kinds report their peak through the interface.
+    contiguous = make_contiguous("contiguous-pow2", 8, max_model_len=8)
+    paged = BlockManager(4, 2)
+    assert isinstance(contiguous, ReservingAllocator)
+    assert isinstance(paged, Allocator) and not isinstance(paged, ReservingAllocator)
+    assert not hasattr(paged, "reservation_size")
+    assert {"peak_used_blocks", "reservation_size"} <= ReservingAllocator.__abstractmethods__
+    contiguous.allocate(0, prompt(3), max_new_tokens=2)  # reserves 3 + 2 slots
+    contiguous.free(0)
+    assert (contiguous.peak_used_blocks, contiguous.usage().used_blocks) == (5, 0)
 
 
 # -- placement ---------------------------------------------------------------------------

@@ -350,7 +350,7 @@ class ContiguousMachine(RuleBasedStateMachine):
         self.alloc.check_invariants()
         after = state_of(self.alloc)
         per_seq = {"_where", "_start", "_reserved", "_tokens", "_target"}
-        ignored = per_seq | {"slots", "cpu_slots", "peak_used_blocks"}
+        ignored = per_seq | {"slots", "cpu_slots", "_peak_slots"}
         assert {k: v for k, v in after.items() if k not in ignored} == {
             k: v for k, v in self.fresh.items() if k not in ignored
         }

@@ -1,0 +1,117 @@
+"""Swap of paged sequences between the device pool and the CPU pool.
+
+A swapped-out sequence's table holds CPU block ids, one per device block it had (a
+shared block is copied for every holder). Swapping back in shares again the full blocks
+whose prefix is still cached on the device instead of copying them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from backend.base import BlockMove, InvalidRequest, OutOfBlocks
+from backend.block_pool import BlockPool
+from backend.blocks.sequences import ON_DEVICE, SWAPPED, SequenceRegistry
+from backend.freelist import FreeList
+from backend.prefix_index import PrefixIndex
+
+
+class Swap:
+    """Mixin of :class:`backend.blocks.BlockManager`: the swap commands and queries of
+    the Allocator interface, over the manager's pools, index, registry and memories."""
+
+    block_size: int
+    slots: np.ndarray
+    cpu_slots: np.ndarray
+    _cpu_free: FreeList
+    _pool: BlockPool
+    _index: PrefixIndex
+    _seqs: SequenceRegistry
+
+    def can_swap_out(self, *seq_ids: int) -> bool:
+        registry = self._seqs
+        seqs = [registry.live(seq_id) for seq_id in seq_ids]
+        if any(registry.state[seq] != ON_DEVICE for seq in seqs):
+            return False
+        # Each sequence takes one CPU block per table entry (a shared block is copied for
+        # every holder), so the sum is exact.
+        return sum(len(registry.tables[seq]) for seq in seqs) <= len(self._cpu_free)
+
+    def swap_out(self, seq_id: int) -> list[BlockMove]:
+        registry = self._seqs
+        seq = registry.on_device(seq_id)
+        device = registry.tables[seq]
+        if len(device) > len(self._cpu_free):
+            raise OutOfBlocks(
+                f"swap out of sequence {seq} needs {len(device)} CPU blocks, "
+                f"{len(self._cpu_free)} free",
+                needed=len(device),
+                available=len(self._cpu_free),
+            )
+        self._pool.clock += 1
+        cpu = self._cpu_free.take(len(device)).tolist()
+        self.cpu_slots[cpu] = self.slots[device]
+        self._pool.release(device, int(registry.num_tokens[seq]))
+        registry.tables[seq] = cpu
+        registry.set_state(seq, SWAPPED)
+        return [BlockMove(d, c) for d, c in zip(device, cpu)]
+
+    def _swap_in_plan(self, seq: int) -> tuple[list[int], int, int]:
+        """(device blocks to share instead of copying, blocks to take, of the shared ones
+        how many are cached-evictable). Full blocks whose prefix is still cached on the
+        device (a forked sibling's, or this sequence's own, not yet evicted) are shared
+        again rather than copied back: swapping a fork out and in must not turn its
+        shared prompt into private copies, which could need more memory than it freed."""
+        cpu = self._seqs.tables[seq]
+        hits = self._index.cached_blocks_of(seq, lambda n: self.cpu_slots[cpu[:n]])
+        return hits, len(cpu) - len(hits), self._pool.revived(hits)
+
+    def can_swap_in(self, *seq_ids: int) -> bool:
+        """Exact for one sequence. For several, the answer assumes no prefix hits (their
+        whole tables are copied back): one swap-in can evict blocks another would have
+        shared, but a hit never needs more than the copy it replaces, so a yes is safe
+        (a no may be cautious)."""
+        registry = self._seqs
+        seqs = [registry.live(seq_id) for seq_id in seq_ids]
+        if any(registry.state[seq] != SWAPPED for seq in seqs):
+            return False
+        if len(seqs) == 1:
+            _, needed, revived = self._swap_in_plan(seqs[0])
+            return needed <= self._pool.available(revived)
+        return sum(len(registry.tables[seq]) for seq in seqs) <= self._pool.available()
+
+    def swap_in(self, seq_id: int) -> list[BlockMove]:
+        registry, pool = self._seqs, self._pool
+        seq = registry.live(seq_id)
+        if registry.state[seq] != SWAPPED:
+            raise InvalidRequest(f"sequence {seq} is not swapped out")
+        hits, needed, revived = self._swap_in_plan(seq)
+        pool.require(needed, not_evictable=revived)
+        pool.clock += 1
+        if hits:
+            pool.reuse(hits)
+        cpu = registry.tables[seq]
+        copied = cpu[len(hits) :]
+        device = pool.take(needed).tolist()
+        self.slots[device] = self.cpu_slots[copied]
+        pool.token_slots += int(registry.num_tokens[seq]) - len(hits) * self.block_size
+        self._cpu_free.put(cpu)
+        table = hits + device
+        registry.tables[seq] = table
+        # Computed full blocks become prefix-cache candidates again under their keys.
+        self._index.republish(seq, len(hits), table)
+        registry.set_state(seq, ON_DEVICE)
+        registry.last_block[seq] = table[-1]
+        return [BlockMove(c, d) for c, d in zip(copied, device)]
+
+    def _check_cpu_pool(self, swapped: list[int]) -> None:
+        """Assert the ``swapped`` sequences' tables and the CPU free list partition the
+        CPU pool, and each table has one block per ``block_size`` tokens held."""
+        owned = [block for seq in swapped for block in self._seqs.tables[seq]]
+        free = list(self._cpu_free)
+        assert len(set(owned)) == len(owned), "a CPU block belongs to two sequences"
+        assert len(set(free)) == len(free), "a CPU block is on the free list twice"
+        assert sorted(owned + free) == list(range(len(self.cpu_slots))), "CPU pool leak"
+        for seq in swapped:
+            held = int(self._seqs.num_tokens[seq])
+            assert len(self._seqs.tables[seq]) == -(-held // self.block_size), f"CPU table {seq}"

@@ -1,0 +1,331 @@
+"""The prefix cache's index: which device blocks hold which prefixes, and the key chain
+of every live sequence.
+
+A full block is *published* under its prefix key (see backend/prefix_hash.py) once its
+KV is computed; a later prompt whose leading blocks have the same keys may then share
+those blocks instead of computing them again. The index only maps keys to blocks and
+verifies hits; which blocks are free, in use or evictable is the block pool's business
+(backend/block_pool.py), and it tells the index which blocks it evicts (``drop``).
+
+The index reads the device memory (the token id in every slot) to digest blocks that
+fill up and to verify a hit against the cached block's tokens; it never writes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+from backend.base import InvalidRequest, grow_arrays
+from backend.prefix_hash import ROOT_KEY, block_digests, chain_keys, next_keys, slot_multipliers
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+class PrefixCacheStats(NamedTuple):
+    """Prompt tokens looked up in ``allocate`` and how many were found cached."""
+
+    queries_tokens: int
+    hits_tokens: int
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits_tokens / self.queries_tokens if self.queries_tokens else 0.0
+
+
+def check_salt(salt: int) -> int:
+    """A tenant salt as an int64; InvalidRequest otherwise."""
+    if isinstance(salt, bool) or not isinstance(salt, int | np.integer):
+        raise InvalidRequest(f"salt must be an integer, got {salt!r}")
+    if not _INT64_MIN <= int(salt) <= _INT64_MAX:
+        raise InvalidRequest(f"salt must fit in 64 signed bits, got {salt}")
+    return int(salt)
+
+
+class PrefixIndex:
+    """Prefix keys of published blocks and of every live sequence's full blocks.
+
+    ``slots`` is the device memory (``[num_blocks, block_size]`` token ids), read only.
+    With ``enabled`` false nothing is ever published and every chain stays empty, but
+    sequences are still registered (``add_sequence`` / ``remove``), so callers need not
+    tell the two cases apart.
+    """
+
+    def __init__(self, slots: np.ndarray, *, enabled: bool):
+        num_blocks, self.block_size = slots.shape
+        self.enabled = enabled
+        self._slots = slots
+        self._multipliers = slot_multipliers(self.block_size)
+        self._key_of_block: list[int | None] = [None] * num_blocks
+        self._block_of_key: dict[int, int] = {}
+        # The salt and chain position each published block was published under: a hit
+        # checks them with the tokens, so a key collision cannot share a prefix across
+        # tenants or reuse a block at another position.
+        self._salt_of_block = np.zeros(num_blocks, np.int64)
+        self._pos_of_block = np.zeros(num_blocks, np.int64)
+        self._chains: dict[int, list[int]] = {}  # the key chain of each sequence's full blocks
+        # How many leading full blocks of each sequence are published. A block is
+        # published only once its KV is computed (scheduled), as vLLM does: a prompt
+        # admitted whole but prefilled in chunks must not let another request "hit"
+        # blocks whose KV does not exist yet.
+        self._published: dict[int, int] = {}
+        self._salts = np.zeros(64, np.int64)  # per sequence id (an array: the decode step
+        # gathers the salts of every sealing sequence at once)
+        # can_allocate then allocate of the same prompt would hash it twice; remember one.
+        self._memo: tuple[int, bytes, list[int]] | None = None
+        self.queries_tokens = 0
+        self.hits_tokens = 0
+
+    # -- queries ---------------------------------------------------------------------------
+    @property
+    def stats(self) -> PrefixCacheStats:
+        return PrefixCacheStats(self.queries_tokens, self.hits_tokens)
+
+    def __len__(self) -> int:
+        """Published keys (each names one block)."""
+        return len(self._block_of_key)
+
+    def keyed_blocks(self) -> list[int]:
+        """The blocks published under a key (any order)."""
+        return list(self._block_of_key.values())
+
+    def is_keyed(self, block: int) -> bool:
+        return self._key_of_block[block] is not None
+
+    def partition(self, blocks: list[int]) -> tuple[list[int], list[int]]:
+        """``blocks`` split into (published, unpublished), each in the given order."""
+        key_of_block = self._key_of_block
+        keyed, unkeyed = [], []
+        for block in blocks:
+            (keyed if key_of_block[block] is not None else unkeyed).append(block)
+        return keyed, unkeyed
+
+    def lookup(self, tokens: np.ndarray, salt: int) -> tuple[list[int], list[int]]:
+        """The prompt's full-block keys and the blocks of the longest verified run of
+        them cached from its start (both empty when disabled). Mutates only the memo."""
+        if not self.enabled:
+            return [], []
+        keys = self._prompt_keys(tokens, salt)
+        # The block holding the prompt's last token is never reused: its logits must be
+        # computed, and recomputing that token into a shared block would rewrite KV that
+        # other sequences read (vLLM caps hits the same way).
+        size = self.block_size
+        usable = keys[: (tokens.shape[0] - 1) // size]
+        hits = self._cached_run(usable, salt, lambda n: tokens[: n * size].reshape(n, size))
+        return keys, hits
+
+    def cached_blocks_of(self, seq: int, rows: Callable[[int], np.ndarray]) -> list[int]:
+        """The cached blocks of the longest verified run of live ``seq``'s own chain,
+        where ``rows(n)`` are the tokens of its first ``n`` full blocks (a swapped-out
+        sequence's, read from its CPU copy). No mutation."""
+        return self._cached_run(self._chains[seq], int(self._salts[seq]), rows)
+
+    def _prompt_keys(self, tokens: np.ndarray, salt: int) -> list[int]:
+        """``_chain_keys``, remembered for the last prompt: the engine looks a prompt up
+        and then allocates it, or (first-chunk admission) a prefix of it, whose full
+        blocks' keys are a prefix of the whole prompt's."""
+        raw = tokens.tobytes()
+        if self._memo is not None and self._memo[0] == salt and self._memo[1].startswith(raw):
+            return self._memo[2][: tokens.shape[0] // self.block_size]
+        keys = self._chain_keys(tokens, salt)
+        self._memo = (salt, raw, keys)
+        return keys
+
+    def _chain_keys(self, tokens: np.ndarray, salt: int) -> list[int]:
+        """The chained keys of every full block of a token sequence."""
+        size = self.block_size
+        full = tokens.shape[0] // size
+        if not full:
+            return []
+        blocks = tokens[: full * size].reshape(full, size)
+        return chain_keys(block_digests(blocks, self._multipliers).tolist(), salt)
+
+    def _cached_run(
+        self, keys: list[int], salt: int, expected_rows: Callable[[int], np.ndarray]
+    ) -> list[int]:
+        """The cached blocks of the longest run of ``keys`` (a chain from its first
+        block) that is cached and verified: a key collision must not alias, so each block
+        must hold exactly ``expected_rows(n)[i]`` (the tokens the chain's block i should
+        hold), published under ``salt`` at position i. No mutation."""
+        hits: list[int] = []
+        for key in keys:
+            block = self._block_of_key.get(key)
+            if block is None:
+                break
+            hits.append(block)
+        if hits:
+            same = (self._slots[hits] == expected_rows(len(hits))).all(axis=1)
+            same &= self._salt_of_block[hits] == salt
+            same &= self._pos_of_block[hits] == np.arange(len(hits))
+            if not same.all():
+                hits = hits[: int(np.argmin(same))]
+        return hits
+
+    # -- sequences -------------------------------------------------------------------------
+    def add_sequence(
+        self,
+        seq: int,
+        salt: int,
+        keys: list[int],
+        table: list[int],
+        num_hits: int,
+        computed_tokens: int | None,
+    ) -> None:
+        """Register new sequence ``seq`` holding ``table``, whose full blocks have
+        ``keys`` (from ``lookup``) and whose first ``num_hits`` blocks are prefix hits
+        (published already); publish its full blocks among the first ``computed_tokens``
+        tokens (None: all). Mutates the sequence's chain, salt and published count, and
+        the key maps."""
+        grow_arrays(self, ("_salts",), seq + 1)
+        self._chains[seq] = list(keys)
+        self._salts[seq] = salt
+        self._published[seq] = num_hits
+        if keys:
+            size = self.block_size
+            ready = len(keys) if computed_tokens is None else computed_tokens // size
+            self.publish_through(seq, ready, table)
+
+    def count_lookup(self, prompt_tokens: int, hit_tokens: int) -> None:
+        """Count an allocation's prompt in the hit statistics (when enabled)."""
+        if self.enabled:
+            self.queries_tokens += prompt_tokens
+            self.hits_tokens += hit_tokens
+
+    def fork(self, parent: int, child: int) -> None:
+        """``child`` holds the same blocks as ``parent``: the same chain, salt and
+        published count."""
+        grow_arrays(self, ("_salts",), child + 1)
+        self._chains[child] = list(self._chains[parent])
+        self._salts[child] = self._salts[parent]
+        self._published[child] = self._published[parent]
+
+    def remove(self, seq: int) -> None:
+        """Forget a freed sequence. Its published blocks stay published: the pool
+        decides (by their refcount) whether they are still in use or evictable."""
+        del self._chains[seq], self._published[seq]
+
+    # -- publishing ------------------------------------------------------------------------
+    def publish_through(self, seq: int, count: int, table: list[int]) -> None:
+        """Publish the keys of ``seq``'s first ``count`` full blocks (of its block
+        ``table``) not published yet."""
+        done, count = self._published[seq], min(count, len(self._chains[seq]))
+        self._publish_blocks(seq, done, count, table)
+        self._published[seq] = max(done, count)
+
+    def republish(self, seq: int, start: int, table: list[int]) -> None:
+        """``seq`` is back on the device in ``table`` (swap-in), its first ``start``
+        blocks shared from the cache: publish its other computed full blocks again."""
+        self._publish_blocks(seq, start, self._published[seq], table)
+
+    def _publish_blocks(self, seq: int, start: int, stop: int, table: list[int]) -> None:
+        """Publish the keys of ``seq``'s full blocks ``start .. stop - 1``."""
+        chain, salt = self._chains[seq], int(self._salts[seq])
+        for index in range(start, stop):
+            self._publish(chain[index], table[index], salt, index)
+
+    def _publish(self, key: int, block: int, salt: int, position: int) -> None:
+        if key not in self._block_of_key:  # another block may hold this prefix already
+            self._block_of_key[key] = block
+            self._key_of_block[block] = key
+            self._salt_of_block[block] = salt
+            self._pos_of_block[block] = position
+
+    def seal_step(self, seqs: np.ndarray, blocks: np.ndarray) -> None:
+        """A decode step filled ``blocks[i]``, the newest block of ``seqs[i]`` (distinct
+        sequences): the digests and keys of all of them come from one numpy pass."""
+        seq_list = seqs.tolist()
+        chains = self._chains
+        parents = [chain[-1] if chain else ROOT_KEY for chain in map(chains.get, seq_list)]
+        digests = block_digests(self._slots[blocks], self._multipliers)
+        salts = self._salts[seqs].astype(np.uint64)
+        keys = next_keys(np.array(parents, dtype=np.uint64), digests, salts)
+        self._extend_chains(seq_list, blocks.tolist(), keys.tolist())
+
+    def seal_run(self, seq: int, blocks: list[int]) -> None:
+        """An append filled ``blocks``, consecutive blocks of ``seq``, in order."""
+        chain = self._chains[seq]
+        digests = block_digests(self._slots[blocks], self._multipliers).tolist()
+        salt = int(self._salts[seq])
+        keys = chain_keys(digests, salt, chain[-1] if chain else ROOT_KEY)
+        self._extend_chains([seq] * len(blocks), blocks, keys)
+
+    def _extend_chains(self, seqs: list[int], blocks: list[int], keys: list[int]) -> None:
+        """``blocks[i]`` just became full as the next block of ``seqs[i]``, with prefix key
+        ``keys[i]``: extend the sequence's key chain and publish the key, unless the
+        sequence still has unpublished prompt blocks before it. Up to one call per block
+        of a decode step: hot names are bound locally and ``_publish`` is inlined, with
+        its array stores done once for all the blocks published here."""
+        chains, published = self._chains, self._published
+        block_of_key, key_of_block = self._block_of_key, self._key_of_block
+        newly: list[int] = []  # the blocks published here,
+        owners: list[int] = []  # their sequences
+        positions: list[int] = []  # and their positions in their chains
+        for seq, block, key in zip(seqs, blocks, keys):
+            chain = chains[seq]
+            chain.append(key)
+            if published[seq] == len(chain) - 1:  # not behind deferred prompt blocks
+                published[seq] = len(chain)
+                if key not in block_of_key:  # another block may hold this prefix already
+                    block_of_key[key] = block
+                    key_of_block[block] = key
+                    newly.append(block)
+                    owners.append(seq)
+                    positions.append(len(chain) - 1)
+        if newly:
+            self._salt_of_block[newly] = self._salts[owners]
+            self._pos_of_block[newly] = positions
+
+    def drop(self, blocks: list[int]) -> None:
+        """The pool evicted ``blocks`` (each published): forget their keys, in order."""
+        for block in blocks:
+            del self._block_of_key[self._key_of_block[block]]
+            self._key_of_block[block] = None
+
+    # -- state -----------------------------------------------------------------------------
+    def snapshot_state(self) -> tuple:
+        """Every piece of mutable state but the memo (a pure cache), for snapshots."""
+        return (
+            self._key_of_block,
+            sorted(self._block_of_key.items()),
+            self._salt_of_block,
+            self._pos_of_block,
+            sorted(self._chains.items()),
+            sorted(self._published.items()),
+            self._salts,
+            self.queries_tokens,
+            self.hits_tokens,
+        )
+
+    def check_invariants(
+        self,
+        tables: dict[int, list[int]],
+        on_device: list[int],
+        read_tokens: Callable[[int], np.ndarray],
+    ) -> None:
+        """Verify the index against the live sequences: ``tables`` (every live one's
+        block table), which of them are ``on_device``, and the tokens each reads back.
+        Raises AssertionError naming the break."""
+        live = sorted(tables)
+        assert sorted(self._chains) == live, "key chains vs live sequences"
+        assert sorted(self._published) == live, "published counts vs live sequences"
+        for seq in live:
+            assert 0 <= self._published[seq] <= len(self._chains[seq]), f"published of {seq}"
+        for key, block in self._block_of_key.items():
+            assert self._key_of_block[block] == key, f"key map of block {block}"
+        keyed = sum(k is not None for k in self._key_of_block)
+        assert keyed == len(self._block_of_key), "block -> key map has extra entries"
+        if not self.enabled:
+            assert keyed == 0 and all(not chain for chain in self._chains.values())
+            return
+        for seq in live:
+            chain = self._chain_keys(read_tokens(seq), int(self._salts[seq]))
+            assert self._chains[seq] == chain, f"key chain of sequence {seq}"
+        for seq in on_device:
+            for index, (key, block) in enumerate(zip(self._chains[seq], tables[seq])):
+                own = self._key_of_block[block]
+                assert own is None or own == key, f"block {block} cached under another key"
+                if own == key:
+                    assert self._salt_of_block[block] == self._salts[seq], f"salt of {block}"
+                    assert self._pos_of_block[block] == index, f"position of block {block}"
