@@ -1,7 +1,7 @@
 """What one engine step asks an executor to do.
 
 Lives in the backend (not in sim/) so the real backend stays importable without the
-simulator's dependencies; sim.types re-exports it.
+simulator's dependencies.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ one move per token copied. Simple and obviously correct; an executor may coalesc
 
 A request is admitted only if prompt + true output length <= ``max_model_len`` (its
 reservation then always covers it); the engine rejects what can never fit before asking
-(``sim.engine.Replica.never_fits``, sizing with :meth:`reservation_size`), because
+(the simulator's ``Replica.never_fits``, sizing with :meth:`reservation_size`), because
 ``allocate`` answers such a request with :class:`OutOfBlocks` like any other "not now".
 Appending past the reservation (which the engine never does for an admitted request)
 still works: see growth.py.

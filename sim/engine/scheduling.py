@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from backend.base import OutOfBlocks
+from backend.base import OutOfBlocks, ReservingAllocator
 from backend.step import Batch, PrefillChunk
 from sim.engine.config import EngineConfig
 from sim.engine.executor import TokenSource
@@ -54,7 +54,8 @@ class StepPlanner:
         self._logged_preemptions = 0  # num_preemptions already in a step's record
         # Reserving (contiguous) allocators size a request's region from the start
         # (``reserve(prompt, max_new_tokens)``), so they always admit by whole prompt.
-        self.reserve = getattr(self.alloc, "reservation_size", None)
+        reserving = isinstance(self.alloc, ReservingAllocator)
+        self.reserve = self.alloc.reservation_size if reserving else None
         # Prompts are cut into chunks only if both the scenario and the mode allow it.
         self.chunking = config.chunked_prefill and batching.chunks_prompts
         # Admitting by first chunk only makes sense when prompts run in chunks.
