@@ -4,7 +4,17 @@ the pool is sized from memory; ``cache.num_blocks`` overrides it).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from sim.config.hardware import HardwareSpec, ModelSpec
+
+
+class KVPool(NamedTuple):
+    """One replica's KV pools in blocks of ``cache.block_size`` tokens, as the scenario
+    sized them (``Scenario.kv_pool``)."""
+
+    device_blocks: int
+    cpu_blocks: int
 
 
 def _check_tensor_parallel(model: ModelSpec, tensor_parallel: int) -> None:

@@ -1,9 +1,9 @@
 """The scenario: every section, validated once into a frozen :class:`Scenario`.
 
 A scenario is validated once (:func:`sim.config.loader.load_scenario`) into a frozen
-:class:`Scenario`;
-every section has defaults, so ``model: llama-3-8b`` alone is a valid scenario. Every
-model forbids unknown fields, so a misspelt key fails with the closest valid name.
+:class:`Scenario`; every section has defaults, so ``model: llama-3-8b`` alone is a valid
+scenario. Every model forbids unknown fields, so a misspelt key fails with the closest
+valid name.
 
 Placement decisions:
 
@@ -11,7 +11,8 @@ Placement decisions:
   datasheet, shared by every GPU of the group).
 * ``cache.num_blocks`` set: the device pool has exactly that many blocks. Unset (the
   default): the pool is derived from memory by :func:`sim.config.pool.kv_pool_blocks`
-  (capacity x ``gpu_memory_utilization`` - weights / tp - activation reserve).
+  (capacity x ``gpu_memory_utilization`` - weights / tp - activation reserve). Either
+  way it is sized once, at validation, and read from ``Scenario.kv_pool``.
 * ``cache.cpu_swap_gib`` is per GPU (as vLLM's ``swap_space``); ``num_cpu_blocks`` sets
   the CPU pool directly instead.
 * ``model`` and ``hardware`` hold the *resolved* specs after validation, so the dumped
@@ -39,6 +40,7 @@ from pydantic import (
 from sim.config.costs import CostModelSpec
 from sim.config.errors import error_at
 from sim.config.hardware import HardwareSpec, ModelSpec
+from sim.config.pool import KVPool
 from sim.config.presets import expand_preset
 from sim.config.schema import StrictModel
 from sim.config.sections import (
@@ -75,6 +77,7 @@ class Scenario(StrictModel):
     #: where it came from (for error messages) and the folder relative paths live in
     _source: str = PrivateAttr(default="<scenario>")
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+    _kv_pool: KVPool | None = PrivateAttr(default=None)  # sized by _fits_together
     model: ResolvedModel = Field(default="llama-3-8b", validate_default=True)
     hardware: ResolvedHardware = Field(default="h100-sxm", validate_default=True)
     tensor_parallel: int = Field(default=1, ge=1)
@@ -118,7 +121,15 @@ class Scenario(StrictModel):
             )
         if self.cost_model.kind == "profile":
             self.cost_model.vidur_names(self.hardware, self.model)  # names must be known
+        self._kv_pool = KVPool(blocks, cpu)
         return self
+
+    @property
+    def kv_pool(self) -> KVPool:
+        """One replica's device and CPU pools, sized once when the scenario was
+        validated (the one place: builders read this, never the sizing rules)."""
+        assert self._kv_pool is not None, "a Scenario is only made by validation"
+        return self._kv_pool
 
     @property
     def source(self) -> str:

@@ -23,9 +23,7 @@ from sim.engine.replica import EngineConfig
 def build_allocator(scenario) -> Allocator:
     """One replica's allocator, sized from the scenario."""
     cache = scenario.cache
-    model, hw, tp = scenario.model, scenario.hardware, scenario.tensor_parallel
-    num_blocks = cache.device_blocks(model, hw, tp)
-    num_cpu_blocks = cache.cpu_blocks(model, tp)
+    num_blocks, num_cpu_blocks = scenario.kv_pool
     if cache.allocator == "paged":
         rng = np.random.default_rng(scenario.simulation.seed)  # for a randomised policy
         evictor = make_policy(
@@ -41,7 +39,7 @@ def build_allocator(scenario) -> Allocator:
     return make_contiguous(
         cache.allocator,
         num_slots=num_blocks * cache.block_size,
-        max_model_len=model.max_model_len,
+        max_model_len=scenario.model.max_model_len,
         num_cpu_slots=num_cpu_blocks * cache.block_size,
     )
 

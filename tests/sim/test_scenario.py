@@ -15,6 +15,7 @@ from sim.config.loader import load_scenario, validate_scenario
 from sim.config.pool import kv_pool_blocks
 from sim.config.presets import HARDWARE_PRESETS, MODEL_PRESETS
 from sim.config.scenario import Scenario
+from sim.run.build import build_allocator
 from sim.workload.generate import generate_requests
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,9 +74,13 @@ def test_presets_explicit_shapes_and_preset_overrides_resolve():
 def test_pool_size_explicit_or_derived_from_memory():
     s = validate_scenario({"model": "opt-13b", "hardware": "a100-40gb"})
     derived = kv_pool_blocks(MODEL_PRESETS["opt-13b"], HARDWARE_PRESETS["a100-40gb"])
-    assert s.cache.device_blocks(s.model, s.hardware, 1) == derived
+    assert s.cache.device_blocks(s.model, s.hardware, 1) == derived == s.kv_pool.device_blocks
     s = validate_scenario({"cache": {"num_blocks": 77, "gpu_memory_utilization": 0.5}})
-    assert s.cache.device_blocks(s.model, s.hardware, 1) == 77
+    assert s.cache.device_blocks(s.model, s.hardware, 1) == 77 == s.kv_pool.device_blocks
+    # The pool is sized once, at validation; the allocator is built from that figure.
+    assert build_allocator(s).num_blocks == 77
+    s = validate_scenario({"tensor_parallel": 2, "cache": {"cpu_swap_gib": 4}})
+    assert s.kv_pool == (s.cache.device_blocks(s.model, s.hardware, 2), 4096)
 
 
 def test_cpu_blocks_from_gib_or_explicit():
