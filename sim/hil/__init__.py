@@ -1,5 +1,5 @@
 """Hardware in the loop: profiling pagesim's real paged backend (:mod:`.profiling`),
-fitting the calibrated cost model to the profile (:mod:`.fit`), running steps on the
-real backend inside a simulation (:mod:`.realbackend`) and validating the models against
-measured runs (:mod:`.validation`, :mod:`.validation_report`). torch is imported only
-where a step really runs."""
+fitting the calibrated cost model to the profile (:mod:`.fit`) and validating the models
+against runs measured on the real backend (:mod:`.validation`, :mod:`.validation_report`;
+the measured executor is :mod:`sim.costs.measured`). torch is imported only where a step
+really runs."""

@@ -147,10 +147,10 @@ def run_validation(
     """Run (a), (b), (c) of the module docstring and compute the report.
 
     ``measured_factory`` builds the real executor for (a) (default: the scenario's torch
-    backend, :func:`sim.hil.realbackend.build_torch_executor`, with ``cpu_threads`` torch
+    backend, :func:`sim.costs.measured.build_torch_executor`, with ``cpu_threads`` torch
     threads on a CPU: use the count the calibration was profiled with). Raises
     ScenarioError for what cannot run (e.g. CUDA asked for but absent)."""
-    from sim.hil.realbackend import build_torch_executor
+    from sim.costs.measured import build_torch_executor
 
     def real_factory(scenario_, allocator):
         if measured_factory is not None:

@@ -48,7 +48,7 @@ def build_executor(scenario, allocator: Allocator):
     """The step-time source: the analytic cost model, a calibrated one, or the real
     torch backend (hardware in the loop)."""
     if scenario.backend.kind == "torch":
-        from sim.hil.realbackend import build_torch_executor
+        from sim.costs.measured import build_torch_executor
 
         return build_torch_executor(scenario, allocator)
     if scenario.cost_model.kind == "calibrated":

@@ -1,6 +1,6 @@
-"""Hardware in the loop: the real torch/Triton backend as the engine's executor.
+"""Step time, measured: the real torch/Triton backend as the engine's executor.
 
-The SimPy clock then advances by measured step times. Imported only when a scenario
+The SimPy clock then advances by measured step times (hardware in the loop). Imported only when a scenario
 asks for ``backend.kind: torch``, so the simulator itself never needs torch.
 """
 
