@@ -1,7 +1,8 @@
 """Step time, measured: the real torch/Triton backend as the engine's executor.
 
-The SimPy clock then advances by measured step times (hardware in the loop). Imported only when a scenario
-asks for ``backend.kind: torch``, so the simulator itself never needs torch.
+The SimPy clock then advances by measured step times (hardware in the loop). Imported
+only when a scenario asks for ``backend.kind: torch``, so the simulator itself never
+needs torch.
 """
 
 from __future__ import annotations
