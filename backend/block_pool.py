@@ -139,9 +139,9 @@ class BlockPool:
             self.free.put(released)
             return
         cached, uncached = self._index.partition(released.tolist())
-        on_cached, now = self.evictor.on_cached, self.clock
+        on_cached, now, key_of = self.evictor.on_cached, self.clock, self._index.key_of
         for block in cached:
-            on_cached(block, now)
+            on_cached(block, now, key_of(block))
         self.free.put(uncached)
 
     def evict(self, count: int) -> list[int]:

@@ -82,3 +82,12 @@ def next_keys(parents: np.ndarray, digests: np.ndarray, salts: np.ndarray) -> np
     x *= np.uint64(_FMIX_2)
     x ^= x >> np.uint64(33)
     return x
+
+
+def prefix_keys(tokens: np.ndarray, salt: int, block_size: int) -> list[int]:
+    """The keys of every full block of a token sequence under ``salt``: what the block
+    manager publishes those blocks under (for policies that reason about prefixes; the
+    manager's index hashes the same way with its multipliers kept)."""
+    full = tokens.shape[0] // block_size
+    blocks = np.asarray(tokens[: full * block_size]).reshape(full, block_size)
+    return chain_keys(block_digests(blocks, slot_multipliers(block_size)).tolist(), salt)

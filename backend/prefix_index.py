@@ -91,6 +91,10 @@ class PrefixIndex:
         """The blocks published under a key (any order)."""
         return list(self._block_of_key.values())
 
+    def key_of(self, block: int) -> int | None:
+        """The key ``block`` is published under (None: unpublished)."""
+        return self._key_of_block[block]
+
     def is_keyed(self, block: int) -> bool:
         return self._key_of_block[block] is not None
 

@@ -35,9 +35,10 @@ Policies never import the engine: the step builder is the :class:`StepBuilder` p
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from policies.registry import Registry
+from policies.views import RequestInfo
 
 __all__ = ["BATCHING", "BatchingMode", "StepBuilder"]
 
@@ -50,8 +51,8 @@ class StepBuilder(Protocol):
     def running_prefills(self) -> None: ...
 
     def admit(
-        self, only: Callable[[Any], bool] | None = None, beyond_budget: bool = False
-    ) -> list[Any]:
+        self, only: Callable[[RequestInfo], bool] | None = None, beyond_budget: bool = False
+    ) -> list[RequestInfo]:
         """Admit waiting requests (those ``only`` accepts, stopping at the first it
         refuses; with ``beyond_budget`` also when the step's token budget is spent,
         their prompts then run in later steps); returns the requests admitted."""

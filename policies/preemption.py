@@ -1,8 +1,10 @@
-"""Preemption victim policies: who loses its KV memory on a free-list miss.
+"""Preemption: who loses its KV memory on a free-list miss (victim policies), and how
+(preemption modes).
 
-A policy gets the requests currently holding KV blocks on the device (each a
-``sim.workload.Request``) and returns the one to preempt. The mode (recompute or swap) is
-the engine's, chosen by the scenario.
+A victim policy gets the requests currently holding KV blocks on the device and a
+read-only view of the replica (policies.views.ReplicaView) and returns the one to
+preempt. A mode then says whether that victim is swapped to the CPU pool (when it has
+room) or recomputed later: ``recompute`` never swaps, ``swap`` always tries to.
 
 Ties always go to the most recently arrived request (then the highest id), so a run is
 deterministic and, all else equal, the request with the least waiting invested loses.
@@ -10,30 +12,47 @@ deterministic and, all else equal, the request with the least waiting invested l
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
+from policies.context import SLO
 from policies.registry import Registry
 from policies.scheduling import arrival  # the shared tie-break key
-
-
-class VictimView(Protocol):
-    """What a victim policy may read about its replica."""
-
-    now: float
-
-    def blocks_held(self, request: Any) -> int: ...
-
-    def generated_tokens(self, request: Any) -> int: ...
+from policies.views import ReplicaView, RequestInfo
 
 
 class VictimPolicy(Protocol):
-    def pick(self, running: Sequence[Any], view: VictimView) -> Any:
+    def pick(self, running: Sequence[RequestInfo], view: ReplicaView) -> RequestInfo:
         """One element of ``running`` (never empty) to preempt. Mutates nothing."""
         ...
 
 
+class PreemptionMode(Protocol):
+    def swap(self, victim: RequestInfo, view: ReplicaView) -> bool:
+        """Whether to swap ``victim`` out (if the CPU pool has room) rather than free its
+        blocks and recompute it later."""
+        ...
+
+
 VICTIMS: Registry = Registry("preemption victim")
+MODES: Registry = Registry("preemption mode")
+
+
+@MODES.register("recompute")
+class Recompute:
+    """Free the victim's blocks; it is re-prefilled from prompt + generated tokens."""
+
+    def swap(self, victim, view):
+        return False
+
+
+@MODES.register("swap")
+class Swap:
+    """Copy the victim's blocks to the CPU pool and back (recompute when it is full)."""
+
+    def swap(self, victim, view):
+        return True
 
 
 @VICTIMS.register("last-arrived")
@@ -66,3 +85,25 @@ class FewestGenerated:
 
     def pick(self, running, view):
         return max(running, key=lambda r: (-view.generated_tokens(r), *arrival(r)))
+
+
+@VICTIMS.register("slo-aware")
+class MostSlack:
+    """The request with the most slack before its next SLO deadline: the first token
+    is due ``slo.ttft_s`` after arrival, each later one ``slo.tpot_s`` after the
+    previous. It can best afford the delay a preemption costs; ties: last arrived."""
+
+    def __init__(self, slo: SLO):
+        self.slo = slo
+
+    def slack(self, request: RequestInfo, view: ReplicaView) -> float:
+        first = view.first_token_s(request)
+        if math.isnan(first):
+            due = request.arrival_s + self.slo.ttft_s
+        else:
+            per_sample = view.generated_tokens(request) / request.n
+            due = first + self.slo.tpot_s * per_sample
+        return due - view.now
+
+    def pick(self, running, view):
+        return max(running, key=lambda r: (self.slack(r, view), *arrival(r)))

@@ -8,6 +8,7 @@ own plug-in without touching pagesim.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 from collections.abc import Callable, Iterator
@@ -61,8 +62,10 @@ class Registry(Generic[T]):
         )
 
 
+@functools.cache
 def load_object(spec: str, family: str = "plug-in"):
-    """Load ``module:attribute`` or ``path/to/file.py:attribute``."""
+    """Load ``module:attribute`` or ``path/to/file.py:attribute`` (once per spec: a run
+    builds a policy per replica from the same class)."""
     target, _, attr = spec.rpartition(":")
     try:
         if target.endswith(".py"):

@@ -1,8 +1,8 @@
 """Routing policies: which replica serves an arriving request.
 
-A router sees the request and a view of each replica (``index``, ``outstanding``
-requests queued or running there, ``kv_usage`` fraction of its pool in use, plus
-``cached_prefix_tokens(request)``) and returns a replica index. Every router here is
+A router sees the request and a read-only view of each replica (policies.views.ReplicaView:
+``outstanding`` requests queued or running there, ``kv_usage`` fraction of its pool in
+use, ``cached_prefix_tokens(request)``, ...) and returns a replica index. Every router here is
 deterministic: ties go to the lowest index.
 """
 
@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from policies.registry import Registry
+from policies.views import ReplicaView, RequestInfo
 
 
 class Router(Protocol):
-    def route(self, request: Any, replicas: Sequence[Any], now: float) -> int:
+    def route(self, request: RequestInfo, replicas: Sequence[ReplicaView], now: float) -> int:
         """Index into ``replicas`` of the one that takes ``request``."""
         ...
 
@@ -26,7 +27,7 @@ class Router(Protocol):
 ROUTERS: Registry = Registry("router")
 
 
-def least_outstanding(replicas: Sequence[Any]) -> int:
+def least_outstanding(replicas: Sequence[ReplicaView]) -> int:
     """Index of the replica with the fewest outstanding requests (lowest index on ties)."""
     return min(range(len(replicas)), key=lambda i: (replicas[i].outstanding, i))
 
@@ -70,14 +71,14 @@ class PrefixAffinity:
     def __init__(self, prefix_tokens: int = 32, load_cap: float = 1.5, slack: int = 4):
         if prefix_tokens < 1 or load_cap < 1 or slack < 0:
             raise ValueError(
-                "prefix-affinity: expected prefix_tokens >= 1, load_cap >= 1, slack >= 0; "
+                "expected prefix_tokens >= 1, load_cap >= 1, slack >= 0; "
                 f"got {prefix_tokens}, {load_cap}, {slack}"
             )
         self.prefix_tokens = int(prefix_tokens)
         self.load_cap = float(load_cap)
         self.slack = int(slack)
 
-    def home(self, request: Any, num_replicas: int) -> int:
+    def home(self, request: RequestInfo, num_replicas: int) -> int:
         """The replica ``request``'s prefix hashes to. A stable hash (not Python's
         salted ``hash``) so the same scenario routes the same way in every process;
         the tenant is hashed too because it salts the prefix cache."""

@@ -1,10 +1,10 @@
 """Scheduling policies: the order in which waiting requests are offered this step's budget.
 
-A policy sees the waiting queue (entries with ``.request`` — a ``sim.workload.Request`` —
-and ``.resumed``, true for requests preempted by recompute) and returns the order to try
-them in. The engine admits in that order until the token budget, the sequence cap or the
-KV pool runs out; it stops at the first entry that does not fit, so a large request at
-the head is not starved by smaller ones behind it.
+A policy sees the waiting queue (entries with ``.request`` and ``.resumed``, true for
+requests preempted by recompute; policies.views) and a read-only view of its replica, and
+returns the order to try them in. The engine admits in that order until the token
+budget, the sequence cap or the KV pool runs out; it stops at the first entry that does
+not fit, so a large request at the head is not starved by smaller ones behind it.
 
 Every policy here keeps resumed entries first, in the queue's own order: they were
 running and hold progress (generated tokens), and the engine put them at the front on
@@ -18,29 +18,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from policies.context import SLO, ServedTokens
 from policies.registry import Registry
-
-
-class WaitingEntry(Protocol):
-    request: Any
-    resumed: bool
-
-
-class SchedulerView(Protocol):
-    """What a scheduler may read about its replica (the engine's Replica provides it)."""
-
-    now: float
-
-    def cached_prefix_tokens(self, request: Any) -> int: ...
-
-    def served_tokens(self, tenant: int) -> int:
-        """Tokens computed for ``tenant``; kept only if the policy sets
-        ``uses_served_tokens = True``."""
-        ...
+from policies.views import ReplicaView, RequestInfo, WaitingEntry
 
 
 class Scheduler(Protocol):
-    def order(self, waiting: Sequence[WaitingEntry], view: SchedulerView) -> Sequence[WaitingEntry]:
+    def order(self, waiting: Sequence[WaitingEntry], view: ReplicaView) -> Sequence[WaitingEntry]:
         """The entries of ``waiting`` in the order to try them. Must not mutate it."""
         ...
 
@@ -49,7 +33,7 @@ SCHEDULERS: Registry = Registry("scheduler")
 
 
 def resumed_first(
-    waiting: Sequence[WaitingEntry], key: Callable[[Any], Any], limit: int | None = None
+    waiting: Sequence[WaitingEntry], key: Callable[[RequestInfo], Any], limit: int | None = None
 ) -> list[WaitingEntry]:
     """Resumed entries in queue order, then the fresh ones sorted by ``key(request)``
     (only the first ``limit`` of them, the rest keeping queue order, if given).
@@ -66,11 +50,11 @@ class FixedKeys:
     on every step (a long queue is re-ordered every step). Forgets requests that left
     the queue once it holds many more keys than the queue has entries."""
 
-    def __init__(self, key: Callable[[Any], Any]):
+    def __init__(self, key: Callable[[RequestInfo], Any]):
         self._key = key
         self._keys: dict[int, Any] = {}
 
-    def __call__(self, request: Any) -> Any:
+    def __call__(self, request: RequestInfo) -> Any:
         found = self._keys.get(request.req_id)
         if found is None:
             found = self._keys[request.req_id] = self._key(request)
@@ -88,7 +72,7 @@ def fixed_key_order(waiting: Sequence[WaitingEntry], keys: FixedKeys) -> list[Wa
     return resumed_first(waiting, keys)
 
 
-def arrival(request: Any) -> tuple[float, int]:
+def arrival(request: RequestInfo) -> tuple[float, int]:
     """The tie-break shared by every policy: earlier arrival, then lower id."""
     return (request.arrival_s, request.req_id)
 
@@ -108,7 +92,7 @@ class PriorityWithAging:
 
     def __init__(self, aging_s: float = 10.0):
         if not aging_s > 0:
-            raise ValueError(f"priority scheduler: aging_s must be > 0, got {aging_s}")
+            raise ValueError(f"aging_s must be > 0, got {aging_s}")
         self.aging_s = float(aging_s)
 
         # Effective priority = priority + (now - arrival) / aging_s. ``now`` is the same
@@ -147,7 +131,9 @@ class ShortestJobFirstOracle:
 class FairShare:
     """The tenant with the fewest tokens served so far first, arrival order within a tenant."""
 
-    uses_served_tokens = True  # asks the engine to count tokens computed per tenant
+    def __init__(self, served_tokens: ServedTokens):
+        # Asking for served_tokens makes the engine count tokens computed per tenant.
+        self.served_tokens = served_tokens
 
     def order(self, waiting, view):
         served: dict[int, int] = {}  # one lookup per tenant, not per entry
@@ -155,7 +141,7 @@ class FairShare:
         def key(request):
             tenant = request.tenant
             if tenant not in served:
-                served[tenant] = view.served_tokens(tenant)
+                served[tenant] = self.served_tokens(tenant)
             return (served[tenant], *arrival(request))
 
         return resumed_first(waiting, key)
@@ -167,7 +153,7 @@ class LongestPrefixMatch:
 
     def __init__(self, max_scan: int = 128):
         if max_scan < 1:
-            raise ValueError(f"longest-prefix-match: max_scan must be >= 1, got {max_scan}")
+            raise ValueError(f"max_scan must be >= 1, got {max_scan}")
         # Looking a prefix up hashes the prompt's blocks; like SGLang, only the first
         # ``max_scan`` fresh entries are ranked and the rest keep arrival order, which
         # bounds the per-step cost on a long queue.
@@ -178,3 +164,27 @@ class LongestPrefixMatch:
             return (-view.cached_prefix_tokens(request), *arrival(request))
 
         return resumed_first(waiting, key, limit=self.max_scan)
+
+
+@SCHEDULERS.register("edf")
+class EarliestDeadlineFirst:
+    """Earliest TTFT deadline (arrival + ``slo.ttft_s``) first. With ``late: last``
+    (default) requests whose deadline has already passed go after those that can still
+    make it: under overload, serving a lost cause first only makes the next one late
+    too. ``late: keep`` orders purely by deadline (with one SLO for every request that
+    is arrival order)."""
+
+    def __init__(self, slo: SLO, late: str = "last"):
+        if late not in ("last", "keep"):
+            raise ValueError(f"late must be 'last' or 'keep', got {late!r}")
+        self.ttft_s = slo.ttft_s
+        self.late_last = late == "last"
+
+    def order(self, waiting, view):
+        now, ttft_s, late_last = view.now, self.ttft_s, self.late_last
+
+        def key(request):
+            deadline = request.arrival_s + ttft_s
+            return (late_last and deadline < now, deadline, request.req_id)
+
+        return resumed_first(waiting, key)

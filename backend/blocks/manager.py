@@ -117,6 +117,8 @@ class BlockManager(Growth, Swap, Allocator):
         pool.require(needed, not_evictable=pool.revived(hits))
 
         pool.clock += 1
+        if keys:
+            pool.evictor.on_lookup(keys, pool.clock)
         if hits:
             pool.reuse(hits)
         hit_tokens = len(hits) * self.block_size

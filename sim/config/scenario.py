@@ -114,7 +114,7 @@ class Scenario(StrictModel):
                 f"running sequence can decode each step, got {sched.max_num_batched_tokens}",
             )
         cpu = self.cache.cpu_blocks(self.model, self.tensor_parallel)
-        if self.preemption.mode == "swap" and cpu == 0:
+        if self.preemption.mode.policy == "swap" and cpu == 0:
             raise error_at(
                 "preemption.mode",
                 "swap needs CPU space: set cache.cpu_swap_gib or cache.num_cpu_blocks",

@@ -9,14 +9,17 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    BeforeValidator,
     Field,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
+from policies.context import PolicyError, check_params
 from sim.config.errors import error_at
 from sim.config.hardware import HardwareSpec, ModelSpec
 from sim.config.hints import did_you_mean
@@ -26,12 +29,15 @@ from sim.config.schema import StrictModel
 _GIB = 1 << 30
 
 
+#: family -> (module in policies/, registry)
 _REGISTRIES = {
-    "batching": "BATCHING",
-    "scheduling": "SCHEDULERS",
-    "preemption": "VICTIMS",
-    "eviction": "EVICTORS",
-    "routing": "ROUTERS",
+    "admission": ("admission", "ADMISSION"),
+    "batching": ("batching", "BATCHING"),
+    "scheduling": ("scheduling", "SCHEDULERS"),
+    "preemption": ("preemption", "VICTIMS"),
+    "preemption mode": ("preemption", "MODES"),
+    "eviction": ("eviction", "EVICTORS"),
+    "routing": ("routing", "ROUTERS"),
 }
 
 
@@ -45,20 +51,62 @@ def _import_policy_modules() -> None:
         importlib.import_module(info.name)
 
 
-def _registry(family: str):
+def policy_registry(family: str):
     """The registry of a policy family (``scheduling``, ``preemption``, ...)."""
     _import_policy_modules()
-    return getattr(importlib.import_module(f"policies.{family}"), _REGISTRIES[family])
+    module, name = _REGISTRIES[family]
+    return getattr(importlib.import_module(f"policies.{module}"), name)
 
 
 def _check_policy(family: str, name: str) -> str:
     """``name`` if registered in ``family`` or a ``module:attr`` / ``file.py:attr``
     plug-in (loaded at run time, not here: loading runs user code)."""
-    registry = _registry(family)
+    registry = policy_registry(family)
     if name in registry:
         return name
     hint = did_you_mean(name, registry.names())
     raise ValueError(f"unknown {registry.family} policy {name!r}{hint}")
+
+
+def _check_params(family: str, name: str, params: dict[str, Any], path: str) -> None:
+    """Raise an error at ``path`` if a registered policy does not take ``params`` (a
+    plug-in's are checked when it is built: loading it runs user code)."""
+    registry = policy_registry(family)
+    if ":" in name:
+        return
+    try:
+        check_params(registry.get(name), params)
+    except PolicyError as err:
+        raise error_at(path, f"{name}: {err}") from None
+
+
+def _as_choice(value: Any) -> Any:
+    return {"policy": value} if isinstance(value, str) else value
+
+
+class PolicyChoice(StrictModel):
+    """A policy of a secondary family, written as its name or as ``{policy: name,
+    params: {...}}``; dumped back as the bare name when it has no params."""
+
+    policy: str
+    #: keyword arguments of the policy's constructor
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler):
+        return self.policy if not self.params else handler(self)
+
+
+Choice = Annotated[PolicyChoice, BeforeValidator(_as_choice)]
+
+
+def _checked_choice(family: str, choice: PolicyChoice, path: str) -> PolicyChoice:
+    try:
+        _check_policy(family, choice.policy)
+    except ValueError as err:
+        raise error_at(f"{path}.policy" if choice.params else path, str(err)) from None
+    _check_params(family, choice.policy, choice.params, f"{path}.params")
+    return choice
 
 
 class CacheSpec(StrictModel):
@@ -118,43 +166,64 @@ class SchedulerSpec(StrictModel):
     chunked_prefill: bool = True
     #: fraction of device blocks kept free when admitting a new request
     watermark: float = Field(default=0.01, ge=0, lt=1)
-    #: "whole-prompt": admit only if the whole prompt's KV fits now; "first-chunk": only
-    #: the first chunk must fit, later chunks take blocks as they run (paged only)
-    admission: Literal["whole-prompt", "first-chunk"] = "whole-prompt"
+    #: policies.admission: "whole-prompt" (admit only if the whole prompt's KV fits now)
+    #: or "first-chunk" (only the first chunk must fit; later chunks take blocks as
+    #: they run; paged pools with chunked prefill only)
+    admission: Choice = Field(default="whole-prompt", validate_default=True)
     #: which kinds of work a step may hold (policies.batching): mixed, prefill-first,
     #: decode-first or static
-    batching: str = Field(default="mixed", validate_default=True)
+    batching: Choice = Field(default="mixed", validate_default=True)
 
     @field_validator("policy")
     @classmethod
     def _registered(cls, name: str) -> str:
         return _check_policy("scheduling", name)
 
-    @field_validator("batching")
-    @classmethod
-    def _registered_batching(cls, name: str) -> str:
-        return _check_policy("batching", name)
+    @model_validator(mode="after")
+    def _policies_take_params(self) -> SchedulerSpec:
+        _check_params("scheduling", self.policy, self.params, "scheduler.params")
+        _checked_choice("admission", self.admission, "scheduler.admission")
+        _checked_choice("batching", self.batching, "scheduler.batching")
+        return self
 
 
 class PreemptionSpec(StrictModel):
-    mode: Literal["recompute", "swap"] = "recompute"
+    """Who is preempted on a free-list miss (``victim``, with ``params``) and how
+    (``mode``: policies.preemption.MODES, recompute or swap)."""
+
+    mode: Choice = Field(default="recompute", validate_default=True)
     victim: str = Field(default="last-arrived", validate_default=True)
+    #: keyword arguments of the victim policy's constructor
+    params: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("victim")
     @classmethod
     def _registered(cls, name: str) -> str:
         return _check_policy("preemption", name)
 
+    @model_validator(mode="after")
+    def _policies_take_params(self) -> PreemptionSpec:
+        _check_params("preemption", self.victim, self.params, "preemption.params")
+        _checked_choice("preemption mode", self.mode, "preemption.mode")
+        return self
+
 
 class EvictionSpec(StrictModel):
     """Which cached prefix block is reclaimed first (prefix caching only)."""
 
     policy: str = Field(default="lru", validate_default=True)
+    #: keyword arguments of the eviction policy's constructor
+    params: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("policy")
     @classmethod
     def _registered(cls, name: str) -> str:
         return _check_policy("eviction", name)
+
+    @model_validator(mode="after")
+    def _policy_takes_params(self) -> EvictionSpec:
+        _check_params("eviction", self.policy, self.params, "eviction.params")
+        return self
 
 
 class RoutingSpec(StrictModel):
@@ -166,6 +235,11 @@ class RoutingSpec(StrictModel):
     @classmethod
     def _registered(cls, name: str) -> str:
         return _check_policy("routing", name)
+
+    @model_validator(mode="after")
+    def _policy_takes_params(self) -> RoutingSpec:
+        _check_params("routing", self.router, self.params, "routing.params")
+        return self
 
 
 class SLOSpec(StrictModel):

@@ -10,7 +10,7 @@ request. The engine sees policies and the allocator only through their interface
 """
 
 from sim.engine.cluster import Cluster
-from sim.engine.config import EngineConfig
+from sim.engine.config import EngineConfig, ReplicaPolicies
 from sim.engine.executor import Executor, TokenSource
 from sim.engine.records import Limit, RequestOutcome, StepRecord
 from sim.engine.replica import Replica
@@ -21,6 +21,7 @@ __all__ = [
     "Executor",
     "Limit",
     "Replica",
+    "ReplicaPolicies",
     "RequestOutcome",
     "StepRecord",
     "TokenSource",

@@ -19,6 +19,7 @@ class Cluster:
         self.env = env
         self.replicas = list(replicas)
         self.router = router
+        self._views = tuple(replica.view for replica in self.replicas)  # what routers read
         self._requests: Sequence[Request] = ()
         self._num_arrived = 0
 
@@ -34,7 +35,7 @@ class Cluster:
             if delay > 0:
                 yield self.env.timeout(delay)
             self._num_arrived = i + 1
-            chosen = self.router.route(request, self.replicas, self.env.now)
+            chosen = self.router.route(request, self._views, self.env.now)
             if not 0 <= chosen < len(self.replicas):
                 raise RuntimeError(f"router returned replica {chosen} of {len(self.replicas)}")
             self.replicas[chosen].submit(request)

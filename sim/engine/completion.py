@@ -11,6 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from backend.base import OutOfBlocks
+from policies.context import ServedTokens
 from sim.engine.executor import TokenSource
 from sim.engine.memory import Memory
 from sim.engine.sequences import PrefillSeq, StepPlan
@@ -27,21 +28,19 @@ class Completion:
         memory: Memory,
         outputs: TokenSource,
         finish: Callable[[int, float], None],
-        *,
-        track_service: bool,
+        served_tokens: ServedTokens | None,
     ):
         self.state = state
         self.alloc = state.alloc
         self.memory = memory
         self.outputs = outputs
         self.finish = finish
-        # Tokens computed per tenant, kept only for schedulers that ask (fair share).
-        self.track_service = track_service
-        self.served: dict[int, int] = {}
+        # Tokens computed per tenant, kept only for policies that ask (fair share).
+        self.served = served_tokens
 
     def apply(self, plan: StepPlan, now: float) -> None:
-        if self.track_service:
-            self.count_service(plan)
+        if self.served is not None:
+            self.count_service(plan, self.served)
         self.apply_decodes(plan, now)
         new_rows: list[tuple[int, ...]] = []
         for seq, take in plan.chunks:
@@ -50,13 +49,10 @@ class Completion:
                 self.complete_prefill(seq, now, new_rows)
         self.state.decodes.extend(new_rows)
 
-    def count_service(self, plan: StepPlan) -> None:
-        tenants = self.state.decodes.tenant[: plan.decode_rows]
-        for tenant, count in zip(*np.unique(tenants, return_counts=True)):
-            self.served[int(tenant)] = self.served.get(int(tenant), 0) + int(count)
+    def count_service(self, plan: StepPlan, served: ServedTokens) -> None:
+        served.add_each(self.state.decodes.tenant[: plan.decode_rows])
         for seq, take in plan.chunks:
-            tenant = seq.request.tenant
-            self.served[tenant] = self.served.get(tenant, 0) + take
+            served.add(seq.request.tenant, take)
 
     def apply_decodes(self, plan: StepPlan, now: float) -> None:
         rows = plan.decode_rows

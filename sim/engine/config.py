@@ -1,8 +1,14 @@
-"""The scheduler knobs of one replica."""
+"""What one replica is configured with: the scheduler's knobs and its policies."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from policies.admission import AdmissionPolicy
+from policies.batching import BatchingMode
+from policies.context import ServedTokens
+from policies.preemption import PreemptionMode, VictimPolicy
+from policies.scheduling import Scheduler
 
 
 @dataclass(frozen=True)
@@ -13,8 +19,17 @@ class EngineConfig:
     max_num_batched_tokens: int = 8192
     chunked_prefill: bool = True
     watermark_blocks: int = 0  # blocks kept free when admitting new requests
-    preemption_mode: str = "recompute"  # or "swap"
     max_model_len: int = 8192
-    #: "whole-prompt": a request is admitted only if its whole prompt's KV fits now;
-    #: "first-chunk": only its first chunk must fit, later chunks take blocks as they run
-    admission: str = "whole-prompt"
+
+
+@dataclass(frozen=True)
+class ReplicaPolicies:
+    """The policies one replica decides with (each built by policies.context)."""
+
+    scheduler: Scheduler  # the order waiting requests are offered in
+    batching: BatchingMode  # which kinds of work a step holds
+    admission: AdmissionPolicy  # how much of a prompt must fit to admit it
+    victim: VictimPolicy  # who is preempted on a free-list miss
+    mode: PreemptionMode  # swapped or recomputed
+    #: counted per tenant only when a policy asked for ``served_tokens``
+    served_tokens: ServedTokens | None = None

@@ -9,14 +9,13 @@ new request is admitted.
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
-from sim.engine.config import EngineConfig
+from sim.engine.config import EngineConfig, ReplicaPolicies
 from sim.engine.executor import TokenSource
 from sim.engine.sequences import Moves, PrefillSeq, SwappedRequest, WaitingEntry, seq_ids
 from sim.engine.state import ReplicaState
+from sim.engine.view import EngineView
 from sim.workload.request import Request
 
 #: Detached sequences: the prefills, and the decode rows as ``DecodeSet.take`` gives them.
@@ -25,22 +24,24 @@ Detached = tuple[list[PrefillSeq], dict[str, np.ndarray]]
 
 class Memory:
     """Preemption and swap for one replica. Mutates the state's queues and running set
-    and the allocator; the victim policy only picks."""
+    and the allocator; the victim policy picks and the preemption mode chooses swap or
+    recompute, both reading a view."""
 
     def __init__(
         self,
         state: ReplicaState,
         config: EngineConfig,
-        victim_policy,
+        policies: ReplicaPolicies,
         outputs: TokenSource,
-        clock,
+        view: EngineView,
     ):
         self.state = state
         self.alloc = state.alloc
         self.cfg = config
-        self.victims = victim_policy
+        self.victims = policies.victim
+        self.mode = policies.mode
         self.outputs = outputs
-        self.clock = clock  # () -> simulated seconds now
+        self.view = view
 
     def make_room(self, moves: Moves | None) -> None:
         """Free device memory by one preemption (the one place preemptions are counted).
@@ -60,9 +61,10 @@ class Memory:
                 state.in_flight[request.req_id].num_preemptions += 1
                 self.release(request, *self.detach_newest(request))
                 return
-        victim = self.victims.pick(running, VictimView(self.clock(), state))
+        view = self.view.frozen()
+        victim = self.victims.pick(tuple(running), view)
         state.in_flight[victim.req_id].num_preemptions += 1
-        swap = moves is not None and self.cfg.preemption_mode == "swap"
+        swap = moves is not None and self.mode.swap(victim, view)
         if not (swap and self.try_swap_out(victim, moves)):
             self.release(victim, *self.detach(victim))
 
@@ -146,27 +148,3 @@ class Memory:
             state.swapped.popleft()
             state.prefilling.extend(item.prefills)
             state.decodes.extend(item.decodes)
-
-
-class VictimView:
-    """What a victim policy reads (policies.preemption.VictimView). Each per-request
-    total is computed for all running requests at once, on first use, so a pick costs
-    O(running sequences) rather than a scan per candidate."""
-
-    def __init__(self, now: float, state: ReplicaState):
-        self.now = now
-        self._state = state
-
-    @functools.cached_property
-    def _blocks(self) -> dict[int, int]:
-        return self._state.blocks_by_request()
-
-    @functools.cached_property
-    def _generated(self) -> dict[int, int]:
-        return self._state.generated_by_request()
-
-    def blocks_held(self, request: Request) -> int:
-        return self._blocks.get(request.req_id, 0)
-
-    def generated_tokens(self, request: Request) -> int:
-        return self._generated.get(request.req_id, 0)

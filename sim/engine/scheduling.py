@@ -17,13 +17,14 @@ import numpy as np
 
 from backend.base import OutOfBlocks, ReservingAllocator
 from backend.step import Batch, PrefillChunk
-from sim.engine.config import EngineConfig
+from sim.engine.config import EngineConfig, ReplicaPolicies
 from sim.engine.executor import TokenSource
 from sim.engine.memory import Memory
 from sim.engine.records import Limit
 from sim.engine.sequences import Moves, PrefillSeq, StepPlan
 from sim.engine.state import ReplicaState
 from sim.engine.step_builder import StepBuilder
+from sim.engine.view import EngineView
 from sim.workload.request import Request
 
 
@@ -35,32 +36,30 @@ class StepPlanner:
         self,
         state: ReplicaState,
         config: EngineConfig,
+        policies: ReplicaPolicies,
         memory: Memory,
         outputs: TokenSource,
-        scheduler,
-        batching,
-        policy_view,
-        clock,
+        view: EngineView,
     ):
         self.state = state
         self.alloc = state.alloc
         self.cfg = config
         self.memory = memory
         self.outputs = outputs
-        self.scheduler = scheduler
-        self.batching = batching
-        self.policy_view = policy_view  # what the scheduler reads (the replica)
-        self.clock = clock  # () -> simulated seconds now
+        self.scheduler = policies.scheduler
+        self.batching = policies.batching
+        self.admission = policies.admission
+        self.view = view  # what the scheduler reads
         self._logged_preemptions = 0  # num_preemptions already in a step's record
         # Reserving (contiguous) allocators size a request's region from the start
         # (``reserve(prompt, max_new_tokens)``), so they always admit by whole prompt.
         reserving = isinstance(self.alloc, ReservingAllocator)
         self.reserve = self.alloc.reservation_size if reserving else None
         # Prompts are cut into chunks only if both the scenario and the mode allow it.
-        self.chunking = config.chunked_prefill and batching.chunks_prompts
-        # Admitting by first chunk only makes sense when prompts run in chunks.
+        self.chunking = config.chunked_prefill and self.batching.chunks_prompts
+        # Admitting part of a prompt only makes sense when prompts run in chunks.
         self.first_chunk_admission = (
-            config.admission == "first-chunk" and self.reserve is None and self.chunking
+            not self.admission.whole_prompt and self.reserve is None and self.chunking
         )
 
     def plan(self) -> tuple[Batch, StepPlan]:
@@ -177,7 +176,7 @@ class StepPlanner:
         if plan.limit != Limit.NONE:
             return [], budget  # (before asking the scheduler to order a long queue)
         admitted = []
-        for entry in self.scheduler.order(waiting, self.policy_view):
+        for entry in self.scheduler.order(waiting, self.view):
             plan.limit = self.admission_limit(budget, beyond_budget)
             if plan.limit != Limit.NONE:
                 break
@@ -231,7 +230,7 @@ class StepPlanner:
         if self.first_chunk_admission or watermark:
             cached = self.alloc.cached_prefix_tokens(seq.tokens, salt=request.tenant)
             if self.first_chunk_admission:
-                tokens = seq.tokens[: min(total, cached + max(budget, 1))]
+                tokens = seq.tokens[: self.admission.first_tokens(total, cached, budget)]
             if watermark:
                 # The watermark keeps headroom so running sequences can grow (vLLM's
                 # watermark); it is waived on an empty replica, where nothing could grow.
@@ -260,7 +259,7 @@ class StepPlanner:
         if not seq.resumed:
             progress.cached_prompt_tokens = seq.computed
         if math.isnan(progress.first_scheduled_s):
-            progress.first_scheduled_s = self.clock()
+            progress.first_scheduled_s = self.view.now
         state.prefilling.append(seq)
         return cached
 

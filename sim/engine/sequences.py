@@ -87,9 +87,10 @@ class DecodeSet:
         return {name: taken[i] for i, name in enumerate(self.FIELDS)}
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class WaitingEntry:
-    """A prefill waiting for admission (what scheduling policies order)."""
+    """A prefill waiting for admission (what scheduling policies order: they read
+    ``request`` and ``resumed``; ``seq`` is the engine's)."""
 
     request: Request
     seq: PrefillSeq

@@ -175,13 +175,21 @@ def _align_left(rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(f"{label.ljust(width)}  {value}" for label, value in rows)
 
 
-def compare_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
-    """Headline metrics side by side, one column per run (in the mapping's order).
-    Raises ValueError when `summaries` is empty."""
+def compare_table(
+    summaries: Mapping[str, Mapping[str, Any]],
+    belady: Mapping[str, float | None] | None = None,
+) -> str:
+    """Headline metrics side by side, one column per run (in the mapping's order), and,
+    given ``belady`` (sim.output.yardstick), each run's prefix hit rate as a fraction of
+    the offline optimum's, under the hit rate. Raises ValueError when `summaries` is
+    empty."""
     if not summaries:
         raise ValueError("compare_table needs at least one summary")
     columns = {name: dict(summary_rows(s)) for name, s in summaries.items()}
     labels = [label for label, _ in summary_rows(next(iter(summaries.values())))]
     rows = [["metric", *columns]]
-    rows += [[label, *(col[label] for col in columns.values())] for label in labels]
+    for label in labels:
+        rows.append([label, *(col[label] for col in columns.values())])
+        if label == "prefix hit rate" and belady is not None:
+            rows.append(["  of belady's", *(_pct(belady.get(name)) for name in columns)])
     return _align(rows)

@@ -4,30 +4,68 @@ or the real backend), engine configuration and policies.
 
 from __future__ import annotations
 
-import numpy as np
+import dataclasses
 
 from backend.base import Allocator
 from backend.blocks import BlockManager
 from backend.contiguous import make_contiguous
+from policies.admission import ADMISSION
+from policies.batching import BATCHING
+from policies.context import (
+    SLO,
+    PolicyContext,
+    PolicyError,
+    ServedTokens,
+    build_policy,
+    context_parameters,
+)
 from policies.eviction import EVICTORS
-from policies.registry import UnknownPolicy
+from policies.preemption import MODES, VICTIMS
+from policies.registry import Registry, UnknownPolicy
+from policies.scheduling import SCHEDULERS
 from sim.config.costs import CostParams
 from sim.config.errors import ScenarioError
 from sim.costs.analytic import AnalyticCostModel
 from sim.costs.calibrated import CalibratedCostModel, CalibrationError, load, shape_mismatch
 from sim.costs.profile import ProfileCostModel
 from sim.costs.vidur import ProfileError, load_vidur_profile
-from sim.engine.replica import EngineConfig
+from sim.engine.config import EngineConfig, ReplicaPolicies
 
 
-def build_allocator(scenario) -> Allocator:
-    """One replica's allocator, sized from the scenario."""
+def policy_context(
+    scenario,
+    requests=(),
+    replica: int | None = None,
+    served_tokens: ServedTokens | None = None,
+) -> PolicyContext:
+    """What the policies of ``replica`` (None: the router) are built with."""
+    return PolicyContext(
+        seed=scenario.simulation.seed,
+        slo=SLO(scenario.slo.ttft_s, scenario.slo.tpot_s),
+        block_size=scenario.cache.block_size,
+        num_blocks=scenario.kv_pool.device_blocks,
+        model=scenario.model,
+        hardware=scenario.hardware,
+        num_replicas=scenario.routing.replicas,
+        replica=replica,
+        requests=tuple(requests),
+        served_tokens=served_tokens,
+    )
+
+
+def build_allocator(scenario, context: PolicyContext | None = None) -> Allocator:
+    """One replica's allocator, sized from the scenario; its eviction policy is built
+    with ``context`` (by default one without the request stream)."""
     cache = scenario.cache
     num_blocks, num_cpu_blocks = scenario.kv_pool
     if cache.allocator == "paged":
-        rng = np.random.default_rng(scenario.simulation.seed)  # for a randomised policy
         evictor = make_policy(
-            scenario, EVICTORS, "eviction.policy", scenario.eviction.policy, {"rng": rng}
+            scenario,
+            EVICTORS,
+            "eviction.policy",
+            scenario.eviction.policy,
+            scenario.eviction.params,
+            context or policy_context(scenario, replica=0),
         )
         return BlockManager(
             num_blocks,
@@ -96,25 +134,56 @@ def engine_config(scenario, allocator: Allocator) -> EngineConfig:
         max_num_batched_tokens=sched.max_num_batched_tokens,
         chunked_prefill=sched.chunked_prefill,
         watermark_blocks=int(sched.watermark * allocator.num_blocks),
-        preemption_mode=scenario.preemption.mode,
         max_model_len=scenario.model.max_model_len,
-        admission=sched.admission,
     )
 
 
-def make_policy(scenario, registry, field: str, name: str, params: dict | None = None):
-    """Instantiate the policy a scenario names at ``field`` (e.g. "scheduler.policy").
-    Raises ScenarioError (one line) for a plug-in that cannot be loaded or parameters the
-    policy does not take."""
+def replica_policies(scenario, context: PolicyContext) -> ReplicaPolicies:
+    """The scheduling, batching, admission and preemption policies of one replica.
+    Tokens served per tenant are counted only if the scheduler asks for them."""
+    sched, preemption = scenario.scheduler, scenario.preemption
+    scheduler_class = load_policy(scenario, SCHEDULERS, "scheduler.policy", sched.policy)
+    if "served_tokens" in context_parameters(scheduler_class):
+        context = dataclasses.replace(context, served_tokens=ServedTokens())
+    scheduler = make_policy(
+        scenario, SCHEDULERS, "scheduler.policy", sched.policy, sched.params, context
+    )
+    choices = (
+        (BATCHING, "scheduler.batching", sched.batching),
+        (ADMISSION, "scheduler.admission", sched.admission),
+        (MODES, "preemption.mode", preemption.mode),
+    )
+    batching, admission, mode = (
+        make_policy(scenario, registry, field, choice.policy, choice.params, context)
+        for registry, field, choice in choices
+    )
+    victim = make_policy(
+        scenario, VICTIMS, "preemption.victim", preemption.victim, preemption.params, context
+    )
+    return ReplicaPolicies(scheduler, batching, admission, victim, mode, context.served_tokens)
+
+
+def make_policy(
+    scenario, registry: Registry, field: str, name: str, params: dict, context: PolicyContext
+):
+    """The policy a scenario names at ``field`` (e.g. "scheduler.policy"), built by
+    :func:`policies.context.build_policy`. Raises ScenarioError (one line) for a plug-in
+    that cannot be loaded or parameters the policy does not take."""
     try:
-        factory = registry.get(scenario.resolve_plugin(name))
+        return build_policy(registry, scenario.resolve_plugin(name), params, context)
     except UnknownPolicy as err:
         raise ScenarioError(f"{scenario.source}: {field}: {err}") from None
-    try:
-        return factory(**(params or {}))
-    except (TypeError, ValueError) as err:
+    except PolicyError as err:
         section = field.rpartition(".")[0]
         raise ScenarioError(f"{scenario.source}: {section}.params: {name}: {err}") from None
+
+
+def load_policy(scenario, registry: Registry, field: str, name: str):
+    """The class (or factory) a scenario names at ``field``, not built."""
+    try:
+        return registry.get(scenario.resolve_plugin(name))
+    except UnknownPolicy as err:
+        raise ScenarioError(f"{scenario.source}: {field}: {err}") from None
 
 
 def build_calibrated_executor(scenario) -> CalibratedCostModel:

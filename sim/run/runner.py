@@ -15,10 +15,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from policies.batching import BATCHING
-from policies.preemption import VICTIMS
 from policies.routing import ROUTERS
-from policies.scheduling import SCHEDULERS
 from sim.costs.profile import ProfileCostModel
 from sim.engine.cluster import Cluster
 from sim.engine.records import UNFINISHED_REASON, RequestOutcome
@@ -27,7 +24,14 @@ from sim.output.files import write_outputs
 from sim.output.report import write_report
 from sim.output.steplog import StepLog
 from sim.output.summary import summarize
-from sim.run.build import build_allocator, build_executor, engine_config, make_policy
+from sim.run.build import (
+    build_allocator,
+    build_executor,
+    engine_config,
+    make_policy,
+    policy_context,
+    replica_policies,
+)
 from sim.run.progress import Progress
 from sim.workload.generate import generate_requests
 from sim.workload.tokens import SyntheticOutputs
@@ -67,7 +71,8 @@ def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunR
     replicas = []
     executors = []
     for index in range(scenario.routing.replicas):
-        allocator = build_allocator(scenario)
+        context = policy_context(scenario, requests, replica=index)
+        allocator = build_allocator(scenario, context)
         executors.append(make_executor(scenario, allocator))
         replicas.append(
             Replica(
@@ -75,25 +80,21 @@ def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunR
                 index,
                 allocator,
                 executors[-1],
-                make_policy(
-                    scenario,
-                    SCHEDULERS,
-                    "scheduler.policy",
-                    scenario.scheduler.policy,
-                    scenario.scheduler.params,
-                ),
-                make_policy(scenario, VICTIMS, "preemption.victim", scenario.preemption.victim),
+                replica_policies(scenario, context),
                 engine_config(scenario, allocator),
                 outputs,
                 steps.record,
                 on_done,
-                batching=make_policy(
-                    scenario, BATCHING, "scheduler.batching", scenario.scheduler.batching
-                ),
             )
         )
+    routing = scenario.routing
     router = make_policy(
-        scenario, ROUTERS, "routing.router", scenario.routing.router, scenario.routing.params
+        scenario,
+        ROUTERS,
+        "routing.router",
+        routing.router,
+        routing.params,
+        policy_context(scenario, requests),
     )
     cluster = Cluster(env, replicas, router)
     env.process(cluster.arrivals(requests))

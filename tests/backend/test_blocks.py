@@ -15,6 +15,7 @@ from backend.base import (
 )
 from backend.blocks import BlockManager
 from backend.evictor import LeastRecentlyUsed
+from policies.context import PolicyContext, build_policy
 from policies.eviction import EVICTORS
 
 
@@ -240,7 +241,8 @@ def test_evict_drops_keys_in_policy_order():
     [("lru", [2, 0, 1]), ("fifo", [0, 1, 2]), ("lfu", [2, 1, 0]), ("reuse-weighted", [2, 1, 0])],
 )
 def test_eviction_order_through_the_manager(policy, order):
-    mgr = caching(6, 2, evictor=EVICTORS.get(policy)())
+    context = PolicyContext.standalone(block_size=2, num_blocks=6)
+    mgr = caching(6, 2, evictor=build_policy(EVICTORS, policy, {}, context))
     for seq, token in enumerate((1, 2, 3)):
         mgr.allocate(seq, [token, token])  # blocks 0, 1, 2
     for seq in range(3):

@@ -23,6 +23,7 @@ from hypothesis.stateful import (
 
 from backend.base import InvalidRequest, OutOfBlocks
 from backend.blocks import BlockManager
+from policies.context import PolicyContext, build_policy
 from policies.eviction import EVICTORS
 
 PREFIXES = ([1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 9, 9, 9, 9], [5, 5, 5, 5, 5, 5, 5, 5])
@@ -45,7 +46,12 @@ class BlockManagerMachine(RuleBasedStateMachine):
             block_size,
             num_cpu_blocks=num_cpu_blocks,
             enable_prefix_caching=caching,
-            evictor=EVICTORS.get(eviction)(rng=np.random.default_rng(0)),
+            evictor=build_policy(
+                EVICTORS,
+                eviction,
+                {},
+                PolicyContext.standalone(block_size=block_size, num_blocks=num_blocks),
+            ),
         )
         self.initial = self.mgr.usage()
         self.shadow: dict[int, list[int]] = {}  # what each live sequence was given

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from policies.context import PolicyContext, build_policy
 from policies.eviction import (
     EVICTORS,
     FirstInFirstOut,
@@ -16,6 +16,13 @@ from policies.eviction import (
 )
 from policies.registry import UnknownPolicy
 
+NO_KEY = 0  # the prefix key of a block: only belady reads it
+
+
+def make(name, **context):
+    """The registered policy ``name`` built as a run builds it."""
+    return build_policy(EVICTORS, name, {}, PolicyContext.standalone(**context))
+
 
 def test_registry_names():
     assert {"lru", "lfu", "fifo", "reuse-weighted"} <= set(EVICTORS.names())
@@ -24,10 +31,10 @@ def test_registry_names():
 def test_lru_least_recently_released_first_and_hit_removes_from_the_middle():
     lru = LeastRecentlyUsed()
     for now, block in enumerate((5, 3, 9)):
-        lru.on_cached(block, now)
+        lru.on_cached(block, now, NO_KEY)
     lru.on_removed(3)  # a prefix hit took it back into use
     lru.on_hit(3, 4)
-    lru.on_cached(3, 5)  # released again: now the most recent
+    lru.on_cached(3, 5, NO_KEY)  # released again: now the most recent
     assert 3 in lru and len(lru) == 3
     assert lru.pick_victims(2) == [5, 9]
     assert lru.pick_victims(5) == [3] and len(lru) == 0
@@ -35,15 +42,15 @@ def test_lru_least_recently_released_first_and_hit_removes_from_the_middle():
 
 def test_fifo_keeps_the_first_caching_time_across_reuse():
     fifo = FirstInFirstOut()
-    fifo.on_cached(5, 1)
-    fifo.on_cached(3, 2)
+    fifo.on_cached(5, 1, NO_KEY)
+    fifo.on_cached(3, 2, NO_KEY)
     fifo.on_removed(5)
     fifo.on_hit(5, 3)
-    fifo.on_cached(5, 4)
+    fifo.on_cached(5, 4, NO_KEY)
     assert fifo.pick_victims(2) == [5, 3]
     # Evicted blocks forget their history: block 5 cached afresh is now the newest.
-    fifo.on_cached(5, 10)
-    fifo.on_cached(7, 8)
+    fifo.on_cached(5, 10, NO_KEY)
+    fifo.on_cached(7, 8, NO_KEY)
     assert fifo.pick_victims(2) == [7, 5]
 
 
@@ -53,18 +60,18 @@ def test_lfu_fewest_hits_first_ties_by_recency():
         for _ in range(hits):
             lfu.on_hit(block, 0)
     for now, block in enumerate((1, 2, 3, 5, 4)):
-        lfu.on_cached(block, now)
+        lfu.on_cached(block, now, NO_KEY)
     assert lfu.pick_victims(5) == [2, 5, 4, 3, 1]
 
 
 def test_lfu_forgets_the_hits_of_an_evicted_block():
     lfu = LeastFrequentlyUsed()
     lfu.on_hit(1, 0)
-    lfu.on_cached(1, 1)
-    lfu.on_cached(2, 2)
+    lfu.on_cached(1, 1, NO_KEY)
+    lfu.on_cached(2, 2, NO_KEY)
     assert lfu.pick_victims(2) == [2, 1]
-    lfu.on_cached(1, 3)  # the block holds a new prefix now: zero hits
-    lfu.on_cached(2, 4)
+    lfu.on_cached(1, 3, NO_KEY)  # the block holds a new prefix now: zero hits
+    lfu.on_cached(2, 4, NO_KEY)
     assert lfu.pick_victims(1) == [1]
 
 
@@ -72,27 +79,27 @@ def test_reuse_weighted_protects_reused_blocks_until_they_age():
     policy = ReuseWeighted(half_life=10)
     for _ in range(5):
         policy.on_hit(1, 0)  # value 6 at time 0
-    policy.on_cached(1, 0)
-    policy.on_cached(2, 10)  # value 1 at time 10: worth less than 6 halved once
+    policy.on_cached(1, 0, NO_KEY)
+    policy.on_cached(2, 10, NO_KEY)  # value 1 at time 10: worth less than 6 halved once
     assert policy.pick_victims(1) == [2]
 
-    policy.on_cached(3, 100)  # 6 halved ten times is far below a fresh 1
+    policy.on_cached(3, 100, NO_KEY)  # 6 halved ten times is far below a fresh 1
     assert policy.pick_victims(2) == [1, 3]
 
 
 def test_heap_policies_stay_small_under_hit_churn():
     lfu = LeastFrequentlyUsed()
     for now in range(10_000):
-        lfu.on_cached(now % 7, now)
+        lfu.on_cached(now % 7, now, NO_KEY)
         lfu.on_removed(now % 7)
     assert len(lfu) == 0 and len(lfu._heap) <= 64 + 2
 
 
 def test_random_is_reproducible_under_a_seed():
     def order(seed):
-        policy = EVICTORS.get("random")(rng=np.random.default_rng(seed))
+        policy = make("random", seed=seed)
         for block in range(20):
-            policy.on_cached(block, block)
+            policy.on_cached(block, block, NO_KEY)
         policy.on_removed(4)
         return policy.pick_victims(30)
 
@@ -111,11 +118,11 @@ events = st.lists(
 @given(script=events)
 def test_every_policy_is_a_consistent_set(name, script):
     """Against a plain set: victims are members, each returned once, sizes agree."""
-    policy = EVICTORS.get(name)(rng=np.random.default_rng(0))
+    policy = make(name)
     members: set[int] = set()
     for now, (action, block) in enumerate(script):
         if action == "cache" and block not in members:
-            policy.on_cached(block, now)
+            policy.on_cached(block, now, 1000 + block)  # one block per key, as published
             members.add(block)
         elif action == "remove" and block in members:
             policy.on_removed(block)

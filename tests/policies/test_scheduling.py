@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from policies.context import SLO, PolicyContext, PolicyError, ServedTokens, build_policy
 from policies.scheduling import SCHEDULERS
 from sim.cli import main
 from sim.workload.request import Request
@@ -28,15 +29,11 @@ class View:
 
     now: float = 100.0
     cached: dict[int, int] = field(default_factory=dict)  # req_id -> cached tokens
-    served: dict[int, int] = field(default_factory=dict)  # tenant -> tokens
     lookups: list[int] = field(default_factory=list)
 
     def cached_prefix_tokens(self, request):
         self.lookups.append(request.req_id)
         return self.cached.get(request.req_id, 0)
-
-    def served_tokens(self, tenant):
-        return self.served.get(tenant, 0)
 
 
 def req(req_id, arrival_s, prompt_len=8, output_len=4, **kw):
@@ -48,8 +45,10 @@ def ids(entries):
     return [e.request.req_id for e in entries]
 
 
-def make(name, **params):
-    return SCHEDULERS.get(name)(**params)
+def make(name, context=None, **params):
+    """The registered scheduler ``name``, built as a run builds it."""
+    context = context or PolicyContext.standalone(served_tokens=ServedTokens())
+    return build_policy(SCHEDULERS, name, params, context)
 
 
 def test_every_policy_is_registered():
@@ -60,6 +59,7 @@ def test_every_policy_is_registered():
         "sjf-oracle",
         "fair-share",
         "longest-prefix-match",
+        "edf",
     }
     assert expected <= set(SCHEDULERS.names())
 
@@ -128,10 +128,13 @@ def test_fair_share_prefers_the_least_served_tenant():
             Entry(req(3, 3.0, tenant=1)),
         ]
     )
-    view = View(served={0: 500, 1: 20})  # tenant 2 has had nothing
-    policy = make("fair-share")
-    assert policy.uses_served_tokens is True
-    assert ids(policy.order(waiting, view)) == [2, 1, 3, 0]
+    served = ServedTokens()
+    served.add(0, 500)
+    served.add_each(np.ones(20, np.int64))  # tenant 2 has had nothing
+    policy = make("fair-share", PolicyContext.standalone(served_tokens=served))
+    assert ids(policy.order(waiting, View())) == [2, 1, 3, 0]
+    with pytest.raises(PolicyError, match="served_tokens"):
+        make("fair-share", PolicyContext.standalone())  # the run gives it only when asked
 
 
 def test_longest_prefix_match_prefers_cached_prompts():
@@ -212,3 +215,22 @@ def test_parameters_a_policy_does_not_take_are_a_one_line_error(tmp_path, capsys
     err = capsys.readouterr().err
     assert "scheduler.params" in err and "agin_s" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_edf_serves_deadlines_in_order_and_lost_causes_last():
+    # TTFT SLO 1 s; at t=5 requests that arrived before t=4 have missed their deadline.
+    waiting = deque(
+        [
+            Entry(req(0, 3.0)),  # late: due 4.0
+            Entry(req(1, 4.5)),  # due 5.5
+            Entry(req(2, 2.0)),  # late: due 3.0
+            Entry(req(3, 4.2)),  # due 5.2
+            Entry(req(9, 0.0), resumed=True),  # resumed entries keep the front
+        ]
+    )
+    context = PolicyContext.standalone(slo=SLO(ttft_s=1.0, tpot_s=0.1))
+    view = View(now=5.0)
+    assert ids(make("edf", context).order(waiting, view)) == [9, 3, 1, 2, 0]
+    assert ids(make("edf", context, late="keep").order(waiting, view)) == [9, 2, 0, 3, 1]
+    with pytest.raises(PolicyError, match="late must be"):
+        make("edf", context, late="first")

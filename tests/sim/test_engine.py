@@ -9,11 +9,12 @@ import simpy
 
 from backend.blocks import BlockManager
 from backend.contiguous import make_contiguous
+from policies.admission import ADMISSION
 from policies.batching import BATCHING
-from policies.preemption import VICTIMS
+from policies.preemption import MODES, VICTIMS
 from policies.routing import ROUTERS
 from policies.scheduling import SCHEDULERS
-from sim.engine import Cluster, EngineConfig, Replica
+from sim.engine import Cluster, EngineConfig, Replica, ReplicaPolicies
 from sim.workload.request import Request
 
 
@@ -61,19 +62,16 @@ def run(
     env = simpy.Environment()
     executor = FixedStep(seconds)
     done, records = Outcomes(), []
-    cfg = config or EngineConfig(preemption_mode=mode, max_model_len=4096)
-    replica = Replica(
-        env,
-        0,
-        allocator,
-        executor,
-        SCHEDULERS.get("fcfs")(),
-        VICTIMS.get("last-arrived")(),
-        cfg,
-        Outputs(),
-        on_step=records.append,
-        on_done=done.append,
+    cfg = config or EngineConfig(max_model_len=4096)
+    policies = ReplicaPolicies(
+        scheduler=SCHEDULERS.get("fcfs")(),
         batching=BATCHING.get(batching)(),
+        admission=ADMISSION.get("whole-prompt")(),
+        victim=VICTIMS.get("last-arrived")(),
+        mode=MODES.get(mode)(),
+    )
+    replica = Replica(
+        env, 0, allocator, executor, policies, cfg, Outputs(), records.append, done.append
     )
     cluster = Cluster(env, [replica], ROUTERS.get("round-robin")())
     env.process(cluster.arrivals(requests))

@@ -30,9 +30,10 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 import sim.run.runner
+from policies.admission import ADMISSION
 from policies.batching import BATCHING
 from policies.eviction import EVICTORS
-from policies.preemption import VICTIMS
+from policies.preemption import MODES, VICTIMS
 from policies.routing import ROUTERS
 from policies.scheduling import SCHEDULERS
 from sim.config.loader import validate_scenario
@@ -131,11 +132,11 @@ def scenarios(draw) -> dict:
         "max_num_batched_tokens": draw(st.integers(max(8, max_num_seqs), 256)),
         "chunked_prefill": draw(st.booleans()),
         "watermark": draw(st.sampled_from([0.0, 0.01, 0.1, 0.3])),
-        "admission": draw(st.sampled_from(["whole-prompt", "first-chunk"])),
+        "admission": draw(st.sampled_from(ADMISSION.names())),
         "batching": draw(st.sampled_from(BATCHING.names())),
     }
     n = draw(st.integers(1, 3))
-    modes = ["recompute", "swap", "swap"] if num_cpu_blocks else ["recompute"]
+    modes = MODES.names() + ["swap"] if num_cpu_blocks else ["recompute"]
     workload = {
         "arrival": {"kind": "poisson", "rate_rps": draw(st.sampled_from([2.0, 50.0, 2000.0]))},
         "input": draw(lengths(1, min(80, max(1, capacity // 4)))),
@@ -222,8 +223,8 @@ def check_memory(replicas) -> None:
         assert usage.used_blocks == 0, f"replica {replica.index} leaks device blocks"
         assert usage.free_blocks + usage.cached_blocks == alloc.num_blocks
         assert alloc.num_free_cpu_blocks == alloc.num_cpu_blocks, "CPU pool leak"
-        assert not replica.has_work() and not replica.running_requests()
-        assert replica.outstanding == 0 and replica.swapped_blocks == 0
+        assert not replica.has_work() and not replica.view.running()
+        assert replica.view.outstanding == 0 and replica.view.swapped_blocks == 0
 
 
 def check_step_log(run: Run) -> None:

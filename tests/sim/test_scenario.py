@@ -51,7 +51,7 @@ def test_a_three_line_scenario_gets_the_documented_defaults(tmp_path):
     assert (s.scheduler.policy, s.scheduler.max_num_seqs) == ("fcfs", 256)
     assert (s.scheduler.max_num_batched_tokens, s.scheduler.watermark) == (8192, 0.01)
     assert s.scheduler.chunked_prefill is True
-    assert (s.preemption.mode, s.preemption.victim) == ("recompute", "last-arrived")
+    assert (s.preemption.mode.policy, s.preemption.victim) == ("recompute", "last-arrived")
     assert (s.eviction.policy, s.routing.router, s.routing.replicas) == ("lru", "round-robin", 1)
     assert (s.slo.ttft_s, s.slo.tpot_s) == (2.0, 0.2)
     assert (s.simulation.num_requests, s.simulation.seed) == (1000, 0)
@@ -113,7 +113,8 @@ def test_overrides_are_typed_nested_and_create_sections(tmp_path):
             "cache.prefix_caching=true",
             "cache.block_size=32",
             "workload.arrival.rate_rps=0.5",
-            "scheduler.params.weights=[1,2]",
+            "scheduler.policy=priority",
+            "scheduler.params.aging_s=2.5",
             "model=opt-13b",
             "hardware=a100-80gb",
             "name=renamed",
@@ -122,7 +123,7 @@ def test_overrides_are_typed_nested_and_create_sections(tmp_path):
     )
     assert s.cache.prefix_caching is True and s.cache.block_size == 32
     assert s.workload.arrival.rate_rps == 0.5
-    assert s.scheduler.params == {"weights": [1, 2]}
+    assert s.scheduler.params == {"aging_s": 2.5}
     assert (s.model.name, s.hardware.name, s.name) == ("opt-13b", "a100-80gb", "renamed")
     assert s.simulation.seed == 9
 

@@ -1,0 +1,51 @@
+"""Admission policies: how much of a prompt's KV must fit for its request to be admitted.
+
+Asked by the engine when the scheduler offers a waiting request. ``whole-prompt``
+(vLLM's rule) allocates the whole prompt at admission, so an admitted prompt never waits
+for memory mid-prefill. ``first-chunk`` allocates only what this step computes of it and
+lets later chunks take blocks as they run: more requests start sooner, at the risk of
+partial prompts filling the pool (the engine then preempts one). First-chunk admission
+needs chunked prefill and a paged pool; elsewhere the engine admits whole prompts.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from policies.registry import Registry
+
+__all__ = ["ADMISSION", "AdmissionPolicy", "FirstChunk", "WholePrompt"]
+
+
+class AdmissionPolicy(Protocol):
+    #: True: a prompt is allocated whole at admission (the engine skips ``first_tokens``).
+    whole_prompt: bool
+
+    def first_tokens(self, prompt_tokens: int, cached_tokens: int, budget: int) -> int:
+        """Tokens of a prompt (``cached_tokens`` of them already in the prefix cache) to
+        allocate at admission, in ``[cached_tokens + 1, prompt_tokens]``, when the step has
+        ``budget`` tokens left. Pure."""
+        ...
+
+
+ADMISSION: Registry = Registry("admission")
+
+
+@ADMISSION.register("whole-prompt")
+class WholePrompt:
+    """The whole prompt's KV must fit now (vLLM)."""
+
+    whole_prompt = True
+
+    def first_tokens(self, prompt_tokens: int, cached_tokens: int, budget: int) -> int:
+        return prompt_tokens
+
+
+@ADMISSION.register("first-chunk")
+class FirstChunk:
+    """Only the first chunk's KV must fit; later chunks take blocks as they run."""
+
+    whole_prompt = False
+
+    def first_tokens(self, prompt_tokens: int, cached_tokens: int, budget: int) -> int:
+        return min(prompt_tokens, cached_tokens + max(budget, 1))

@@ -1,0 +1,101 @@
+"""The read-only view of a replica that policies get (policies.views.ReplicaView).
+
+Answers from the live state, so reading costs nothing until asked; returns numbers,
+tuples and frozen requests only. Python cannot stop code that reaches into private
+attributes, but nothing public here changes the engine, and the view takes no new
+attributes (``__slots__``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from sim.engine.state import ReplicaState
+from sim.workload.request import Request
+
+
+class EngineView:
+    """One replica as policies see it (schedulers, victim policies, routers)."""
+
+    __slots__ = ("_state", "_clock", "_index")
+
+    def __init__(self, state: ReplicaState, clock: Callable[[], float], index: int):
+        self._state = state
+        self._clock = clock
+        self._index = index
+
+    @property
+    def index(self) -> int:
+        return self._index
+
+    @property
+    def now(self) -> float:
+        return self._clock()
+
+    @property
+    def outstanding(self) -> int:
+        return len(self._state.in_flight)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._state.waiting)
+
+    @property
+    def kv_usage(self) -> float:
+        alloc = self._state.alloc
+        return alloc.usage().used_blocks / alloc.num_blocks
+
+    @property
+    def swapped_blocks(self) -> int:
+        return self._state.swapped_blocks()
+
+    def running(self) -> tuple[Request, ...]:
+        return tuple(self._state.running_requests())
+
+    def cached_prefix_tokens(self, request: Request) -> int:
+        return self._state.alloc.cached_prefix_tokens(request.prompt, salt=request.tenant)
+
+    def blocks_held(self, request: Request) -> int:
+        return self._blocks_by_request().get(request.req_id, 0)
+
+    def generated_tokens(self, request: Request) -> int:
+        return self._generated_by_request().get(request.req_id, 0)
+
+    def first_token_s(self, request: Request) -> float:
+        progress = self._state.in_flight.get(request.req_id)
+        return math.nan if progress is None else progress.first_token_s
+
+    def _blocks_by_request(self) -> dict[int, int]:
+        return self._state.blocks_by_request()
+
+    def _generated_by_request(self) -> dict[int, int]:
+        return self._state.generated_by_request()
+
+    def frozen(self) -> EngineView:
+        """A view for one decision (a victim pick): per-request totals are computed
+        for every running request at once, on first use, so a pick that reads them
+        for each candidate costs O(running sequences), not a scan per candidate."""
+        return _DecisionView(self._state, self._clock, self._index)
+
+
+class _DecisionView(EngineView):
+    """An EngineView whose per-request totals are computed once (the state does not
+    change while a policy decides)."""
+
+    __slots__ = ("_blocks", "_generated")
+
+    def __init__(self, state: ReplicaState, clock: Callable[[], float], index: int):
+        super().__init__(state, clock, index)
+        self._blocks: dict[int, int] | None = None
+        self._generated: dict[int, int] | None = None
+
+    def _blocks_by_request(self) -> dict[int, int]:
+        if self._blocks is None:
+            self._blocks = self._state.blocks_by_request()
+        return self._blocks
+
+    def _generated_by_request(self) -> dict[int, int]:
+        if self._generated is None:
+            self._generated = self._state.generated_by_request()
+        return self._generated
