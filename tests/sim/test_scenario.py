@@ -15,7 +15,7 @@ from sim.config.loader import load_scenario, validate_scenario
 from sim.config.pool import kv_pool_blocks
 from sim.config.presets import HARDWARE_PRESETS, MODEL_PRESETS
 from sim.config.scenario import Scenario
-from sim.run.build import build_allocator
+from sim.run.build import build_allocator, policy_context, replica_policies
 from sim.workload.generate import generate_requests
 
 REPO = Path(__file__).resolve().parents[2]
@@ -295,3 +295,46 @@ def test_every_shipped_scenario_loads_and_dumps_without_absolute_paths(path):
     )
     assert len(requests) == 20
     assert all(r.prompt_len + r.output_len <= scenario.model.max_model_len for r in requests)
+
+
+def test_every_policy_family_takes_params_from_its_section(tmp_path):
+    s = validate_scenario(
+        {
+            "cache": {"prefix_caching": True, "num_blocks": 64},
+            "eviction": {"policy": "reuse-weighted", "params": {"half_life": 77}},
+            "preemption": {"victim": "slo-aware", "mode": {"policy": "recompute"}},
+            "scheduler": {"policy": "edf", "params": {"late": "keep"}, "admission": "first-chunk"},
+        }
+    )
+    assert build_allocator(s).evictor.half_life == 77
+    assert s.model_dump(mode="json")["scheduler"]["admission"] == "first-chunk"
+    policies = replica_policies(s, policy_context(s, replica=0))
+    assert policies.scheduler.late_last is False and policies.admission.whole_prompt is False
+    assert policies.victim.slo.ttft_s == s.slo.ttft_s
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        (
+            {"eviction": {"policy": "lru", "params": {"half_life": 1}}},
+            "eviction.params: lru: unexpected parameter 'half_life' (takes: none)",
+        ),
+        (
+            {"preemption": {"victim": "most-blocks", "params": {"rng": 1}}},
+            "preemption.params: most-blocks: 'rng' is given by the run, not by params",
+        ),
+        (
+            {"scheduler": {"batching": {"policy": "static", "params": {"size": 4}}}},
+            "scheduler.batching.params: static: unexpected parameter 'size' (takes: none)",
+        ),
+        (
+            {"scheduler": {"admission": "first-chnk"}},
+            "scheduler.admission: unknown admission policy 'first-chnk'; did you mean",
+        ),
+    ],
+)
+def test_bad_policy_params_are_one_line_naming_section_and_policy(section, message):
+    with pytest.raises(ScenarioError) as err:
+        validate_scenario(section)
+    assert message in str(err.value) and "\n" not in str(err.value)
