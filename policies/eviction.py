@@ -8,14 +8,17 @@ policy is on the allocator's hot path.
 Time is the block manager's logical clock (an operation counter), never wall time, so a
 run is deterministic.
 
-Each registry entry is a factory called as ``factory(rng=rng)`` with the run's seeded
-``numpy.random.Generator`` (or None); deterministic policies ignore it.
+A constructor declares by parameter name what the run gives it: ``rng`` (the run's
+seeded ``numpy.random.Generator``, or None), ``num_blocks`` (the device pool's block
+count); its other parameters come from the scenario.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from collections import OrderedDict
+from numbers import Integral
 
 import numpy as np
 
@@ -182,3 +185,103 @@ class RandomEviction:
 
     def blocks(self) -> list[int]:
         return list(self._members)
+
+
+def _check_num_blocks(num_blocks: int) -> int:
+    if isinstance(num_blocks, bool) or not isinstance(num_blocks, Integral) or num_blocks < 1:
+        raise ValueError(f"num_blocks must be an integer >= 1, got {num_blocks!r}")
+    return int(num_blocks)
+
+
+class _ReuseHistory:
+    """The blocks whose current content had a prefix hit, kept while a block is in use
+    or evictable and forgotten when it is evicted. Only keyed blocks are hit, at most
+    ``limit`` of them, so the bound only caps other callers."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+
+    def add(self, block: int) -> None:
+        self._blocks[block] = None
+        self._blocks.move_to_end(block)
+        if len(self._blocks) > self.limit:
+            self._blocks.popitem(last=False)
+
+    def forget(self, block: int) -> None:
+        self._blocks.pop(block, None)
+
+    def __contains__(self, block: object) -> bool:
+        return block in self._blocks
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+
+@EVICTORS.register("slru")
+class SegmentedLRU:
+    """Segmented LRU: blocks reused by a prefix hit are protected from blocks seen once.
+
+    A block released without a hit on its content enters the *probationary* segment; one
+    whose content had a prefix hit (while in use, or before an earlier release) enters
+    the *protected* segment. The protected segment holds at most ``protected_fraction``
+    of ``num_blocks`` (rounded down); overflow demotes its least recent block to the
+    recent end of probation. Victims come from probation first, least recent first, then
+    from protected. A hit's ``on_removed`` keeps the block's history; eviction forgets it.
+    """
+
+    def __init__(self, num_blocks: int, protected_fraction: float = 0.8):
+        num_blocks = _check_num_blocks(num_blocks)
+        if not 0 < protected_fraction < 1:
+            raise ValueError(f"protected_fraction must be in (0, 1), got {protected_fraction!r}")
+        # (the epsilon keeps e.g. 0.29 * 100 = 28.999999999999996 at 29)
+        self.protected_capacity = math.floor(protected_fraction * num_blocks + 1e-9)
+        self._probation: OrderedDict[int, None] = OrderedDict()
+        self._protected: OrderedDict[int, None] = OrderedDict()
+        self._reused = _ReuseHistory(num_blocks)
+
+    def _protect(self, block: int) -> None:
+        self._protected[block] = None
+        if len(self._protected) > self.protected_capacity:
+            demoted, _ = self._protected.popitem(last=False)
+            self._probation[demoted] = None
+
+    def on_cached(self, block: int, now: int) -> None:
+        if block in self._reused:
+            self._protect(block)
+        else:
+            self._probation[block] = None
+
+    def on_hit(self, block: int, now: int) -> None:
+        self._reused.add(block)
+        # The block manager takes a block out of the set before reporting its hit, so
+        # this is for other callers: a hit on a member promotes it, as in SLRU proper.
+        if block in self._probation:
+            del self._probation[block]
+            self._protect(block)
+        elif block in self._protected:
+            self._protected.move_to_end(block)
+
+    def on_removed(self, block: int) -> None:
+        if block in self._probation:
+            del self._probation[block]
+        else:
+            del self._protected[block]
+
+    def pick_victims(self, num_blocks: int) -> list[int]:
+        victims = []
+        for segment in (self._probation, self._protected):
+            while len(victims) < num_blocks and segment:
+                block, _ = segment.popitem(last=False)
+                self._reused.forget(block)
+                victims.append(block)
+        return victims
+
+    def __len__(self) -> int:
+        return len(self._probation) + len(self._protected)
+
+    def __contains__(self, block: object) -> bool:
+        return block in self._probation or block in self._protected
+
+    def blocks(self) -> list[int]:
+        return [*self._probation, *self._protected]

@@ -7,6 +7,8 @@ really happen, under salts 0 and 1 so isolation is exercised.
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 from hypothesis import event
 from hypothesis import strategies as st
@@ -40,12 +42,16 @@ class BlockManagerMachine(RuleBasedStateMachine):
         eviction=st.sampled_from(EVICTORS.names()),
     )
     def setup(self, num_blocks, block_size, num_cpu_blocks, caching, eviction):
+        # Give the policy what its constructor asks for by name, as a run does.
+        factory = EVICTORS.get(eviction)
+        wants = inspect.signature(factory).parameters
+        injected = {"rng": np.random.default_rng(0), "num_blocks": num_blocks}
         self.mgr = BlockManager(
             num_blocks,
             block_size,
             num_cpu_blocks=num_cpu_blocks,
             enable_prefix_caching=caching,
-            evictor=EVICTORS.get(eviction)(rng=np.random.default_rng(0)),
+            evictor=factory(**{k: v for k, v in injected.items() if k in wants}),
         )
         self.initial = self.mgr.usage()
         self.shadow: dict[int, list[int]] = {}  # what each live sequence was given

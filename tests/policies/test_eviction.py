@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -13,12 +16,29 @@ from policies.eviction import (
     LeastFrequentlyUsed,
     LeastRecentlyUsed,
     ReuseWeighted,
+    SegmentedLRU,
 )
 from policies.registry import UnknownPolicy
 
 
+def make(name: str, num_blocks: int = 8, **params):
+    """A registered policy, given what its constructor asks for by name (as a run does)."""
+    factory = EVICTORS.get(name)
+    wants = inspect.signature(factory).parameters
+    injected = {"rng": np.random.default_rng(0), "num_blocks": num_blocks}
+    return factory(**{k: v for k, v in injected.items() if k in wants}, **params)
+
+
+def reuse(policy, block: int, now: int) -> None:
+    """What the block manager does on a prefix hit on a cached-evictable block, and on
+    the hitting request's release: out of the set, the hit, back into the set."""
+    policy.on_removed(block)
+    policy.on_hit(block, now)
+    policy.on_cached(block, now)
+
+
 def test_registry_names():
-    assert {"lru", "lfu", "fifo", "reuse-weighted"} <= set(EVICTORS.names())
+    assert {"lru", "lfu", "fifo", "reuse-weighted", "slru"} <= set(EVICTORS.names())
 
 
 def test_lru_least_recently_released_first_and_hit_removes_from_the_middle():
@@ -101,6 +121,63 @@ def test_random_is_reproducible_under_a_seed():
     assert sorted(order(1)) == [b for b in range(20) if b != 4]
 
 
+def test_slru_a_reused_block_survives_a_scan_of_blocks_seen_once():
+    # 8 blocks, protected holds floor(0.8 * 8) = 6.
+    #   cache 0            probation [0]            protected []
+    #   reuse 0 twice      probation []             protected [0]
+    #   cache 1..5 (scan)  probation [1 2 3 4 5]    protected [0]
+    # Victims: probation least recent first, then protected. LRU takes 0 first.
+    slru, lru = SegmentedLRU(num_blocks=8), LeastRecentlyUsed()
+    for policy in (slru, lru):
+        policy.on_cached(0, 0)
+        reuse(policy, 0, 1)
+        reuse(policy, 0, 2)
+        for block in range(1, 6):
+            policy.on_cached(block, 2 + block)
+    assert slru.pick_victims(5) == [1, 2, 3, 4, 5]
+    assert slru.pick_victims(5) == [0] and len(slru) == 0
+    assert lru.pick_victims(1) == [0]
+
+
+def test_slru_overflow_demotes_and_eviction_forgets_the_history():
+    # 4 blocks, protected_fraction 0.5: protected holds 2.
+    #   cache 0 1 2        probation [0 1 2]   protected []
+    #   reuse 0            probation [1 2]     protected [0]
+    #   reuse 1            probation [2]       protected [0 1]
+    #   reuse 2            protected [0 1 2] is over 2: its least recent, 0, is demoted
+    #                      probation [0]       protected [1 2]
+    #   cache 3            probation [0 3]     protected [1 2]
+    slru = SegmentedLRU(num_blocks=4, protected_fraction=0.5)
+    for block in (0, 1, 2):
+        slru.on_cached(block, block)
+    for block in (0, 1, 2):
+        reuse(slru, block, 3 + block)
+    slru.on_cached(3, 6)
+    assert slru.pick_victims(4) == [0, 3, 1, 2]
+    # The ids now hold new content. 1 gets a hit while in use (its first release then
+    # protects it); 2's hits were forgotten at eviction, so it is on probation again.
+    #   cache 2, 1, 0      probation [2 0]     protected [1]
+    slru.on_hit(1, 7)
+    for now, block in enumerate((2, 1, 0), start=8):
+        slru.on_cached(block, now)
+    assert slru.pick_victims(3) == [2, 0, 1]
+
+
+@pytest.mark.parametrize("fraction", [0, 1, 1.5, -0.1, math.nan])
+def test_slru_rejects_a_protected_fraction_outside_0_1(fraction):
+    with pytest.raises(ValueError, match=r"^protected_fraction must be in \(0, 1\), got") as err:
+        SegmentedLRU(num_blocks=8, protected_fraction=fraction)
+    # The run prefixes the policy's name; the message must not repeat it.
+    assert "slru" not in str(err.value).lower() and "segmented" not in str(err.value).lower()
+
+
+@pytest.mark.parametrize("policy", [SegmentedLRU])
+@pytest.mark.parametrize("num_blocks", [0, -3, 2.5, True])
+def test_new_policies_need_a_positive_block_count(policy, num_blocks):
+    with pytest.raises(ValueError, match=r"^num_blocks must be an integer >= 1, got"):
+        policy(num_blocks=num_blocks)
+
+
 events = st.lists(
     st.tuples(st.sampled_from(["cache", "remove", "hit", "pick"]), st.integers(0, 7)),
     max_size=60,
@@ -111,7 +188,7 @@ events = st.lists(
 @given(script=events)
 def test_every_policy_is_a_consistent_set(name, script):
     """Against a plain set: victims are members, each returned once, sizes agree."""
-    policy = EVICTORS.get(name)(rng=np.random.default_rng(0))
+    policy = make(name)
     members: set[int] = set()
     for now, (action, block) in enumerate(script):
         if action == "cache" and block not in members:
@@ -128,6 +205,55 @@ def test_every_policy_is_a_consistent_set(name, script):
             assert len(set(victims)) == len(victims) and set(victims) <= members
             members -= set(victims)
         assert len(policy) == len(members) and set(policy.blocks()) == members
+
+
+@st.composite
+def block_manager_scripts(draw):
+    """A pool size and events in the order a block manager gives them. Each block is
+    free, in use or cached-evictable; only an in-use block is released (on_cached), a
+    hit on a cached block takes it out first (on_removed, then on_hit), only in-use or
+    cached blocks are hit, and victims are reused (in use) or freed."""
+    num_blocks = draw(st.integers(1, 8))
+    actions = st.sampled_from(["take", "release", "hit", "reclaim", "evict"])
+    script = draw(st.lists(st.tuples(actions, st.integers(0, 7)), max_size=80))
+    return num_blocks, script
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [("slru", {}), ("slru", {"protected_fraction": 0.3})],
+)
+@given(drawn=block_manager_scripts())
+def test_new_policies_under_the_event_contract(name, params, drawn):
+    num_blocks, script = drawn
+    policy = make(name, num_blocks, **params)
+    state = dict.fromkeys(range(num_blocks), "free")
+    for now, (action, value) in enumerate(script):
+        block = value % num_blocks
+        if action == "take" and state[block] == "free":
+            state[block] = "in use"
+        elif action == "release" and state[block] == "in use":
+            policy.on_cached(block, now)
+            state[block] = "cached"
+        elif action == "hit" and state[block] != "free":
+            if state[block] == "cached":
+                policy.on_removed(block)
+            policy.on_hit(block, now)
+            state[block] = "in use"
+        elif action in ("reclaim", "evict"):
+            count = value % 4
+            live = sum(s == "cached" for s in state.values())
+            victims = policy.pick_victims(count)
+            assert len(victims) == min(count, live) and len(set(victims)) == len(victims)
+            assert all(state[v] == "cached" for v in victims)
+            for victim in victims:
+                state[victim] = "in use" if action == "reclaim" else "free"
+        members = {b for b, s in state.items() if s == "cached"}
+        assert len(policy) == len(policy.blocks()) == len(members)
+        assert set(policy.blocks()) == members
+        assert all((b in policy) == (b in members) for b in range(num_blocks))
+        assert len(policy._reused) <= num_blocks
+        assert len(policy._protected) <= policy.protected_capacity
 
 
 def test_unknown_eviction_policy_lists_valid_names():
