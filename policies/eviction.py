@@ -285,3 +285,109 @@ class SegmentedLRU:
 
     def blocks(self) -> list[int]:
         return [*self._probation, *self._protected]
+
+
+@EVICTORS.register("arc")
+class AdaptiveReplacement:
+    """Adaptive Replacement Cache (Megiddo & Modha, FAST 2003) over the evictable set.
+
+    ARC keeps two LRU lists, T1 (pages seen once) and T2 (seen at least twice), ghost
+    lists B1 and B2 of pages recently evicted from each, and a target size p for T1 that
+    a hit in B1 raises and a hit in B2 lowers; the victim comes from T1 while T1 is over
+    p. Here the cache is the evictable set and a *request* for a block's content is a
+    use of it by a sequence: the sequence that computes it, then each prefix hit.
+
+    - ``on_hit``: a request reuses the content; the block is marked as seen twice (kept
+      across ``on_removed``, forgotten at eviction). ARC's move to the recent end of T2
+      happens at the next ``on_cached``, since a block in use is not evictable.
+    - ``on_cached``: the block enters at the recent end of T2 if its content was reused,
+      else of T1. ``on_removed``: a hit took it back into use; it leaves T1 or T2.
+    - ``pick_victims``: ARC's REPLACE per victim: T1's least recent block if |T1| > p
+      (or T2 is empty), else T2's. Its id goes to B1 or B2. (The paper's tie rule needs
+      the requested page, which a victim request does not have: left out.)
+
+    Ghosts are keyed on block id: the protocol gives ids, not prefix keys, and no event
+    reports a miss. The block manager hands an evicted id straight to new, unrelated
+    content, so a *ghost hit* (the id cached again under a new key) never means that the
+    evicted content was wanted again; it only tells which list recent evictions came
+    from. p follows the paper's update on it (B1 returns raise p, B2 returns lower it),
+    which keeps p near |T1| and splits evictions between T1 and T2. The returning content
+    enters T1 or T2 by its own history, never T2 for being a ghost (that would let a
+    scan into T2). The cost: one-off prompts recycle T1 victims, so p rises and T2 is
+    eroded where the paper's ARC would keep it. Keying ghosts on content would need the
+    prefix key in ``on_cached``.
+
+    Ghosts keep the paper's bounds, |T1| + |B1| <= c and |T1| + |T2| + |B1| + |B2| <= 2c
+    with c = ``num_blocks``, dropping the oldest first. Under the block manager they
+    never bind: ghosts and members are distinct block ids, all below c.
+    """
+
+    def __init__(self, num_blocks: int):
+        self.capacity = _check_num_blocks(num_blocks)
+        self.target = 0.0  # p: the size T1 should have
+        self._t1: OrderedDict[int, None] = OrderedDict()  # evictable, content used once
+        self._t2: OrderedDict[int, None] = OrderedDict()  # evictable, content reused
+        self._b1: OrderedDict[int, None] = OrderedDict()  # ids evicted from T1
+        self._b2: OrderedDict[int, None] = OrderedDict()  # ids evicted from T2
+        self._reused = _ReuseHistory(num_blocks)
+
+    def on_cached(self, block: int, now: int) -> None:
+        if block in self._b1:
+            step = max(len(self._b2) / len(self._b1), 1.0)
+            self.target = min(float(self.capacity), self.target + step)
+            del self._b1[block]
+        elif block in self._b2:
+            step = max(len(self._b1) / len(self._b2), 1.0)
+            self.target = max(0.0, self.target - step)
+            del self._b2[block]
+        (self._t2 if block in self._reused else self._t1)[block] = None
+        self._bound_ghosts()
+
+    def on_hit(self, block: int, now: int) -> None:
+        self._reused.add(block)
+        # The block manager takes a block out of the set before reporting its hit; for
+        # other callers a hit on a member is ARC's case I: to the recent end of T2.
+        if block in self._t1:
+            del self._t1[block]
+            self._t2[block] = None
+        elif block in self._t2:
+            self._t2.move_to_end(block)
+
+    def on_removed(self, block: int) -> None:
+        if block in self._t1:
+            del self._t1[block]
+        else:
+            del self._t2[block]
+
+    def pick_victims(self, num_blocks: int) -> list[int]:
+        victims = []
+        while len(victims) < num_blocks and (self._t1 or self._t2):
+            # ARC's REPLACE: T1 gives the victim while it is over its target p.
+            if self._t1 and (len(self._t1) > self.target or not self._t2):
+                block, _ = self._t1.popitem(last=False)
+                self._b1[block] = None
+            else:
+                block, _ = self._t2.popitem(last=False)
+                self._b2[block] = None
+            self._reused.forget(block)
+            victims.append(block)
+        self._bound_ghosts()
+        return victims
+
+    def _bound_ghosts(self) -> None:
+        """The paper's directory bounds: |T1| + |B1| <= c and |T1|+|T2|+|B1|+|B2| <= 2c,
+        dropping the oldest ghosts."""
+        c = self.capacity
+        while self._b1 and len(self._t1) + len(self._b1) > c:
+            self._b1.popitem(last=False)
+        while (self._b1 or self._b2) and len(self) + len(self._b1) + len(self._b2) > 2 * c:
+            (self._b2 or self._b1).popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._t1) + len(self._t2)
+
+    def __contains__(self, block: object) -> bool:
+        return block in self._t1 or block in self._t2
+
+    def blocks(self) -> list[int]:
+        return [*self._t1, *self._t2]

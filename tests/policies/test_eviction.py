@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from policies.eviction import (
     EVICTORS,
+    AdaptiveReplacement,
     FirstInFirstOut,
     LeastFrequentlyUsed,
     LeastRecentlyUsed,
@@ -38,7 +39,7 @@ def reuse(policy, block: int, now: int) -> None:
 
 
 def test_registry_names():
-    assert {"lru", "lfu", "fifo", "reuse-weighted", "slru"} <= set(EVICTORS.names())
+    assert {"lru", "lfu", "fifo", "reuse-weighted", "slru", "arc"} <= set(EVICTORS.names())
 
 
 def test_lru_least_recently_released_first_and_hit_removes_from_the_middle():
@@ -171,11 +172,65 @@ def test_slru_rejects_a_protected_fraction_outside_0_1(fraction):
     assert "slru" not in str(err.value).lower() and "segmented" not in str(err.value).lower()
 
 
-@pytest.mark.parametrize("policy", [SegmentedLRU])
+@pytest.mark.parametrize("policy", [SegmentedLRU, AdaptiveReplacement])
 @pytest.mark.parametrize("num_blocks", [0, -3, 2.5, True])
 def test_new_policies_need_a_positive_block_count(policy, num_blocks):
     with pytest.raises(ValueError, match=r"^num_blocks must be an integer >= 1, got"):
         policy(num_blocks=num_blocks)
+
+
+def test_arc_a_scan_of_new_blocks_does_not_flush_t2():
+    # 8 blocks. 0 and 1 are reused, so they sit in T2; a scan of six blocks seen once
+    # (ids never evicted, so no ghost hits) fills T1 while p stays 0.
+    #   T1 [2 3 4 5 6 7]   T2 [0 1]   p 0
+    # REPLACE takes T1 while |T1| > p: the whole scan goes before T2 is touched, and
+    # the victims' ids become B1 ghosts.
+    arc = AdaptiveReplacement(num_blocks=8)
+    for block in (0, 1):
+        arc.on_cached(block, block)
+        reuse(arc, block, 2 + block)
+    for block in range(2, 8):
+        arc.on_cached(block, 2 + block)
+    assert arc.pick_victims(6) == [2, 3, 4, 5, 6, 7]
+    assert arc.target == 0 and sorted(arc.blocks()) == [0, 1]
+    assert list(arc._b1) == [2, 3, 4, 5, 6, 7] and not arc._b2
+    assert arc.pick_victims(2) == [0, 1]
+
+
+def test_arc_p_adapts_on_ghost_hits():
+    # 4 blocks. 0 reused -> T2 [0]; 1 and 2 seen once -> T1 [1 2]; p 0.
+    arc = AdaptiveReplacement(num_blocks=4)
+    arc.on_cached(0, 0)
+    reuse(arc, 0, 1)
+    arc.on_cached(1, 2)
+    arc.on_cached(2, 3)
+    # |T1| 2 > p 0: T1's least recent goes.        T1 [2]   B1 [1]
+    assert arc.pick_victims(1) == [1]
+    # Id 1 cached again (new content): a B1 ghost hit. p += max(|B2|/|B1|, 1) = 1.
+    # The content was not reused, so it enters T1:  T1 [2 1]  B1 []
+    arc.on_cached(1, 4)
+    assert arc.target == 1 and list(arc._t1) == [2, 1] and not arc._b1
+    # |T1| 2 > p 1: 2 goes (B1 [2]); then |T1| 1 = p: T2 gives 0 (B2 [0]); then T2 is
+    # empty, so T1 gives 1 whatever p says (B1 [2 1]).
+    assert arc.pick_victims(3) == [2, 0, 1]
+    # Id 0 back: a B2 ghost hit. p -= max(|B1|/|B2|, 1) = max(2/1, 1) = 2, floored at 0.
+    arc.on_cached(0, 5)
+    assert arc.target == 0 and list(arc._t1) == [0] and list(arc._b1) == [2, 1]
+    # Id 2 back: a B1 ghost hit, with B2 now empty: p += 1.
+    arc.on_cached(2, 6)
+    assert arc.target == 1 and list(arc._b1) == [1] and not arc._b2
+
+
+def test_arc_keeps_the_paper_s_ghost_bounds():
+    # A block manager's ids are below num_blocks, so ghosts and members (distinct ids)
+    # never outnumber it; another caller's id 5 shows the bound |T1| + |B1| <= 2 at work.
+    # Evicting 0 then 1 from T1 fills B1 [0 1]; caching 5 pushes B1's oldest out.
+    arc = AdaptiveReplacement(num_blocks=2)
+    arc.on_cached(0, 0)
+    arc.on_cached(1, 1)
+    assert arc.pick_victims(2) == [0, 1] and list(arc._b1) == [0, 1]
+    arc.on_cached(5, 2)
+    assert list(arc._t1) == [5] and list(arc._b1) == [1]
 
 
 events = st.lists(
@@ -221,7 +276,7 @@ def block_manager_scripts(draw):
 
 @pytest.mark.parametrize(
     ("name", "params"),
-    [("slru", {}), ("slru", {"protected_fraction": 0.3})],
+    [("slru", {}), ("slru", {"protected_fraction": 0.3}), ("arc", {})],
 )
 @given(drawn=block_manager_scripts())
 def test_new_policies_under_the_event_contract(name, params, drawn):
@@ -253,7 +308,14 @@ def test_new_policies_under_the_event_contract(name, params, drawn):
         assert set(policy.blocks()) == members
         assert all((b in policy) == (b in members) for b in range(num_blocks))
         assert len(policy._reused) <= num_blocks
-        assert len(policy._protected) <= policy.protected_capacity
+        if name == "slru":
+            assert len(policy._protected) <= policy.protected_capacity
+        else:
+            ghosts = len(policy._b1) + len(policy._b2)
+            assert len(policy._t1) + len(policy._b1) <= num_blocks
+            assert len(policy) + ghosts <= 2 * num_blocks
+            assert not (set(policy._b1) | set(policy._b2)) & members
+            assert 0 <= policy.target <= num_blocks
 
 
 def test_unknown_eviction_policy_lists_valid_names():
