@@ -8,6 +8,9 @@ policy is on the allocator's hot path.
 Time is the block manager's logical clock (an operation counter), never wall time, so a
 run is deterministic.
 
+Registered: ``lru`` (the default), ``fifo``, ``lfu``, ``reuse-weighted``, ``random``,
+``slru`` (segmented LRU: reused blocks are protected) and ``arc`` (adaptive replacement).
+
 A constructor declares by parameter name what the run gives it: ``rng`` (the run's
 seeded ``numpy.random.Generator``, or None), ``num_blocks`` (the device pool's block
 count); its other parameters come from the scenario.
