@@ -1,0 +1,116 @@
+"""Belady's MIN over a known request stream: the prefix cache's offline optimum."""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Sequence
+
+import numpy as np
+
+from backend.evictor import EvictorBase
+from backend.prefix_hash import prefix_keys
+from policies.eviction.base import EVICTORS
+from policies.views import RequestInfo
+
+
+@EVICTORS.register("belady")
+class Belady(EvictorBase):
+    """Belady's MIN, the offline optimum: evict the cached block whose prefix the
+    known request stream needs again farthest in the future (never, first).
+
+    A request *uses* a key when its prompt holds that full block and a hit on it could
+    be reused (not the block of the prompt's last token). Its uses are *consumed* when
+    its whole prompt is allocated: ``on_lookup`` sees the prompt's keys, and the last of
+    them names the request (keys chain over every earlier block). The next use of a key
+    is then the earliest request not yet consumed that uses it. Requests are taken in
+    arrival order, which is the admission order under FCFS; a resumed request's
+    allocation (prompt + outputs) and first-chunk admission consume nothing, so their
+    blocks look needed until the stream has moved past them. With several replicas each
+    replica's copy counts every request (routing is not known offline), so it is exact
+    for one replica and a close bound for several.
+
+    Next uses only move later (a consumption advances them), so every change is pushed
+    as a new heap entry and stale ones are skipped: O(log n) per event, O(prompt blocks)
+    per allocation, memory O(stream keys).
+    """
+
+    def __init__(self, requests: Sequence[RequestInfo], block_size: int):
+        self._never = len(requests)  # past every position: not used again
+        self._uses: dict[int, deque[int]] = {}  # key -> positions of requests using it
+        self._by_signature: dict[int, deque[int]] = {}  # prompt's last key -> positions
+        self._chains: list[list[int]] = []
+        for position, request in enumerate(requests):
+            keys = prefix_keys(np.asarray(request.prompt), request.tenant, block_size)
+            usable = keys[: (request.prompt_len - 1) // block_size]
+            self._chains.append(usable)
+            for key in usable:
+                self._uses.setdefault(key, deque()).append(position)
+            if keys:
+                self._by_signature.setdefault(keys[-1], deque()).append(position)
+        self._heap: list[tuple[int, int, int]] = []  # (-next use, cached at, block)
+        self._live: dict[int, tuple[int, int]] = {}  # block -> (cached at, next use)
+        self._key_of: dict[int, int] = {}  # evictable block -> its key
+        self._block_of: dict[int, int] = {}  # key -> evictable block
+        self._arrivals = 0
+
+    def next_use(self, key: int) -> int:
+        """Stream position of the next request that uses ``key`` (len(requests): none)."""
+        uses = self._uses.get(key)
+        return uses[0] if uses else self._never
+
+    def _push(self, block: int, cached_at: int) -> None:
+        use = self.next_use(self._key_of[block])
+        self._live[block] = (cached_at, use)
+        heapq.heappush(self._heap, (-use, cached_at, block))
+
+    def on_cached(self, block: int, now: int, key: int) -> None:
+        self._arrivals += 1
+        self._key_of[block], self._block_of[key] = key, block
+        self._push(block, self._arrivals)
+
+    def on_lookup(self, keys: Sequence[int], now: int) -> None:
+        waiting = self._by_signature.get(keys[-1]) if keys else None
+        if not waiting:
+            return  # not a stream prompt (a resumed request, a first chunk): no use ends
+        position = waiting.popleft()
+        for key in self._chains[position]:
+            uses = self._uses[key]
+            # Uses of a key are consumed in stream order except when equal prompts are
+            # matched out of order; then the position is found further in.
+            if uses[0] != position:
+                uses.remove(position)
+                continue  # its next use is unchanged
+            uses.popleft()
+            block = self._block_of.get(key)
+            if block is not None:
+                self._push(block, self._live[block][0])
+
+    def on_removed(self, block: int) -> None:
+        del self._live[block]
+        del self._block_of[self._key_of.pop(block)]
+        self._compact()
+
+    def _compact(self) -> None:
+        if len(self._heap) > 2 * len(self._live) + 64:
+            self._heap = [e for e in self._heap if self._live.get(e[2]) == (e[1], -e[0])]
+            heapq.heapify(self._heap)
+
+    def pick_victims(self, num_blocks: int) -> list[int]:
+        victims: list[int] = []
+        while len(victims) < num_blocks and self._live:
+            negative_use, cached_at, block = heapq.heappop(self._heap)
+            if self._live.get(block) == (cached_at, -negative_use):
+                del self._live[block]
+                del self._block_of[self._key_of.pop(block)]
+                victims.append(block)
+        return victims
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __contains__(self, block: object) -> bool:
+        return block in self._live
+
+    def blocks(self) -> list[int]:
+        return list(self._live)
