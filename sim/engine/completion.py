@@ -13,6 +13,7 @@ import numpy as np
 from backend.base import OutOfBlocks
 from policies.context import ServedTokens
 from sim.engine.executor import TokenSource
+from sim.engine.gaps import TokenGaps
 from sim.engine.memory import Memory
 from sim.engine.sequences import PrefillSeq, StepPlan
 from sim.engine.state import ReplicaState
@@ -37,16 +38,19 @@ class Completion:
         self.finish = finish
         # Tokens computed per tenant, kept only for policies that ask (fair share).
         self.served = served_tokens
+        self.gaps = TokenGaps()
 
     def apply(self, plan: StepPlan, now: float) -> None:
+        """Apply the step that just ended at ``now`` (the replica's next step index)."""
+        step = self.gaps.step_ended(now)
         if self.served is not None:
             self.count_service(plan, self.served)
-        self.apply_decodes(plan, now)
+        self.apply_decodes(plan, now, step)
         new_rows: list[tuple[int, ...]] = []
         for seq, take in plan.chunks:
             seq.computed += take
             if seq.computed == seq.tokens.shape[0]:
-                self.complete_prefill(seq, now, new_rows)
+                self.complete_prefill(seq, now, step, new_rows)
         self.state.decodes.extend(new_rows)
 
     def count_service(self, plan: StepPlan, served: ServedTokens) -> None:
@@ -54,12 +58,14 @@ class Completion:
         for seq, take in plan.chunks:
             served.add(seq.request.tenant, take)
 
-    def apply_decodes(self, plan: StepPlan, now: float) -> None:
+    def apply_decodes(self, plan: StepPlan, now: float, step: int) -> None:
         rows = plan.decode_rows
         if not rows:
             return
         d = self.state.decodes
         d.generated[:rows] += 1
+        self.gaps.tokens(d.token_step[:rows], step)
+        d.token_step[:rows] = step
         done = np.zeros(len(d), dtype=bool)
         done[:rows] = d.generated[:rows] >= d.target[:rows]
         if not done.any():
@@ -69,9 +75,11 @@ class Completion:
             self.alloc.free(seq_id)
             self.sample_done(req_id, now)
 
-    def complete_prefill(self, seq: PrefillSeq, now: float, new_rows: list) -> None:
+    def complete_prefill(self, seq: PrefillSeq, now: float, step: int, new_rows: list) -> None:
         """The prompt's last chunk ran: its logits gave one more token."""
         self.state.prefilling.remove(seq)
+        if seq.token_step >= 0:  # a re-prefill after recompute: a gap since its last token
+            self.gaps.token_after(seq.token_step, step)
         request = seq.request
         progress = self.state.in_flight[request.req_id]
         if math.isnan(progress.first_token_s):
@@ -86,7 +94,7 @@ class Completion:
             return
         context = seq.tokens.shape[0]
         for sample in samples:
-            seq_id = seq.seq_id if sample == seq.sample else self.fork(seq, sample)
+            seq_id = seq.seq_id if sample == seq.sample else self.fork(seq, sample, step)
             if seq_id is None:
                 continue  # could not fork: that sample was re-queued for recompute
             stream = self.outputs.stream_state(request.req_id, sample)
@@ -100,10 +108,11 @@ class Completion:
                     request.output_len,
                     context,
                     request.tenant,
+                    step,
                 )
             )
 
-    def fork(self, parent: PrefillSeq, sample: int) -> int | None:
+    def fork(self, parent: PrefillSeq, sample: int, step: int) -> int | None:
         state = self.state
         child = state.next_seq_id
         state.next_seq_id += 1
@@ -112,7 +121,8 @@ class Completion:
             # the region; its moves are charged to nothing, a simplification.
             self.alloc.fork(parent.seq_id, child)
         except OutOfBlocks:
-            entry = self.memory.recompute_entry(parent.request, sample, parent.generated + 1)
+            generated = parent.generated + 1
+            entry = self.memory.recompute_entry(parent.request, sample, generated, step)
             state.waiting.appendleft(entry)
             return None
         return child

@@ -58,12 +58,12 @@ class Memory:
         if len(running) == 1:
             (request,) = running
             if len(state.seq_ids_of(request)) > 1:
-                state.in_flight[request.req_id].num_preemptions += 1
+                state.in_flight[request.req_id].preempted(self.view.now)
                 self.release(request, *self.detach_newest(request))
                 return
         view = self.view.frozen()
         victim = self.victims.pick(tuple(running), view)
-        state.in_flight[victim.req_id].num_preemptions += 1
+        state.in_flight[victim.req_id].preempted(self.view.now)
         swap = moves is not None and self.mode.swap(victim, view)
         if not (swap and self.try_swap_out(victim, moves)):
             self.release(victim, *self.detach(victim))
@@ -112,16 +112,25 @@ class Memory:
             fresh = PrefillSeq(
                 request, seq.sample, seq.tokens, seq.generated, True, seq.fork_children
             )
+            fresh.token_step = seq.token_step
             entries.append(WaitingEntry(request, fresh))
-        for sample, generated in zip(decodes["sample"].tolist(), decodes["generated"].tolist()):
-            entries.append(self.recompute_entry(request, sample, generated))
+        rows = zip(
+            decodes["sample"].tolist(),
+            decodes["generated"].tolist(),
+            decodes["token_step"].tolist(),
+        )
+        for sample, generated, token_step in rows:
+            entries.append(self.recompute_entry(request, sample, generated, token_step))
         self.state.waiting.extendleft(reversed(entries))
 
-    def recompute_entry(self, request: Request, sample: int, generated: int) -> WaitingEntry:
+    def recompute_entry(
+        self, request: Request, sample: int, generated: int, token_step: int
+    ) -> WaitingEntry:
         """A sample that lost its KV, queued to re-prefill prompt + its ``generated``
-        output tokens."""
+        output tokens (the newest of them came out in step ``token_step``)."""
         tokens = self.sequence_tokens(request, sample, generated)
-        return WaitingEntry(request, PrefillSeq(request, sample, tokens, generated, resumed=True))
+        seq = PrefillSeq(request, sample, tokens, generated, resumed=True, token_step=token_step)
+        return WaitingEntry(request, seq)
 
     def sequence_tokens(self, request: Request, sample: int, generated: int) -> np.ndarray:
         state = np.asarray([self.outputs.stream_state(request.req_id, sample)], dtype=np.int64)

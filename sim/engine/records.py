@@ -80,6 +80,7 @@ class RequestOutcome:
     num_preemptions: int
     output_tokens: int  # output_len * n when finished; what running samples made if not
     rejected_reason: str
+    preemption_times: tuple[float, ...] = ()  # when each preemption hit it
 
     @classmethod
     def unserved(cls, request: Request, replica: int, reason: str) -> RequestOutcome:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
 import simpy
 
 from backend.base import Allocator
@@ -91,6 +92,10 @@ class Replica:
     def has_work(self) -> bool:
         """Anything queued, running or swapped out."""
         return self._state.has_work()
+
+    def token_gaps(self) -> tuple[np.ndarray, np.ndarray]:
+        """Inter-token latencies so far: (gap seconds, tokens with that gap)."""
+        return self._completion.gaps.entries()
 
     # -- arrivals -------------------------------------------------------------------
     def submit(self, request: Request) -> None:

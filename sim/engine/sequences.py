@@ -30,6 +30,7 @@ class PrefillSeq:
     seq_id: int = -1
     computed: int = 0  # tokens whose KV is in the pool
     held: int = 0  # tokens whose slots the allocator holds (>= computed)
+    token_step: int = -1  # the replica's step that gave its newest token (-1: none yet)
 
 
 @dataclass(eq=False)
@@ -59,8 +60,18 @@ class DecodeSet:
     updates are in-place numpy operations and removing finished sequences is a single
     fancy-indexing call, whatever the number of fields."""
 
-    FIELDS = ("seq_id", "req_id", "sample", "stream", "generated", "target", "context", "tenant")
-    seq_id, req_id, sample, stream, generated, target, context, tenant = (
+    FIELDS = (
+        "seq_id",
+        "req_id",
+        "sample",
+        "stream",
+        "generated",
+        "target",
+        "context",
+        "tenant",
+        "token_step",  # the replica's step that gave the newest token (for ITL)
+    )
+    seq_id, req_id, sample, stream, generated, target, context, tenant, token_step = (
         _field(i) for i in range(len(FIELDS))
     )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from backend.base import Allocator
 from sim.engine.records import RequestOutcome
@@ -28,7 +28,10 @@ class RequestProgress:
     first_scheduled_s: float = math.nan
     first_token_s: float = math.nan
     cached_prompt_tokens: int = 0
-    num_preemptions: int = 0
+    preemption_times: list[float] = field(default_factory=list)
+
+    def preempted(self, now: float) -> None:
+        self.preemption_times.append(now)
 
     def outcome(self, finish_s: float, output_tokens: int, reason: str) -> RequestOutcome:
         return RequestOutcome(
@@ -38,9 +41,10 @@ class RequestProgress:
             self.first_token_s,
             finish_s,
             self.cached_prompt_tokens,
-            self.num_preemptions,
+            len(self.preemption_times),
             output_tokens,
             reason,
+            tuple(self.preemption_times),
         )
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from sim.engine.records import RequestOutcome
+from sim.output.benchmark import DEFAULT_PERCENTILES, benchmark_block
 from sim.output.requests import request_table
 from sim.output.steady import steady_state
 from sim.output.steplog import _STEP_INDEX, KV_SPLIT_COLUMNS, KV_SPLIT_KEYS, StepLog
@@ -44,9 +45,13 @@ def summarize(
     block_size: int = 1,
     peak_used_blocks: Sequence[int] | None = None,
     cost_model: Mapping[str, Any] | None = None,
+    token_gaps: tuple[np.ndarray, np.ndarray] | None = None,
+    metric_percentiles: Sequence[float] = DEFAULT_PERCENTILES,
 ) -> dict[str, Any]:
     """The content of summary.json (JSON-ready: Python numbers, None where undefined).
 
+    `token_gaps` are the replicas' inter-token latencies (sim.engine.gaps) and
+    `metric_percentiles` the percentiles of summary["benchmark"] (sim.output.benchmark).
     `total_slots` is the KV pool of ONE replica in token slots (`block_size` per block);
     each step's slot split is divided by it and the result averaged over time, weighting
     steps by their duration. `peak_used_blocks`, one per replica, are the allocators' own
@@ -98,6 +103,15 @@ def summarize(
         warmup_requests=warmup_requests,
         met_slo=_meets_slo(table, slo_ttft_s, slo_tpot_s),
         distribution=_distribution,
+    )
+    no_gaps = (np.zeros(0), np.zeros(0, dtype=np.int64))
+    summary["benchmark"] = benchmark_block(
+        table,
+        token_gaps or no_gaps,
+        slo_ttft_s=slo_ttft_s,
+        slo_tpot_s=slo_tpot_s,
+        met_slo=_meets_slo(table, slo_ttft_s, slo_tpot_s),
+        percentiles=metric_percentiles,
     )
     if num_replicas > 1:
         peaks = peak_used_blocks or [None] * num_replicas

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from sim.costs.profile import ProfileCostModel
 from sim.engine.cluster import Cluster
 from sim.engine.records import UNFINISHED_REASON, RequestOutcome
 from sim.engine.replica import Replica
+from sim.output.benchmark import DEFAULT_PERCENTILES
 from sim.output.files import write_outputs
 from sim.output.report import write_report
 from sim.output.steplog import StepLog
@@ -48,7 +50,13 @@ class RunResult:
     num_steps: int
 
 
-def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunResult:
+def simulate(
+    scenario,
+    *,
+    progress: bool = False,
+    executor_factory=None,
+    metric_percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+) -> RunResult:
     """Run ``scenario`` to completion (or its safety horizon). Deterministic: the same
     scenario gives the same result, whatever the machine (with a model executor).
     ``executor_factory(scenario, allocator)`` replaces :func:`build_executor` for every
@@ -117,9 +125,16 @@ def simulate(scenario, *, progress: bool = False, executor_factory=None) -> RunR
         # the slot count are the comparable figures.
         peak_used_blocks=[r.alloc.peak_used_blocks for r in replicas],
         cost_model=cost_model_report(scenario, executors),
+        token_gaps=_all_token_gaps(replicas),
+        metric_percentiles=metric_percentiles,
     )
     num_steps = sum(r.num_steps for r in replicas)
     return RunResult(outcomes, steps, summary, time.perf_counter() - wall_start, num_steps)
+
+
+def _all_token_gaps(replicas) -> tuple[np.ndarray, np.ndarray]:
+    gaps, counts = zip(*(replica.token_gaps() for replica in replicas), strict=True)
+    return np.concatenate(gaps), np.concatenate(counts)
 
 
 def cost_model_report(scenario, executors) -> dict[str, Any]:

@@ -1,0 +1,46 @@
+"""Inter-token latency (ITL) of one replica, kept exactly and compactly.
+
+Every output token after a sample's first has an ITL: the time since that sample's
+previous token. Each decoding sequence remembers the replica step that gave its newest
+token; a step that decodes it again adds one gap. Sequences decoded in consecutive steps
+(nearly all of them) share one gap, the time between the two steps' ends, so a step
+adds one ``(gap, count)`` entry for them and one per exception (a sample back from swap
+or a skipped step, a re-prefill after recompute). Memory: O(steps), not O(tokens).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class TokenGaps:
+    """Step end times and the (gap seconds, tokens) entries of one replica."""
+
+    def __init__(self) -> None:
+        self._ends: list[float] = []  # end time of each step, by step index
+        self._gaps: list[float] = []
+        self._counts: list[int] = []
+
+    def step_ended(self, now: float) -> int:
+        """Record a step ending at ``now``; returns its index."""
+        self._ends.append(now)
+        return len(self._ends) - 1
+
+    def tokens(self, previous_steps: np.ndarray, step: int) -> None:
+        """One token for each sequence whose newest token came from ``previous_steps``."""
+        ends = self._ends
+        consecutive = int(np.count_nonzero(previous_steps == step - 1))
+        if consecutive:
+            self._gaps.append(ends[step] - ends[step - 1])
+            self._counts.append(consecutive)
+        if consecutive < previous_steps.shape[0]:
+            for previous in previous_steps[previous_steps != step - 1].tolist():
+                self.token_after(previous, step)
+
+    def token_after(self, previous_step: int, step: int) -> None:
+        self._gaps.append(self._ends[step] - self._ends[previous_step])
+        self._counts.append(1)
+
+    def entries(self) -> tuple[np.ndarray, np.ndarray]:
+        """(gap seconds, tokens with that gap), in the order they were recorded."""
+        return np.asarray(self._gaps, dtype=np.float64), np.asarray(self._counts, dtype=np.int64)
