@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/pagesim run scenarios/default.yaml --out runs/default
+	$(BIN)/pagesim run scenarios/default.yaml --out runs/default --force
 
 test: $(STAMP)
 	$(BIN)/ruff check .

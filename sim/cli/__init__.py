@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from sim.cli.common import OneLineParser, add_scenario_options, dispatch
-from sim.cli.run import cmd_compare, cmd_run
+from sim.cli.run import cmd_compare, cmd_run, metric_percentiles
 from sim.cli.validation import add_commands
 
 __all__ = ["build_parser", "main"]
@@ -22,8 +22,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a scenario and write CSVs, summary and report")
     run.add_argument("scenario", help="scenario YAML file")
-    run.add_argument("--out", help="output directory (default: runs/<scenario name>)")
+    run.add_argument(
+        "--out", help="output directory (default: runs/<scenario name>-seed<seed>-<hash>)"
+    )
+    run.add_argument("--force", action="store_true", help="replace the run already in --out")
     add_scenario_options(run)
+    run.add_argument(
+        "--metric-percentiles",
+        type=metric_percentiles,
+        default=(50.0, 90.0, 99.0),
+        metavar="P,P,...",
+        help="percentiles of summary.json's benchmark block (default 50,90,99)",
+    )
     run.add_argument("--no-report", action="store_true", help="skip the HTML report")
     run.add_argument("--quiet", action="store_true", help="no progress bar or table")
     run.set_defaults(handler=cmd_run)
@@ -37,7 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return dispatch(build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)
+    args.argv = ["pagesim", *(sys.argv[1:] if argv is None else argv)]  # for metadata.json
+    return dispatch(args)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,13 @@
 """What every ``pagesim`` command shares: one-line usage errors (exit code 2, never a
-traceback for a user mistake), the scenario options, output folders.
+traceback for a user mistake), the scenario options, signals and closed pipes.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
-from pathlib import Path
 
 USER_ERROR = 2
 
@@ -34,26 +34,34 @@ def add_scenario_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="override simulation.seed")
 
 
-def prepare_output_dir(out: Path) -> bool:
-    """Create ``out`` if needed and check it is writable; returns whether it was created.
-    Raises UsageError (one line) otherwise."""
-    created = not out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UsageError(f"{out}: cannot create the output directory: {err.strerror}") from None
-    if not os.access(out, os.W_OK):
-        raise UsageError(f"{out}: the output directory is not writable")
-    return created
+class Terminated(BaseException):
+    """SIGTERM, raised where the process is so that clean-up runs (like Ctrl-C)."""
+
+
+def _terminate(signum, frame):
+    raise Terminated
 
 
 def dispatch(args) -> int:
-    """Run the parsed command; a user mistake becomes one line and exit code 2."""
+    """Run the parsed command; a user mistake becomes one line and exit code 2; Ctrl-C
+    and SIGTERM one line and 130 / 143 (results are written all at once, so nothing
+    half-written is left); a closed pipe (``| head``) ends quietly."""
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return args.handler(args)
     except UsageError as err:
         print(f"pagesim: error: {err}", file=sys.stderr)
         return USER_ERROR
     except KeyboardInterrupt:
-        print("pagesim: interrupted", file=sys.stderr)
+        print("pagesim: interrupted; no partial results were written", file=sys.stderr)
         return 130
+    except Terminated:
+        print("pagesim: terminated; no partial results were written", file=sys.stderr)
+        return 143
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, and keep Python's own flush
+        # at exit from hitting the closed pipe again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -2,40 +2,56 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
-from sim.cli.common import UsageError, prepare_output_dir
+from sim.cli.common import UsageError
 
 
 def cmd_run(args) -> int:
     from sim.config.errors import ScenarioError
     from sim.config.loader import load_scenario
+    from sim.run.folders import FolderExists, check_target, default_run_dir
     from sim.run.runner import simulate, write_run
 
     try:
         scenario = load_scenario(args.scenario, args.overrides, seed=args.seed)
     except ScenarioError as err:
         raise UsageError(str(err)) from None
-    out = Path(args.out) if args.out else Path("runs") / scenario.name
-    created = prepare_output_dir(out)  # before the run: never lose a finished run to it
-    try:
-        result = simulate(scenario, progress=not args.quiet)
-    except ScenarioError as err:  # problems only visible once the run is built
-        if created:
-            out.rmdir()
+    out = Path(args.out) if args.out else default_run_dir(scenario)
+    try:  # before the run: never lose a finished run, nor a simulation, to the folder
+        check_target(out, force=args.force)
+    except (FolderExists, ValueError) as err:
         raise UsageError(str(err)) from None
-    write_run(result, scenario, out, html=not args.no_report)
+    try:
+        result = simulate(
+            scenario, progress=not args.quiet, metric_percentiles=args.metric_percentiles
+        )
+    except ScenarioError as err:  # problems only visible once the run is built
+        raise UsageError(str(err)) from None
+    write_run(result, scenario, out, html=not args.no_report, force=args.force, argv=args.argv)
     if not args.quiet:
         from sim.output.tables import format_summary_table
 
         print(format_summary_table(result.summary))
         print(
             f"\n{result.num_steps:,} steps in {result.wall_s:.2f} s wall "
-            f"({len(result.outcomes) / max(result.wall_s, 1e-9):,.0f} requests/s); "
-            f"wrote {out}/" + ("report.html" if not args.no_report else "summary.json")
+            f"({len(result.outcomes) / max(result.wall_s, 1e-9):,.0f} requests/s)"
         )
+    print(f"wrote {out}/" + ("report.html" if not args.no_report else "summary.json"))
     return 0
+
+
+def metric_percentiles(text: str) -> tuple[float, ...]:
+    """``--metric-percentiles 50,90,99`` (each in [0, 100])."""
+    try:
+        values = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers like 50,90,99, got {text!r}") from None
+    if not values or any(not 0 <= v <= 100 for v in values):
+        raise argparse.ArgumentTypeError(f"percentiles must be in [0, 100], got {text!r}")
+    return values
 
 
 def cmd_compare(args) -> int:

@@ -75,7 +75,7 @@ def write_validation(validation: Validation, out_dir: str | Path, *, html: bool 
     )
     _write_steps(validation, out / "steps.csv")
     for name, result in validation.runs.items():
-        write_run(result, validation.scenario, out / name, html=False)
+        write_run(result, validation.scenario, out / name, html=False, force=True)
     if html:
         write_html(validation, out / "validation.html")
     return out

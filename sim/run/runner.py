@@ -34,6 +34,7 @@ from sim.run.build import (
     policy_context,
     replica_policies,
 )
+from sim.run.folders import atomic_folder, run_metadata
 from sim.run.progress import Progress
 from sim.workload.generate import generate_requests
 from sim.workload.tokens import SyntheticOutputs
@@ -153,13 +154,26 @@ def cost_model_report(scenario, executors) -> dict[str, Any]:
     return report
 
 
-def write_run(result: RunResult, scenario, out_dir: str | Path, *, html: bool = True) -> Path:
-    """Write the run's files into ``out_dir``; returns the directory."""
+def write_run(
+    result: RunResult,
+    scenario,
+    out_dir: str | Path,
+    *,
+    html: bool = True,
+    force: bool = False,
+    argv: Sequence[str] | None = None,
+) -> Path:
+    """Write the run's files into ``out_dir``, all at once (sim.run.folders): an
+    interrupted write leaves the previous run or nothing. Raises FolderExists when
+    ``out_dir`` holds a run and ``force`` is off. Returns the directory."""
     out = Path(out_dir)
-    write_outputs(out, result.outcomes, result.steps, result.summary)
-    (out / "scenario.json").write_text(
-        json.dumps(scenario.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
-    )
-    if html:
-        write_report(out, result.outcomes, result.steps, result.summary, title=scenario.name)
+    with atomic_folder(out, force=force) as partial:
+        write_outputs(partial, result.outcomes, result.steps, result.summary)
+        (partial / "scenario.json").write_text(
+            json.dumps(scenario.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+        )
+        metadata = run_metadata(scenario, argv)
+        (partial / "metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
+        if html:
+            write_report(partial, result.outcomes, result.steps, result.summary, scenario.name)
     return out

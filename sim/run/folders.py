@@ -1,0 +1,113 @@
+"""Run folders that never lie: a run's files appear all at once or not at all, an
+existing run is replaced only when asked, and every run says what made it.
+
+Files are written into a hidden temporary folder beside the target; only when all of
+them are complete is it renamed into place (the previous run, if replacing, is renamed
+aside first and removed after). An interruption leaves the previous complete run, or
+nothing, never a mix of two runs. The temporary folders of an interrupted run are
+removed on the way out (and named ``.<target>.partial-<pid>`` should a kill leave one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+#: Packages whose versions a run's metadata records.
+RECORDED_PACKAGES = ("pagesim", "simpy", "numpy", "pydantic", "torch", "triton")
+
+
+class FolderExists(Exception):
+    """The target folder holds files and replacing it was not asked for."""
+
+
+def scenario_hash(scenario) -> str:
+    """A short hash of the resolved scenario (what a run computed from, seed included)."""
+    dump = json.dumps(scenario.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(dump.encode()).hexdigest()[:10]
+
+
+def default_run_dir(scenario, root: Path = Path("runs")) -> Path:
+    """``runs/<name>-seed<seed>-<hash>``: distinct scenarios never share a folder."""
+    name = f"{scenario.name}-seed{scenario.simulation.seed}-{scenario_hash(scenario)[:8]}"
+    return root / name
+
+
+def check_target(target: Path, *, force: bool) -> None:
+    """Raise FolderExists if ``target`` holds files and ``force`` is off; OSError-based
+    problems (not a folder, not writable) as ValueError with one line."""
+    if target.exists() and not target.is_dir():
+        raise ValueError(f"{target}: exists and is not a folder")
+    if target.is_dir() and any(target.iterdir()) and not force:
+        raise FolderExists(
+            f"{target} already holds a run; pass --force to replace it or --out another folder"
+        )
+    existing = target.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{target}: cannot create the output directory: {existing} is a file")
+    if not os.access(existing, os.W_OK):
+        raise ValueError(
+            f"{target}: cannot create the output directory: {existing} is not writable"
+        )
+
+
+@contextlib.contextmanager
+def atomic_folder(target: Path, *, force: bool) -> Iterator[Path]:
+    """Yield a fresh temporary folder beside ``target``; when the body succeeds it
+    becomes ``target`` (replacing a previous run only with ``force``). On any exception,
+    KeyboardInterrupt included, the temporary folder is removed and ``target`` is left
+    as it was. Raises FolderExists as :func:`check_target`."""
+    check_target(target, force=force)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.parent / f".{target.name}.partial-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    try:
+        yield partial
+        _swap_into_place(partial, target)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+
+
+def _swap_into_place(partial: Path, target: Path) -> None:
+    old = target.parent / f".{target.name}.replaced-{os.getpid()}"
+    if target.exists():
+        target.rename(old)  # an interruption from here on leaves no target, never a mix
+    partial.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def run_metadata(scenario, argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """metadata.json: who made this run and from what (kept out of summary.json, which
+    stays byte-identical for the same scenario and seed)."""
+    return {
+        "pagesim_version": _version("pagesim"),
+        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": list(sys.argv if argv is None else argv),
+        "scenario_name": scenario.name,
+        "scenario_hash": scenario_hash(scenario),
+        "seed": scenario.simulation.seed,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": {name: _version(name) for name in RECORDED_PACKAGES},
+    }
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
