@@ -93,6 +93,8 @@ def test_a_signal_mid_run_ends_in_one_line_and_keeps_the_previous_run(tmp_path, 
         str(out),
         "--force",
         "--quiet",
+        "--set",
+        "simulation.num_requests=60000",  # about 10 s here
     ]
     proc = subprocess.Popen(long_run, cwd=ROOT, stderr=subprocess.PIPE, text=True)
     time.sleep(4.0)  # past loading, well inside the simulation
