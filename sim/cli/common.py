@@ -5,6 +5,7 @@ traceback for a user mistake), the scenario options, signals and closed pipes.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import sys
@@ -14,6 +15,22 @@ USER_ERROR = 2
 
 class UsageError(Exception):
     """A mistake of the user's, reported as one line with exit code 2."""
+
+
+#: What ``pip install -e '.[extra]'`` brings, for the one-line hint when it is missing.
+EXTRAS = {"torch": "real", "triton": "real", "ray": "cluster"}
+
+
+def require(module: str, command: str) -> None:
+    """Raise UsageError naming the extra to install if ``module`` cannot be imported."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        extra = EXTRAS.get(module, module)
+        raise UsageError(
+            f"pagesim {command} needs {module}, which is not installed: "
+            f"pip install -e '.[{extra}]' (or make test, which installs every extra)"
+        ) from None
 
 
 class OneLineParser(argparse.ArgumentParser):

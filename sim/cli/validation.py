@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.cli.common import UsageError, add_scenario_options
+from sim.cli.common import UsageError, add_scenario_options, require
 from sim.costs.calibrated import CalibrationError, load, save, shape_mismatch
 from sim.hil.fit import fit
 from sim.hil.profiling import read_profile, write_profile
@@ -145,6 +145,7 @@ def _profile_rows(model, *, block_size, device, dtype, max_num_seqs, max_batched
 def cmd_profile(args) -> int:
     from sim.config.presets import resolve_model
 
+    require("torch", "profile")
     _check_positive(repeats=args.repeats, threads=args.threads, max_context=args.max_context,
                     block_size=args.block_size)  # fmt: skip
     if args.scenario:
@@ -209,6 +210,7 @@ def cmd_calibrate(args) -> int:
 def cmd_validate(args) -> int:
     from sim.config.errors import ScenarioError
 
+    require("torch", "validate")
     _check_positive(repeats=args.repeats, threads=args.threads, max_context=args.max_context,
                     step_repeats=args.step_repeats)  # fmt: skip
     scenario = _load(args.scenario, args.overrides, args.seed)

@@ -120,3 +120,12 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     )
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert done.stdout.startswith("metric")
+
+
+@pytest.mark.parametrize("command", [["validate", str(TINY)], ["profile", "--model", "tiny"]])
+def test_commands_that_need_torch_name_the_extra(command, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # as on a simulator-only install
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert "needs torch, which is not installed: pip install -e '.[real]'" in err
+    assert len(err.splitlines()) == 1
