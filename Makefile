@@ -4,35 +4,44 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 TORCH_WHEEL := $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl)
-STAMP := $(VENV)/.installed
+SIM_STAMP := $(VENV)/.installed-sim
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: run test nightly lint bench venv clean
 
-$(STAMP): pyproject.toml
+# make run: the simulator alone (simpy, numpy, pydantic, pyyaml, plotly; ~200 MB).
+$(SIM_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	touch $(SIM_STAMP)
+
+# make test: everything the tests need, the real backend (torch, triton) included.
+$(TEST_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# Prefer the local CPU wheel of torch where this machine has one (no multi-GB CUDA build).
 	$(if $(TORCH_WHEEL),$(BIN)/pip install -q $(TORCH_WHEEL))
 	$(BIN)/pip install -q -e '.[real,test]'
-	touch $(STAMP)
+	touch $(TEST_STAMP) $(SIM_STAMP)
 
-venv: $(STAMP)
+venv: $(TEST_STAMP)
 
-run: $(STAMP)
+run: $(SIM_STAMP)
 	$(BIN)/pagesim run scenarios/default.yaml --out runs/default --force
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
 
 # The long property-test run: Hypothesis's nightly profile (10x+ the ci examples).
-nightly: $(STAMP)
+nightly: $(TEST_STAMP)
 	HYPOTHESIS_PROFILE=nightly TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(BIN)/python bench/allocator.py
 	$(BIN)/python bench/sim_speed.py
 
