@@ -30,7 +30,15 @@ def cmd_run(args) -> int:
         )
     except ScenarioError as err:  # problems only visible once the run is built
         raise UsageError(str(err)) from None
-    write_run(result, scenario, out, html=not args.no_report, force=args.force, argv=args.argv)
+    write_run(
+        result,
+        scenario,
+        out,
+        html=not args.no_report,
+        force=args.force,
+        argv=args.argv,
+        progress=not args.quiet,
+    )
     if not args.quiet:
         from sim.output.tables import format_summary_table
 

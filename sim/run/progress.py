@@ -1,41 +1,64 @@
-"""A dependency-free progress bar for long runs (written to stderr, never to outputs)."""
+"""Progress of long phases (simulating, profiling, writing), on stderr, never in outputs.
+
+A tqdm bar with rate and ETA on a terminal; elsewhere (CI, a log file) one plain line
+every ``LOG_INTERVAL_S`` seconds and at the end, so a long run is never silent and a
+log holds no carriage-return noise.
+"""
 
 from __future__ import annotations
 
 import sys
-import time
+from typing import TextIO
+
+from tqdm import tqdm
+
+#: Seconds between progress lines when stderr is not a terminal.
+LOG_INTERVAL_S = 5.0
+
+
+class _Lines:
+    """A stream for tqdm that turns its in-place redraws into whole lines."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        text = text.replace("\r", "").strip()
+        if text:
+            self.stream.write(text + "\n")
+
+    def flush(self) -> None:
+        self.stream.flush()
 
 
 class Progress:
-    """Redraws at most every ``INTERVAL_S`` wall seconds; silent when disabled or when
-    stderr is not a terminal (a log file gets no carriage-return noise)."""
+    """``update(done)`` with the count done so far; ``close()`` when finished. Disabled,
+    it does nothing."""
 
-    INTERVAL_S = 0.5
-
-    def __init__(self, total: int, label: str, *, enabled: bool = True):
-        self.total = max(total, 1)
-        self.label = label
-        self.stream = sys.stderr
-        self.enabled = enabled and self.stream.isatty()
-        self._last = 0.0
-        self._start = time.perf_counter()
+    def __init__(self, total: int, label: str, *, enabled: bool = True, unit: str = "req"):
+        self._bar = None
+        if not enabled:
+            return
+        stream = sys.stderr
+        terminal = stream.isatty()
+        self._bar = tqdm(
+            total=max(total, 1),
+            desc=label,
+            unit=unit,
+            unit_scale=total >= 10_000,  # 12.0k req; small counts stay whole
+            file=stream if terminal else _Lines(stream),
+            mininterval=0.5 if terminal else LOG_INTERVAL_S,
+            maxinterval=LOG_INTERVAL_S,
+            dynamic_ncols=terminal,
+            ascii=not terminal,
+            leave=True,
+        )
 
     def update(self, done: int) -> None:
-        if not self.enabled:
-            return
-        now = time.perf_counter()
-        if now - self._last < self.INTERVAL_S and done < self.total:
-            return
-        self._last = now
-        frac = min(done / self.total, 1.0)
-        bar = "#" * int(frac * 30)
-        rate = done / max(now - self._start, 1e-9)
-        self.stream.write(
-            f"\r{self.label} [{bar:<30}] {done}/{self.total} ({frac:5.1%}, {rate:,.0f}/s)"
-        )
-        self.stream.flush()
+        if self._bar is not None and done > self._bar.n:
+            self._bar.update(done - self._bar.n)
 
     def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

@@ -162,18 +162,24 @@ def write_run(
     html: bool = True,
     force: bool = False,
     argv: Sequence[str] | None = None,
+    progress: bool = False,
 ) -> Path:
     """Write the run's files into ``out_dir``, all at once (sim.run.folders): an
     interrupted write leaves the previous run or nothing. Raises FolderExists when
     ``out_dir`` holds a run and ``force`` is off. Returns the directory."""
     out = Path(out_dir)
+    bar = Progress(3 if html else 2, "writing", enabled=progress, unit="part")
     with atomic_folder(out, force=force) as partial:
         write_outputs(partial, result.outcomes, result.steps, result.summary)
+        bar.update(1)
         (partial / "scenario.json").write_text(
             json.dumps(scenario.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
         )
         metadata = run_metadata(scenario, argv)
         (partial / "metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
+        bar.update(2)
         if html:
             write_report(partial, result.outcomes, result.steps, result.summary, scenario.name)
+            bar.update(3)
+    bar.close()
     return out
