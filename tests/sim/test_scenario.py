@@ -338,3 +338,16 @@ def test_bad_policy_params_are_one_line_naming_section_and_policy(section, messa
     with pytest.raises(ScenarioError) as err:
         validate_scenario(section)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("typed", "hint"),
+    [
+        ("h100", "did you mean 'h100-sxm'?"),
+        ("a100", "did you mean one of 'a100-40gb', 'a100-80gb'?"),
+        ("a1OO-80gb", "did you mean 'a100-80gb'?"),
+    ],
+)
+def test_did_you_mean_prefers_names_that_start_with_what_was_typed(typed, hint):
+    with pytest.raises(ScenarioError, match=hint):
+        validate_scenario({"hardware": typed})
