@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sim.cli import info
 from sim.cli.common import OneLineParser, add_scenario_options, dispatch
 from sim.cli.run import cmd_compare, cmd_run, metric_percentiles
 from sim.cli.validation import add_commands
@@ -18,7 +19,8 @@ __all__ = ["build_parser", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="pagesim", description="Simulate LLM serving on a paged KV cache.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    parser.add_argument("--version", action="version", version=f"pagesim {_version()}")
+    sub = parser.add_subparsers(dest="command", parser_class=OneLineParser)
 
     run = sub.add_parser("run", help="run a scenario and write CSVs, summary and report")
     run.add_argument("scenario", help="scenario YAML file")
@@ -43,11 +45,22 @@ def build_parser() -> argparse.ArgumentParser:
     compare.set_defaults(handler=cmd_compare)
 
     add_commands(sub)
+    info.add_commands(sub)
     return parser
 
 
+def _version() -> str:
+    from sim.run.folders import _version as installed
+
+    return installed("pagesim") or "unknown (not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # bare `pagesim`: what it can do, not an error line
+        parser.print_help()
+        return 2
     args.argv = ["pagesim", *(sys.argv[1:] if argv is None else argv)]  # for metadata.json
     return dispatch(args)
 

@@ -1,0 +1,221 @@
+"""The commands that explain pagesim: ``list``, ``schema`` and ``init``.
+
+``pagesim list models|hardware|policies|scenarios`` prints what a scenario can name (each
+preset's key figures, each policy's one-line description and parameters, the shipped
+scenarios); ``pagesim schema`` the scenario JSON schema for editors; ``pagesim init NAME``
+a commented starter scenario.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+from sim.cli.common import UsageError
+
+#: Where the shipped scenarios are (a checkout's scenarios/ folder).
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+#: Policy families in the order a scenario's sections name them.
+FAMILIES = (
+    ("scheduling", "scheduler.policy"),
+    ("batching", "scheduler.batching"),
+    ("admission", "scheduler.admission"),
+    ("preemption", "preemption.victim"),
+    ("preemption mode", "preemption.mode"),
+    ("eviction", "eviction.policy"),
+    ("routing", "routing.router"),
+)
+
+
+def add_commands(subparsers) -> None:
+    listing = subparsers.add_parser("list", help="what a scenario can name: presets, policies")
+    listing.add_argument("what", choices=("models", "hardware", "policies", "scenarios"))
+    listing.set_defaults(handler=cmd_list)
+
+    schema = subparsers.add_parser("schema", help="the scenario JSON schema, for editors")
+    schema.add_argument("--out", help="write it to this file instead of printing it")
+    schema.set_defaults(handler=cmd_schema)
+
+    init = subparsers.add_parser("init", help="write a commented starter scenario")
+    init.add_argument("name", help="scenario name; writes NAME.yaml (or --out)")
+    init.add_argument("--out", help="file to write (default: NAME.yaml)")
+    init.add_argument("--force", action="store_true", help="replace an existing file")
+    init.set_defaults(handler=cmd_init)
+
+
+def cmd_list(args) -> int:
+    lines = {
+        "models": _models,
+        "hardware": _hardware,
+        "policies": _policies,
+        "scenarios": _scenarios,
+    }[args.what]()
+    print("\n".join(lines))
+    return 0
+
+
+def _models() -> list[str]:
+    from sim.config.presets import MODEL_PRESETS
+
+    rows = [("model", "params", "layers", "hidden", "heads q/kv", "KV/token", "max len")]
+    for name, m in sorted(MODEL_PRESETS.items()):
+        rows.append(
+            (
+                name,
+                _count(m.num_params),
+                str(m.num_layers),
+                str(m.hidden_size),
+                f"{m.num_heads}/{m.num_kv_heads}",
+                _bytes(m.kv_bytes_per_token(1)),
+                f"{m.max_model_len:,}",
+            )
+        )
+    return _table(rows)
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.1f} B" if n >= 1e9 else f"{n / 1e6:.1f} M"
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 1024:.0f} KiB" if n >= 1024 else f"{n} B"
+
+
+def _hardware() -> list[str]:
+    from sim.config.presets import HARDWARE_PRESETS
+
+    rows = [("hardware", "memory", "bandwidth", "bf16 dense", "SMs", "host link")]
+    for name, h in sorted(HARDWARE_PRESETS.items()):
+        bf16 = h.flops.get("bf16")
+        rows.append(
+            (
+                name,
+                f"{h.mem_capacity_bytes / 1e9:.0f} GB",
+                f"{h.mem_bandwidth_bytes_s / 1e12:.2f} TB/s",
+                "-" if bf16 is None else f"{bf16 / 1e12:.0f} TFLOP/s",
+                str(h.num_sms or "-"),
+                f"{h.host_link_bytes_s / 1e9:.0f} GB/s",
+            )
+        )
+    return _table(rows)
+
+
+def _policies() -> list[str]:
+    from policies.context import CONTEXT_FIELDS
+    from sim.config.sections import policy_registry
+
+    lines: list[str] = []
+    for family, field in FAMILIES:
+        registry = policy_registry(family)
+        lines.append(f"{field} ({family}):")
+        for name in registry.names():
+            factory = registry.get(name)
+            doc = _first_sentence(inspect.getdoc(factory) or "")
+            params = _params(factory, CONTEXT_FIELDS)
+            lines.append(f"  {name:<22} {doc}")
+            if params:
+                lines.append(f"  {'':<22} params: {params}")
+        lines.append("")
+    return lines[:-1]
+
+
+def _first_sentence(doc: str) -> str:
+    text = " ".join(doc.split("\n\n")[0].split()).replace("``", "")
+    end = text.find(". ")
+    return text if end < 0 else text[: end + 1]
+
+
+def _params(factory, context_fields) -> str:
+    """``name=default`` of the parameters a scenario's params may set."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return ""
+    shown = []
+    for p in parameters:
+        if p.name in context_fields or p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            continue
+        shown.append(p.name if p.default is p.empty else f"{p.name}={p.default!r}")
+    return ", ".join(shown)
+
+
+def _scenarios() -> list[str]:
+    import yaml
+
+    rows = [("scenario", "description")]
+    for path in sorted(SCENARIOS.rglob("*.yaml")):
+        raw = yaml.safe_load(path.read_text()) or {}
+        description = " ".join(str(raw.get("description", "")).split())
+        if len(description) > 90:
+            description = description[:87] + "..."
+        rows.append((str(path.relative_to(SCENARIOS.parent)), description))
+    return _table(rows)
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+
+
+def cmd_schema(args) -> int:
+    from sim.config.json_schema import scenario_json_schema
+
+    text = json.dumps(scenario_json_schema(), indent=2, sort_keys=True) + "\n"
+    if args.out is None:
+        print(text, end="")
+        return 0
+    Path(args.out).write_text(text)
+    print(f"wrote {args.out}")
+    return 0
+
+
+STARTER = """\
+# {name}: a pagesim scenario (pagesim run {file}). Every field has a default; this file
+# names the ones most runs change. `pagesim list models|hardware|policies` shows what the
+# names can be and `pagesim schema` the whole schema (with a description of each field).
+name: {name}
+description: what this scenario is for
+model: llama-3-8b            # a preset, or an explicit shape (num_layers, hidden_size, ...)
+hardware: h100-sxm           # one GPU's datasheet; tensor_parallel GPUs per replica
+tensor_parallel: 1
+cache:
+  block_size: 16             # tokens per KV block
+  prefix_caching: false      # reuse KV of shared prompt prefixes
+scheduler:
+  policy: fcfs               # the order waiting requests are admitted in
+  max_num_seqs: 256          # sequences running at once
+  max_num_batched_tokens: 8192   # tokens per step (prefill chunks + decodes)
+preemption:
+  mode: recompute            # or swap (needs cache.cpu_swap_gib)
+routing:
+  replicas: 1
+workload:
+  arrival: {{kind: poisson, rate_rps: 10}}    # requests per second
+  input: sharegpt            # prompt tokens: a dataset preset, a number, or a distribution
+  output: sharegpt           # e.g. {{kind: lognormal, mean: 250, cv: 1.0}}
+slo:
+  ttft_s: 2.0                # time to first token
+  tpot_s: 0.2                # time per output token
+simulation:
+  num_requests: 2000
+  warmup_requests: 200       # excluded from latency figures
+  seed: 0
+"""
+
+
+def cmd_init(args) -> int:
+    from sim.config.errors import ScenarioError
+    from sim.config.loader import load_scenario
+
+    out = Path(args.out or f"{args.name}.yaml")
+    if out.exists() and not args.force:
+        raise UsageError(f"{out} exists; pass --force to replace it")
+    out.write_text(STARTER.format(name=args.name, file=out))
+    try:
+        load_scenario(out)  # the starter must always be a valid scenario
+    except ScenarioError as err:
+        raise RuntimeError(f"the starter scenario does not validate: {err}") from None
+    print(f"wrote {out}; run it with: pagesim run {out}")
+    return 0
