@@ -16,6 +16,45 @@ EVICTORS: Registry = Registry("eviction")
 EVICTORS.register("lru")(LeastRecentlyUsed)  # the block manager's default
 
 
+class EvictionHeap:
+    """The evictable set as a min-heap of ``(priority, tie, block)`` with lazy deletion:
+    removing a block or giving it a new priority only updates its live entry, and stale
+    entries are skipped when popped. The heap is rebuilt when stale entries outnumber
+    live ones, so every operation is O(log n) amortised and memory O(set size)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, int]] = []
+        self._live: dict[int, tuple[float, int]] = {}  # block -> its valid (priority, tie)
+
+    def push(self, block: int, priority: float, tie: int) -> None:
+        """Add ``block``, or move it to a new priority."""
+        self._live[block] = (priority, tie)
+        heapq.heappush(self._heap, (priority, tie, block))
+
+    def discard(self, block: int) -> None:
+        del self._live[block]
+        if len(self._heap) > 2 * len(self._live) + 64:
+            self._heap = [e for e in self._heap if self._live.get(e[2]) == e[:2]]
+            heapq.heapify(self._heap)
+
+    def pop(self) -> int:
+        """Remove and return the block of lowest (priority, tie); the set is not empty."""
+        while True:
+            priority, tie, block = heapq.heappop(self._heap)
+            if self._live.get(block) == (priority, tie):
+                del self._live[block]
+                return block
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __contains__(self, block: object) -> bool:
+        return block in self._live
+
+    def blocks(self) -> list[int]:
+        return list(self._live)
+
+
 class PriorityEvictor(EvictorBase):
     """Evicts the block of lowest ``priority(block, now, key)`` first; ties go to the
     block cached earliest. Subclass it and write ``priority``; override ``forget`` to
@@ -23,14 +62,11 @@ class PriorityEvictor(EvictorBase):
 
     The priority is computed once, when the block enters the evictable set, and must
     stay valid while it is there (a hit takes the block out before its statistics
-    change). A min-heap with lazy deletion keeps every event O(log n) amortised and
-    memory O(set size): removal only forgets the block's live entry, stale entries are
-    skipped when popped, and the heap is rebuilt when they outnumber live ones.
+    change).
     """
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, int]] = []
-        self._live: dict[int, int] = {}  # block -> arrival number of its valid entry
+        self._set = EvictionHeap()
         self._arrivals = 0  # ties in priority break by arrival: older first (LRU)
 
     def priority(self, block: int, now: int, key: int) -> float:
@@ -42,30 +78,22 @@ class PriorityEvictor(EvictorBase):
 
     def on_cached(self, block: int, now: int, key: int) -> None:
         self._arrivals += 1
-        self._live[block] = self._arrivals
-        heapq.heappush(self._heap, (self.priority(block, now, key), self._arrivals, block))
+        self._set.push(block, self.priority(block, now, key), self._arrivals)
 
     def on_removed(self, block: int) -> None:
-        del self._live[block]
-        if len(self._heap) > 2 * len(self._live) + 64:
-            self._heap = [e for e in self._heap if self._live.get(e[2]) == e[1]]
-            heapq.heapify(self._heap)
+        self._set.discard(block)
 
     def pick_victims(self, num_blocks: int) -> list[int]:
-        victims: list[int] = []
-        while len(victims) < num_blocks and self._live:
-            _, arrival, block = heapq.heappop(self._heap)
-            if self._live.get(block) == arrival:
-                del self._live[block]
-                self.forget(block)
-                victims.append(block)
+        victims = [self._set.pop() for _ in range(min(num_blocks, len(self._set)))]
+        for block in victims:
+            self.forget(block)
         return victims
 
     def __len__(self) -> int:
-        return len(self._live)
+        return len(self._set)
 
     def __contains__(self, block: object) -> bool:
-        return block in self._live
+        return block in self._set
 
     def blocks(self) -> list[int]:
-        return list(self._live)
+        return self._set.blocks()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from collections.abc import Sequence
 
@@ -10,7 +9,7 @@ import numpy as np
 
 from backend.evictor import EvictorBase
 from backend.prefix_hash import prefix_keys
-from policies.eviction.base import EVICTORS
+from policies.eviction.base import EVICTORS, EvictionHeap
 from policies.views import RequestInfo
 
 
@@ -48,8 +47,8 @@ class Belady(EvictorBase):
                 self._uses.setdefault(key, deque()).append(position)
             if keys:
                 self._by_signature.setdefault(keys[-1], deque()).append(position)
-        self._heap: list[tuple[int, int, int]] = []  # (-next use, cached at, block)
-        self._live: dict[int, tuple[int, int]] = {}  # block -> (cached at, next use)
+        self._set = EvictionHeap()  # priority: -next use; tie: when it was cached
+        self._cached_at: dict[int, int] = {}  # evictable block -> when it was cached
         self._key_of: dict[int, int] = {}  # evictable block -> its key
         self._block_of: dict[int, int] = {}  # key -> evictable block
         self._arrivals = 0
@@ -59,15 +58,15 @@ class Belady(EvictorBase):
         uses = self._uses.get(key)
         return uses[0] if uses else self._never
 
-    def _push(self, block: int, cached_at: int) -> None:
+    def _push(self, block: int) -> None:
         use = self.next_use(self._key_of[block])
-        self._live[block] = (cached_at, use)
-        heapq.heappush(self._heap, (-use, cached_at, block))
+        self._set.push(block, -use, self._cached_at[block])
 
     def on_cached(self, block: int, now: int, key: int) -> None:
         self._arrivals += 1
         self._key_of[block], self._block_of[key] = key, block
-        self._push(block, self._arrivals)
+        self._cached_at[block] = self._arrivals
+        self._push(block)
 
     def on_lookup(self, keys: Sequence[int], now: int) -> None:
         waiting = self._by_signature.get(keys[-1]) if keys else None
@@ -84,33 +83,27 @@ class Belady(EvictorBase):
             uses.popleft()
             block = self._block_of.get(key)
             if block is not None:
-                self._push(block, self._live[block][0])
+                self._push(block)
 
     def on_removed(self, block: int) -> None:
-        del self._live[block]
-        del self._block_of[self._key_of.pop(block)]
-        self._compact()
+        self._set.discard(block)
+        self._forget(block)
 
-    def _compact(self) -> None:
-        if len(self._heap) > 2 * len(self._live) + 64:
-            self._heap = [e for e in self._heap if self._live.get(e[2]) == (e[1], -e[0])]
-            heapq.heapify(self._heap)
+    def _forget(self, block: int) -> None:
+        del self._cached_at[block]
+        del self._block_of[self._key_of.pop(block)]
 
     def pick_victims(self, num_blocks: int) -> list[int]:
-        victims: list[int] = []
-        while len(victims) < num_blocks and self._live:
-            negative_use, cached_at, block = heapq.heappop(self._heap)
-            if self._live.get(block) == (cached_at, -negative_use):
-                del self._live[block]
-                del self._block_of[self._key_of.pop(block)]
-                victims.append(block)
+        victims = [self._set.pop() for _ in range(min(num_blocks, len(self._set)))]
+        for block in victims:
+            self._forget(block)
         return victims
 
     def __len__(self) -> int:
-        return len(self._live)
+        return len(self._set)
 
     def __contains__(self, block: object) -> bool:
-        return block in self._live
+        return block in self._set
 
     def blocks(self) -> list[int]:
-        return list(self._live)
+        return self._set.blocks()

@@ -105,7 +105,7 @@ def test_heap_policies_stay_small_under_hit_churn():
     for now in range(10_000):
         lfu.on_cached(now % 7, now, now % 7)
         lfu.on_removed(now % 7)
-    assert len(lfu) == 0 and len(lfu._heap) <= 64 + 2
+    assert len(lfu) == 0 and len(lfu._set._heap) <= 64 + 2
 
 
 def test_random_is_reproducible_under_a_seed():
