@@ -113,7 +113,8 @@ def _checked_choice(family: str, choice: PolicyChoice, path: str) -> PolicyChoic
 
 
 class CacheSpec(StrictModel):
-    """The KV pool and its allocator (see the module docstring for the pool size)."""
+    """The KV pool and its allocator: block size, pool size (given, or derived from GPU
+    memory), prefix caching and CPU swap space."""
 
     block_size: int = Field(default=16, ge=1)
     """Tokens per KV block (vLLM's ``--block-size``): the unit the allocator hands out and that
@@ -224,8 +225,8 @@ class SchedulerSpec(StrictModel):
 
 
 class PreemptionSpec(StrictModel):
-    """Who is preempted on a free-list miss (``victim``, with ``params``) and how
-    (``mode``: policies.preemption.MODES, recompute or swap)."""
+    """Who is preempted when a step finds the free list empty (``victim``, with
+    ``params``) and how (``mode``: recompute or swap)."""
 
     mode: Choice = Field(default="recompute", validate_default=True)
     """What happens to a preempted request's KV: ``recompute`` (its blocks are freed and it is

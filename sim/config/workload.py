@@ -111,7 +111,7 @@ class EmpiricalLength(FileRef):
 
 
 class PresetLength(StrictModel):
-    """A named dataset's length distribution (see :data:`LENGTH_PRESETS`)."""
+    """A dataset's length distribution, by name (:data:`LENGTH_PRESETS`)."""
 
     kind: Literal["preset"] = "preset"
     """Selects a dataset's length distribution; the bare name (``input: sharegpt``) is the
