@@ -201,6 +201,19 @@ def test_every_shorthand_the_models_accept_is_in_the_schema():
     assert with_validator == widened
 
 
+def test_every_policy_name_field_offers_names():
+    """A field checked against a registry (its ``_registered`` validator) must list the
+    registry's names in the schema (POLICY_NAME_FIELDS)."""
+    checked = {
+        (model, field)
+        for model in scenario_models()
+        for name, decorator in model.__pydantic_decorators__.field_validators.items()
+        if name == "_registered"
+        for field in decorator.info.fields
+    }
+    assert checked == set(POLICY_NAME_FIELDS)
+
+
 # --- agreeing with the loader ------------------------------------------------------------
 
 ACCEPTED = {
