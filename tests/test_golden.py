@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.golden.cases import cases, digests
+from tests.golden.cases import cases, digests, scenario_dump_digests
 
 PINNED = json.loads((Path(__file__).parent / "golden" / "outputs.json").read_text())
+PINNED_DUMPS = json.loads((Path(__file__).parent / "golden" / "scenario_json.json").read_text())
 
 
 def test_every_case_is_pinned():
@@ -23,6 +24,15 @@ def test_every_case_is_pinned():
 def test_outputs_are_byte_identical_to_the_pinned_ones(name):
     scenario, overrides = cases()[name]
     assert digests(scenario, overrides) == PINNED[name]
+
+
+def test_scenario_dumps_are_byte_identical_to_the_pinned_ones():
+    """scenario.json of every shipped scenario: what the schema's documentation (field
+    descriptions, the JSON schema) adds must never reach a dump."""
+    found = scenario_dump_digests()
+    assert sorted(found) == sorted(PINNED_DUMPS)
+    changed = [path for path in found if found[path] != PINNED_DUMPS[path]]
+    assert not changed, f"scenario.json changed for {changed}"
 
 
 def test_outputs_do_not_depend_on_the_string_hash_seed(tmp_path):

@@ -4,12 +4,14 @@ The scenario schema (:mod:`.scenario`, its sections in :mod:`.sections`, :mod:`.
 :mod:`.costs`), the model and GPU specs and presets (:mod:`.hardware`, :mod:`.presets`),
 the KV pool size (:mod:`.pool`), the files a scenario names (:mod:`.files`,
 :mod:`.tables`, :mod:`.traces`), and loading with ``--set`` overrides and one-line
-errors (:mod:`.loader`, :mod:`.errors`). Nothing here runs a simulation.
+errors (:mod:`.loader`, :mod:`.errors`); the scenario's JSON schema for editors
+(:mod:`.json_schema`). Nothing here runs a simulation.
 """
 
 from sim.config.costs import CostModelSpec, CostParams
 from sim.config.errors import ScenarioError
 from sim.config.hardware import HardwareSpec, ModelSpec
+from sim.config.json_schema import scenario_json_schema
 from sim.config.loader import apply_override, load_scenario, validate_scenario
 from sim.config.pool import kv_pool_blocks
 from sim.config.presets import HARDWARE_PRESETS, MODEL_PRESETS, resolve_hardware, resolve_model
@@ -31,5 +33,6 @@ __all__ = [
     "load_scenario",
     "resolve_hardware",
     "resolve_model",
+    "scenario_json_schema",
     "validate_scenario",
 ]

@@ -34,68 +34,67 @@ class CostParams(StrictModel):
     tuned engine (vLLM V1-like: cuBLAS GEMMs, FlashAttention prefill, paged decode
     attention) on a datacenter GPU."""
 
-    #: Fraction of an SM's dense tensor peak a GEMM tile's main loop sustains. cuBLAS
-    #: reaches 87 % (A100 SXM) and 80 % (H100 SXM) of peak at its best BF16 shape
-    #: (stas00/ml-engineering, "Maximum Achievable Matmul FLOPS"); "optimized GEMM can
-    #: reach up to 80-90 %" (FlashAttention-2 paper, Dao 2023).
     gemm_efficiency: Fraction = 0.8
-    #: Output tile of one CTA, rows x columns: cuBLAS's 128 x 128 class (NVIDIA, "Matrix
-    #: Multiplication Background User's Guide", tile and wave quantisation).
+    """Fraction of an SM's dense tensor peak a GEMM tile's main loop sustains. cuBLAS reaches 87 %
+    (A100 SXM) and 80 % (H100 SXM) of peak at its best BF16 shape (stas00/ml-engineering,
+    "Maximum Achievable Matmul FLOPS"); "optimized GEMM can reach up to 80-90 %"
+    (FlashAttention-2 paper, Dao 2023)."""
     gemm_tile: tuple[Annotated[int, Field(ge=16)], Annotated[int, Field(ge=16)]] = (128, 128)
-    #: Exponent of the smooth roofline combining a GEMM's compute and memory time; 3
-    #: reproduces the memory-to-compute transition (64-256 tokens) of Vidur's A100 GEMM
-    #: profiles and is checked on its H100 and A40 ones (bench/costmodel_vs_profiles.py).
+    """Output tile of one CTA, rows x columns (each at least 16): cuBLAS's 128 x 128 class
+    (NVIDIA, "Matrix Multiplication Background User's Guide", tile and wave quantisation)."""
     roofline_sharpness: float = Field(default=3.0, ge=1.0)
-    #: Fraction of the sustained read bandwidth that weight-streaming GEMVs, KV reads and
-    #: writes and copies reach. Vidur's profiles stream large weight matrices at 1-16
-    #: tokens at 0.75-0.78 of the datasheet bandwidth on A100 (0.87-0.91 of its measured
-    #: 0.86) and 0.83-0.87 on H100 (0.87-0.92 of its 0.95).
+    """Exponent of the smooth roofline combining a GEMM's compute and memory time; 3 reproduces the
+    memory-to-compute transition (64-256 tokens) of Vidur's A100 GEMM profiles and is checked on
+    its H100 and A40 ones (bench/costmodel_vs_profiles.py)."""
     memory_efficiency: Fraction = 0.89
-    #: Fraction of the sustained bandwidth of norm, rotary, activation and sampling
-    #: kernels: 0.33-0.6 of the datasheet bandwidth in Vidur's A100 and H100 profiles
-    #: at 512+ tokens (RMSNorm lowest, SiLU-and-multiply highest).
+    """Fraction of the sustained read bandwidth that weight-streaming GEMVs, KV reads and writes and
+    copies reach. Vidur's profiles stream large weight matrices at 1-16 tokens at 0.75-0.78 of
+    the datasheet bandwidth on A100 (0.87-0.91 of its measured 0.86) and 0.83-0.87 on H100
+    (0.87-0.92 of its 0.95)."""
     elementwise_efficiency: Fraction = 0.5
-    #: Time any kernel occupies the GPU: 2.6-2.7 us per back-to-back small kernel on
-    #: A100 and H200 (te42kyfo/gpu-benches, gpu-small-kernels).
+    """Fraction of the sustained bandwidth of norm, rotary, activation and sampling kernels:
+    0.33-0.6 of the datasheet bandwidth in Vidur's A100 and H100 profiles at 512+ tokens (RMSNorm
+    lowest, SiLU-and-multiply highest)."""
     kernel_floor_s: Seconds = 2.5e-6
-    #: Fraction of the SM's tensor peak FlashAttention's main loop reaches on long
-    #: sequences: FA2 forward "up to 73 %" on A100 (Dao 2023); FA3 causal, head dim
-    #: 128, 62 % of H100's peak at 16k tokens (Shah et al. 2024, Fig. 5).
+    """Seconds any kernel occupies the GPU at least: 2.6-2.7 us per back-to-back small kernel on
+    A100 and H200 (te42kyfo/gpu-benches, gpu-small-kernels)."""
     attention_efficiency: Fraction = 0.6
-    #: Query rows (and KV columns) of one attention tile; FA3 uses 128 x 128 tiles for
-    #: head dim 128 on Hopper.
+    """Fraction of the SM's tensor peak FlashAttention's main loop reaches on long sequences: FA2
+    forward "up to 73 %" on A100 (Dao 2023); FA3 causal, head dim 128, 62 % of H100's peak at 16k
+    tokens (Shah et al. 2024, Fig. 5)."""
     attention_tile: int = Field(default=128, ge=16)
-    #: Fixed cost of one attention CTA in KV tiles. FA3's causal head-dim-128 curve
-    #: reaches 0.30, 0.43 and 0.53 of peak at 0.5k, 1k and 2k tokens against 0.62 at 16k:
-    #: a CTA visiting k tiles on average runs at k / (k + ~2) of its long-sequence speed.
+    """Query rows (and KV columns) of one attention tile; FA3 uses 128 x 128 tiles for head dim 128
+    on Hopper."""
     attention_cta_overhead_tiles: float = Field(default=2.0, ge=0.0)
-    #: Fraction of the sustained read bandwidth that paged decode attention reaches on
-    #: long contexts: FlashInfer's batch decode uses 88 % of H100's datasheet bandwidth at
-    #: 1k tokens (flashinfer.ai blog, 2024-02-02), 0.97 of its 0.95 once the per-sequence
-    #: cost below is counted.
+    """Fixed cost of one attention CTA in KV tiles. FA3's causal head-dim-128 curve reaches 0.30,
+    0.43 and 0.53 of peak at 0.5k, 1k and 2k tokens against 0.62 at 16k: a CTA visiting k tiles
+    on average runs at k / (k + ~2) of its long-sequence speed."""
     decode_attention_efficiency: Fraction = 0.97
-    #: Fixed cost of one decoding sequence in KV tokens read: FlashInfer's batch decode
-    #: (batch 64, H100) uses 41 / 64 / 83 / 88 % of the bandwidth at 32 / 128 / 512 /
-    #: 1k-token contexts, i.e. each sequence costs like ~45 more tokens.
+    """Fraction of the sustained read bandwidth that paged decode attention reaches on long
+    contexts: FlashInfer's batch decode uses 88 % of H100's datasheet bandwidth at 1k tokens
+    (flashinfer.ai blog, 2024-02-02), 0.97 of its 0.95 once the per-sequence cost below is
+    counted."""
     decode_seq_overhead_tokens: float = Field(default=45.0, ge=0.0)
-    #: Floor of the decode attention in a layer: a split-KV kernel and the kernel merging
-    #: its partial results (Vidur's A100 FlashInfer profiles: 10 us for one sequence of
-    #: 160 tokens).
+    """Fixed cost of one decoding sequence in KV tokens read: FlashInfer's batch decode (batch 64,
+    H100) uses 41 / 64 / 83 / 88 % of the bandwidth at 32 / 128 / 512 / 1k-token contexts, i.e.
+    each sequence costs like ~45 more tokens."""
     decode_attention_floor_s: Seconds = 10e-6
-    #: Fraction of the interconnect's bandwidth a ring all-reduce reaches: nccl-tests
-    #: bus bandwidth 232 of 300 GB/s on 8 x A100 and ~370 of 450 on 8 x H100 (NCCL
-    #: maintainers, nccl-tests#212).
+    """Floor, in seconds, of the decode attention in a layer: a split-KV kernel and the kernel
+    merging its partial results (Vidur's A100 FlashInfer profiles: 10 us for one sequence of 160
+    tokens)."""
     interconnect_efficiency: Fraction = 0.8
-    #: Start-up latency of one small all-reduce inside a CUDA graph: ~6 us on two H100
-    #: (NVIDIA/nccl#1259); vLLM's custom all-reduce is of that order.
+    """Fraction of the interconnect's bandwidth a ring all-reduce reaches: nccl-tests bus bandwidth
+    232 of 300 GB/s on 8 x A100 and ~370 of 450 on 8 x H100 (NCCL maintainers, nccl-tests#212)."""
     allreduce_latency_s: Seconds = 1e-5
-    #: CPU time per step not hidden behind the GPU (schedule, prepare inputs, process
-    #: outputs): a vLLM 0.27 engine loop profiled at 541 us per step amortised
-    #: (openfabric-systems/simllm#204).
+    """Start-up latency, in seconds, of one small all-reduce inside a CUDA graph: ~6 us on two H100
+    (NVIDIA/nccl#1259); vLLM's custom all-reduce is of that order."""
     cpu_step_overhead_s: Seconds = 5e-4
-    #: CPU time per sequence in the step: the same study's scheduler cost, 12.7 us per
-    #: running request at the cap.
+    """CPU seconds per step not hidden behind the GPU (schedule, prepare inputs, process outputs):
+    a vLLM 0.27 engine loop profiled at 541 us per step amortised
+    (openfabric-systems/simllm#204)."""
     cpu_per_seq_overhead_s: Seconds = 12e-6
+    """CPU seconds per sequence in the step: the same study's scheduler cost, 12.7 us per running
+    request at the cap."""
 
 
 #: pagesim preset -> Vidur's device and model directory names (its repository's names).
@@ -135,13 +134,29 @@ class CostModelSpec(FileRef):
 
     _file_field = "file"
     kind: Literal["analytic", "calibrated", "profile"] = "analytic"
+    """``analytic`` (the kernel-level model), ``calibrated`` (unit costs fitted by ``pagesim
+    calibrate``, read from ``file``) or ``profile`` (Vidur's GPU profiles under ``path``,
+    interpolated)."""
     file: str | None = None
+    """``calibrated`` only: the fitted cost file (``pagesim calibrate --out``), relative to the
+    scenario file."""
     params: CostParams | None = None
+    """Overrides of the analytic model's constants (``analytic``, and ``profile`` outside its
+    measured grid); unset: the defaults, each with its source."""
     format: Literal["vidur"] = "vidur"
+    """Layout of the profile folder: ``vidur`` (Vidur's published profiling CSVs), the only one."""
     path: str | None = None
+    """``profile`` only: Vidur's ``data/profiling`` folder, or the folder holding one model's
+    ``mlp.csv``; relative to the scenario file."""
     device: str | None = None
+    """``profile`` only: Vidur's GPU name (``a100``, ``h100``, ``a40``); unset: the counterpart of
+    the hardware preset."""
     profile_model: str | None = None
+    """``profile`` only: Vidur's model name (e.g. ``meta-llama/Meta-Llama-3-8B``); unset: the
+    counterpart of the model preset."""
     network: str | None = None
+    """``profile`` only: Vidur's node name for the all-reduce and CPU-overhead profiles (e.g.
+    ``h100_dgx``); unset: the device's DGX node."""
     _profile_dir: Path | None = PrivateAttr(default=None)
 
     @field_validator("file")

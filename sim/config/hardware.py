@@ -26,19 +26,34 @@ class ModelSpec(StrictModel):
     """The shape of a decoder-only transformer, enough to count bytes and FLOPs."""
 
     name: str = "custom"
+    """A label: the preset's name, or ``custom``. The profile cost model maps preset names to
+    Vidur's."""
     num_layers: PositiveInt
+    """Decoder layers."""
     hidden_size: PositiveInt
+    """Width of the residual stream (the embedding size)."""
     num_heads: PositiveInt
+    """Query heads per layer."""
     num_kv_heads: PositiveInt
+    """KV heads per layer, fewer than ``num_heads`` with grouped-query attention (``num_heads`` must
+    be a multiple). With ``num_layers``, ``head_dim`` and ``dtype_bytes`` it sets the KV bytes
+    per token."""
     head_dim: PositiveInt
+    """Dimension of one attention head."""
     intermediate_size: PositiveInt
+    """Hidden width of the MLP."""
     vocab_size: PositiveInt
+    """Vocabulary size: rows of the token embedding and of the LM head."""
     max_model_len: PositiveInt
+    """Context window in tokens, prompt plus output; generated requests are clipped to it, a request
+    that cannot fit is rejected."""
     dtype_bytes: Literal[1, 2, 4] = 2
-    #: "swiglu": gate, up and down projections (Llama, Mistral, Qwen);
-    #: "gelu": up and down only (OPT, GPT-2).
+    """Bytes per weight and KV element: 2 (bf16, fp16), 1 (fp8) or 4 (fp32)."""
     mlp: Literal["swiglu", "gelu"] = "swiglu"
+    """``swiglu``: gate, up and down projections (Llama, Mistral, Qwen); ``gelu``: up and down only
+    (OPT, GPT-2)."""
     tie_embeddings: bool = False
+    """The LM head reuses the token-embedding matrix (its weights are counted once)."""
 
     @model_validator(mode="after")
     def _kv_heads_divide_heads(self) -> ModelSpec:
@@ -101,19 +116,27 @@ class HardwareSpec(StrictModel):
     bandwidth a streaming kernel sustains."""
 
     name: str = "custom"
-    #: dtype name -> dense peak FLOP/s
+    """A label: the preset's name, or ``custom``. The profile cost model maps preset names to
+    Vidur's."""
     flops: dict[DtypeName, PositiveFloat]
+    """Dense peak FLOP/s (no sparsity) per dtype: ``fp32``, ``tf32``, ``bf16``, ``fp16``, ``fp8``;
+    at least one. Matmuls run at the rate of the model's ``dtype_bytes``."""
     mem_bandwidth_bytes_s: PositiveFloat
+    """Datasheet memory (HBM) bandwidth, bytes per second."""
     mem_capacity_bytes: PositiveInt
-    #: host <-> device link, one direction (PCIe or NVLink-C2C); used for swap
+    """Device memory in bytes (the datasheet's decimal GB)."""
     host_link_bytes_s: PositiveFloat
-    #: GPU <-> GPU bandwidth per GPU, one direction (NVLink; PCIe if none); used for TP
+    """Host to device bandwidth, one direction, bytes per second (PCIe or NVLink-C2C); prices KV
+    swap."""
     interconnect_bytes_s: PositiveFloat
-    #: streaming multiprocessors, for tile and wave quantisation (None: not modelled)
+    """GPU to GPU bandwidth per GPU, one direction, bytes per second (NVLink; PCIe if none); prices
+    tensor-parallel all-reduces."""
     num_sms: PositiveInt | None = None
-    #: sustained / datasheet memory bandwidth of a read-bound streaming kernel (86-95 %
-    #: on A100/H100/H200 in Azure's BabelStream runs; 0.9 where nobody has measured)
+    """Streaming multiprocessors, for the tile and wave quantisation of GEMMs and attention; null:
+    not modelled."""
     sustained_bandwidth_fraction: float = Field(default=0.9, gt=0.0, le=1.0)
+    """Sustained over datasheet bandwidth of a read-bound streaming kernel, in (0, 1]: 0.86 to 0.98
+    measured on A100, H100, H200 and A40; 0.9 where nobody has measured."""
 
     @property
     def sustained_bandwidth_bytes_s(self) -> float:

@@ -73,24 +73,47 @@ class Scenario(StrictModel):
     classes; ``model``/``hardware`` are resolved specs after validation."""
 
     name: str = "scenario"
+    """The run's name, used in its default output folder, its report and ``pagesim compare``;
+    defaults to the scenario file's name without ``.yaml``."""
     description: str = ""
+    """Free text for people reading the scenario; kept in scenario.json, unused by the run."""
     #: where it came from (for error messages) and the folder relative paths live in
     _source: str = PrivateAttr(default="<scenario>")
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _kv_pool: KVPool | None = PrivateAttr(default=None)  # sized by _fits_together
     model: ResolvedModel = Field(default="llama-3-8b", validate_default=True)
+    """The served model: a preset name, a full shape, or ``{preset: NAME, ...}`` with some fields
+    overridden (e.g. ``max_model_len``). scenario.json records the resolved shape."""
     hardware: ResolvedHardware = Field(default="h100-sxm", validate_default=True)
+    """One GPU of a replica (every GPU of a tensor-parallel group is alike): a preset name, full
+    datasheet figures, or ``{preset: NAME, ...}`` with some fields overridden."""
     tensor_parallel: int = Field(default=1, ge=1)
+    """GPUs per replica that split every layer (vLLM's ``--tensor-parallel-size``): weights and KV
+    heads are sharded over them and each step pays their all-reduces. Must divide
+    ``model.num_heads``, and divide or be a multiple of ``model.num_kv_heads``."""
     cache: CacheSpec = Field(default_factory=CacheSpec)
+    """The KV cache: block size, pool size, prefix caching, CPU swap space and allocator."""
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
+    """The step scheduler: admission order, batching mode, per-step limits, chunked prefill."""
     preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
+    """Who is preempted when a step runs out of KV blocks, and how (recompute or swap)."""
     eviction: EvictionSpec = Field(default_factory=EvictionSpec)
+    """Which cached prefix block is reclaimed first (with ``cache.prefix_caching``)."""
     routing: RoutingSpec = Field(default_factory=RoutingSpec)
+    """Replicas (data parallelism) and the router that spreads requests over them."""
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    """The traffic: arrivals, prompt and output lengths, shared prefixes, sessions, samples per
+    request, tenants and priorities."""
     slo: SLOSpec = Field(default_factory=SLOSpec)
+    """Latency targets that define goodput: TTFT and TPOT."""
     simulation: SimulationSpec = Field(default_factory=SimulationSpec)
+    """How long the run is (requests or simulated seconds), the warm-up left out of metrics, and the
+    seed."""
     backend: BackendSpec = Field(default_factory=BackendSpec)
+    """Where step times come from: the cost model, or the real torch backend."""
     cost_model: CostModelSpec = Field(default_factory=CostModelSpec)
+    """The step-time model when ``backend.kind`` is ``model``: ``analytic``, ``calibrated`` or
+    ``profile``."""
 
     @model_validator(mode="after")
     def _fits_together(self) -> Scenario:

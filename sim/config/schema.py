@@ -14,9 +14,10 @@ from sim.config.hints import did_you_mean
 
 class StrictModel(BaseModel):
     """Base of every scenario section: frozen, and unknown keys are an error that names
-    the closest valid field (pydantic's own ``extra="forbid"`` message does not)."""
+    the closest valid field (pydantic's own ``extra="forbid"`` message does not). The
+    string literal after a field is its description (in the JSON schema, for editors)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     @model_validator(mode="before")
     @classmethod

@@ -89,8 +89,11 @@ class PolicyChoice(StrictModel):
     params: {...}}``; dumped back as the bare name when it has no params."""
 
     policy: str
-    #: keyword arguments of the policy's constructor
+    """The policy's registered name, or a plug-in written ``module:attr`` or ``path/file.py:attr``
+    (a relative file is looked up beside the scenario first)."""
     params: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments of the policy's constructor; a name a registered policy does not take is an
+    error when the scenario is validated."""
 
     @model_serializer(mode="wrap")
     def _compact(self, handler):
@@ -110,17 +113,36 @@ def _checked_choice(family: str, choice: PolicyChoice, path: str) -> PolicyChoic
 
 
 class CacheSpec(StrictModel):
-    """The KV pool and its allocator (see the module docstring for the pool size)."""
+    """The KV pool and its allocator: block size, pool size (given, or derived from GPU
+    memory), prefix caching and CPU swap space."""
 
     block_size: int = Field(default=16, ge=1)
+    """Tokens per KV block (vLLM's ``--block-size``): the unit the allocator hands out and that
+    prefix caching shares."""
     num_blocks: int | None = Field(default=None, ge=1)
+    """Device KV blocks per replica, ``block_size`` token slots each. Unset (null): sized from
+    memory, ``gpu_memory_utilization`` of one GPU less its share of the weights and the
+    activation reserve."""
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
-    #: None: sim.config.pool's default reserve for the model and tp
+    """Fraction of each GPU's memory, in (0, 1], that weights, activations and the KV pool may fill
+    (vLLM's ``--gpu-memory-utilization``); unused when ``num_blocks`` is set."""
     activation_reserve_gib: float | None = Field(default=None, ge=0)
+    """GiB per GPU held back from the KV pool for a step's activations. Unset (null): an estimate of
+    one forward pass at 8192 batched tokens and 256 sequences (vLLM profiles a dummy step
+    instead)."""
     prefix_caching: bool = False
+    """Automatic prefix caching: full blocks of identical prompt prefixes are shared between
+    requests and kept after use until evicted (see ``eviction``); paged allocator only."""
     cpu_swap_gib: float = Field(default=0.0, ge=0)
+    """Host memory per GPU, in GiB, for the KV of requests swapped out on preemption (vLLM's
+    ``swap_space``); 0: no CPU pool. ``preemption.mode: swap`` needs a CPU pool."""
     num_cpu_blocks: int | None = Field(default=None, ge=0)
+    """The CPU swap pool per replica in blocks, instead of ``cpu_swap_gib`` (set one, not both)."""
     allocator: Literal["paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle"] = "paged"
+    """How KV memory is reserved: ``paged`` allocates blocks as sequences grow (PagedAttention); the
+    contiguous baselines reserve one region per request up front: ``max_model_len`` slots
+    (``contiguous-max``), the prompt plus the true output length rounded up to a power of two
+    (``contiguous-pow2``), or exactly prompt plus output (``contiguous-oracle``)."""
 
     @model_validator(mode="after")
     def _one_cpu_size(self) -> CacheSpec:
@@ -158,21 +180,36 @@ class CacheSpec(StrictModel):
 
 
 class SchedulerSpec(StrictModel):
+    """Which waiting request runs next, what one step may hold, and a step's limits."""
+
     policy: str = Field(default="fcfs", validate_default=True)
-    #: keyword arguments of the policy's constructor
+    """Which waiting request is admitted first (vLLM has ``fcfs`` and ``priority``): a registered
+    scheduling policy or a ``module:attr`` / ``file.py:attr`` plug-in."""
     params: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments of the scheduling policy's constructor (``aging_s`` for ``priority``)."""
     max_num_seqs: int = Field(default=256, ge=1)
+    """Most sequences running at once on a replica, each parallel sample counting as one (vLLM's
+    ``--max-num-seqs``)."""
     max_num_batched_tokens: int = Field(default=8192, ge=1)
+    """Token budget of one step: prompt tokens prefilled plus one per decoding sequence (vLLM's
+    ``--max-num-batched-tokens``); at least ``max_num_seqs``. Without chunked prefill a longer
+    prompt is rejected."""
     chunked_prefill: bool = True
-    #: fraction of device blocks kept free when admitting a new request
+    """Split prompts into chunks that fit the step's token budget, so prefill shares steps with
+    decodes (vLLM's chunked prefill); off: a prompt is prefilled in one step."""
     watermark: float = Field(default=0.01, ge=0, lt=1)
-    #: policies.admission: "whole-prompt" (admit only if the whole prompt's KV fits now)
-    #: or "first-chunk" (only the first chunk must fit; later chunks take blocks as
-    #: they run; paged pools with chunked prefill only)
+    """Fraction of device blocks, in [0, 1), kept free when admitting a new request so running
+    sequences have room to grow (vLLM's watermark); waived on an empty replica and for resumed
+    requests."""
     admission: Choice = Field(default="whole-prompt", validate_default=True)
-    #: which kinds of work a step may hold (policies.batching): mixed, prefill-first,
-    #: decode-first or static
+    """When a waiting request's prompt may start: ``whole-prompt`` (its whole prompt's KV must fit
+    now, as in vLLM) or ``first-chunk`` (only the first chunk must fit, later chunks take blocks
+    as they run; paged pools with chunked prefill only). A name, or ``{policy: NAME, params:
+    {...}}``."""
     batching: Choice = Field(default="mixed", validate_default=True)
+    """What one step may hold: ``mixed`` (decodes, prompt chunks and new prompts share the token
+    budget), ``prefill-first``, ``decode-first`` or ``static`` (request-level batching). A name,
+    or ``{policy: NAME, params: {...}}``."""
 
     @field_validator("policy")
     @classmethod
@@ -188,13 +225,19 @@ class SchedulerSpec(StrictModel):
 
 
 class PreemptionSpec(StrictModel):
-    """Who is preempted on a free-list miss (``victim``, with ``params``) and how
-    (``mode``: policies.preemption.MODES, recompute or swap)."""
+    """Who is preempted when a step finds the free list empty (``victim``, with
+    ``params``) and how (``mode``: recompute or swap)."""
 
     mode: Choice = Field(default="recompute", validate_default=True)
+    """What happens to a preempted request's KV: ``recompute`` (its blocks are freed and it is
+    prefilled again from prompt plus generated tokens) or ``swap`` (its blocks go to the CPU pool
+    and come back; needs ``cache.cpu_swap_gib`` or ``cache.num_cpu_blocks``). A name, or
+    ``{policy: NAME, params: {...}}``."""
     victim: str = Field(default="last-arrived", validate_default=True)
-    #: keyword arguments of the victim policy's constructor
+    """Which running request is preempted when a step needs a block and the free list is empty (vLLM
+    preempts the last arrived): a registered victim policy or a plug-in."""
     params: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments of the victim policy's constructor."""
 
     @field_validator("victim")
     @classmethod
@@ -212,8 +255,11 @@ class EvictionSpec(StrictModel):
     """Which cached prefix block is reclaimed first (prefix caching only)."""
 
     policy: str = Field(default="lru", validate_default=True)
-    #: keyword arguments of the eviction policy's constructor
+    """Which cached prefix block, referenced by no running request, is reclaimed first when the free
+    list runs dry (vLLM evicts LRU); matters only with ``cache.prefix_caching``."""
     params: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments of the eviction policy's constructor (e.g. ``half_life`` for
+    ``reuse-weighted``)."""
 
     @field_validator("policy")
     @classmethod
@@ -227,9 +273,16 @@ class EvictionSpec(StrictModel):
 
 
 class RoutingSpec(StrictModel):
+    """Data parallelism: identical replicas, and the router that picks one per request."""
+
     replicas: int = Field(default=1, ge=1)
+    """Identical replicas (data parallelism), each with ``tensor_parallel`` GPUs, its own KV pool
+    and its own scheduler."""
     router: str = Field(default="round-robin", validate_default=True)
+    """Which replica an arriving request goes to (moot with one replica): a registered router or a
+    plug-in."""
     params: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments of the router's constructor."""
 
     @field_validator("router")
     @classmethod
@@ -246,7 +299,11 @@ class SLOSpec(StrictModel):
     """Targets for goodput: a request meets its SLO if both hold."""
 
     ttft_s: float = Field(default=2.0, gt=0)
+    """TTFT target in seconds: from arrival to the first output token, queueing and prefill
+    included."""
     tpot_s: float = Field(default=0.2, gt=0)
+    """TPOT target in seconds: a request's mean time per output token after the first, (finish -
+    first token) / (output tokens - 1); a one-token request always meets it."""
 
 
 class SimulationSpec(StrictModel):
@@ -255,10 +312,21 @@ class SimulationSpec(StrictModel):
     warm-up excluded from metrics, the seed, and a safety horizon for the SimPy clock."""
 
     num_requests: int | None = Field(default=None, ge=1)
+    """Requests to simulate (each session turn is one; with a trace, its first rows). 1000 when
+    neither this nor ``duration_s`` is given; null to end by ``duration_s`` alone, or, both null,
+    to replay a whole trace."""
     duration_s: float | None = Field(default=None, gt=0)
+    """Simulated seconds of arrivals: no request arrives later (those in flight still finish). With
+    ``num_requests`` too, whichever ends first."""
     warmup_requests: int = Field(default=0, ge=0)
+    """The first this many requests, in arrival order, are left out of every latency, goodput and
+    throughput figure; fewer than ``num_requests``."""
     seed: int = Field(default=0, ge=0)
+    """Seed of every random draw (arrivals, lengths, token ids, randomised policies): the same
+    scenario and seed give byte-identical outputs."""
     max_sim_time_s: float = Field(default=1e6, gt=0)
+    """Safety horizon in simulated seconds: the run stops there, and requests still in flight are
+    reported unfinished."""
 
     @model_validator(mode="before")
     @classmethod
@@ -283,5 +351,9 @@ class BackendSpec(StrictModel):
     on the real paged backend and measure it)."""
 
     kind: Literal["model", "torch"] = "model"
+    """``model``: step times come from ``cost_model`` (pure simulation); ``torch``: each step runs
+    on the real paged backend (hardware in the loop) and its measured time is used."""
     device: Literal["cpu", "cuda"] = "cpu"
+    """Where the torch backend runs, ``cpu`` or ``cuda``; ``backend.kind: torch`` only."""
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    """Element type of the torch backend's weights and KV cache; ``backend.kind: torch`` only."""

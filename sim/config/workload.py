@@ -39,16 +39,23 @@ Role = Literal["input", "output"]
 
 
 class FixedLength(StrictModel):
+    """The same length every time."""
+
     kind: Literal["fixed"] = "fixed"
+    """Selects a fixed length; a bare integer (``input: 128``) is the shorthand."""
     value: int = Field(ge=1)
+    """The length every draw returns, in tokens (turns, in ``sessions.turns``); at least 1."""
 
 
 class UniformLength(StrictModel):
     """Integers uniform in ``[min, max]`` (both inclusive)."""
 
     kind: Literal["uniform"] = "uniform"
+    """Selects integers drawn uniformly from [``min``, ``max``]."""
     min: int = Field(ge=1)
+    """Smallest value, inclusive, in tokens (turns, in ``sessions.turns``); at least 1."""
     max: int = Field(ge=1)
+    """Largest value, inclusive; at least ``min``."""
 
     @model_validator(mode="after")
     def _ordered(self) -> UniformLength:
@@ -61,8 +68,11 @@ class LognormalLength(StrictModel):
     """A lognormal with the given mean and coefficient of variation, rounded."""
 
     kind: Literal["lognormal"] = "lognormal"
+    """Selects a lognormal distribution, rounded to integers (at least 1)."""
     mean: float = Field(gt=0)
+    """Mean of the distribution, in tokens (turns, in ``sessions.turns``)."""
     cv: float = Field(ge=0)
+    """Coefficient of variation (standard deviation / mean); 0 returns the mean every time."""
 
 
 class EmpiricalLength(FileRef):
@@ -72,8 +82,13 @@ class EmpiricalLength(FileRef):
     are sampled as pairs (same row)."""
 
     kind: Literal["empirical"] = "empirical"
+    """Selects lengths resampled from a table file."""
     path: str
+    """The table: one positive integer per line, or two columns (input, output) split by commas or
+    spaces; ``#`` comments and one header line allowed. Relative to the scenario file."""
     column: int | None = Field(default=None, ge=0)
+    """Column to read, from 0. Unset: ``input`` reads column 0 and ``output`` column 1 of a
+    two-column table (drawn as pairs from the same row), column 0 otherwise."""
 
     @field_validator("path")
     @classmethod
@@ -96,10 +111,14 @@ class EmpiricalLength(FileRef):
 
 
 class PresetLength(StrictModel):
-    """A named dataset's length distribution (see :data:`LENGTH_PRESETS`)."""
+    """A dataset's length distribution, by name (:data:`LENGTH_PRESETS`)."""
 
     kind: Literal["preset"] = "preset"
+    """Selects a dataset's length distribution; the bare name (``input: sharegpt``) is the
+    shorthand."""
     name: Literal["sharegpt", "alpaca"]
+    """``sharegpt`` (mean 161 prompt and 338 output tokens) or ``alpaca`` (19 and 58): the vLLM
+    paper's means, drawn from lognormals with assumed spreads."""
 
 
 def expand_length_shorthand(value: Any) -> Any:
@@ -119,21 +138,32 @@ LengthDist = Annotated[
 
 
 class PoissonArrival(StrictModel):
+    """Poisson arrivals: exponential gaps with mean ``1 / rate_rps``."""
+
     kind: Literal["poisson"] = "poisson"
+    """Selects Poisson arrivals (exponential gaps); the default when ``kind`` is left out."""
     rate_rps: float = Field(gt=0)
+    """Mean arrival rate, requests per second (sessions per second with ``workload.sessions``)."""
 
 
 class GammaArrival(StrictModel):
     """Gamma inter-arrival gaps: ``cv`` > 1 is burstier than Poisson (cv = 1)."""
 
     kind: Literal["gamma"] = "gamma"
+    """Selects gamma-distributed gaps between arrivals."""
     rate_rps: float = Field(gt=0)
+    """Mean arrival rate, requests per second (sessions per second with ``workload.sessions``)."""
     cv: float = Field(gt=0)
+    """Coefficient of variation of the gaps: 1 is Poisson, above 1 burstier, below 1 smoother."""
 
 
 class ConstantArrival(StrictModel):
+    """Arrivals evenly spaced, ``1 / rate_rps`` seconds apart."""
+
     kind: Literal["constant"] = "constant"
+    """Selects evenly spaced arrivals, ``1 / rate_rps`` seconds apart."""
     rate_rps: float = Field(gt=0)
+    """Arrival rate, requests per second (sessions per second with ``workload.sessions``)."""
 
 
 class TraceArrival(FileRef):
@@ -142,9 +172,15 @@ class TraceArrival(FileRef):
     row, multiplied by ``time_scale`` (0.5 replays twice as fast)."""
 
     kind: Literal["trace"] = "trace"
+    """Selects replaying a trace file: arrival times and lengths come from it."""
     format: Literal["azure-csv", "mooncake-jsonl"]
+    """``azure-csv`` (Azure LLM inference trace: TIMESTAMP, ContextTokens, GeneratedTokens) or
+    ``mooncake-jsonl`` (timestamp in ms, input_length, output_length, and the hash_ids of
+    512-token prompt blocks)."""
     path: str
+    """The trace file, relative to the scenario file."""
     time_scale: float = Field(default=1.0, gt=0)
+    """Multiplies every arrival offset: 0.5 replays twice as fast, 2 half as fast."""
 
     @field_validator("path")
     @classmethod
@@ -177,9 +213,15 @@ class CategoricalSpec(StrictModel):
     ``1 / (i + 1) ** zipf_exponent``, so 0 is the most common) or explicit ``weights``."""
 
     count: int = Field(default=1, ge=1)
+    """Number of categories, numbered 0 to count - 1; 1: every request is in category 0."""
     pick: Literal["uniform", "zipf", "weights"] = "uniform"
+    """How a category is drawn: ``uniform``, ``zipf`` (category 0 the most common) or explicit
+    ``weights``."""
     zipf_exponent: float = Field(default=1.0, gt=0)
+    """Exponent s of ``zipf``: category i has weight 1 / (i + 1)^s."""
     weights: list[float] | None = None
+    """One non-negative weight per category for ``pick: weights``, normalised (their sum must be
+    positive)."""
 
     @model_validator(mode="after")
     def _weights_match(self) -> CategoricalSpec:
@@ -212,10 +254,17 @@ class PrefixGroupsSpec(StrictModel):
     ``length``); a ``fraction`` of requests carry one, picked by ``pick``."""
 
     num_groups: int = Field(default=0, ge=0)
+    """Distinct shared system prompts; 0: no shared prefixes."""
     length: LengthDist = FixedLength(value=256)
+    """Length in tokens of each group's system prompt, drawn once per group (a distribution, an
+    integer or a preset name)."""
     pick: Literal["uniform", "zipf"] = "uniform"
+    """How a request's group is picked: ``uniform`` or ``zipf`` (group 0 the most popular)."""
     zipf_exponent: float = Field(default=1.0, gt=0)
+    """Exponent s of ``zipf``: group i has weight 1 / (i + 1)^s."""
     fraction: float = Field(default=1.0, ge=0, le=1)
+    """Fraction of requests (of sessions, with ``workload.sessions``) that start with a group's
+    system prompt, in [0, 1]."""
 
 
 class SessionsSpec(StrictModel):
@@ -223,8 +272,13 @@ class SessionsSpec(StrictModel):
     turns, ``think_time_s`` apart (fixed, or exponential with that mean)."""
 
     turns: LengthDist = FixedLength(value=4)
+    """Turns per session (a distribution, or an integer: ``turns: 4``). Each turn's prompt is the
+    conversation so far plus ``workload.input`` new tokens."""
     think_time_s: float = Field(default=10.0, ge=0)
+    """Mean seconds from one turn's arrival to the next turn's (the next turn does not wait for the
+    answer)."""
     think_time: Literal["fixed", "exponential"] = "exponential"
+    """``fixed`` gaps of ``think_time_s``, or ``exponential`` gaps with that mean."""
 
 
 class WorkloadSpec(StrictModel):
@@ -233,13 +287,29 @@ class WorkloadSpec(StrictModel):
     per second; with them it is in sessions per second."""
 
     arrival: ArrivalSpec = PoissonArrival(rate_rps=1.0)
+    """The arrival process: ``poisson`` (the default, also when ``kind`` is left out), ``gamma``,
+    ``constant``, or ``trace`` replay."""
     input: LengthDist = PresetLength(name="sharegpt")
+    """Prompt length in tokens, after any shared prefix (with sessions: each turn's new tokens): a
+    distribution, an integer (fixed) or a preset name (``sharegpt``, ``alpaca``). Requests are
+    clipped so prompt plus output fits ``model.max_model_len``."""
     output: LengthDist = PresetLength(name="sharegpt")
+    """Output length in tokens, how many each request decodes before it stops (known to the
+    simulator, not to the scheduler, unless it is an oracle): a distribution, an integer (fixed)
+    or a preset name."""
     prefix: PrefixGroupsSpec = PrefixGroupsSpec()
+    """Shared system prompts, for prefix caching: how many, how long and how often used."""
     sessions: SessionsSpec | None = None
+    """Multi-turn conversations; null (default): every request stands alone."""
     n: int = Field(default=1, ge=1, lt=STREAM_STRIDE)
+    """Parallel samples per request (vLLM's ``n``): the prompt is prefilled once and the samples
+    fork from it, sharing its blocks copy-on-write; below 65536."""
     tenants: CategoricalSpec = CategoricalSpec()
+    """Tenant of each request (of each session, with sessions), for fair-share scheduling;
+    requests.csv records it."""
     priorities: CategoricalSpec = CategoricalSpec()
+    """Priority of each request, higher is more important: ``priority`` scheduling serves it first,
+    the ``lowest-priority`` victim preempts it last."""
 
     @model_validator(mode="after")
     def _trace_takes_lengths_from_file(self) -> WorkloadSpec:

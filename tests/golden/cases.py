@@ -1,6 +1,8 @@
 """The runs whose outputs are pinned byte for byte (tests/test_golden.py): every shipped
 scenario, cut to a few hundred requests, plus the batching modes and allocators on the
-tiny scenario. The digests live in outputs.json; refresh them with
+tiny scenario. The digests live in outputs.json, and those of every shipped scenario's
+scenario.json (the validated scenario as a run records it) in scenario_json.json; refresh
+both with
 
     .venv/bin/python tests/golden/regenerate.py
 
@@ -47,3 +49,18 @@ def digests(scenario: str, overrides: list[str]) -> dict[str, str]:
         if code != 0:
             raise RuntimeError(f"pagesim run {scenario} exited {code}")
         return {name: hashlib.sha256((out / name).read_bytes()).hexdigest() for name in FILES}
+
+
+def scenario_dump(path: str) -> str:
+    """What ``pagesim run`` writes as scenario.json for a shipped scenario (no overrides)."""
+    import json
+
+    from sim.config.loader import load_scenario
+
+    scenario = load_scenario(ROOT / path)
+    return json.dumps(scenario.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+
+def scenario_dump_digests() -> dict[str, str]:
+    """sha256 of every shipped scenario's scenario.json, by scenario file."""
+    return {path: hashlib.sha256(scenario_dump(path).encode()).hexdigest() for path in SCENARIOS}

@@ -63,3 +63,14 @@ def test_init_writes_a_valid_commented_scenario(tmp_path, capsys):
     assert load_scenario(path).name == "mine" and path.read_text().count("#") > 10
     code, _, err = out_of(capsys, "init", "mine", "--out", str(path))
     assert code == 2 and "exists; pass --force" in err
+
+
+def test_schema_prints_or_writes_the_scenario_schema(tmp_path, capsys):
+    import json
+
+    from sim.config.json_schema import scenario_json_schema
+
+    code, out, _ = out_of(capsys, "schema")
+    assert code == 0 and json.loads(out) == scenario_json_schema()
+    code, out, _ = out_of(capsys, "schema", "--out", str(tmp_path / "s.json"))
+    assert code == 0 and json.loads((tmp_path / "s.json").read_text()) == scenario_json_schema()
