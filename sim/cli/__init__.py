@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sim.cli.check import add_check_command
 from sim.cli.common import OneLineParser, add_scenario_options, dispatch
 from sim.cli.run import cmd_compare, cmd_run
 from sim.cli.validation import add_commands
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.set_defaults(handler=cmd_compare)
 
     add_commands(sub)
+    add_check_command(sub)
     return parser
 
 
