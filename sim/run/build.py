@@ -11,6 +11,7 @@ from backend.blocks import BlockManager
 from backend.contiguous import make_contiguous
 from policies.eviction import EVICTORS
 from policies.registry import UnknownPolicy
+from sim.config.allocators import construct
 from sim.config.costs import CostParams
 from sim.config.errors import ScenarioError
 from sim.costs.analytic import AnalyticCostModel
@@ -24,6 +25,17 @@ def build_allocator(scenario) -> Allocator:
     """One replica's allocator, sized from the scenario."""
     cache = scenario.cache
     num_blocks, num_cpu_blocks = scenario.kv_pool
+    if cache.plugin_allocator is not None:  # a user's class (sim/config/allocators.py)
+        try:
+            return construct(
+                cache.plugin_allocator,
+                num_blocks=num_blocks,
+                block_size=cache.block_size,
+                num_cpu_blocks=num_cpu_blocks,
+                enable_prefix_caching=cache.prefix_caching,
+            )
+        except ValueError as err:
+            raise ScenarioError(f"{scenario.source}: cache.allocator: {err}") from None
     if cache.allocator == "paged":
         rng = np.random.default_rng(scenario.simulation.seed)  # for a randomised policy
         evictor = make_policy(
