@@ -61,6 +61,7 @@ class Harness:
         self.caching = prefix_caching
         self.memory = KVMemory(self.alloc)
         self.seqs: dict[int, Seq] = {}
+        self.gone: dict[int, Seq] = {}  # freed sequences, as they were
         self.next_id = 0
         self.peak = self.alloc.peak_used_blocks
         # (salt, tokens of whole blocks from the start) whose KV was computed at some
@@ -100,6 +101,11 @@ class Harness:
         self.next_id += 1
         self.seqs[sid] = Seq(f"seq_{sid}", list(tokens), salt, computed)
         return sid
+
+    def held(self, sid: int) -> tuple[list[int], int]:
+        """The tokens and salt of a sequence, live or (as it was when) freed."""
+        seq = self.seqs.get(sid) or self.gone[sid]
+        return list(seq.tokens), seq.salt
 
     def blocks(self, sid: int) -> list[int]:
         return self.memory.blocks_of(self.alloc, sid, self.seqs[sid])

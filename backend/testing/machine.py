@@ -3,11 +3,13 @@ rule-based state machine, run against any :class:`~backend.base.Allocator` that 
 :class:`~backend.base.AllocatorFactory` builds.
 
 Each example builds a tiny allocator (4-16 blocks of 1-4 slots, 0-6 CPU blocks, prefix
-caching on or off where the allocator supports it) and drives it with random calls:
-allocate (prompts built from a few shared prefixes, under tenant salts 0 and 1, some
-with only part of their KV computed), mark_computed, append, the decode step
-append_batch, fork, free, swap out and in (one sequence or a request's two), and
-misuse. After every call it checks:
+caching on or off where the allocator supports it) and drives it with random calls on
+up to 6 live sequences: allocate (prompts built from a few shared prefixes, under
+tenant salts 0 and 1, some with only part of their KV computed), readmit (a live or
+freed sequence's tokens again, as a preempted request or a next turn, or under the other
+tenant), mark_computed, append, the decode step append_batch, fork, free, swap out and
+in (one sequence or a request's two), and misuse (double free, calls on freed or
+swapped-out sequences, ids reused while live). After every call it checks:
 
 * ``check_invariants()`` (the allocator's own checks);
 * refused calls (OutOfBlocks) and queries change nothing that the interface shows (nor
@@ -48,6 +50,8 @@ from backend.testing.shadow import SeqRef
 
 PREFIXES = ((1, 2, 3, 4, 5, 6, 7, 8), (1, 2, 3, 4, 9, 9, 9, 9), (5, 5, 5, 5, 5, 5, 5, 5))
 TOKENS = st.lists(st.integers(0, 3), min_size=1, max_size=4)
+#: at most this many live sequences (a few, so that calls meet the same ones often)
+MAX_LIVE = 6
 #: a token no drawn prompt holds (the final whole-pool prompt never hits the cache)
 FILLER = 99
 
@@ -112,7 +116,27 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         computed_tokens=st.none() | st.just(0) | st.integers(1, 8),
     )
     def allocate(self, prompt, salt, max_new_tokens, computed_tokens):
+        return self.admit(prompt, salt, max_new_tokens, computed_tokens)
+
+    @rule(
+        target=seq,
+        seq=seq,
+        extra=st.lists(st.integers(0, 3), max_size=3),
+        other_tenant=st.booleans(),
+        computed_tokens=st.none() | st.just(0) | st.integers(1, 8),
+    )
+    def readmit(self, seq, extra, other_tenant, computed_tokens):
+        """Allocate, as a new sequence, the tokens ``seq`` holds (or held when it was
+        freed) plus ``extra``, under its salt or the other tenant's: a preempted request
+        coming back, a follow-up turn, or the same prompt from another tenant."""
+        tokens, salt = self.held(seq.id)
+        return self.admit(tokens + extra, 1 - salt if other_tenant else salt, 0, computed_tokens)
+
+    def admit(self, prompt, salt, max_new_tokens, computed_tokens):
+        """allocate, checked: the new sequence, or multiple() if refused."""
         alloc, sid = self.alloc, self.next_id
+        if len(self.seqs) >= MAX_LIVE:
+            return multiple()
         promised = self.query(
             "cached_prefix_tokens", lambda: alloc.cached_prefix_tokens(prompt, salt=salt)
         )
@@ -205,6 +229,8 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
             self.misuse(f"fork of freed {parent}", lambda: alloc.fork(parent.id, child))
             return multiple()
         state = self.seqs[parent.id]
+        if len(self.seqs) >= MAX_LIVE:
+            return multiple()
         if state.swapped:
             self.misuse(f"fork of swapped-out {parent}", lambda: alloc.fork(parent.id, child))
             return multiple()
@@ -222,7 +248,7 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
             self.misuse(f"free of freed {seq}", lambda: self.alloc.free(seq.id))
             return
         self.alloc.free(seq.id)
-        del self.seqs[seq.id]
+        self.gone[seq.id] = self.seqs.pop(seq.id)
 
     # -- swap ------------------------------------------------------------------------------
     @precondition(lambda self: self.on_device())
