@@ -9,6 +9,8 @@ the command's default budget and seed, so they are deterministic.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from backend.blocks import BlockManager
@@ -63,9 +65,15 @@ BROKEN = {
 }
 
 
+@functools.cache
+def checked(name: str):
+    """check_allocator on the broken class ``name`` (once per session)."""
+    return check_allocator(getattr(broken, name), examples=400, seed_value=0)
+
+
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_a_broken_allocator_fails_with_a_short_example(name):
-    result = check_allocator(getattr(broken, name), examples=400, seed_value=0)
+    result = checked(name)
     assert not result.passed
     assert BROKEN[name] in result.error, result.error
     example = result.example
@@ -75,7 +83,7 @@ def test_a_broken_allocator_fails_with_a_short_example(name):
 
 
 def test_the_missing_copy_on_write_example_forks_then_writes_to_the_child():
-    example = check_allocator(broken.UncheckedNoCopyOnWrite, examples=400).example
+    example = checked("UncheckedNoCopyOnWrite").example
     forks = [i for i, line in enumerate(example) if " = state.fork(parent=" in line]
     assert forks, example
     child = example[forks[0]].split(" = ")[0]
@@ -84,7 +92,7 @@ def test_the_missing_copy_on_write_example_forks_then_writes_to_the_child():
 
 
 def test_the_leak_is_two_calls():
-    result = check_allocator(broken.UncheckedLeakyFree, examples=400)
+    result = checked("UncheckedLeakyFree")
     assert [line.split("(")[0] for line in result.example[2:]] == [
         "seq_0 = state.allocate",
         "state.free",
