@@ -2,6 +2,7 @@
 
 from backend.base import (
     Allocator,
+    AllocatorFactory,
     BlockMove,
     DuplicateSequence,
     InvalidRequest,
@@ -13,6 +14,7 @@ from backend.base import (
 
 __all__ = [
     "Allocator",
+    "AllocatorFactory",
     "BlockMove",
     "DuplicateSequence",
     "InvalidRequest",

@@ -17,13 +17,21 @@ Every allocator (the paged block manager, the contiguous baselines) implements
   a subclass of ``ValueError`` or ``KeyError`` with a message; never silent corruption.
 * ``check_invariants()`` verifies the whole state and raises ``AssertionError`` on a
   broken invariant (a bug); property tests call it after every step.
+
+An allocator pagesim did not write (``cache.allocator: module:Class`` in a scenario,
+``pagesim check-allocator``) is built through :class:`AllocatorFactory`: called with
+the keyword arguments ``num_blocks``, ``block_size``, ``num_cpu_blocks`` and
+``enable_prefix_caching``, it returns a new, empty allocator. Its class says what it
+can do through two class attributes, read before it is built (see :class:`Allocator`):
+``supports_prefix_caching`` and ``block_table_layout``. ``backend.testing`` checks
+this whole contract on any allocator.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import ClassVar, Literal, NamedTuple, Protocol
 
 import numpy as np
 
@@ -153,6 +161,18 @@ def as_tokens(token_ids: Sequence[int] | np.ndarray, *, allow_empty: bool = Fals
 
 class Allocator(ABC):
     """KV-cache bookkeeping for a set of live sequences (see the module docstring)."""
+
+    # -- capabilities: class attributes, read before an instance is built -----------------
+    #: Whether ``enable_prefix_caching=True`` at construction turns a prefix cache on
+    #: (``allocate`` may then return cached tokens). False: ``allocate`` and
+    #: ``cached_prefix_tokens`` always answer 0, whatever was asked. A scenario's
+    #: ``cache.prefix_caching`` needs an allocator that supports it.
+    supports_prefix_caching: ClassVar[bool] = False
+    #: How ``block_table`` and :class:`BlockMove` read. ``"blocks"``: one physical block
+    #: id per ``block_size`` tokens, in logical order, and a move copies a whole block.
+    #: ``"region"`` (the contiguous baselines): ``[first slot, length]`` of one region,
+    #: ``block_size`` is 1 and a move copies one slot.
+    block_table_layout: ClassVar[Literal["blocks", "region"]] = "blocks"
 
     #: token slots per block (1 for allocators that are not block based)
     block_size: int
@@ -320,6 +340,27 @@ class Allocator(ABC):
     @abstractmethod
     def check_invariants(self) -> None:
         """Verify the whole state; raise AssertionError on any broken invariant."""
+
+
+class AllocatorFactory(Protocol):
+    """How pagesim builds an allocator it did not write: a callable taking exactly these
+    keyword arguments and returning a new, empty :class:`Allocator`. An Allocator
+    subclass whose ``__init__`` takes them (as :class:`backend.blocks.BlockManager`'s
+    does) is one.
+
+    ``num_blocks`` device blocks of ``block_size`` token slots (a region-layout
+    allocator gets ``num_blocks * block_size`` slots), ``num_cpu_blocks`` CPU swap
+    blocks of the same size (0: no swap space), and ``enable_prefix_caching``, passed
+    True only to a class whose ``supports_prefix_caching`` is True."""
+
+    def __call__(
+        self,
+        *,
+        num_blocks: int,
+        block_size: int,
+        num_cpu_blocks: int,
+        enable_prefix_caching: bool,
+    ) -> Allocator: ...
 
 
 class ReservingAllocator(Allocator):

@@ -63,9 +63,10 @@ class Registry(Generic[T]):
 
 
 @functools.cache
-def load_object(spec: str, family: str = "plug-in"):
-    """Load ``module:attribute`` or ``path/to/file.py:attribute`` (once per spec: a run
-    builds a policy per replica from the same class)."""
+def load_object(spec: str, family: str = "plug-in", kind: str = "policy"):
+    """Load ``module:attribute`` or ``path/to/file.py:attribute``, once per spec (a run
+    builds a policy per replica from the same class). Raises UnknownPolicy ("cannot load
+    <family> <kind> <spec>: why") if it cannot be imported or found."""
     target, _, attr = spec.rpartition(":")
     try:
         if target.endswith(".py"):
@@ -79,4 +80,4 @@ def load_object(spec: str, family: str = "plug-in"):
             module = importlib.import_module(target)
         return getattr(module, attr)
     except (ImportError, FileNotFoundError, AttributeError) as err:
-        raise UnknownPolicy(f"cannot load {family} policy {spec!r}: {err}") from None
+        raise UnknownPolicy(f"cannot load {family} {kind} {spec!r}: {err}") from None

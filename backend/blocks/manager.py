@@ -32,7 +32,10 @@ from backend.prefix_index import PrefixCacheStats, PrefixIndex, check_salt
 
 class BlockManager(Growth, Swap, Allocator):
     """Paged KV bookkeeping over ``num_blocks`` device blocks of ``block_size`` slots
-    (see the module docstring and backend.base.Allocator for the contracts)."""
+    (see the module docstring and backend.base.Allocator for the contracts).
+    Its constructor is an :class:`backend.base.AllocatorFactory`."""
+
+    supports_prefix_caching = True
 
     def __init__(
         self,

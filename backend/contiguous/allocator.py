@@ -50,6 +50,8 @@ class ContiguousAllocator(Growth, Swap, ReservingAllocator):
     reserved at once. Growth and swap are mixins (growth.py, swap.py).
     """
 
+    block_table_layout = "region"
+
     def __init__(self, num_slots: int, *, mode: str, max_model_len: int, num_cpu_slots: int = 0):
         if mode not in MODES:
             raise InvalidRequest(f"unknown reservation mode {mode!r}; valid: {', '.join(MODES)}")

@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from sim.cli import info
+from sim.cli.check import add_check_command
 from sim.cli.common import OneLineParser, add_scenario_options, dispatch
 from sim.cli.run import cmd_compare, cmd_run, metric_percentiles
 from sim.cli.validation import add_commands
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_commands(sub)
     info.add_commands(sub)
+    add_check_command(sub)
     return parser
 
 

@@ -21,7 +21,7 @@ from pydantic import (
 from sim.config.schema import StrictModel
 
 
-def _base_dir(info: ValidationInfo) -> Path:
+def base_dir(info: ValidationInfo) -> Path:
     """Relative paths resolve against the scenario file's directory (passed by the loader
     as validation context), else against the working directory."""
     context = info.context or {}
@@ -30,7 +30,7 @@ def _base_dir(info: ValidationInfo) -> Path:
 
 def resolve_existing_file(value: str, info: ValidationInfo) -> Path:
     """The absolute path of an existing file named in a scenario; ValueError if none."""
-    resolved = (_base_dir(info) / value).resolve()
+    resolved = (base_dir(info) / value).resolve()
     if not resolved.is_file():
         raise ValueError(f"file not found: {value} (looked for {resolved})")
     if not os.access(resolved, os.R_OK):
@@ -40,7 +40,7 @@ def resolve_existing_file(value: str, info: ValidationInfo) -> Path:
 
 def resolve_existing_dir(value: str, info: ValidationInfo) -> Path:
     """The absolute path of an existing directory named in a scenario; ValueError if none."""
-    resolved = (_base_dir(info) / value).resolve()
+    resolved = (base_dir(info) / value).resolve()
     if not resolved.is_dir():
         raise ValueError(f"directory not found: {value} (looked for {resolved})")
     return resolved
@@ -59,7 +59,7 @@ class FileRef(StrictModel):
     def _remember_resolved(self, info: ValidationInfo) -> FileRef:
         value = getattr(self, self._file_field)
         if value is not None:
-            self._resolved = (_base_dir(info) / value).resolve()
+            self._resolved = (base_dir(info) / value).resolve()
         return self
 
     @property

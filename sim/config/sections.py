@@ -14,13 +14,19 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     BeforeValidator,
     Field,
+    PrivateAttr,
+    ValidationInfo,
     field_validator,
     model_serializer,
     model_validator,
 )
 
+from backend.base import Allocator
 from policies.context import PolicyError, check_params
+from sim.config.allocators import PLUGIN_FORMS, is_plugin, load_allocator_class
+from sim.config.allocators import SHIPPED as SHIPPED_ALLOCATORS
 from sim.config.errors import error_at
+from sim.config.files import base_dir
 from sim.config.hardware import HardwareSpec, ModelSpec
 from sim.config.hints import did_you_mean
 from sim.config.pool import kv_pool_blocks
@@ -138,22 +144,48 @@ class CacheSpec(StrictModel):
     ``swap_space``); 0: no CPU pool. ``preemption.mode: swap`` needs a CPU pool."""
     num_cpu_blocks: int | None = Field(default=None, ge=0)
     """The CPU swap pool per replica in blocks, instead of ``cpu_swap_gib`` (set one, not both)."""
-    allocator: Literal["paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle"] = "paged"
+    allocator: str = "paged"
     """How KV memory is reserved: ``paged`` allocates blocks as sequences grow (PagedAttention); the
     contiguous baselines reserve one region per request up front: ``max_model_len`` slots
     (``contiguous-max``), the prompt plus the true output length rounded up to a power of two
-    (``contiguous-pow2``), or exactly prompt plus output (``contiguous-oracle``)."""
+    (``contiguous-pow2``), or exactly prompt plus output (``contiguous-oracle``). Or a user's
+    Allocator subclass, ``module:Class`` or ``path/file.py:Class`` (sim/config/allocators.py),
+    loaded when the scenario is validated."""
+    _plugin: type[Allocator] | None = PrivateAttr(default=None)
+
+    @field_validator("allocator")
+    @classmethod
+    def _shipped_or_plugin(cls, name: str) -> str:
+        if name in SHIPPED_ALLOCATORS or ":" in name:
+            return name
+        shipped = ", ".join(repr(n) for n in SHIPPED_ALLOCATORS)
+        hint = did_you_mean(name, list(SHIPPED_ALLOCATORS))
+        raise ValueError(f"expected {shipped} or {PLUGIN_FORMS}, got {name!r}{hint}")
 
     @model_validator(mode="after")
-    def _one_cpu_size(self) -> CacheSpec:
+    def _cpu_size_and_allocator(self, info: ValidationInfo) -> CacheSpec:
         if self.num_cpu_blocks is not None and self.cpu_swap_gib > 0:
             raise error_at("cache.num_cpu_blocks", "set num_cpu_blocks or cpu_swap_gib, not both")
-        if self.prefix_caching and self.allocator != "paged":
+        if is_plugin(self.allocator):
+            try:
+                self._plugin = load_allocator_class(self.allocator, base_dir(info))
+            except ValueError as err:
+                raise error_at("cache.allocator", str(err)) from None
+        supported = self.allocator == "paged" or (
+            self._plugin is not None and self._plugin.supports_prefix_caching
+        )
+        if self.prefix_caching and not supported:
             raise error_at(
                 "cache.prefix_caching",
-                f"prefix caching needs the paged allocator, got allocator {self.allocator!r}",
+                "prefix caching needs the paged allocator or a plug-in whose "
+                f"supports_prefix_caching is True, got allocator {self.allocator!r}",
             )
         return self
+
+    @property
+    def plugin_allocator(self) -> type[Allocator] | None:
+        """The Allocator subclass ``allocator`` names if it is a plug-in, else None."""
+        return self._plugin
 
     def device_blocks(self, model: ModelSpec, hw: HardwareSpec, tp: int = 1) -> int:
         """Device blocks per replica: ``num_blocks``, or derived from memory.

@@ -23,6 +23,7 @@ from policies.eviction import EVICTORS
 from policies.preemption import MODES, VICTIMS
 from policies.registry import Registry, UnknownPolicy
 from policies.scheduling import SCHEDULERS
+from sim.config.allocators import construct
 from sim.config.costs import CostParams
 from sim.config.errors import ScenarioError
 from sim.costs.analytic import AnalyticCostModel
@@ -58,6 +59,17 @@ def build_allocator(scenario, context: PolicyContext | None = None) -> Allocator
     with ``context`` (by default one without the request stream)."""
     cache = scenario.cache
     num_blocks, num_cpu_blocks = scenario.kv_pool
+    if cache.plugin_allocator is not None:  # a user's class (sim/config/allocators.py)
+        try:
+            return construct(
+                cache.plugin_allocator,
+                num_blocks=num_blocks,
+                block_size=cache.block_size,
+                num_cpu_blocks=num_cpu_blocks,
+                enable_prefix_caching=cache.prefix_caching,
+            )
+        except ValueError as err:
+            raise ScenarioError(f"{scenario.source}: cache.allocator: {err}") from None
     if cache.allocator == "paged":
         evictor = make_policy(
             scenario,

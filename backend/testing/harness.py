@@ -1,0 +1,146 @@
+"""What the allocator state machine's rules share: building the allocator under test,
+running its commands and queries under the checks that they change nothing when they
+should not, and keeping the checker's model (shadow.py) in step.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from backend.base import Allocator, AllocatorFactory, OutOfBlocks
+from backend.testing import checks
+from backend.testing.shadow import KVMemory, Seq
+
+#: what :class:`Harness` counts across the examples it runs
+STAT_NAMES = (
+    "runs",  # allocators built: Hypothesis' examples, the ones it discards included
+    "calls",  # calls checked (each followed by every check)
+    "allocations",
+    "prefix hits",
+    "appends",
+    "writes to a shared block",
+    "decode steps",
+    "decode steps with a write to a shared block",
+    "forks",
+    "swaps out",
+    "swaps in",
+    "refused calls",
+    "misuses refused",
+)
+
+
+def supports_prefix_caching(factory: AllocatorFactory) -> bool:
+    """The factory's ``supports_prefix_caching`` (an Allocator class has it), else that
+    of a small allocator it builds without prefix caching."""
+    claimed = getattr(factory, "supports_prefix_caching", None)
+    if claimed is None:
+        probe = factory(num_blocks=4, block_size=1, num_cpu_blocks=0, enable_prefix_caching=False)
+        claimed = getattr(probe, "supports_prefix_caching", False)
+    return bool(claimed)
+
+
+class Harness:
+    """Mixin of the state machine: the allocator under test (``alloc``), the model of
+    its live sequences (``seqs``, by id), the executor's KV memory (``memory``) and the
+    prefixes computed so far under each salt (``computed``)."""
+
+    #: builds the allocator under test (set by ``for_factory``)
+    factory: ClassVar[AllocatorFactory | None] = None
+    #: counts across the examples run (``for_factory`` gives each bound class its own)
+    stats: ClassVar[dict[str, int]] = dict.fromkeys(STAT_NAMES, 0)
+
+    def build(self, num_blocks, block_size, num_cpu_blocks, prefix_caching) -> None:
+        assert self.factory is not None, "bind the machine first: for_factory(factory)"
+        self.alloc: Allocator = self.factory(
+            num_blocks=num_blocks,
+            block_size=block_size,
+            num_cpu_blocks=num_cpu_blocks,
+            enable_prefix_caching=prefix_caching,
+        )
+        assert isinstance(self.alloc, Allocator), f"the factory built {self.alloc!r}"
+        self.caching = prefix_caching
+        self.memory = KVMemory(self.alloc)
+        self.seqs: dict[int, Seq] = {}
+        self.gone: dict[int, Seq] = {}  # freed sequences, as they were
+        self.next_id = 0
+        self.peak = self.alloc.peak_used_blocks
+        # (salt, tokens of whole blocks from the start) whose KV was computed at some
+        # time: the only prefixes a hit may offer under that salt
+        self.computed: set[tuple[int, tuple[int, ...]]] = set()
+        self.count("runs")
+
+    def count(self, name: str) -> None:
+        self.stats[name] += 1
+
+    # -- calls under checks ----------------------------------------------------------------
+    def attempt(self, what: str, command, *args, **kwargs):
+        """(True, result), or (False, None) for a command refused with OutOfBlocks,
+        after checking that the refusal changed nothing."""
+        before = checks.observe(self.alloc, self.seqs)
+        try:
+            return True, command(*args, **kwargs)
+        except OutOfBlocks:
+            checks.unchanged(before, checks.observe(self.alloc, self.seqs), f"refused {what}")
+            self.count("refused calls")
+            return False, None
+
+    def query(self, what: str, call):
+        """A query's answer, after checking that asking changed nothing."""
+        before = checks.observe(self.alloc, self.seqs)
+        answer = call()
+        checks.unchanged(before, checks.observe(self.alloc, self.seqs), f"asking {what}")
+        return answer
+
+    def misuse(self, what: str, call) -> None:
+        checks.expect_misuse(self.alloc, self.seqs, what, call)
+        self.count("misuses refused")
+
+    # -- the model ---------------------------------------------------------------------------
+    def new_seq(self, tokens, salt: int, computed: int) -> int:
+        sid = self.next_id
+        self.next_id += 1
+        self.seqs[sid] = Seq(f"seq_{sid}", list(tokens), salt, computed)
+        return sid
+
+    def held(self, sid: int) -> tuple[list[int], int]:
+        """The tokens and salt of a sequence, live or (as it was when) freed."""
+        seq = self.seqs.get(sid) or self.gone[sid]
+        return list(seq.tokens), seq.salt
+
+    def blocks(self, sid: int) -> list[int]:
+        return self.memory.blocks_of(self.alloc, sid, self.seqs[sid])
+
+    def compute_through(self, sid: int, count: int) -> None:
+        """The KV of ``sid``'s first ``count`` tokens now exists: the executor writes
+        what was not computed yet, and those whole blocks become legitimate hits."""
+        seq = self.seqs[sid]
+        count = min(count, len(seq.tokens))
+        if count > seq.computed:
+            self.memory.compute(self.blocks(sid), seq.computed, seq.tokens[seq.computed : count])
+            seq.computed = count
+        size = self.alloc.block_size
+        for end in range(size, seq.computed + 1, size):
+            self.computed.add((seq.salt, tuple(seq.tokens[:end])))
+
+    def on_device(self) -> list[int]:
+        return sorted(sid for sid, s in self.seqs.items() if not s.swapped)
+
+    def shares_last_block(self, sid: int) -> bool:
+        """Whether ``sid``'s partly filled last block is in another table (writing to it
+        needs copy-on-write)."""
+        seq, size = self.seqs[sid], self.alloc.block_size
+        if len(seq.tokens) % size == 0 or self.memory.layout == "region":
+            return False
+        last = self.blocks(sid)[(len(seq.tokens) - 1) // size]
+        return any(last in self.blocks(o) for o in self.on_device() if o != sid)
+
+    def check_prefix_hit(self, prompt: list[int], salt: int, hit, promised: int) -> None:
+        """What ``allocate`` returned is a legitimate hit: the one promised, whole
+        blocks, short of the last token, of KV computed under ``salt``."""
+        assert hit == promised, f"allocate hit {hit} tokens, cached_prefix_tokens said {promised}"
+        assert hit == 0 or self.caching, f"a prefix hit of {hit} tokens without prefix caching"
+        assert 0 <= hit < len(prompt), f"a hit of {hit} tokens of a {len(prompt)}-token prompt"
+        assert hit % self.alloc.block_size == 0, f"a hit of {hit} tokens is not whole blocks"
+        assert hit == 0 or (salt, tuple(prompt[:hit])) in self.computed, (
+            f"a hit on {prompt[:hit]} under salt {salt}: never computed under that salt"
+        )

@@ -1,0 +1,351 @@
+"""The allocator state machine: the contract of backend/base.py as a Hypothesis
+rule-based state machine, run against any :class:`~backend.base.Allocator` that an
+:class:`~backend.base.AllocatorFactory` builds.
+
+Each example builds a tiny allocator (4-16 blocks of 1-4 slots, 0-6 CPU blocks, prefix
+caching on or off where the allocator supports it) and drives it with random calls on
+up to 6 live sequences: allocate (prompts built from a few shared prefixes, under
+tenant salts 0 and 1, some with only part of their KV computed), readmit (a live or
+freed sequence's tokens again, as a preempted request or a next turn, or under the other
+tenant), mark_computed, append, the decode step append_batch, fork, free, swap out and
+in (one sequence or a request's two), and misuse (double free, calls on freed or
+swapped-out sequences, ids reused while live). After every call it checks:
+
+* ``check_invariants()`` (the allocator's own checks);
+* refused calls (OutOfBlocks) and queries change nothing that the interface shows (nor
+  ``snapshot()``, if the allocator has one), and each ``can_*`` query agrees with its
+  command; misuse raises ValueError or KeyError and changes nothing;
+* every live sequence reads back exactly its tokens, and the KV memory an executor would
+  hold (shadow.py) read through the sequence's block table is its own: copy-on-write,
+  fork, growth and swap moves are complete and in range;
+* prefix hits are what ``cached_prefix_tokens`` promised, whole blocks, never the
+  prompt's last token, only of KV computed under the same tenant salt, on blocks that
+  hold it (none at all without prefix caching);
+* usage() against the block tables (no leak; the split sums to the pool), the CPU pool's
+  free count, the peak; at the end, once everything is freed, the pool is whole again.
+
+Hypothesis shrinks a failure to a short sequence of calls and prints it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+)
+
+from backend.base import AllocatorFactory, ReservingAllocator
+from backend.testing import checks
+from backend.testing.harness import STAT_NAMES, Harness, supports_prefix_caching
+from backend.testing.shadow import SeqRef
+
+PREFIXES = ((1, 2, 3, 4, 5, 6, 7, 8), (1, 2, 3, 4, 9, 9, 9, 9), (5, 5, 5, 5, 5, 5, 5, 5))
+TOKENS = st.lists(st.integers(0, 3), min_size=1, max_size=4)
+#: at most this many live sequences (a few, so that calls meet the same ones often)
+MAX_LIVE = 6
+#: a token no drawn prompt holds (the final whole-pool prompt never hits the cache)
+FILLER = 99
+
+
+@st.composite
+def prompts(draw, longest: int) -> list[int]:
+    """A prompt of 1 to ``longest`` tokens, most starting with a shared prefix."""
+    prefix = draw(st.sampled_from(PREFIXES))[: draw(st.integers(0, 8))]
+    suffix = draw(st.lists(st.integers(0, 3), max_size=3))
+    return (list(prefix) + suffix)[:longest] or [0]
+
+
+def bound_setup(prefix_caching: bool):
+    """The machine's first step: build an allocator (with prefix caching 3 times in 4,
+    if ``prefix_caching``)."""
+
+    @initialize(
+        num_blocks=st.integers(4, 16),
+        block_size=st.integers(1, 4),
+        num_cpu_blocks=st.integers(0, 6),
+        prefix_caching=st.sampled_from([True, True, True, False] if prefix_caching else [False]),
+    )
+    def setup(self, num_blocks, block_size, num_cpu_blocks, prefix_caching):
+        self.build(num_blocks, block_size, num_cpu_blocks, prefix_caching)
+
+    return setup
+
+
+class AllocatorStateMachine(Harness, RuleBasedStateMachine):
+    """Bind it to an allocator with :meth:`for_factory`; the bound class's ``TestCase``
+    is a unittest (and pytest) test case."""
+
+    seq = Bundle("seq")
+
+    @classmethod
+    def for_factory(
+        cls, factory: AllocatorFactory, *, prefix_caching: bool | None = None, name: str = ""
+    ) -> type[AllocatorStateMachine]:
+        """A subclass checking the allocators ``factory`` builds, e.g.
+        ``TestMine = AllocatorStateMachine.for_factory(MyAllocator).TestCase``.
+
+        ``prefix_caching``: whether to build some with ``enable_prefix_caching=True``
+        (default: the factory's ``supports_prefix_caching``, which an Allocator class
+        has, else that of an allocator it builds). ``name`` names the class, which the
+        printed example calls ``state`` (default ``Check<factory name>``)."""
+        if prefix_caching is None:
+            prefix_caching = supports_prefix_caching(factory)
+        body = {
+            "factory": staticmethod(factory),
+            "stats": dict.fromkeys(STAT_NAMES, 0),
+            "setup": bound_setup(prefix_caching),
+            "__module__": cls.__module__,
+        }
+        return type(name or f"Check{getattr(factory, '__name__', 'Allocator')}", (cls,), body)
+
+    # -- allocation ------------------------------------------------------------------------
+    @rule(
+        target=seq,
+        prompt=prompts(11),
+        salt=st.integers(0, 1),
+        max_new_tokens=st.integers(0, 4),
+        computed_tokens=st.none() | st.just(0) | st.integers(1, 8),
+    )
+    def allocate(self, prompt, salt, max_new_tokens, computed_tokens):
+        return self.admit(prompt, salt, max_new_tokens, computed_tokens)
+
+    @rule(
+        target=seq,
+        seq=seq,
+        extra=st.lists(st.integers(0, 3), max_size=3),
+        other_tenant=st.booleans(),
+        computed_tokens=st.none() | st.just(0) | st.integers(1, 8),
+    )
+    def readmit(self, seq, extra, other_tenant, computed_tokens):
+        """Allocate, as a new sequence, the tokens ``seq`` holds (or held when it was
+        freed) plus ``extra``, under its salt or the other tenant's: a preempted request
+        coming back, a follow-up turn, or the same prompt from another tenant."""
+        tokens, salt = self.held(seq.id)
+        return self.admit(tokens + extra, 1 - salt if other_tenant else salt, 0, computed_tokens)
+
+    def admit(self, prompt, salt, max_new_tokens, computed_tokens):
+        """allocate, checked: the new sequence, or multiple() if refused."""
+        alloc, sid = self.alloc, self.next_id
+        if len(self.seqs) >= MAX_LIVE:
+            return multiple()
+        promised = self.query(
+            "cached_prefix_tokens", lambda: alloc.cached_prefix_tokens(prompt, salt=salt)
+        )
+        possible = self.query(
+            "can_allocate",
+            lambda: alloc.can_allocate(prompt, salt=salt, max_new_tokens=max_new_tokens),
+        )
+        done, hit = self.attempt(
+            "allocate", alloc.allocate, sid, prompt, salt=salt,
+            max_new_tokens=max_new_tokens, computed_tokens=computed_tokens,
+        )  # fmt: skip
+        assert done == possible, f"can_allocate said {possible}; allocate {verb(done)}"
+        if not done:
+            return multiple()
+        self.check_prefix_hit(prompt, salt, hit, promised)
+        self.new_seq(prompt, salt, hit)
+        shared = self.memory.read(self.blocks(sid), hit, swapped=False)
+        assert shared == prompt[:hit], (
+            f"a prefix hit of {hit} tokens on blocks holding the KV of {shared}, not {prompt[:hit]}"
+        )
+        self.count("prefix hits" if hit else "allocations")
+        computed = len(prompt) if computed_tokens is None else computed_tokens
+        self.compute_through(sid, max(hit, computed))
+        return SeqRef(sid)
+
+    @rule(seq=seq, num_tokens=st.integers(0, 12))
+    def mark_computed(self, seq, num_tokens):
+        if seq.id not in self.seqs:
+            return
+        state = self.seqs[seq.id]
+        if state.swapped:  # the engine computes only what is on the device
+            return
+        self.alloc.mark_computed(seq.id, min(num_tokens, len(state.tokens)))
+        self.compute_through(seq.id, num_tokens)
+
+    # -- growth ----------------------------------------------------------------------------
+    @rule(seq=seq, tokens=TOKENS)
+    def append(self, seq, tokens):
+        sid, alloc = seq.id, self.alloc
+        if sid not in self.seqs:
+            self.misuse(f"append to freed {seq}", lambda: alloc.append(sid, tokens))
+            return
+        if self.seqs[sid].swapped:
+            self.misuse(f"append to swapped-out {seq}", lambda: alloc.append(sid, tokens))
+            return
+        possible = self.query("can_append", lambda: alloc.can_append(sid, len(tokens)))
+        shared = self.shares_last_block(sid)
+        done, moves = self.attempt("append", alloc.append, sid, tokens)
+        assert done == possible, f"can_append said {possible}; append {verb(done)}"
+        if done:
+            self.count("writes to a shared block" if shared else "appends")
+            self.grown({sid: tokens}, moves, "append")
+
+    @precondition(lambda self: self.on_device())
+    @rule(
+        seqs=st.lists(seq, min_size=1, max_size=4),
+        tokens=st.lists(st.integers(0, 3), min_size=4, max_size=4),
+    )
+    def append_batch(self, seqs, tokens):
+        live = [s.id for s in dict.fromkeys(seqs) if s.id in self.seqs]
+        batch = [sid for sid in live if not self.seqs[sid].swapped]
+        if not batch:
+            return
+        alloc, ids = self.alloc, np.array(batch, np.int64)
+        needed = self.query("blocks_needed_for_batch", lambda: alloc.blocks_needed_for_batch(ids))
+        used, shared = alloc.usage().used_blocks, any(map(self.shares_last_block, batch))
+        token_ids = np.array(tokens[: len(batch)], np.int32)
+        done, moves = self.attempt("append_batch", alloc.append_batch, ids, token_ids)
+        if not done:
+            assert needed > 0, "append_batch refused a batch that needs no block"
+            return
+        took = alloc.usage().used_blocks - used
+        assert took == needed, f"blocks_needed_for_batch said {needed}, append_batch took {took}"
+        self.count("decode steps with a write to a shared block" if shared else "decode steps")
+        self.grown({s: [t] for s, t in zip(batch, tokens)}, moves, "append_batch")
+
+    def grown(self, appended: dict[int, list[int]], moves, what: str) -> None:
+        """The executor performs ``moves``, then computes the appended tokens' KV (an
+        append is computed in the step that makes it, with all the sequence held)."""
+        self.memory.move(moves, src="device", dst="device", what=what)
+        for sid, tokens in appended.items():
+            self.seqs[sid].tokens.extend(tokens)
+            self.compute_through(sid, len(self.seqs[sid].tokens))
+
+    # -- sharing and release ---------------------------------------------------------------
+    @rule(target=seq, parent=seq)
+    def fork(self, parent):
+        alloc, child = self.alloc, self.next_id
+        if parent.id not in self.seqs:
+            self.misuse(f"fork of freed {parent}", lambda: alloc.fork(parent.id, child))
+            return multiple()
+        state = self.seqs[parent.id]
+        if len(self.seqs) >= MAX_LIVE:
+            return multiple()
+        if state.swapped:
+            self.misuse(f"fork of swapped-out {parent}", lambda: alloc.fork(parent.id, child))
+            return multiple()
+        done, moves = self.attempt("fork", alloc.fork, parent.id, child)
+        if not done:
+            return multiple()
+        self.new_seq(state.tokens, state.salt, state.computed)
+        self.memory.move(moves, src="device", dst="device", what="fork")
+        self.count("forks")
+        return SeqRef(child)
+
+    @rule(seq=seq)
+    def free(self, seq):
+        if seq.id not in self.seqs:
+            self.misuse(f"free of freed {seq}", lambda: self.alloc.free(seq.id))
+            return
+        self.alloc.free(seq.id)
+        self.gone[seq.id] = self.seqs.pop(seq.id)
+
+    # -- swap ------------------------------------------------------------------------------
+    @precondition(lambda self: self.on_device())
+    @rule(seqs=st.lists(seq, min_size=1, max_size=2))
+    def swap_out(self, seqs):
+        self.swap(list(dict.fromkeys(s.id for s in seqs if s.id in self.seqs)), out=True)
+
+    @precondition(lambda self: len(self.on_device()) < len(self.seqs))  # one is swapped out
+    @rule(seqs=st.lists(seq, min_size=1, max_size=2))
+    def swap_in(self, seqs):
+        self.swap(list(dict.fromkeys(s.id for s in seqs if s.id in self.seqs)), out=False)
+
+    def swap(self, sids: list[int], *, out: bool) -> None:
+        """Ask ``can_swap_*`` for the group (as the engine does for a request's samples),
+        then swap them one by one: a yes means every command succeeds, and for one
+        sequence the answer is exact. A sequence already there is a misuse."""
+        if not sids:
+            return
+        alloc, name = self.alloc, "swap_out" if out else "swap_in"
+        ask, command = (
+            (alloc.can_swap_out, alloc.swap_out) if out else (alloc.can_swap_in, alloc.swap_in)
+        )
+        possible = self.query(f"can_{name}", lambda: ask(*sids))
+        there = [sid for sid in sids if self.seqs[sid].swapped == out]
+        if there:
+            seq = self.seqs[there[0]]
+            assert not possible, (
+                f"can_{name} said yes for {seq.name}, already swapped {'out' if out else 'in'}"
+            )
+            self.misuse(f"{name} of {seq.name}", lambda: command(there[0]))
+            return
+        for sid in sids:
+            done, moves = self.attempt(name, command, sid)
+            if len(sids) == 1:
+                assert done == possible, f"can_{name} said {possible}; {name} {verb(done)}"
+            else:
+                assert done or not possible, f"can_{name} said yes for the group; {name} refused"
+            if not done:
+                return
+            src, dst = ("device", "cpu") if out else ("cpu", "device")
+            self.memory.move(moves, src=src, dst=dst, what=name)
+            self.seqs[sid].swapped = out
+            self.count("swaps out" if out else "swaps in")
+
+    # -- misuse ----------------------------------------------------------------------------
+    @rule(seq=seq, call=st.sampled_from(["allocate", "fork"]))
+    def reuse_live_id(self, seq, call):
+        """Allocating or forking onto the id of a live sequence is a misuse. (Calls on a
+        freed sequence reach the other rules, which expect misuse errors for them.)"""
+        if seq.id not in self.seqs:
+            return
+        alloc, sid = self.alloc, seq.id
+        command = (
+            (lambda: alloc.allocate(sid, [0]))
+            if call == "allocate"
+            else (lambda: alloc.fork(sid, sid))
+        )
+        self.misuse(f"{call} onto live {seq}", command)
+
+    # -- after every step ------------------------------------------------------------------
+    @invariant()
+    def the_contract_holds(self):
+        if not hasattr(self, "alloc"):
+            return
+        self.count("calls")
+        self.alloc.check_invariants()
+        checks.reads_back(self.alloc, self.seqs)
+        blocks = checks.tables(self.alloc, self.memory, self.seqs)
+        checks.usage_adds_up(self.alloc, self.memory, self.seqs, blocks, self.caching)
+        peak = self.alloc.peak_used_blocks
+        assert peak >= self.peak, f"peak_used_blocks went down from {self.peak} to {peak}"
+        self.peak = peak
+
+    def teardown(self):
+        """Free everything: nothing may stay in use and (unless the allocator reserves
+        up front) the pool must take a prompt that fills it."""
+        if not hasattr(self, "alloc") or sys.exc_info()[1] is not None:
+            return  # a step failed: that failure is the one to report
+        alloc = self.alloc
+        for sid in list(self.seqs):
+            alloc.free(sid)
+            del self.seqs[sid]
+        alloc.check_invariants()
+        usage = alloc.usage()
+        assert usage.used_blocks == 0 and usage.token_slots == 0, (
+            f"with every sequence freed, {usage.used_blocks} blocks and "
+            f"{usage.token_slots} token slots are still in use (a leak)"
+        )
+        assert alloc.num_free_cpu_blocks == alloc.num_cpu_blocks, "CPU blocks leaked"
+        if isinstance(alloc, ReservingAllocator):
+            return
+        whole = [FILLER] * (alloc.num_blocks * alloc.block_size)
+        assert alloc.can_allocate(whole), "with every sequence freed, the pool is not whole"
+        alloc.allocate(self.next_id, whole)
+        alloc.free(self.next_id)
+        alloc.check_invariants()
+
+
+def verb(done: bool) -> str:
+    return "succeeded" if done else "was refused"

@@ -1,0 +1,79 @@
+"""Running the allocator state machine outside pytest, as ``pagesim check-allocator``
+does: a verdict, the counts of what was exercised, and on failure Hypothesis' shrunk
+example as the calls that break the allocator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import HealthCheck, Phase, Verbosity, seed
+from hypothesis import settings as Settings
+from hypothesis.reporting import with_reporter
+from hypothesis.stateful import run_state_machine_as_test
+
+from backend.base import AllocatorFactory
+from backend.testing.machine import AllocatorStateMachine
+
+
+@dataclass
+class CheckResult:
+    """What :func:`check_allocator` found."""
+
+    passed: bool
+    #: runs (allocators built) and calls checked, and counts of what they exercised
+    #: (prefix hits, swaps, refused calls...): see backend.testing.harness.STAT_NAMES
+    stats: dict[str, int]
+    #: the shrunk failing example, one call per line (empty when it passed)
+    example: list[str] = field(default_factory=list)
+    #: the failure's last line, ``Type: message`` (empty when it passed)
+    error: str = ""
+
+
+def check_allocator(
+    factory: AllocatorFactory,
+    *,
+    examples: int = 200,
+    seed_value: int = 0,
+    steps: int = 40,
+    prefix_caching: bool | None = None,
+    name: str = "",
+) -> CheckResult:
+    """Run the allocator state machine on the allocators ``factory`` builds: up to
+    ``examples`` examples of up to ``steps`` calls each, drawn from ``seed_value`` (the
+    same seed gives the same run). A failure is shrunk to a minimal example. The
+    Hypothesis example database is not used, so nothing is written anywhere."""
+    machine = AllocatorStateMachine.for_factory(factory, prefix_caching=prefix_caching, name=name)
+    config = Settings(
+        max_examples=examples,
+        stateful_step_count=steps,
+        deadline=None,
+        database=None,
+        derandomize=False,
+        print_blob=False,
+        report_multiple_bugs=False,
+        verbosity=Verbosity.normal,
+        suppress_health_check=list(HealthCheck),
+        # no explain phase: it would annotate the example, and take most of the time
+        phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+    )
+
+    def build():
+        return machine()
+
+    try:
+        with with_reporter(lambda text: None):  # the example comes back on the exception
+            run_state_machine_as_test(seed(seed_value)(build), settings=config)
+    except Exception as err:  # the allocator's failure, whatever it raised
+        message = str(err).strip().splitlines()
+        error = f"{type(err).__name__}: {message[-1]}" if message else type(err).__name__
+        return CheckResult(False, dict(machine.stats), example_calls(err), error)
+    return CheckResult(True, dict(machine.stats))
+
+
+def example_calls(err: BaseException) -> list[str]:
+    """The calls of the shrunk example Hypothesis attached to ``err`` (its notes), without
+    the invariant checks it lists after every step."""
+    notes = getattr(err, "__notes__", [])
+    calls = [line for line in notes if line.startswith(("state", "seq_"))]
+    return [line for line in calls if not line.endswith(".the_contract_holds()")]

@@ -1,0 +1,91 @@
+"""Deliberately broken block managers, for the tests of the allocator checker
+(``backend.testing``): each breaks one part of the contract in backend/base.py.
+
+``Unchecked*`` variants also turn their own ``check_invariants`` off, as a user's
+allocator with a weak self-check would be, so that only the checker's own model can
+catch them.
+"""
+
+from __future__ import annotations
+
+from backend.blocks import BlockManager
+
+
+class NoCopyOnWrite(BlockManager):
+    """Appending to a shared, partly filled last block (after a fork) writes into it in
+    place: no private copy, no BlockMove, the sibling's next token lands on top."""
+
+    def _append_need(self, seq, num_new):
+        needed, cow = super()._append_need(seq, num_new)
+        return needed - int(cow), False
+
+    def _batch_need(self, seqs):
+        need = super()._batch_need(seqs)
+        return need if need.shared is None else need._replace(shared=None, needed=need.crossing)
+
+
+class LeakyFree(BlockManager):
+    """``free`` forgets the sequence but never drops its blocks' references: they are
+    never free again (a leak)."""
+
+    def free(self, seq_id):
+        seq = self._seqs.live(seq_id)
+        self._seqs.remove(seq)
+        self._index.remove(seq)
+
+
+class FreePublishesUncomputed(BlockManager):
+    """``free`` keeps the prefix cache "warm" by publishing every full block of the
+    sequence first, including blocks whose KV was never computed (a prompt freed
+    mid-prefill): a later prompt hits KV that does not exist."""
+
+    def free(self, seq_id):
+        self.mark_computed(seq_id, self.num_tokens(seq_id))
+        super().free(seq_id)
+
+
+class FreeKeepsKeys(BlockManager):
+    """``free`` sends released blocks straight to the free list, still keyed in the
+    prefix index: a block whose content is about to be overwritten stays cached."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._index.partition = lambda blocks: ([], list(blocks))
+
+
+class SharedAcrossTenants(BlockManager):
+    """The prefix cache ignores the tenant salt: one tenant's prompt hits another's KV."""
+
+    def can_allocate(self, token_ids, *, salt=0, max_new_tokens=0):
+        return super().can_allocate(token_ids, max_new_tokens=max_new_tokens)
+
+    def allocate(self, seq_id, token_ids, *, salt=0, **kwargs):
+        return super().allocate(seq_id, token_ids, **kwargs)
+
+    def cached_prefix_tokens(self, token_ids, *, salt=0):
+        return super().cached_prefix_tokens(token_ids)
+
+
+class CountsRefusedLookups(BlockManager):
+    """``allocate`` counts the prompt in the prefix-cache statistics before it knows the
+    prompt fits: a refused allocate has changed the state (seen by ``snapshot()``)."""
+
+    def allocate(self, seq_id, token_ids, **kwargs):
+        self._index.queries_tokens += 1
+        return super().allocate(seq_id, token_ids, **kwargs)
+
+
+def unchecked(cls: type[BlockManager]) -> type[BlockManager]:
+    """``cls`` with its own check_invariants turned off."""
+
+    def check_invariants(self) -> None:
+        pass
+
+    return type(f"Unchecked{cls.__name__}", (cls,), {"check_invariants": check_invariants})
+
+
+UncheckedNoCopyOnWrite = unchecked(NoCopyOnWrite)
+UncheckedLeakyFree = unchecked(LeakyFree)
+UncheckedFreePublishesUncomputed = unchecked(FreePublishesUncomputed)
+UncheckedFreeKeepsKeys = unchecked(FreeKeepsKeys)
+UncheckedSharedAcrossTenants = unchecked(SharedAcrossTenants)

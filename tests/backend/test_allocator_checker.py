@@ -1,0 +1,105 @@
+"""pagesim's allocator state machine (backend.testing) on the shipped allocators, bound
+as a user's own pytest suite would bind it, and on deliberately broken block managers
+(tests/backend/broken_allocators.py), each of which it must catch with a short example.
+
+The shipped allocators' runs are sized by the Hypothesis profile (tests/conftest.py:
+``ci`` quick, ``nightly`` long); the broken ones run through ``check_allocator`` with
+the command's default budget and seed, so they are deterministic.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from backend.blocks import BlockManager
+from backend.testing import AllocatorStateMachine, check_allocator, supports_prefix_caching
+from backend.testing.factories import SHIPPED
+from tests.backend import broken_allocators as broken
+
+# -- the shipped allocators pass -------------------------------------------------------
+TestPaged = AllocatorStateMachine.for_factory(BlockManager).TestCase
+TestPagedWithoutPrefixCaching = AllocatorStateMachine.for_factory(
+    BlockManager, prefix_caching=False, name="CheckPagedWithoutPrefixCaching"
+).TestCase
+TestContiguousMax = AllocatorStateMachine.for_factory(SHIPPED["contiguous-max"]).TestCase
+TestContiguousPow2 = AllocatorStateMachine.for_factory(SHIPPED["contiguous-pow2"]).TestCase
+TestContiguousOracle = AllocatorStateMachine.for_factory(SHIPPED["contiguous-oracle"]).TestCase
+
+
+def test_capabilities_of_the_shipped_allocators():
+    assert supports_prefix_caching(BlockManager)
+    contiguous = [
+        SHIPPED[name] for name in ("contiguous-max", "contiguous-pow2", "contiguous-oracle")
+    ]
+    assert not any(supports_prefix_caching(factory) for factory in contiguous)
+    built = SHIPPED["contiguous-oracle"](
+        num_blocks=4, block_size=2, num_cpu_blocks=1, enable_prefix_caching=False
+    )
+    assert (built.block_table_layout, built.num_blocks, built.num_cpu_blocks) == ("region", 8, 2)
+    assert BlockManager.block_table_layout == "blocks"
+
+
+def test_check_allocator_counts_what_it_exercised():
+    result = check_allocator(BlockManager, examples=30)
+    assert result.passed and not result.example and not result.error
+    assert result.stats["runs"] >= 30 and result.stats["calls"] > result.stats["runs"]
+    assert result.stats["allocations"] > 0 and result.stats["refused calls"] > 0
+
+
+# -- broken allocators fail, each with a short example ----------------------------------
+#: class name -> what the reported failure says (the "Unchecked" variants have no
+#: check_invariants of their own: only the checker's model can see the bug)
+BROKEN = {
+    "NoCopyOnWrite": "sharers disagree",  # its own check_invariants
+    "UncheckedNoCopyOnWrite": "token_slots",  # the shared block's tokens are miscounted
+    "LeakyFree": "refcount",
+    "UncheckedLeakyFree": "used_blocks is 1; the live sequences' tables hold 0",
+    "FreePublishesUncomputed": "never computed",
+    "UncheckedFreePublishesUncomputed": "never computed",
+    "FreeKeepsKeys": "has a key",
+    "UncheckedFreeKeepsKeys": "KeyError",  # its evictor is asked for a block it never had
+    "UncheckedSharedAcrossTenants": "under salt 1: never computed under that salt",
+    "CountsRefusedLookups": "changed snapshot()",
+}
+
+
+@functools.cache
+def checked(name: str):
+    """check_allocator on the broken class ``name`` (once per session)."""
+    return check_allocator(getattr(broken, name), examples=400, seed_value=0)
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_a_broken_allocator_fails_with_a_short_example(name):
+    result = checked(name)
+    assert not result.passed
+    assert BROKEN[name] in result.error, result.error
+    example = result.example
+    assert example[0] == f"state = Check{name}()" and example[-1] == "state.teardown()"
+    assert example[1].startswith("state.setup(")
+    assert len(example) <= 12, "\n".join(example)
+
+
+def test_the_missing_copy_on_write_example_forks_then_writes_to_the_child():
+    example = checked("UncheckedNoCopyOnWrite").example
+    forks = [i for i, line in enumerate(example) if " = state.fork(parent=" in line]
+    assert forks, example
+    child = example[forks[0]].split(" = ")[0]
+    later = example[forks[0] + 1 :]
+    assert any(".append" in line and child in line for line in later), example
+
+
+def test_the_leak_is_two_calls():
+    result = checked("UncheckedLeakyFree")
+    assert [line.split("(")[0] for line in result.example[2:]] == [
+        "seq_0 = state.allocate",
+        "state.free",
+        "state.teardown",
+    ]
+
+
+def test_an_unbound_machine_says_so():
+    with pytest.raises(AssertionError, match="for_factory"):
+        AllocatorStateMachine().build(4, 1, 0, False)

@@ -1,0 +1,33 @@
+"""Allocator plug-ins for the scenario tests (``cache.allocator: module:Class``)."""
+
+from __future__ import annotations
+
+from backend.blocks import BlockManager
+
+
+class TracedBlockManager(BlockManager):
+    """The paged block manager, remembering the arguments of every instance built, so a
+    test can see that a scenario used it."""
+
+    built: list[dict] = []
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.built.append(kwargs)
+
+
+class WithoutPrefixCaching(BlockManager):
+    """A block manager that does not claim prefix caching."""
+
+    supports_prefix_caching = False
+
+
+class NeedsMoreArguments(BlockManager):
+    """Cannot be built from the four factory arguments alone."""
+
+    def __init__(self, *, watermark: float, **kwargs):
+        super().__init__(**kwargs)
+
+
+class NotAnAllocator:
+    pass
