@@ -238,3 +238,13 @@ def test_shipped_validation_scenario_loads():
     scenario = load_scenario(ROOT / "scenarios" / "validation.yaml")
     assert scenario.model.name == "tiny" and scenario.backend.kind == "torch"
 
+
+def test_the_validation_page_loads_in_chromium_with_every_plot_drawn(result, chromium, tmp_path):
+    from tests.browser import check_page
+
+    out = write_validation(result, tmp_path / "v")
+    checked = check_page(chromium, out / "validation.html")
+    assert checked["errors"] == [] and checked["plotly"]
+    assert [plot["id"] for plot in checked["plots"]] == ["steps", "cdf"]
+    for plot in checked["plots"]:
+        assert plot["drawn"] and plot["with_points"] == plot["traces"] > 0, plot
