@@ -39,10 +39,11 @@ def cmd_compare(args) -> int:
     known = {label: s for label, s in scenarios.items() if s is not None}
     belady = hit_rate_vs_belady(summaries, known)
     fmt = getattr(args, "format", "table")
-    print(format_compare(summaries, scenarios, belady=belady, paths=paths, fmt=fmt))
-    if getattr(args, "html", None):
+    text = format_compare(summaries, scenarios, belady=belady, paths=paths, fmt=fmt)
+    if getattr(args, "html", None):  # first: a reader that stops early (| head) keeps it
         page = _write_page(args.html, paths, summaries, scenarios, belady, args.plotly_js)
         print(f"wrote {page}", file=sys.stderr)
+    print(text)
     return 0
 
 

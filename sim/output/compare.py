@@ -45,6 +45,9 @@ MISSING = _Missing()
 
 _MISSING_TEXT = "-"
 
+#: Widest scenario value in the text table.
+_CELL_WIDTH = 40
+
 
 def run_labels(paths: Sequence[str | os.PathLike]) -> list[str]:
     """One label per run: the shortest trailing part of its absolute path that no other
@@ -107,6 +110,12 @@ def field_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+def _one_line(text: str) -> str:
+    """A cell of a text or markdown table: runs of whitespace (a YAML description's
+    line breaks) as one space."""
+    return " ".join(text.split())
+
+
 def format_compare(
     summaries: Mapping[str, Mapping[str, Any]],
     scenarios: Mapping[str, Mapping[str, Any] | None] | None = None,
@@ -128,7 +137,7 @@ def format_compare(
     if fmt == "csv":
         return _csv(labels, rows, fields)
     field_rows = [
-        [key, *(field_text(values.get(label, MISSING)) for label in labels)]
+        [key, *(_one_line(field_text(values.get(label, MISSING))) for label in labels)]
         for key, values in fields.items()
     ]
     metric_rows = [[label, *texts] for label, _, texts in rows]
@@ -140,8 +149,15 @@ def format_compare(
         return "\n\n".join(parts)
     parts = [align_table([["metric", *labels], *metric_rows])]
     if field_rows:
-        parts.append(align_table([["scenario field that differs", *labels], *field_rows]))
+        short = [[key, *(_shorten(cell) for cell in cells)] for key, *cells in field_rows]
+        parts.append(align_table([["scenario field that differs", *labels], *short]))
     return "\n\n".join(parts)
+
+
+def _shorten(text: str, width: int = _CELL_WIDTH) -> str:
+    """A table cell cut to ``width`` characters (a description would widen a column past
+    the screen); csv, json and markdown keep the whole text."""
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -93,6 +93,17 @@ def test_format_table_has_the_metrics_and_the_differing_fields():
         "cache.block_size                16                  1",
     ]
     assert "\n\n" not in format_compare(paged_and_contiguous(), {})  # nothing differs
+    long = {
+        name: {**scenario, "description": name * 30 + "\nsecond line"}
+        for name, scenario in SCENARIOS.items()
+    }
+    fields = format_compare(paged_and_contiguous(), long).split("\n\n")[1]
+    assert "pagedpaged" in fields and "oracle" * 30 not in fields
+    assert all(len(line) < 130 for line in fields.splitlines())
+    csv_text = format_compare(paged_and_contiguous(), long, fmt="csv")
+    assert "oracle" * 30 + "\nsecond line" in csv_text
+    markdown = format_compare(paged_and_contiguous(), long, fmt="markdown")
+    assert "oracle" * 30 + " second line |" in markdown
 
 
 def test_format_csv_is_one_rectangle_of_numbers_in_each_labels_unit():
