@@ -44,7 +44,8 @@ table { border-collapse: collapse; margin-bottom: 1.5em; }
 th, td { padding: 2px 12px; border-bottom: 1px solid #eee; }
 th { text-align: left; border-bottom: 2px solid #ccc; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
-table.facts td:first-child { color: #555; }
+table.facts { max-width: 36em; }
+table.facts td:first-child { color: #555; white-space: nowrap; }
 div.top { display: flex; flex-wrap: wrap; gap: 0 3em; align-items: flex-start; }
 p.verdict { padding: 0.6em 1em; border-left: 6px solid #999; background: #f6f6f6; }
 p.verdict.stable { border-color: #2ca02c; }
