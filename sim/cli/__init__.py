@@ -43,6 +43,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     compare = sub.add_parser("compare", help="headline metrics of several runs side by side")
     compare.add_argument("runs", nargs="+", help="run directories (each with summary.json)")
+    compare.add_argument(
+        "--format",
+        choices=("table", "csv", "json", "markdown"),
+        default="table",
+        help="output format (default: an aligned text table)",
+    )
+    compare.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write a page with the runs' latency CDFs and time series overlaid "
+        "(reads each run's requests.csv and steps.csv)",
+    )
+    compare.add_argument(
+        "--plotly-js",
+        metavar="PATH|URL",
+        help="where the --html page loads plotly.js from: a file written if missing, "
+        "or a URL (default: plotly.min.js beside the page)",
+    )
     compare.set_defaults(handler=cmd_compare)
 
     add_commands(sub)

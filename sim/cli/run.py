@@ -1,9 +1,8 @@
-"""``pagesim run`` and ``pagesim compare``."""
+"""``pagesim run``, and the entry to ``pagesim compare`` (in sim.cli.compare)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from sim.cli.common import UsageError
@@ -63,23 +62,7 @@ def metric_percentiles(text: str) -> tuple[float, ...]:
 
 
 def cmd_compare(args) -> int:
-    from sim.output.tables import compare_table
-    from sim.output.yardstick import hit_rate_vs_belady
+    """``pagesim compare`` (sim.cli.compare)."""
+    from sim.cli.compare import cmd_compare as compare
 
-    summaries, scenarios = {}, {}
-    for run_dir in args.runs:
-        name = Path(run_dir).name or run_dir
-        summaries[name] = _read_json(Path(run_dir) / "summary.json", run_dir)
-        if (Path(run_dir) / "scenario.json").is_file():
-            scenarios[name] = _read_json(Path(run_dir) / "scenario.json", run_dir)
-    print(compare_table(summaries, hit_rate_vs_belady(summaries, scenarios)))
-    return 0
-
-
-def _read_json(path: Path, run_dir: str):
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"{path}: not found (is {run_dir} a pagesim run directory?)") from None
-    except json.JSONDecodeError as err:
-        raise UsageError(f"{path}: line {err.lineno}: not valid JSON") from None
+    return compare(args)

@@ -1,5 +1,5 @@
 """What ``pagesim validate`` writes and prints: the error table, steps.csv of predicted
-against measured step times, and validation.html.
+against measured step times, and validation.html (sim.hil.validation_page).
 """
 
 from __future__ import annotations
@@ -9,10 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from sim.costs.calibrated import FEATURES
 from sim.hil.validation import Validation
+from sim.hil.validation_page import write_html
 from sim.run.runner import write_run
 
 
@@ -95,78 +94,3 @@ def _write_steps(validation: Validation, path: Path) -> None:
                  f"{record.measured_s:.9g}",
                  f"{calibrated[index]:.9g}", f"{analytic[index]:.9g}"]
             )  # fmt: skip
-
-
-_COLOURS = {"measured": "#222222", "calibrated": "#1f77b4", "analytic": "#d62728"}
-
-
-def write_html(validation: Validation, path: str | Path) -> Path:
-    """One self-contained page (plotly.js embedded once, works offline): the table,
-    predicted vs measured step times, TTFT and TPOT CDFs of the three runs."""
-    import plotly.io as pio
-
-    figures = [_scatter_figure(validation), _cdf_figure(validation, "ttft_s", "TTFT"),
-               _cdf_figure(validation, "tpot_s", "TPOT")]  # fmt: skip
-    divs = [
-        pio.to_html(fig, include_plotlyjs=(i == 0), full_html=False, div_id=f"figure{i}")
-        for i, fig in enumerate(figures)
-    ]
-    table = format_table(validation.report).replace("<", "&lt;")
-    title = f"pagesim validation: {validation.scenario.name}"
-    page = (
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title></head>"
-        f"<body style='font-family:sans-serif;max-width:1100px;margin:auto'><h1>{title}</h1>"
-        f"<pre>{table}</pre>{''.join(divs)}</body></html>\n"
-    )
-    path = Path(path)
-    path.write_text(page)
-    return path
-
-
-def _scatter_figure(validation: Validation):
-    import plotly.graph_objects as go
-
-    from sim.output.report import downsample_indices
-
-    measured_ms = validation.measured_s * 1e3
-    keep = downsample_indices(measured_ms.size)
-    fig = go.Figure()
-    for name, predicted in validation.predictions.items():
-        fig.add_trace(go.Scattergl(
-            x=measured_ms[keep], y=predicted[keep] * 1e3, mode="markers", name=name,
-            marker={"size": 5, "opacity": 0.6, "color": _COLOURS[name]},
-        ))  # fmt: skip
-    every = np.concatenate([measured_ms] + [p * 1e3 for p in validation.predictions.values()])
-    positive = every[every > 0]
-    if positive.size:
-        low, high = float(positive.min()), float(positive.max())
-        fig.add_trace(go.Scatter(x=[low, high], y=[low, high], mode="lines", name="identity",
-                                 line={"color": "grey", "dash": "dash"}))  # fmt: skip
-    fig.update_layout(
-        title="Step time: predicted vs measured (each step the measured run executed)",
-        xaxis={"title": "measured (ms)", "type": "log"},
-        yaxis={"title": "predicted (ms)", "type": "log"},
-        template="plotly_white", height=520,
-    )  # fmt: skip
-    return fig
-
-
-def _cdf_figure(validation: Validation, column: str, label: str):
-    import plotly.graph_objects as go
-
-    from sim.output.requests import request_table
-
-    fig = go.Figure()
-    for name, result in validation.runs.items():
-        values = np.sort(request_table(result.outcomes)[column])
-        values = values[~np.isnan(values)] * 1e3
-        if values.size:
-            fraction = np.arange(1, values.size + 1) / values.size
-            fig.add_trace(go.Scatter(x=values, y=fraction, mode="lines", name=name,
-                                     line={"color": _COLOURS[name], "shape": "hv"}))  # fmt: skip
-    fig.update_layout(
-        title=f"{label} CDF of the three runs", xaxis={"title": f"{label} (ms)"},
-        yaxis={"title": "fraction of requests", "range": [0, 1]},
-        template="plotly_white", height=420,
-    )  # fmt: skip
-    return fig

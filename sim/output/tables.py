@@ -27,36 +27,111 @@ def _pct(value) -> str:
     return "-" if value is None else f"{value * 100:.1f}%"
 
 
-def summary_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Headline metrics as (label, text) rows, in display order; missing keys show '-'.
-    Shared by the CLI tables and the HTML report."""
-    s, kv = summary, summary.get("kv") or {}
+def _scaled(value, factor: float):
+    return None if value is None else value * factor
+
+
+#: A metric row: its label (with the unit of its value), its value (a number in that
+#: unit, a text or None) and the text a table shows.
+MetricRow = tuple[str, Any, str]
+
+
+def metric_rows(summary: Mapping[str, Any]) -> list[MetricRow]:
+    """Headline metrics in display order, each as (label, value, text); missing keys give
+    None and '-'. Values are in the label's unit: ms for 'ms' rows, percent for '%'
+    rows (summary.json keeps seconds and fractions). KV figures are in token slots and %
+    of one replica's pool, so paged runs (blocks of 16 slots) and contiguous baselines
+    (1-slot blocks) compare directly."""
+    s, kv = summary, _kv_block(summary)
     window = s.get("steady_state") or {}
+
+    def num(label, value, digits=2):
+        return (label, value, _num(value, digits))
+
+    def count(label, value):
+        return (label, value, "-" if value is None else str(value))
+
+    def pct(label, fraction):
+        return (label, _scaled(fraction, 100.0), _pct(fraction))
+
     rows = [
-        ("verdict", window.get("verdict", "-")),
-        ("limited by", _limiter_text(window)),
-        ("requests", str(s.get("num_requests", "-"))),
-        ("finished", str(s.get("num_finished", "-"))),
-        ("rejected", str(s.get("num_rejected", "-"))),
-        ("steady throughput req/s", _num(window.get("throughput_rps"))),
-        ("steady throughput tok/s", _num(window.get("throughput_tok_s"), 1)),
-        ("whole-run throughput req/s", _num(s.get("throughput_rps"))),
-        ("whole-run throughput tok/s", _num(s.get("throughput_tok_s"), 1)),
+        ("verdict", window.get("verdict"), window.get("verdict", "-")),
+        ("limited by", window.get("limited_by"), _limiter_text(window)),
+        count("requests", s.get("num_requests")),
+        count("finished", s.get("num_finished")),
+        count("rejected", s.get("num_rejected")),
+        num("steady throughput req/s", window.get("throughput_rps")),
+        num("steady throughput tok/s", window.get("throughput_tok_s"), 1),
+        num("whole-run throughput req/s", s.get("throughput_rps")),
+        num("whole-run throughput tok/s", s.get("throughput_tok_s"), 1),
     ]
     for label, key in _LATENCIES:
         dist = _latency(s, key)
-        rows += [(f"{label} {p} ms", _ms(dist.get(p))) for p in ("p50", "p90", "p99")]
+        rows += [
+            (f"{label} {p} ms", _scaled(dist.get(p), 1000.0), _ms(dist.get(p)))
+            for p in ("p50", "p90", "p99")
+        ]
     rows += [
-        ("goodput", _pct(window.get("goodput", s.get("goodput")))),
-        ("goodput req/s", _num(window.get("goodput_rps", s.get("goodput_rps")))),
-        ("mean batch", _num(s.get("mean_batch_size"), 1)),
-        ("preemptions", str(s.get("num_preemptions", "-"))),
-        ("prefix hit rate", _pct(s.get("prefix_hit_rate"))),
+        pct("goodput %", window.get("goodput", s.get("goodput"))),
+        num("goodput req/s", window.get("goodput_rps", s.get("goodput_rps"))),
+        num("mean batch", s.get("mean_batch_size"), 1),
+        count("preemptions", s.get("num_preemptions")),
+        pct("prefix hit rate %", s.get("prefix_hit_rate")),
     ]
-    rows += [(f"KV {key.replace('_', ' ')}", _pct(kv.get(key))) for key in KV_SPLIT_KEYS]
-    rows.append(("KV peak used", _pct(kv.get("peak_used_fraction"))))
-    rows.append(("KV peak blocks", str(kv.get("peak_used_blocks", "-"))))
+    rows += [pct(f"KV {key.replace('_', ' ')} % of pool", kv.get(key)) for key in KV_SPLIT_KEYS]
+    rows += [
+        pct("KV peak used % of pool", kv.get("peak_used_fraction")),
+        num("KV peak used slots", kv.get("peak_used_slots"), 0),
+        num("KV pool slots per replica", s.get("total_slots"), 0),
+    ]
     return rows
+
+
+def summary_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Headline metrics as (label, text) rows, in display order (:func:`metric_rows`);
+    missing keys show '-'. Shared by the CLI tables and the HTML report."""
+    return [(label, text) for label, _, text in metric_rows(summary)]
+
+
+def _kv_block(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """summary["kv"], with the peak in slots derived from blocks for summaries written
+    before it was recorded."""
+    kv = dict(summary.get("kv") or {})
+    if kv.get("peak_used_slots") is None and kv.get("peak_used_blocks") is not None:
+        kv["peak_used_slots"] = kv["peak_used_blocks"] * summary.get("block_size", 1)
+    return kv
+
+
+def per_replica_rows(summary: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """summary["per_replica"] as a table (header, rows); no rows for one replica."""
+    header = [
+        "replica",
+        "finished",
+        "throughput req/s",
+        "throughput tok/s",
+        "mean batch",
+        "preemptions",
+        "prefix hit rate",
+        "KV token states",
+        "KV peak used",
+    ]
+    rows = []
+    for entry in summary.get("per_replica") or []:
+        kv = entry.get("kv") or {}
+        rows.append(
+            [
+                str(entry.get("replica", "-")),
+                str(entry.get("num_finished", "-")),
+                _num(entry.get("throughput_rps")),
+                _num(entry.get("throughput_tok_s"), 1),
+                _num(entry.get("mean_batch_size"), 1),
+                str(entry.get("num_preemptions", "-")),
+                _pct(entry.get("prefix_hit_rate")),
+                _pct(kv.get("token_states")),
+                _pct(kv.get("peak_used_fraction")),
+            ]
+        )
+    return header, rows
 
 
 def _latency(summary: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -114,15 +189,20 @@ def format_summary_table(summary: Mapping[str, Any]) -> str:
         dist = _latency(summary, key)
         latency.append([label, *(_ms(dist.get(p)) for p in _PERCENTILES)])
     kv_split = "  ".join(
-        f"{k.replace('_', ' ')} {rows['KV ' + k.replace('_', ' ')]}" for k in KV_SPLIT_KEYS
+        f"{k.replace('_', ' ')} {rows['KV ' + k.replace('_', ' ') + ' % of pool']}"
+        for k in KV_SPLIT_KEYS
     )
     bottom = [
-        ["goodput", f"{rows['goodput']}  ({rows['goodput req/s']} req/s)"],
+        ["goodput", f"{rows['goodput %']}  ({rows['goodput req/s']} req/s)"],
         ["mean batch", rows["mean batch"]],
         ["preemptions", rows["preemptions"]],
-        ["prefix hit rate", rows["prefix hit rate"]],
-        ["KV split (time avg)", kv_split],
-        ["KV peak used", f"{rows['KV peak used']}  ({rows['KV peak blocks']} blocks)"],
+        ["prefix hit rate", rows["prefix hit rate %"]],
+        ["KV split (time avg, % of pool)", kv_split],
+        [
+            "KV peak used",
+            f"{rows['KV peak used % of pool']} of the pool  ({rows['KV peak used slots']} of "
+            f"{rows['KV pool slots per replica']} token slots)",
+        ],
     ]
     profile_note = _profile_note(summary.get("cost_model") or {})
     if profile_note:
@@ -175,21 +255,42 @@ def _align_left(rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(f"{label.ljust(width)}  {value}" for label, value in rows)
 
 
+#: The label of compare's row under the prefix hit rate (sim.output.yardstick).
+BELADY_LABEL = "prefix hit rate % of belady's"
+
+
+def compare_rows(
+    summaries: Mapping[str, Mapping[str, Any]],
+    belady: Mapping[str, float | None] | None = None,
+) -> list[tuple[str, list[Any], list[str]]]:
+    """Headline metrics of several runs: (label, values, texts) per metric, one value and
+    text per run in the mapping's order (:func:`metric_rows`), and, given ``belady``
+    (sim.output.yardstick), each run's prefix hit rate as a percentage of the offline
+    optimum's, under the hit rate. Raises ValueError when `summaries` is empty."""
+    if not summaries:
+        raise ValueError("compare needs at least one summary")
+    per_run = [metric_rows(summary) for summary in summaries.values()]
+    rows = []
+    for i, (label, _, _) in enumerate(per_run[0]):
+        rows.append((label, [run[i][1] for run in per_run], [run[i][2] for run in per_run]))
+        if label == "prefix hit rate %" and belady is not None:
+            fractions = [belady.get(name) for name in summaries]
+            values = [_scaled(f, 100.0) for f in fractions]
+            rows.append((BELADY_LABEL, values, [_pct(f) for f in fractions]))
+    return rows
+
+
+def align_table(rows: Sequence[Sequence[str]]) -> str:
+    """Text rows as an aligned table: the first column left, the others right."""
+    return _align(rows)
+
+
 def compare_table(
     summaries: Mapping[str, Mapping[str, Any]],
     belady: Mapping[str, float | None] | None = None,
 ) -> str:
-    """Headline metrics side by side, one column per run (in the mapping's order), and,
-    given ``belady`` (sim.output.yardstick), each run's prefix hit rate as a fraction of
-    the offline optimum's, under the hit rate. Raises ValueError when `summaries` is
-    empty."""
-    if not summaries:
-        raise ValueError("compare_table needs at least one summary")
-    columns = {name: dict(summary_rows(s)) for name, s in summaries.items()}
-    labels = [label for label, _ in summary_rows(next(iter(summaries.values())))]
-    rows = [["metric", *columns]]
-    for label in labels:
-        rows.append([label, *(col[label] for col in columns.values())])
-        if label == "prefix hit rate" and belady is not None:
-            rows.append(["  of belady's", *(_pct(belady.get(name)) for name in columns)])
+    """Headline metrics side by side, one column per run (:func:`compare_rows`), as an
+    aligned text table. Raises ValueError when `summaries` is empty."""
+    rows = [["metric", *summaries]]
+    rows += [[label, *texts] for label, _, texts in compare_rows(summaries, belady)]
     return _align(rows)

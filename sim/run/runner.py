@@ -172,14 +172,24 @@ def write_run(
     with atomic_folder(out, force=force) as partial:
         write_outputs(partial, result.outcomes, result.steps, result.summary)
         bar.update(1)
+        scenario_json = scenario.model_dump(mode="json")
         (partial / "scenario.json").write_text(
-            json.dumps(scenario.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+            json.dumps(scenario_json, indent=2, sort_keys=True) + "\n"
         )
         metadata = run_metadata(scenario, argv)
         (partial / "metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
         bar.update(2)
         if html:
-            write_report(partial, result.outcomes, result.steps, result.summary, scenario.name)
+            write_report(
+                partial,
+                result.outcomes,
+                result.steps,
+                result.summary,
+                scenario.name,
+                scenario=scenario_json,
+                command=metadata["command"] if argv is not None else None,
+                cpu_blocks=scenario.kv_pool.cpu_blocks,
+            )
             bar.update(3)
     bar.close()
     return out

@@ -1,5 +1,6 @@
-"""The HTML report: every figure is on the page, plotly.js is embedded exactly once, big
-runs are thinned, and runs without data still give a page."""
+"""The HTML report: its header, every figure on the page, plotly.js written once beside
+it and loaded by a relative path, empty series that say "none", percentile markers, the
+warm-up shaded, big runs thinned, and runs without data that still give a page."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import re
 
 import numpy as np
 import pytest
+from plotly.offline import get_plotlyjs
 
 from sim.engine.records import RequestOutcome, StepRecord
-from sim.output.report import FIGURE_TITLES, MAX_POINTS, downsample_indices, write_report
+from sim.output.page import PLOTLY_JS, plotly_script_src
+from sim.output.report import FIGURE_TITLES, FIGURES, MAX_POINTS, downsample_indices, write_report
 from sim.output.steplog import StepLog
 from sim.output.summary import summarize
 from sim.workload.request import Request
@@ -53,9 +56,9 @@ def step_log(num_steps, num_replicas=1):
     return log
 
 
-def make_report(tmp_path, requests, log, num_replicas=1, title="run <a & b>"):
+def make_report(tmp_path, requests, log, num_replicas=1, title="run <a & b>", **kwargs):
     summary = summarize(requests, log, total_slots=800, num_replicas=num_replicas, **SLO)
-    return write_report(tmp_path, requests, log, summary, title), summary
+    return write_report(tmp_path, requests, log, summary, title, **kwargs), summary
 
 
 def plot_data(page: str, div_id: str) -> list:
@@ -72,24 +75,92 @@ def series(data) -> np.ndarray:
     return np.frombuffer(base64.b64decode(data["bdata"]), dtype=data["dtype"]).astype(float)
 
 
-def test_report_has_summary_and_every_figure(tmp_path):
+def layout_of(page: str, div_id: str) -> dict:
+    """The layout plotly was given for one figure."""
+    match = re.search(rf'"{div_id}",\s*\[.*?\],\s*(\{{.*?\}}),\s*\{{"displaylogo"', page, re.S)
+    assert match, f"no figure {div_id}"
+    return json.loads(match.group(1))
+
+
+def notes(page: str, div_id: str) -> list[str]:
+    return [a.get("text", "") for a in layout_of(page, div_id).get("annotations", [])]
+
+
+SCENARIO = {
+    "model": {"name": "llama-3-8b"},
+    "hardware": {"name": "h100-sxm"},
+    "tensor_parallel": 2,
+    "routing": {"replicas": 4, "router": "prefix-affinity"},
+    "scheduler": {"policy": "fcfs", "batching": "mixed", "max_num_seqs": 256},
+    "preemption": {"mode": "swap", "victim": "last-arrived"},
+    "cache": {"allocator": "paged", "block_size": 16, "prefix_caching": True},
+    "eviction": {"policy": "lru"},
+    "workload": {"arrival": {"kind": "gamma", "rate_rps": 12.5, "cv": 2.0}},
+    "simulation": {"num_requests": 3000, "seed": 7, "warmup_requests": 200},
+}
+COMMAND = ["pagesim", "run", "x.yaml", "--set", "routing.router=prefix-affinity", "--seed=7"]
+
+
+def test_report_has_header_summary_and_every_figure(tmp_path):
     requests = [finished_request(i, 0.5 * i) for i in range(30)]
-    path, summary = make_report(tmp_path, requests, step_log(300))
+    path, summary = make_report(
+        tmp_path, requests, step_log(300), scenario=SCENARIO, command=COMMAND
+    )
     assert path == tmp_path / "report.html"
     page = path.read_text()
     for title in FIGURE_TITLES.values():
         assert title in page
     assert "run &lt;a &amp; b&gt;" in page and "run <a & b>" not in page
+    facts = page.split('<table class="facts">')[1].split("</table>")[0]
+    for text in (
+        "llama-3-8b", "h100-sxm", "<td>tensor parallel</td><td>2</td>",
+        "4 (router prefix-affinity)", "swap (victim last-arrived)", "eviction lru",
+        "gamma 12.5 req/s (cv 2)", "3,000 requests, the first 200 as warm-up",
+        "<td>seed</td><td>7</td>", "--set routing.router=prefix-affinity --seed 7",
+    ):  # fmt: skip
+        assert text in facts, text
     assert '<table class="summary">' in page
     assert f"{summary['throughput_rps']:.2f}" in page
     window = summary["steady_state"]
     verdict = f'<p class="verdict {window["verdict"].replace(" ", "-")}"><strong>'
     assert page.index(verdict) < page.index('<table class="summary">')
     assert f"Limited by {window['limited_by']}." in page
-    assert page.count("Plotly.newPlot(") == len(FIGURE_TITLES)
-    # plotly.js embedded once, inline (works offline): no CDN script tag.
-    assert page.count("plotly.js v") == 1 and "<script src=" not in page
-    assert "NaN" not in page.split("</table>")[0]
+    assert page.count("Plotly.newPlot(") == len(FIGURES) == len(FIGURE_TITLES)
+    assert "NaN" not in page.split("</table>")[1]
+
+
+def test_the_header_says_there_were_no_overrides_and_skips_them_without_a_command(tmp_path):
+    requests = [finished_request(i, 0.5 * i) for i in range(5)]
+    path, _ = make_report(tmp_path, requests, step_log(50), scenario=SCENARIO, command=["x"])
+    assert "<td>overrides</td><td>none</td>" in path.read_text()
+    path, _ = make_report(tmp_path, requests, step_log(50), scenario=SCENARIO)
+    assert "<td>overrides</td>" not in path.read_text()
+
+
+def test_plotly_js_is_written_once_beside_the_page_and_loaded_by_a_relative_path(tmp_path):
+    requests = [finished_request(i, 0.5 * i) for i in range(10)]
+    path, _ = make_report(tmp_path, requests, step_log(100))
+    page = path.read_text()
+    library = tmp_path / PLOTLY_JS
+    assert library.read_text(encoding="utf-8") == get_plotlyjs()
+    assert page.count("<script src=") == 1 and f'<script src="{PLOTLY_JS}"></script>' in page
+    assert get_plotlyjs()[:2000] not in page  # not embedded
+    assert len(page) < 1_000_000 < library.stat().st_size
+    # A second page in the folder reuses the file: not written again.
+    stamp = library.stat().st_mtime_ns
+    make_report(tmp_path, requests, step_log(100))
+    assert library.stat().st_mtime_ns == stamp
+    assert sorted(p.name for p in tmp_path.iterdir()) == [PLOTLY_JS, "report.html"]
+
+
+def test_plotly_js_can_be_a_shared_file_or_a_url(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    src = plotly_script_src(tmp_path / "runs" / "a" / "report.html", str(shared))
+    assert src == "../../shared/plotly.min.js" and (shared / PLOTLY_JS).is_file()
+    url = "https://cdn.plot.ly/plotly-3.0.1.min.js"
+    assert plotly_script_src(tmp_path / "b" / "report.html", url) == url
+    assert not (tmp_path / "b").exists()
 
 
 UNFINISHED = RequestOutcome.unserved(Request(0, 0.0, np.zeros(4, np.int32), 3), 0, "unfinished")
@@ -103,7 +174,47 @@ def test_report_without_data_does_not_crash(tmp_path, requests):
     assert "no data" in page
 
 
-def test_several_replicas_get_a_selector(tmp_path):
+def test_empty_series_say_none_instead_of_a_flat_line(tmp_path):
+    # step_log has no swapped or cached blocks, and a run with no preemption is made by
+    # zeroing the column: those figures carry no trace, only a note.
+    requests = [finished_request(i, 0.5 * i) for i in range(30)]
+    log = StepLog()
+    for row in step_log(300).as_array():
+        record = list(row)
+        record[-2] = 0  # num_preempted
+        log.record(StepRecord(*record))
+    path, _ = make_report(tmp_path, requests, log)
+    page = path.read_text()
+    for div_id, note in (
+        ("preemptions", "none: no request was preempted"),
+        ("swap", "none: no request was swapped to the CPU"),
+        ("cache", "none: no prompt token came from the prefix cache, no block was cached"),
+    ):
+        assert plot_data(page, div_id) == []
+        assert notes(page, div_id) == [note]
+        assert layout_of(page, div_id)["yaxis"]["visible"] is False
+    assert plot_data(page, "load") and not any(n.startswith("none") for n in notes(page, "load"))
+
+
+def test_cdfs_mark_percentiles_and_time_figures_shade_the_warm_up(tmp_path):
+    requests = [finished_request(i, 0.5 * i) for i in range(30)]
+    log = step_log(2000)
+    summary = summarize(requests, log, total_slots=800, warmup_requests=10, **SLO)
+    path = write_report(tmp_path, requests, log, summary, "run")
+    page = path.read_text()
+    marks = [t for t in plot_data(page, "latency") if t.get("text") == ["p50", "p90", "p99"]]
+    assert len(marks) == 3
+    ttft_ms = np.array([0.1] * 30) * 1000
+    np.testing.assert_allclose(series(marks[0]["x"]), np.percentile(ttft_ms, [50, 90, 99]))
+    start = summary["steady_state"]["window_start_s"]
+    assert start > 0
+    for div_id in ("throughput", "arrival", "kv", "load", "preemptions"):
+        shapes = layout_of(page, div_id)["shapes"]
+        assert {(s["x0"], s["x1"]) for s in shapes} == {(0.0, start)}, div_id
+        assert "warm-up" in [a.get("text") for a in layout_of(page, div_id)["annotations"]]
+
+
+def test_several_replicas_get_a_selector_panels_and_a_table(tmp_path):
     requests = [finished_request(i, 0.5 * i, replica=i % 3) for i in range(30)]
     path, summary = make_report(tmp_path, requests, step_log(300, num_replicas=3), 3)
     page = path.read_text()
@@ -111,6 +222,13 @@ def test_several_replicas_get_a_selector(tmp_path):
     labels = re.findall(r'"label":\s*"(replica \d+)"', page)
     assert labels == ["replica 0", "replica 1", "replica 2"]
     assert len(summary["per_replica"]) == 3
+    # Batch size and queue length: one panel per replica, on one y scale.
+    load = layout_of(page, "load")
+    titles = [a["text"] for a in load["annotations"] if a["text"].startswith("replica")]
+    assert titles == ["replica 0", "replica 1", "replica 2"]
+    assert load["yaxis2"]["matches"] == "y" and load["yaxis3"]["matches"] == "y"
+    table = page.split('<table class="replicas">')[1].split("</table>")[0]
+    assert table.count("<tr>") == 4 and "prefix hit rate" in table
 
 
 def test_big_runs_are_thinned(tmp_path):

@@ -16,6 +16,7 @@ from sim.cli import main
 from sim.config.loader import validate_scenario
 from sim.costs.calibrated import FEATURES, CalibratedCostModel, Calibration
 from sim.hil.validation import CPU_TARGET, RecordingExecutor, end_to_end_errors, run_validation
+from sim.hil.validation_page import COEFFICIENT_UNITS, coefficient_text, write_html
 from sim.hil.validation_report import format_table, write_validation
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,12 +103,35 @@ def test_write_validation_files(result, tmp_path):
     report = json.loads((out / "validation.json").read_text())
     assert report["per_step"]["calibrated"]["n"] == len(result.records)
     html = (out / "validation.html").read_text()
-    assert html.count("plotly-graph-div") == 3 and "per-step MAPE" in html
+    assert html.count("plotly-graph-div") == 2 and (out / "plotly.min.js").is_file()
+    assert '<script src="plotly.min.js"></script>' in html
     steps = (out / "steps.csv").read_text().splitlines()
     assert len(steps) == len(result.records) + 1
     assert steps[0].split(",")[-3:] == ["measured_s", "calibrated_s", "analytic_s"]
     for name in ("measured", "calibrated", "analytic"):
         assert (out / name / "summary.json").is_file()
+
+
+def test_the_page_has_html_tables_with_readable_names_coefficients_and_e2e_cdfs(result, tmp_path):
+    html = write_html(result, tmp_path / "validation.html").read_text()
+    errors = html.split('<table class="errors">')[1].split("</table>")[0]
+    assert "| ---" not in html and "<th>error against the measured run</th>" in errors
+    for name in ("per-step mean absolute error (MAPE)", "TTFT p50", "TPOT p99", "E2E p90",
+                 "throughput (requests/s)", "throughput (output tokens/s)"):  # fmt: skip
+        assert f"<td>{name}</td>" in errors, name
+    assert "ttft_s" not in errors and "throughput_rps" not in errors
+    # each coefficient with its value in a readable unit and what it is paid per
+    assert "<td>step</td><td class=num>1 ms</td><td>per step</td>" in html
+    assert "<td>tokens</td><td class=num>10 µs</td><td>per token computed" in html
+    assert "<td>decode_context</td><td class=num>100 ns</td><td>per KV token a decode" in html
+    assert set(COEFFICIENT_UNITS) == set(FEATURES)
+    assert "E2E (ms)" in html and "Latency CDFs of the three runs" in html
+
+
+def test_coefficient_text_picks_a_readable_unit():
+    assert [coefficient_text(v) for v in (2.5, 1e-3, 3.1e-6, 4.2e-9, 5e-13, 0.0)] == [
+        "2.5 s", "1 ms", "3.1 µs", "4.2 ns", "0.5 ps", "0",
+    ]  # fmt: skip
 
 
 def test_format_table_lists_both_models(result):
@@ -213,3 +237,14 @@ def test_shipped_validation_scenario_loads():
 
     scenario = load_scenario(ROOT / "scenarios" / "validation.yaml")
     assert scenario.model.name == "tiny" and scenario.backend.kind == "torch"
+
+
+def test_the_validation_page_loads_in_chromium_with_every_plot_drawn(result, chromium, tmp_path):
+    from tests.browser import check_page
+
+    out = write_validation(result, tmp_path / "v")
+    checked = check_page(chromium, out / "validation.html")
+    assert checked["errors"] == [] and checked["plotly"]
+    assert [plot["id"] for plot in checked["plots"]] == ["steps", "cdf"]
+    for plot in checked["plots"]:
+        assert plot["drawn"] and plot["with_points"] == plot["traces"] > 0, plot

@@ -1,0 +1,200 @@
+"""``pagesim compare --html FILE``: one page with the runs side by side: the metrics and
+the scenario fields that differ (sim.output.compare), the runs' TTFT, TPOT and E2E CDFs
+overlaid, and their throughput, KV use and queue length over time overlaid (all
+replicas of a run together). plotly.js is written once beside the page
+(sim.output.page)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import plotly.colors
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from sim.output.compare import MISSING, differing_fields, field_text
+from sim.output.page import (
+    downsample_indices,
+    figure_div,
+    html_table,
+    mark_empty,
+    page,
+    plotly_script_src,
+)
+from sim.output.series import binned_rate, cluster_series, time_bins
+from sim.output.steplog import _STEP_INDEX
+from sim.output.tables import compare_rows
+
+__all__ = ["COMPARE_FIGURES", "RunSeries", "write_compare_page"]
+
+#: Title of each figure, by its div id.
+COMPARE_FIGURES = {
+    "cdf": "Latency distributions (CDF), runs overlaid",
+    "timeseries": "Over time, runs overlaid (all replicas of a run together)",
+}
+
+_COLORS = plotly.colors.qualitative.Plotly + plotly.colors.qualitative.Dark24
+
+
+@dataclass
+class RunSeries:
+    """One run as the page reads it: its label, summary.json, requests.csv columns
+    (arrival_s, finish_s, ttft_s, tpot_s, e2e_s, output_tokens at least) and steps.csv
+    rows (sim.output.steplog.STEP_COLUMNS order)."""
+
+    label: str
+    summary: Mapping[str, Any]
+    requests: Mapping[str, np.ndarray]
+    steps: np.ndarray
+
+
+def write_compare_page(
+    path: str | Path,
+    runs: Sequence[RunSeries],
+    scenarios: Mapping[str, Mapping[str, Any] | None] | None = None,
+    *,
+    belady: Mapping[str, float | None] | None = None,
+    plotly_js: str | None = None,
+) -> Path:
+    """Write the page to ``path`` (its folder created if missing) and plotly.js beside
+    it (or where ``plotly_js`` says); return ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    labels = [run.label for run in runs]
+    summaries = {run.label: run.summary for run in runs}
+    metrics = [[label, *texts] for label, _, texts in compare_rows(summaries, belady)]
+    parts = [html_table(["metric", *labels], metrics, css_class="compare")]
+    fields = differing_fields(scenarios or {})
+    if fields:
+        rows = [
+            [key, *(field_text(values.get(label, MISSING)) for label in labels)]
+            for key, values in fields.items()
+        ]
+        parts.append("<h2>Scenario fields that differ</h2>")
+        parts.append(html_table(["field", *labels], rows, css_class="fields"))
+    parts.append(figure_div(cdf_figure(runs), "cdf"))
+    parts.append(figure_div(timeseries_figure(runs), "timeseries"))
+    body = "\n".join(parts)
+    title = "pagesim compare: " + ", ".join(labels)
+    path.write_text(page(title, body, plotly_script_src(path, plotly_js)), encoding="utf-8")
+    return path
+
+
+def _color(i: int) -> str:
+    return _COLORS[i % len(_COLORS)]
+
+
+def cdf_figure(runs: Sequence[RunSeries]) -> go.Figure:
+    names = (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("E2E", "e2e_s"))
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[f"{label} (ms)" for label, _ in names])
+    for col, (label, key) in enumerate(names, start=1):
+        drawn = False
+        for i, run in enumerate(runs):
+            values = run.requests[key]
+            values = np.sort(values[~np.isnan(values)]) * 1000.0
+            if not values.size:
+                continue
+            keep = downsample_indices(values.size, 2000)
+            cdf = (np.arange(values.size) + 1) / values.size
+            fig.add_trace(
+                go.Scatter(
+                    x=values[keep].astype(np.float32),
+                    y=cdf[keep].astype(np.float32),
+                    mode="lines",
+                    name=run.label,
+                    legendgroup=run.label,
+                    showlegend=col == 1,
+                    line={"color": _color(i)},
+                ),
+                row=1,
+                col=col,
+            )
+            drawn = True
+        if drawn:
+            fig.update_xaxes(title_text="ms", row=1, col=col)
+            fig.update_yaxes(range=[0, 1.05], row=1, col=col)
+        else:
+            mark_empty(fig, f"none: no run has a {label}", row=1, col=col)
+    fig.update_yaxes(title_text="fraction of requests", row=1, col=1)
+    fig.update_layout(title=COMPARE_FIGURES["cdf"], template="plotly_white", height=480)
+    return fig
+
+
+def _span(run: RunSeries) -> tuple[float, float]:
+    times = [run.requests["arrival_s"], run.requests["finish_s"]]
+    if run.steps.shape[0]:
+        times.append(run.steps[:, _STEP_INDEX["time_s"]])
+    known = np.concatenate(times)
+    known = known[~np.isnan(known)]
+    return (0.0, float(known.max())) if known.size else (0.0, 1.0)
+
+
+def timeseries_figure(runs: Sequence[RunSeries]) -> go.Figure:
+    titles = [
+        "completed requests/s (time bins)",
+        "KV pool in use (% of all replicas' slots)",
+        "requests waiting (all replicas)",
+    ]
+    fig = make_subplots(
+        rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.08, subplot_titles=titles
+    )
+    end = max((_span(run)[1] for run in runs), default=1.0)
+    edges = time_bins(0.0, end)
+    centers = (edges[:-1] + edges[1:]) / 2
+    grid = np.linspace(0.0, end, 2000)
+    for i, run in enumerate(runs):
+        style = {"name": run.label, "legendgroup": run.label, "line": {"color": _color(i)}}
+        done = ~np.isnan(run.requests["e2e_s"])
+        finish = np.where(done, run.requests["finish_s"], np.nan)
+        fig.add_trace(
+            go.Scatter(
+                x=centers.astype(np.float32),
+                y=binned_rate(finish, edges).astype(np.float32),
+                mode="lines",
+                line_shape="hvh",
+                **style,
+            ),
+            row=1,
+            col=1,
+        )
+        if not run.steps.shape[0]:
+            continue
+        slots = run.summary.get("total_slots") or 0
+        free, per_replica = cluster_series(run.steps, "free_slots", grid, initial=slots)
+        replicas = max(run.summary.get("num_replicas", 1), len(per_replica))
+        total = slots * replicas
+        # A replica before its first step is all free, and so is one that never stepped.
+        free = free + slots * (replicas - len(per_replica))
+        used = 100.0 * (1.0 - free / total) if total else None
+        queue, _ = cluster_series(run.steps, "queue_len", grid)
+        for row, values in ((2, used), (3, queue)):
+            if values is None:
+                continue
+            fig.add_trace(
+                go.Scatter(
+                    x=grid.astype(np.float32),
+                    y=np.asarray(values, dtype=np.float32),
+                    mode="lines",
+                    showlegend=False,
+                    **style,
+                ),
+                row=row,
+                col=1,
+            )
+    if not any(run.steps.shape[0] for run in runs):
+        for row in (2, 3):
+            mark_empty(fig, "none: no run has steps", row=row, col=1)
+    fig.update_yaxes(title_text="req/s", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="%", rangemode="tozero", row=2, col=1)
+    fig.update_yaxes(title_text="requests", rangemode="tozero", row=3, col=1)
+    fig.update_xaxes(title_text="simulated time (s)", row=3, col=1)
+    fig.update_layout(
+        title=COMPARE_FIGURES["timeseries"],
+        template="plotly_white",
+        height=840,
+    )
+    return fig

@@ -1,0 +1,100 @@
+"""What a run was, in one glance: the facts at the top of its report (model, GPU, tensor
+parallelism, replicas, policies, traffic, seed) read from its scenario.json, and the
+overrides it was run with, read from the command in its metadata.json.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["overrides", "run_facts"]
+
+#: Command-line options that change what a run computes.
+_OVERRIDE_OPTIONS = ("--set", "--seed")
+
+
+def overrides(command: Sequence[str]) -> list[str]:
+    """The ``--set key=value`` and ``--seed N`` options of a pagesim command line, in
+    order, each as one string (``--set=k=v`` and ``--seed=N`` forms included)."""
+    found = []
+    args = list(command)
+    for i, arg in enumerate(args):
+        if arg in _OVERRIDE_OPTIONS and i + 1 < len(args):
+            found.append(f"{arg} {args[i + 1]}")
+        elif arg.startswith(tuple(f"{option}=" for option in _OVERRIDE_OPTIONS)):
+            option, _, value = arg.partition("=")
+            found.append(f"{option} {value}")
+    return found
+
+
+def _get(scenario: Mapping[str, Any], path: str, default: Any = None) -> Any:
+    value: Any = scenario
+    for key in path.split("."):
+        if not isinstance(value, Mapping) or key not in value:
+            return default
+        value = value[key]
+    return value
+
+
+def _name(section: Any) -> str:
+    if isinstance(section, Mapping):
+        return str(section.get("name", "custom"))
+    return "-" if section is None else str(section)
+
+
+def _traffic(scenario: Mapping[str, Any]) -> str:
+    arrival = _get(scenario, "workload.arrival", {}) or {}
+    kind = arrival.get("kind", "-")
+    if kind == "trace":
+        scale = arrival.get("time_scale", 1.0)
+        speed = f", time x{scale:g}" if scale != 1.0 else ""
+        return f"trace {arrival.get('format', '')} {arrival.get('path', '')}{speed}".strip()
+    unit = "sessions/s" if _get(scenario, "workload.sessions") else "req/s"
+    rate = arrival.get("rate_rps")
+    text = f"{kind} {rate:g} {unit}" if isinstance(rate, int | float) else str(kind)
+    if arrival.get("cv") is not None and kind == "gamma":
+        text += f" (cv {arrival['cv']:g})"
+    return text
+
+
+def _length(scenario: Mapping[str, Any]) -> str:
+    requests = _get(scenario, "simulation.num_requests")
+    duration = _get(scenario, "simulation.duration_s")
+    warmup = _get(scenario, "simulation.warmup_requests", 0)
+    text = f"{requests:,} requests" if requests else f"{duration:g} s of arrivals"
+    return text + (f", the first {warmup:,} as warm-up" if warmup else "")
+
+
+def run_facts(
+    scenario: Mapping[str, Any], command: Sequence[str] | None = None
+) -> list[tuple[str, str]]:
+    """(label, text) rows describing a run, from its scenario.json content and (if
+    known) its command line; a field the scenario lacks shows '-'."""
+    g = _get
+    prefix = g(scenario, "cache.prefix_caching")
+    eviction = f"{g(scenario, 'eviction.policy', '-')}" if prefix else "off"
+    rows = [
+        ("model", _name(g(scenario, "model"))),
+        ("GPU", _name(g(scenario, "hardware"))),
+        ("tensor parallel", str(g(scenario, "tensor_parallel", "-"))),
+        ("replicas", f"{g(scenario, 'routing.replicas', '-')} (router "
+                     f"{g(scenario, 'routing.router', '-')})"),
+        ("scheduler", f"{g(scenario, 'scheduler.policy', '-')}, "
+                      f"{g(scenario, 'scheduler.batching', '-')} batching, "
+                      f"max {g(scenario, 'scheduler.max_num_seqs', '-')} seqs, "
+                      f"{g(scenario, 'scheduler.max_num_batched_tokens', '-')} tokens"),
+        ("preemption", f"{g(scenario, 'preemption.mode', '-')} "
+                       f"(victim {g(scenario, 'preemption.victim', '-')})"),
+        ("KV cache", f"{g(scenario, 'cache.allocator', '-')}, blocks of "
+                     f"{g(scenario, 'cache.block_size', '-')} tokens, prefix caching "
+                     f"{'on, eviction ' + eviction if prefix else 'off'}"),
+        ("arrivals", _traffic(scenario)),
+        ("length", _length(scenario)),
+        ("cost model", f"{g(scenario, 'cost_model.kind', '-')} "
+                       f"(backend {g(scenario, 'backend.kind', '-')})"),
+        ("seed", str(g(scenario, "simulation.seed", "-"))),
+    ]  # fmt: skip
+    if command is not None:
+        rows.append(("overrides", " ".join(overrides(command)) or "none"))
+    return rows

@@ -1,0 +1,174 @@
+"""What every HTML page of pagesim shares (the run report, ``compare --html``, the
+validation page): plotly.js as one file per output folder, the page skeleton, tables,
+and the conventions of its figures (thinned series, "none" for an empty series, the
+warm-up shaded).
+
+plotly.js (about 4.8 MB) is written once, as ``plotly.min.js`` beside the page, and the
+page loads it with a relative ``<script src>``: pages in one folder share one copy, and
+a folder copied elsewhere (or opened without a network) still works. A caller may name
+another file (shared by several folders) or a URL instead.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from collections.abc import Container, Sequence
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+import plotly.io as pio
+
+__all__ = [
+    "MAX_POINTS",
+    "PLOTLY_JS",
+    "downsample_indices",
+    "figure_div",
+    "html_table",
+    "mark_empty",
+    "page",
+    "plotly_script_src",
+    "shade_warmup",
+]
+
+#: The file name of plotly.js beside a page.
+PLOTLY_JS = "plotly.min.js"
+
+#: Most points of one trace: big runs are thinned to this (see downsample_indices).
+MAX_POINTS = 5000
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px; }
+table { border-collapse: collapse; margin-bottom: 1.5em; }
+th, td { padding: 2px 12px; border-bottom: 1px solid #eee; }
+th { text-align: left; border-bottom: 2px solid #ccc; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.facts { max-width: 36em; }
+table.facts td:first-child { color: #555; white-space: nowrap; }
+div.top { display: flex; flex-wrap: wrap; gap: 0 3em; align-items: flex-start; }
+p.verdict { padding: 0.6em 1em; border-left: 6px solid #999; background: #f6f6f6; }
+p.verdict.stable { border-color: #2ca02c; }
+p.verdict.overloaded { border-color: #d62728; }
+p.verdict.too-short { border-color: #ff7f0e; }
+p.note { color: #555; }
+"""
+
+
+def plotly_script_src(page_path: str | Path, plotly_js: str | None = None) -> str:
+    """Make plotly.js available to the page at ``page_path`` and return the ``src`` that
+    loads it. ``plotly_js`` None: ``plotly.min.js`` beside the page. A URL (``://``) is
+    returned as is. Otherwise a file path (or a folder, for ``plotly.min.js`` in it),
+    relative to the working directory, referenced relative to the page. The file is
+    written only when it is missing or differs from the installed plotly's."""
+    if plotly_js and "://" in plotly_js:
+        return plotly_js
+    page_dir = Path(page_path).parent
+    target = Path(plotly_js) if plotly_js else page_dir / PLOTLY_JS
+    if target.is_dir():
+        target = target / PLOTLY_JS
+    _write_plotly_js(target)
+    return Path(os.path.relpath(target.resolve(), page_dir.resolve())).as_posix()
+
+
+def _write_plotly_js(target: Path) -> None:
+    from plotly.offline import get_plotlyjs
+
+    text = get_plotlyjs().encode("utf-8")
+    if target.is_file() and target.stat().st_size == len(text) and target.read_bytes() == text:
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    partial.write_bytes(text)
+    partial.replace(target)  # readers never see half a file
+
+
+def page(title: str, body: str, script_src: str, *, style: str = "") -> str:
+    """A whole HTML page: ``body`` is trusted HTML (callers escape what they insert);
+    ``title`` is escaped here."""
+    escaped = html.escape(title)
+    return (
+        '<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{escaped}</title>\n<style>{_STYLE}{style}</style>\n"
+        f'<script src="{html.escape(script_src)}"></script>\n</head>\n<body>\n'
+        f"<h1>{escaped}</h1>\n{body}\n</body>\n</html>\n"
+    )
+
+
+def figure_div(fig: go.Figure, div_id: str) -> str:
+    """One figure as a ``<section>`` holding its div and the script that draws it
+    (plotly.js itself comes from the page's head)."""
+    div = pio.to_html(
+        fig,
+        include_plotlyjs=False,
+        full_html=False,
+        div_id=div_id,
+        config={"displaylogo": False, "responsive": True},
+    )
+    return f'<section class="figure">\n{div}\n</section>'
+
+
+def html_table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    css_class: str = "",
+    numeric: Container[int] | None = None,
+) -> str:
+    """An HTML table of text cells (escaped here). Columns in ``numeric`` (default:
+    every column but the first) are right-aligned."""
+
+    def is_numeric(j: int) -> bool:
+        return j > 0 if numeric is None else j in numeric
+
+    def cells(row, tag):
+        return "".join(
+            f"<{tag}{' class=num' if is_numeric(j) else ''}>{html.escape(str(c))}</{tag}>"
+            for j, c in enumerate(row)
+        )
+
+    css = f' class="{css_class}"' if css_class else ""
+    head = f"<thead><tr>{cells(header, 'th')}</tr></thead>\n" if header else ""
+    body = "\n".join(f"<tr>{cells(row, 'td')}</tr>" for row in rows)
+    return f"<table{css}>\n{head}<tbody>\n{body}\n</tbody>\n</table>"
+
+
+def downsample_indices(num_points: int, max_points: int = MAX_POINTS) -> np.ndarray:
+    """Evenly spaced indices into a series of `num_points`, at most `max_points` of them,
+    always keeping the first and the last point. Deterministic (no sampling)."""
+    if num_points <= max_points:
+        return np.arange(num_points)
+    return np.unique(np.linspace(0, num_points - 1, max_points).round().astype(np.int64))
+
+
+def mark_empty(fig: go.Figure, text: str, **where) -> None:
+    """Say ``text`` (e.g. "none: no request was preempted") where a series would be, and
+    hide the axes instead of drawing a flat line on plotly's default -1..1 axes.
+    ``where``: ``row`` and ``col`` of a subplot (only its y axis is hidden: its x axis
+    may be shared with the other rows); the whole figure without them."""
+    if where:
+        subplot = fig.get_subplot(where["row"], where["col"])
+        x, y = sum(subplot.xaxis.domain) / 2, sum(subplot.yaxis.domain) / 2
+    else:
+        x, y = 0.5, 0.5
+        fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False, **where)
+    fig.add_annotation(text=text, showarrow=False, xref="paper", yref="paper", x=x, y=y)
+
+
+def shade_warmup(fig: go.Figure, start_s: float | None, end_s: float | None, **where) -> None:
+    """Shade the warm-up (from the first arrival to the start of the steady window) on
+    a time axis; nothing when there is none."""
+    if start_s is None or end_s is None or not end_s > start_s:
+        return
+    fig.add_vrect(
+        x0=start_s,
+        x1=end_s,
+        fillcolor="#bbbbbb",
+        opacity=0.25,
+        line_width=0,
+        layer="below",
+        annotation_text="warm-up",
+        annotation_position="top left",
+        **where,
+    )
