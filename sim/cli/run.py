@@ -11,6 +11,7 @@ from sim.cli.common import UsageError
 def cmd_run(args) -> int:
     from sim.config.errors import ScenarioError
     from sim.config.loader import load_scenario
+    from sim.engine.guard import PolicyFailure, StuckRun
     from sim.run.folders import FolderExists, check_target, default_run_dir
     from sim.run.runner import simulate, write_run
 
@@ -29,6 +30,8 @@ def cmd_run(args) -> int:
         )
     except ScenarioError as err:  # problems only visible once the run is built
         raise UsageError(str(err)) from None
+    except (PolicyFailure, StuckRun) as err:  # a plug-in broke its contract: no results
+        raise UsageError(f"{args.scenario}: {err}; nothing was written") from None
     write_run(
         result,
         scenario,

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import simpy
 
+from sim.engine.guard import PolicyFailure
 from sim.engine.records import RequestOutcome
 from sim.engine.replica import Replica
 from sim.workload.request import Request
@@ -35,10 +36,16 @@ class Cluster:
             if delay > 0:
                 yield self.env.timeout(delay)
             self._num_arrived = i + 1
-            chosen = self.router.route(request, self._views, self.env.now)
-            if not 0 <= chosen < len(self.replicas):
-                raise RuntimeError(f"router returned replica {chosen} of {len(self.replicas)}")
-            self.replicas[chosen].submit(request)
+            self.replicas[self.route(request)].submit(request)
+
+    def route(self, request: Request) -> int:
+        """The router's choice for ``request``, checked: an index into the replicas."""
+        chosen = self.router.route(request, self._views, self.env.now)
+        count = len(self.replicas)
+        if isinstance(chosen, bool) or not isinstance(chosen, int) or not 0 <= chosen < count:
+            problem = f"returned {chosen!r} (expected a replica index 0..{count - 1})"
+            raise PolicyFailure("routing.router", "route()", problem)
+        return chosen
 
     def unfinished_outcomes(self, reason: str) -> list[RequestOutcome]:
         """Outcomes of every request the run did not finish or reject: those in flight

@@ -13,6 +13,7 @@ import numpy as np
 
 from sim.engine.config import EngineConfig, ReplicaPolicies
 from sim.engine.executor import TokenSource
+from sim.engine.guard import PolicyFailure
 from sim.engine.sequences import Moves, PrefillSeq, SwappedRequest, WaitingEntry, seq_ids
 from sim.engine.state import ReplicaState
 from sim.engine.view import EngineView
@@ -62,11 +63,22 @@ class Memory:
                 self.release(request, *self.detach_newest(request))
                 return
         view = self.view.frozen()
-        victim = self.victims.pick(tuple(running), view)
+        candidates = tuple(running)
+        victim = self.victims.pick(candidates, view)
+        if not any(victim is request for request in candidates):
+            problem = f"returned {victim!r}, which is not one of the running requests"
+            raise PolicyFailure("preemption.victim", "pick()", problem)
         state.in_flight[victim.req_id].preempted(self.view.now)
-        swap = moves is not None and self.mode.swap(victim, view)
+        swap = moves is not None and self.swap(victim, view)
         if not (swap and self.try_swap_out(victim, moves)):
             self.release(victim, *self.detach(victim))
+
+    def swap(self, victim: Request, view: EngineView) -> bool:
+        answer = self.mode.swap(victim, view)
+        if not isinstance(answer, bool):
+            problem = f"returned {answer!r} (expected True or False)"
+            raise PolicyFailure("preemption.mode", "swap()", problem)
+        return answer
 
     def detach(self, victim: Request) -> Detached:
         """Take ``victim``'s sequences out of the running set (allocator untouched)."""

@@ -30,6 +30,7 @@ from backend.step import Batch
 from sim.engine.completion import Completion
 from sim.engine.config import EngineConfig, ReplicaPolicies
 from sim.engine.executor import Executor, TokenSource
+from sim.engine.guard import MAX_IDLE_STEPS, PolicyFailure, StuckRun, check_duration
 from sim.engine.memory import Memory
 from sim.engine.records import RequestOutcome, StepRecord
 from sim.engine.scheduling import StepPlanner
@@ -66,6 +67,7 @@ class Replica:
         self._on_step = on_step
         self._on_done = on_done
         self.num_steps = 0
+        self._idle_steps = 0  # steps in a row that computed no token (the watchdog)
         self._wake: simpy.Event | None = None
 
         self._state = ReplicaState(allocator)
@@ -167,17 +169,32 @@ class Replica:
                 continue
             batch, plan = self._planner.plan()
             if batch.batch_size == 0 and not batch.swap_out:
-                self._unblock()
+                self._unblock(plan)
                 continue
-            duration = self._executor.execute(batch)
+            self._watch(batch)
+            duration = check_duration(self._executor.execute(batch))
             yield self.env.timeout(duration)
             self._completion.apply(plan, self.env.now)
             self.num_steps += 1
             self._on_step(self._step_record(batch, duration, plan))
 
-    def _unblock(self) -> None:
+    def _watch(self, batch: Batch) -> None:
+        """A watchdog on progress: a replica whose steps compute no token (only move
+        blocks) for MAX_IDLE_STEPS steps in a row is stuck, whatever the cause."""
+        if batch.num_prefill_tokens or batch.num_decode_tokens:
+            self._idle_steps = 0
+            return
+        self._idle_steps += 1
+        if self._idle_steps >= MAX_IDLE_STEPS:
+            raise StuckRun(
+                f"replica {self.index}: {MAX_IDLE_STEPS:,} steps in a row computed no token "
+                f"(only swaps and copies) at t={self.env.now:.6g} s: the run is stuck"
+            )
+
+    def _unblock(self, plan: StepPlan) -> None:
         """Nothing could be scheduled although work is queued: with nothing running,
-        the head of the queue can never be admitted, so it is rejected (liveness)."""
+        the head of the queue can never be admitted, so it is rejected (liveness) —
+        unless a policy held it back, which is that policy's failure, not the request's."""
         state = self._state
         running = state.prefilling or len(state.decodes)
         if state.prefilling and not len(state.decodes):
@@ -190,6 +207,13 @@ class Replica:
             self._memory.resume_by_recompute(state.swapped.popleft())
             return
         if state.waiting and not running:
+            if not plan.asked_scheduler:
+                problem = "asked for no admissions with an empty replica and requests waiting"
+                raise PolicyFailure("scheduler.batching", "compose()", problem)
+            if plan.held_by:
+                waiting = len(state.waiting)
+                problem = f"admitted none of the {waiting} waiting requests to an empty replica"
+                raise PolicyFailure(plan.held_by, "order()", problem)
             entry = state.waiting.popleft()
             self._reject(entry.request, "cannot be admitted even with an empty replica")
 

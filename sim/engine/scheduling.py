@@ -11,7 +11,7 @@ slots are allocated when its request is admitted (prefix-cache hits come back fr
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -19,9 +19,10 @@ from backend.base import OutOfBlocks, ReservingAllocator
 from backend.step import Batch, PrefillChunk
 from sim.engine.config import EngineConfig, ReplicaPolicies
 from sim.engine.executor import TokenSource
+from sim.engine.guard import PolicyFailure
 from sim.engine.memory import Memory
 from sim.engine.records import Limit
-from sim.engine.sequences import Moves, PrefillSeq, StepPlan
+from sim.engine.sequences import Moves, PrefillSeq, StepPlan, WaitingEntry
 from sim.engine.state import ReplicaState
 from sim.engine.step_builder import StepBuilder
 from sim.engine.view import EngineView
@@ -176,12 +177,14 @@ class StepPlanner:
         if plan.limit != Limit.NONE:
             return [], budget  # (before asking the scheduler to order a long queue)
         admitted = []
-        for entry in self.scheduler.order(waiting, self.view):
+        plan.asked_scheduler = True
+        for entry in self.offered(waiting, admitted):
             plan.limit = self.admission_limit(budget, beyond_budget)
             if plan.limit != Limit.NONE:
                 break
-            if only is not None and not only(entry.request):
+            if only is not None and not self.batching_accepts(only, entry.request):
                 plan.limit = Limit.POLICY  # the batching mode holds the rest back
+                plan.held_by = "scheduler.batching"
                 break
             seq = entry.seq
             whole = self.chunking or beyond_budget or self.fits_whole(seq, budget, plan)
@@ -201,7 +204,38 @@ class StepPlanner:
             waiting.remove(entry)
         if waiting and plan.limit == Limit.NONE:
             plan.limit = Limit.POLICY  # the scheduler offered no more of the queue
+            plan.held_by = "scheduler.policy"
         return [entry.request for entry in admitted], budget
+
+    def offered(self, waiting, admitted: list) -> Iterator[WaitingEntry]:
+        """The scheduler's order, checked as it is used: only waiting entries, each once
+        (the queue itself, as FCFS returns it, needs no check)."""
+        order = self.scheduler.order(waiting, self.view)
+        if order is waiting:
+            yield from waiting
+            return
+        try:
+            entries = iter(order)
+        except TypeError:
+            raise PolicyFailure(
+                "scheduler.policy", "order()", f"returned {order!r}, not the waiting entries"
+            ) from None
+        for entry in entries:
+            if not isinstance(entry, WaitingEntry) or entry not in waiting:
+                problem = f"returned {entry!r}, which is not a waiting entry"
+                raise PolicyFailure("scheduler.policy", "order()", problem)
+            if any(entry is done for done in admitted):
+                problem = f"returned request {entry.request.req_id} twice"
+                raise PolicyFailure("scheduler.policy", "order()", problem)
+            yield entry
+
+    @staticmethod
+    def batching_accepts(only: Callable[[Request], bool], request: Request) -> bool:
+        try:
+            return bool(only(request))
+        except Exception as err:  # the batching mode's own filter
+            problem = f"raised {type(err).__name__}: {err}"
+            raise PolicyFailure("scheduler.batching", "admit(only=...)", problem) from err
 
     def fits_whole(self, seq: PrefillSeq, budget: int, plan: StepPlan) -> bool:
         """Without chunking: whether ``seq``'s whole uncached prompt runs this step."""
@@ -230,7 +264,7 @@ class StepPlanner:
         if self.first_chunk_admission or watermark:
             cached = self.alloc.cached_prefix_tokens(seq.tokens, salt=request.tenant)
             if self.first_chunk_admission:
-                tokens = seq.tokens[: self.admission.first_tokens(total, cached, budget)]
+                tokens = seq.tokens[: self.first_tokens(total, cached, budget)]
             if watermark:
                 # The watermark keeps headroom so running sequences can grow (vLLM's
                 # watermark); it is waived on an empty replica, where nothing could grow.
@@ -262,6 +296,15 @@ class StepPlanner:
             progress.first_scheduled_s = self.view.now
         state.prefilling.append(seq)
         return cached
+
+    def first_tokens(self, total: int, cached: int, budget: int) -> int:
+        """The admission policy's share of a prompt to allocate now, checked."""
+        take = self.admission.first_tokens(total, cached, budget)
+        low = min(cached + 1, total)
+        if isinstance(take, bool) or not isinstance(take, int) or not low <= take <= total:
+            problem = f"returned {take!r} for a {total}-token prompt (expected {low}..{total})"
+            raise PolicyFailure("scheduler.admission", "first_tokens()", problem)
+        return take
 
     def blocks_for(self, tokens: int, max_new_tokens: int) -> int:
         if self.reserve is not None:

@@ -119,6 +119,8 @@ class StepPlan:
     chunks: list[tuple[PrefillSeq, int]] = field(default_factory=list)
     num_preempted: int = 0
     limit: Limit = Limit.NONE
+    asked_scheduler: bool = False  # the batching mode asked for admissions
+    held_by: str = ""  # the policy that held waiting requests back (limit POLICY)
 
 
 @dataclass

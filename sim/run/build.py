@@ -31,6 +31,7 @@ from sim.costs.calibrated import CalibratedCostModel, CalibrationError, load, sh
 from sim.costs.profile import ProfileCostModel
 from sim.costs.vidur import ProfileError, load_vidur_profile
 from sim.engine.config import EngineConfig, ReplicaPolicies
+from sim.engine.guard import guarded, guarded_evictor
 
 
 def policy_context(
@@ -175,6 +176,15 @@ def replica_policies(scenario, context: PolicyContext) -> ReplicaPolicies:
     return ReplicaPolicies(scheduler, batching, admission, victim, mode, context.served_tokens)
 
 
+#: Where a section's main policy takes its params (the others: ``<field>.params``).
+_PARAMS_OF = {
+    "scheduler.policy": "scheduler.params",
+    "preemption.victim": "preemption.params",
+    "eviction.policy": "eviction.params",
+    "routing.router": "routing.params",
+}
+
+
 def make_policy(
     scenario, registry: Registry, field: str, name: str, params: dict, context: PolicyContext
 ):
@@ -182,12 +192,17 @@ def make_policy(
     :func:`policies.context.build_policy`. Raises ScenarioError (one line) for a plug-in
     that cannot be loaded or parameters the policy does not take."""
     try:
-        return build_policy(registry, scenario.resolve_plugin(name), params, context)
+        policy = build_policy(registry, scenario.resolve_plugin(name), params, context)
     except UnknownPolicy as err:
         raise ScenarioError(f"{scenario.source}: {field}: {err}") from None
     except PolicyError as err:
-        section = field.rpartition(".")[0]
-        raise ScenarioError(f"{scenario.source}: {section}.params: {name}: {err}") from None
+        params_at = _PARAMS_OF.get(field, f"{field}.params")
+        raise ScenarioError(f"{scenario.source}: {params_at}: {name}: {err}") from None
+    # A user's plug-in is wrapped whole: an exception inside it stops the run with one
+    # line naming it (sim.engine.guard); the shipped policies are trusted.
+    if ":" in name:
+        policy = guarded_evictor(policy) if registry is EVICTORS else guarded(policy, field)
+    return policy
 
 
 def load_policy(scenario, registry: Registry, field: str, name: str):

@@ -19,6 +19,7 @@ import simpy
 from policies.routing import ROUTERS
 from sim.costs.profile import ProfileCostModel
 from sim.engine.cluster import Cluster
+from sim.engine.guard import PolicyFailure
 from sim.engine.records import UNFINISHED_REASON, RequestOutcome
 from sim.engine.replica import Replica
 from sim.output.benchmark import DEFAULT_PERCENTILES
@@ -107,8 +108,12 @@ def simulate(
     )
     cluster = Cluster(env, replicas, router)
     env.process(cluster.arrivals(requests))
-    env.run(until=scenario.simulation.max_sim_time_s)
-    bar.close()
+    try:
+        env.run(until=scenario.simulation.max_sim_time_s)
+    except PolicyFailure as failure:
+        raise failure.located(policy_name(scenario, failure.role), env.now) from None
+    finally:
+        bar.close()
     for outcome in cluster.unfinished_outcomes(UNFINISHED_REASON):
         done[outcome.req_id] = outcome
     outcomes = [done[request.req_id] for request in requests]
@@ -131,6 +136,15 @@ def simulate(
     )
     num_steps = sum(r.num_steps for r in replicas)
     return RunResult(outcomes, steps, summary, time.perf_counter() - wall_start, num_steps)
+
+
+def policy_name(scenario, role: str) -> str:
+    """What the scenario names at ``role`` (a field path such as "scheduler.policy")."""
+    if role == "cost model":
+        return "torch backend" if scenario.backend.kind == "torch" else scenario.cost_model.kind
+    section, _, field = role.partition(".")
+    value = getattr(getattr(scenario, section), field)
+    return getattr(value, "policy", value)  # a {policy, params} choice, or a name
 
 
 def _all_token_gaps(replicas) -> tuple[np.ndarray, np.ndarray]:
