@@ -1,6 +1,6 @@
 """The Chrome / Perfetto trace of a run (sim.output.trace): the trace-event format's
 structure, checked by a validator written here; its content against the run it came
-from; bytes that repeat; gzip."""
+from; bytes that repeat; gzip; and `pagesim run --export-trace` end to end."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import sim.output.trace as trace_module
+from sim.cli import main
 from sim.config.loader import load_scenario
 from sim.engine.records import UNFINISHED_REASON, RequestOutcome
 from sim.output.steplog import StepLog
@@ -307,6 +308,31 @@ def test_auto_compresses_large_traces(tiny, tmp_path, monkeypatch):
     assert path.name == "trace.json.gz"
     with pytest.raises(ValueError, match="trace format"):
         write_trace(tmp_path, result.outcomes, result.steps, 128, fmt="xml")
+
+
+def test_cli_export_trace_end_to_end(tmp_path, capsys):
+    base = ["run", str(TINY), "--quiet", "--no-report"]
+    assert main([*base, "--out", str(tmp_path / "plain")]) == 0
+    assert main([*base, "--out", str(tmp_path / "traced"), "--export-trace"]) == 0
+    assert f"wrote {tmp_path / 'traced' / 'trace.json'}" in capsys.readouterr().out
+    assert main([*base, "--out", str(tmp_path / "packed"), "--export-trace=gzip"]) == 0
+    plain = sorted(p.name for p in (tmp_path / "plain").iterdir())
+    assert "trace.json" not in plain and "trace.json.gz" not in plain
+    for name in plain:  # the trace is opt-in and changes no other file
+        if name != "metadata.json":
+            expected = (tmp_path / "plain" / name).read_bytes()
+            assert (tmp_path / "traced" / name).read_bytes() == expected
+    doc = read(tmp_path / "traced" / "trace.json")
+    events = check_trace(doc)
+    steps = sum(1 for line in (tmp_path / "plain" / "steps.csv").open()) - 1
+    assert sum(ev["ph"] == "X" for ev in events) == steps
+    assert doc["otherData"]["title"] == "tiny"
+    assert read(tmp_path / "packed" / "trace.json.gz") == doc
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--export-trace", str(TINY), "--out", str(tmp_path / "x")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--export-trace=json" in err[0]
 
 
 GOOD = [
