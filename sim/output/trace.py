@@ -55,6 +55,18 @@ TRACE_FORMATS = ("auto", "json", "gzip")
 _THREADS = ("steps", "requests")
 _PHASES = ("queued", "prefill", "decode")
 _COL = {name: i for i, name in enumerate(STEP_COLUMNS)}
+#: The step-log columns a step's events show.
+_STEP_ARGS = (
+    "replica",
+    "batch_size",
+    "num_prefill_tokens",
+    "num_decode_tokens",
+    "cached_blocks",
+    "swapped_blocks",
+    "queue_len",
+    "num_preempted",
+    "limit",
+)
 _CHUNK_LINES = 20_000  # lines joined per write
 _CHUNK_STEPS = 50_000  # step rows formatted at a time
 
@@ -104,6 +116,9 @@ def write_trace(
 
 
 def _write_document(text, outcomes, steps, pool_blocks, title, count) -> None:
+    """``{"traceEvents":[ one event a line ], "otherData":{...}}``. No displayTimeUnit:
+    older Perfetto took "ms" there for the unit of ts (it is microseconds by the format);
+    the events come first, as Chrome writes them, for parsers that stream."""
     other = {
         "generator": "pagesim",
         "title": title,
@@ -111,7 +126,7 @@ def _write_document(text, outcomes, steps, pool_blocks, title, count) -> None:
         "pool_blocks": int(pool_blocks),
         "events": count,
     }
-    text.write(f'{{"displayTimeUnit":"ms","otherData":{_canonical(other)},"traceEvents":[\n')
+    text.write('{"traceEvents":[\n')
     chunk: list[str] = []
     first = True
     for line in trace_lines(outcomes, steps, pool_blocks):
@@ -121,7 +136,7 @@ def _write_document(text, outcomes, steps, pool_blocks, title, count) -> None:
             first, chunk = False, []
     if chunk:
         text.write(("" if first else ",\n") + ",\n".join(chunk))
-    text.write("\n]}\n")
+    text.write(f'\n],\n"otherData":{_canonical(other)}}}\n')
 
 
 def _canonical(value) -> str:
@@ -217,8 +232,7 @@ def _idle_after(bounds, replica_col, run_end: int, busy_at_end: set[int]) -> np.
 
 
 def _step_lines(rows, start, end, idle, pool_blocks: int) -> Iterator[str]:
-    ints = rows.astype(np.int64)
-    col = {name: ints[:, _COL[name]].tolist() for name in STEP_COLUMNS}
+    col = {name: rows[:, _COL[name]].astype(np.int64).tolist() for name in _STEP_ARGS}
     used_fraction = (rows[:, _COL["used_blocks"]] / max(int(pool_blocks), 1)).tolist()
     start_us, end_us = (start / 1000).tolist(), (end / 1000).tolist()
     dur_us = ((end - start) / 1000).tolist()
