@@ -9,8 +9,8 @@ Each replica is a process (``pid`` = replica + 1, named "replica N") with:
   the request's id) per request it served, from arrival to finish, holding the phases
   ``queued`` (to first scheduled), ``prefill`` (to first token) and ``decode`` (to finish);
   a ``preempted`` nestable instant (``n``) at each preemption; a rejected request is one
-  ``rejected`` instant at its arrival with the reason; one the run did not finish ends
-  at the run's last step end, its last phase open, with a note;
+  ``rejected`` instant at its arrival with the reason; for one the run did not finish,
+  the phase it was in (and the request) end at the run's last step end, with a note;
 - counters (``C``), one sample per step: ``KV used`` (fraction of the pool, after the
   step), ``KV cached`` (blocks holding reusable prefix KV, after the step) and
   ``requests`` (``running``: the step's sequences, ``waiting``: the queue, during the
