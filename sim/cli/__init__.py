@@ -12,7 +12,7 @@ import sys
 from sim.cli import info
 from sim.cli.check import add_check_command
 from sim.cli.common import OneLineParser, add_scenario_options, dispatch
-from sim.cli.run import cmd_compare, cmd_run, metric_percentiles
+from sim.cli.run import cmd_compare, cmd_run, metric_percentiles, trace_format
 from sim.cli.validation import add_commands
 
 __all__ = ["build_parser", "main"]
@@ -38,6 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="percentiles of summary.json's benchmark block (default 50,90,99)",
     )
     run.add_argument("--no-report", action="store_true", help="skip the HTML report")
+    run.add_argument(
+        "--export-trace",
+        nargs="?",
+        const="auto",
+        type=trace_format,
+        metavar="json|gzip",
+        help="also write a Chrome/Perfetto trace: trace.json, or trace.json.gz over 200k "
+        "events; =json or =gzip forces one",
+    )
     run.add_argument("--quiet", action="store_true", help="no progress bar or table")
     run.set_defaults(handler=cmd_run)
 

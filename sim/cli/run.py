@@ -37,6 +37,7 @@ def cmd_run(args) -> int:
         scenario,
         out,
         html=not args.no_report,
+        trace=args.export_trace,
         force=args.force,
         argv=args.argv,
         progress=not args.quiet,
@@ -50,6 +51,8 @@ def cmd_run(args) -> int:
             f"({len(result.outcomes) / max(result.wall_s, 1e-9):,.0f} requests/s)"
         )
     print(f"wrote {out}/" + ("report.html" if not args.no_report else "summary.json"))
+    if args.export_trace:
+        print(f"wrote {next(out.glob('trace.json*'))}")
     return 0
 
 
@@ -62,6 +65,16 @@ def metric_percentiles(text: str) -> tuple[float, ...]:
     if not values or any(not 0 <= v <= 100 for v in values):
         raise argparse.ArgumentTypeError(f"percentiles must be in [0, 100], got {text!r}")
     return values
+
+
+def trace_format(text: str) -> str:
+    """``--export-trace[=auto|json|gzip]``."""
+    if text not in ("auto", "json", "gzip"):
+        raise argparse.ArgumentTypeError(
+            f"expected json, gzip or auto, got {text!r} "
+            "(write --export-trace after the scenario, or --export-trace=json)"
+        )
+    return text
 
 
 def cmd_compare(args) -> int:

@@ -27,6 +27,7 @@ from sim.output.files import write_outputs
 from sim.output.report import write_report
 from sim.output.steplog import StepLog
 from sim.output.summary import summarize
+from sim.output.trace import write_trace
 from sim.run.build import (
     build_allocator,
     build_executor,
@@ -174,15 +175,19 @@ def write_run(
     out_dir: str | Path,
     *,
     html: bool = True,
+    trace: str | None = None,
     force: bool = False,
     argv: Sequence[str] | None = None,
     progress: bool = False,
 ) -> Path:
     """Write the run's files into ``out_dir``, all at once (sim.run.folders): an
-    interrupted write leaves the previous run or nothing. Raises FolderExists when
-    ``out_dir`` holds a run and ``force`` is off. Returns the directory."""
+    interrupted write leaves the previous run or nothing. ``trace`` (``auto``, ``json``
+    or ``gzip``; None for none) adds the Chrome/Perfetto trace (sim.output.trace).
+    Raises FolderExists when ``out_dir`` holds a run and ``force`` is off. Returns the
+    directory."""
     out = Path(out_dir)
-    bar = Progress(3 if html else 2, "writing", enabled=progress, unit="part")
+    parts = 2 + html + (trace is not None)
+    bar = Progress(parts, "writing", enabled=progress, unit="part")
     with atomic_folder(out, force=force) as partial:
         write_outputs(partial, result.outcomes, result.steps, result.summary)
         bar.update(1)
@@ -205,5 +210,11 @@ def write_run(
                 cpu_blocks=scenario.kv_pool.cpu_blocks,
             )
             bar.update(3)
+        if trace is not None:
+            pool = result.summary["num_blocks"]  # one replica's, in the step log's units
+            write_trace(
+                partial, result.outcomes, result.steps, pool, fmt=trace, title=scenario.name
+            )
+            bar.update(parts)
     bar.close()
     return out
