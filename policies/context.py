@@ -152,7 +152,7 @@ def build_policy(
         given[wanted] = value
     try:
         return factory(**given)
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, ArithmeticError) as err:  # e.g. int(inf): OverflowError
         raise PolicyError(str(err)) from None
 
 

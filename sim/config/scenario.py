@@ -37,6 +37,7 @@ from pydantic import (
     model_validator,
 )
 
+from sim.config.budget import OverBudget, check_memory
 from sim.config.costs import CostModelSpec
 from sim.config.errors import error_at
 from sim.config.hardware import HardwareSpec, ModelSpec
@@ -145,6 +146,10 @@ class Scenario(StrictModel):
         if self.cost_model.kind == "profile":
             self.cost_model.vidur_names(self.hardware, self.model)  # names must be known
         self._kv_pool = KVPool(blocks, cpu)
+        try:
+            check_memory(self)
+        except OverBudget as err:
+            raise error_at(err.field, str(err)) from None
         return self
 
     @property

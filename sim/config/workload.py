@@ -69,10 +69,11 @@ class LognormalLength(StrictModel):
 
     kind: Literal["lognormal"] = "lognormal"
     """Selects a lognormal distribution, rounded to integers (at least 1)."""
-    mean: float = Field(gt=0)
-    """Mean of the distribution, in tokens (turns, in ``sessions.turns``)."""
-    cv: float = Field(ge=0)
-    """Coefficient of variation (standard deviation / mean); 0 returns the mean every time."""
+    mean: float = Field(gt=0, le=1e9)
+    """Mean of the distribution, in tokens (turns, in ``sessions.turns``); at most 1e9."""
+    cv: float = Field(ge=0, le=100)
+    """Coefficient of variation (standard deviation / mean); 0 returns the mean every time.
+    At most 100 (beyond it nearly every draw is 1 token or clipped)."""
 
 
 class EmpiricalLength(FileRef):
@@ -153,8 +154,9 @@ class GammaArrival(StrictModel):
     """Selects gamma-distributed gaps between arrivals."""
     rate_rps: float = Field(gt=0)
     """Mean arrival rate, requests per second (sessions per second with ``workload.sessions``)."""
-    cv: float = Field(gt=0)
-    """Coefficient of variation of the gaps: 1 is Poisson, above 1 burstier, below 1 smoother."""
+    cv: float = Field(ge=1e-3, le=1e3)
+    """Coefficient of variation of the gaps: 1 is Poisson, above 1 burstier, below 1 smoother.
+    Between 0.001 and 1000: the gamma's shape is 1 / cv², which breaks down beyond."""
 
 
 class ConstantArrival(StrictModel):

@@ -17,6 +17,7 @@ import numpy as np
 import simpy
 
 from policies.routing import ROUTERS
+from sim.config.errors import ScenarioError
 from sim.costs.profile import ProfileCostModel
 from sim.engine.cluster import Cluster
 from sim.engine.guard import PolicyFailure
@@ -38,7 +39,7 @@ from sim.run.build import (
 )
 from sim.run.folders import atomic_folder, run_metadata
 from sim.run.progress import Progress
-from sim.workload.generate import generate_requests
+from sim.workload.generate import WorkloadError, generate_requests
 from sim.workload.tokens import SyntheticOutputs
 
 
@@ -68,7 +69,10 @@ def simulate(
     wall_start = time.perf_counter()
     seed = scenario.simulation.seed
     rng = np.random.default_rng(seed)
-    requests = generate_requests(scenario, scenario.model, rng=rng)
+    try:
+        requests = generate_requests(scenario, scenario.model, rng=rng)
+    except WorkloadError as err:
+        raise ScenarioError(f"{scenario.source}: {err.field}: {err}") from None
     env = simpy.Environment()
     steps = StepLog()
     outputs = SyntheticOutputs(seed, scenario.model.vocab_size)

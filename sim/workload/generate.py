@@ -196,9 +196,35 @@ def _clip(own, out, prefix_len, turn, max_len: int):
     if turn.max(initial=0) > 0:
         return _clip_sessions(own, out, prefix_len, turn, max_len)
     # without sessions the history is the system prompt, already <= max_len - 2
-    own = np.clip(own, 1, max_len - 1 - prefix_len)
-    out = np.clip(out, 1, max_len - prefix_len - own)
-    return own, out, np.ones(len(own), dtype=bool)
+    clipped_own = np.clip(own, 1, max_len - 1 - prefix_len)
+    clipped_out = np.clip(out, 1, max_len - prefix_len - clipped_own)
+    _check_clipping((clipped_own != own) | (clipped_out != out), max_len)
+    return clipped_own, clipped_out, np.ones(len(own), dtype=bool)
+
+
+#: Above this fraction of requests cut to fit max_model_len, the lengths are an error.
+MAX_CLIPPED_FRACTION = 0.5
+
+
+class WorkloadError(ValueError):
+    """Generated requests that do not mean what the scenario asked for; ``field`` is
+    the scenario field to change."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+def _check_clipping(clipped: np.ndarray, max_len: int) -> None:
+    """A length distribution that mostly overshoots the model is a mistake, not a
+    distribution: cutting most requests to fit would silently change the workload."""
+    if clipped.size >= 10 and clipped.mean() > MAX_CLIPPED_FRACTION:
+        raise WorkloadError(
+            "workload.input",
+            f"{clipped.mean():.0%} of the drawn prompt + output lengths exceed the model's "
+            f"max_model_len ({max_len}) and would be cut to fit; shorten the lengths or "
+            "raise model.max_model_len",
+        )
 
 
 def _clip_sessions(own, out, prefix_len, turn, max_len: int):

@@ -45,7 +45,9 @@ def sample_lengths(
         mean, cv = dist.mean, dist.cv
     else:
         mean, cv = LENGTH_PRESETS[dist.name][role]
-    return np.maximum(np.rint(_lognormal(mean, cv, size, rng)).astype(np.int64), 1)
+    # Clipped before the cast: a huge draw must not wrap around to a negative length.
+    draws = np.clip(np.rint(_lognormal(mean, cv, size, rng)), 1, 2.0**62)
+    return draws.astype(np.int64)
 
 
 def _gaps(spec: Any, size: int, rng: np.random.Generator) -> np.ndarray:

@@ -6,13 +6,13 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from sim.config.presets import MODEL_PRESETS
 from sim.config.traces import TraceError, load_trace
 from sim.config.workload import LENGTH_PRESETS, PresetLength, WorkloadSpec
-from sim.workload.generate import generate_requests
+from sim.workload.generate import WorkloadError, generate_requests
 from sim.workload.sampling import sample_lengths
 from sim.workload.tokens import MOONCAKE_BLOCK_TOKENS, output_token_ids, stream_id
 
@@ -161,10 +161,18 @@ def test_empirical_single_column(tmp_path):
 
 def test_lengths_are_clipped_to_the_model_length():
     short = TINY.model_copy(update={"max_model_len": 64})
-    spec = workload(prefix={"num_groups": 2, "length": 40}, n=2)
+    lengths = {"kind": "uniform", "min": 1, "max": 40}  # about 8 % of pairs exceed 64
+    spec = workload(input=lengths, output=lengths, n=2)
     requests = generate(spec, short, num_requests=2000)
     assert all(r.prompt_len >= 1 and r.output_len >= 1 for r in requests)
     assert max(r.prompt_len + r.output_len for r in requests) == 64
+
+
+def test_lengths_that_mostly_overshoot_the_model_are_an_error():
+    short = TINY.model_copy(update={"max_model_len": 64})
+    spec = workload(prefix={"num_groups": 2, "length": 40}, n=2)  # sharegpt lengths
+    with pytest.raises(WorkloadError, match=r"\d+% of the drawn prompt \+ output lengths"):
+        generate(spec, short, num_requests=2000)
 
 
 # --- prefix groups, sessions, tenants ------------------------------------------------------
@@ -380,7 +388,11 @@ def test_any_workload_respects_the_stream_invariants(
         sessions=None if turns is None else {"turns": turns, "think_time_s": 1.0},
     )
     model = TINY.model_copy(update={"max_model_len": max_len})
-    requests = generate(spec, model, seed=seed, num_requests=count)
+    try:
+        requests = generate(spec, model, seed=seed, num_requests=count)
+    except WorkloadError:
+        event("refused: most lengths overshoot max_model_len")
+        return  # (its own test checks the refusal; here the streams that are made)
     assert 1 <= len(requests) <= count
     assert [r.req_id for r in requests] == list(range(len(requests)))
     assert all(a.arrival_s <= b.arrival_s for a, b in zip(requests, requests[1:]))

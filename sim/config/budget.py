@@ -1,0 +1,124 @@
+"""Resource budgets, checked when a scenario is validated, before anything is built or
+any folder created: a scenario whose run could not fit in this machine's memory is
+refused with one line saying what is too big, instead of dying in numpy mid-run.
+
+The estimate is deliberately rough (within a small factor): bytes per request (its
+prompt's token ids plus the engine's and the outputs' bookkeeping), per KV block (the
+token ids the block manager keeps per slot plus per-block arrays), per tenant, priority
+level and shared prompt. The budget is :data:`BUDGET_FRACTION` of physical memory, or
+``PAGESIM_MEMORY_BUDGET_GB`` when set.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+#: Fraction of physical memory a run may plan to use.
+BUDGET_FRACTION = 0.5
+#: Bytes a request costs besides its prompt (request, progress, outcome, table rows).
+BYTES_PER_REQUEST = 1_000
+#: Bytes per KV block besides its token ids (refcount, keys, tables, free list).
+BYTES_PER_BLOCK = 64
+#: A trace row becomes about this many bytes of requests per byte of file.
+TRACE_EXPANSION = 4
+
+
+class OverBudget(ValueError):
+    """The scenario's run would not fit in memory; ``field`` is what to shrink."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+def memory_budget_bytes() -> int:
+    override = os.environ.get("PAGESIM_MEMORY_BUDGET_GB")
+    if override:
+        return int(float(override) * 1e9)
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return int(physical * BUDGET_FRACTION)
+
+
+def mean_tokens(dist) -> float:
+    """A length distribution's mean (a rough one for files and presets)."""
+    kind = getattr(dist, "kind", None)
+    if kind == "fixed":
+        return float(dist.value)
+    if kind == "uniform":
+        return (dist.min + dist.max) / 2
+    if kind == "lognormal":
+        return float(dist.mean)
+    if kind == "preset":
+        from sim.config.workload import LENGTH_PRESETS
+
+        return max(LENGTH_PRESETS[dist.name]["input"][0], LENGTH_PRESETS[dist.name]["output"][0])
+    return 1_000.0  # an empirical table: a generous guess
+
+
+def expected_requests(scenario) -> float:
+    """Requests the run will generate (a trace: None -> judged by its file size)."""
+    sim, arrival = scenario.simulation, scenario.workload.arrival
+    rate = getattr(arrival, "rate_rps", None)
+    counts = []
+    if sim.num_requests is not None:
+        counts.append(float(sim.num_requests))
+    if sim.duration_s is not None and rate is not None:
+        counts.append(rate * sim.duration_s)
+    return min(counts) if counts else 0.0
+
+
+def check_memory(scenario) -> None:
+    """Raise OverBudget naming the biggest consumer if the run's estimate is over the
+    budget. Pure arithmetic: nothing is allocated."""
+    workload, cache = scenario.workload, scenario.cache
+    # Generation cuts every request to the model's length, so no prompt is longer.
+    prompt = min(
+        mean_tokens(workload.input) + mean_tokens(workload.prefix.length),
+        scenario.model.max_model_len,
+    )
+    per_request = BYTES_PER_REQUEST + 4 * prompt
+    device, cpu = scenario.kv_pool
+    per_block = 4 * cache.block_size + BYTES_PER_BLOCK
+    shared = workload.prefix.num_groups * (16 + 4 * mean_tokens(workload.prefix.length))
+    parts = {
+        "simulation.num_requests": expected_requests(scenario) * per_request,
+        "cache.num_blocks": scenario.routing.replicas * device * per_block,
+        "cache.num_cpu_blocks": scenario.routing.replicas * cpu * per_block,
+        "workload.tenants.count": 16.0 * workload.tenants.count,
+        "workload.priorities.count": 16.0 * workload.priorities.count,
+        "workload.prefix.num_groups": shared,
+        "workload.arrival.path": _trace_bytes(workload.arrival),
+    }
+    if scenario.simulation.duration_s is not None and scenario.simulation.num_requests is None:
+        parts["simulation.duration_s"] = parts.pop("simulation.num_requests")
+    total, budget = sum(parts.values()), memory_budget_bytes()
+    if math.isfinite(total) and total <= budget:
+        return
+    field = max(parts, key=lambda name: parts[name])
+    raise OverBudget(
+        field,
+        f"the run would need about {_size(total)} of memory ({_size(parts[field])} for "
+        f"this), over the budget of {_size(budget)} (half of this machine's memory; "
+        "PAGESIM_MEMORY_BUDGET_GB sets another)",
+    )
+
+
+def _trace_bytes(arrival) -> float:
+    path = getattr(arrival, "resolved_path", None)
+    if path is None:
+        return 0.0
+    try:
+        return float(Path(path).stat().st_size * TRACE_EXPANSION)
+    except OSError:
+        return 0.0  # the trace reader reports a missing file, with its name
+
+
+def _size(nbytes: float) -> str:
+    if not math.isfinite(nbytes) or nbytes >= 1e15:
+        return "more than 1,000 TB"
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:,.1f} {unit}"
+    return f"{nbytes / 1e3:,.1f} kB"
