@@ -81,3 +81,6 @@ def load_object(spec: str, family: str = "plug-in", kind: str = "policy"):
         return getattr(module, attr)
     except (ImportError, FileNotFoundError, AttributeError) as err:
         raise UnknownPolicy(f"cannot load {family} {kind} {spec!r}: {err}") from None
+    except Exception as err:  # the user's module failed while running (a syntax error, ...)
+        why = f"{type(err).__name__}: {err}"
+        raise UnknownPolicy(f"cannot load {family} {kind} {spec!r}: {why}") from None

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import simpy
 
-from sim.engine.guard import PolicyFailure
+from sim.engine.guard import PolicyFailure, brief
 from sim.engine.records import RequestOutcome
 from sim.engine.replica import Replica
 from sim.workload.request import Request
@@ -43,7 +43,7 @@ class Cluster:
         chosen = self.router.route(request, self._views, self.env.now)
         count = len(self.replicas)
         if isinstance(chosen, bool) or not isinstance(chosen, int) or not 0 <= chosen < count:
-            problem = f"returned {chosen!r} (expected a replica index 0..{count - 1})"
+            problem = f"returned {brief(chosen)} (expected a replica index 0..{count - 1})"
             raise PolicyFailure("routing.router", "route()", problem)
         return chosen
 

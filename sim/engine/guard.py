@@ -43,10 +43,16 @@ class StuckRun(Exception):
 MAX_IDLE_STEPS = 10_000
 
 
+def brief(value: Any, limit: int = 60) -> str:
+    """``value`` for a one-line message: its repr on one line, cut to ``limit``."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else f"{text[: limit - 3]}... ({type(value).__name__})"
+
+
 def check_duration(seconds: Any) -> float:
     """A step time from an executor: a finite number >= 0, else PolicyFailure."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        raise PolicyFailure("cost model", "execute()", f"returned {seconds!r}, not seconds")
+        raise PolicyFailure("cost model", "execute()", f"returned {brief(seconds)}, not seconds")
     if not math.isfinite(seconds) or seconds < 0:
         raise PolicyFailure(
             "cost model", "execute()", f"a step took {seconds!r} s (expected finite, >= 0)"
@@ -95,6 +101,13 @@ def guarded_evictor(evictor: Any) -> Any:
 
 class _GuardedEvictor(_Guarded):
     __slots__ = ()
+
+    # Python looks special methods up on the type, never through __getattr__.
+    def __len__(self) -> int:
+        return self.__getattr__("__len__")()
+
+    def __contains__(self, block: object) -> bool:
+        return self.__getattr__("__contains__")(block)
 
     def pick_victims(self, num_blocks: int) -> list[int]:
         members = set(self.__getattr__("blocks")())

@@ -13,7 +13,7 @@ import numpy as np
 
 from sim.engine.config import EngineConfig, ReplicaPolicies
 from sim.engine.executor import TokenSource
-from sim.engine.guard import PolicyFailure
+from sim.engine.guard import PolicyFailure, brief
 from sim.engine.sequences import Moves, PrefillSeq, SwappedRequest, WaitingEntry, seq_ids
 from sim.engine.state import ReplicaState
 from sim.engine.view import EngineView
@@ -66,7 +66,7 @@ class Memory:
         candidates = tuple(running)
         victim = self.victims.pick(candidates, view)
         if not any(victim is request for request in candidates):
-            problem = f"returned {victim!r}, which is not one of the running requests"
+            problem = f"returned {brief(victim)}, which is not one of the running requests"
             raise PolicyFailure("preemption.victim", "pick()", problem)
         state.in_flight[victim.req_id].preempted(self.view.now)
         swap = moves is not None and self.swap(victim, view)
@@ -76,7 +76,7 @@ class Memory:
     def swap(self, victim: Request, view: EngineView) -> bool:
         answer = self.mode.swap(victim, view)
         if not isinstance(answer, bool):
-            problem = f"returned {answer!r} (expected True or False)"
+            problem = f"returned {brief(answer)} (expected True or False)"
             raise PolicyFailure("preemption.mode", "swap()", problem)
         return answer
 

@@ -19,7 +19,7 @@ from backend.base import OutOfBlocks, ReservingAllocator
 from backend.step import Batch, PrefillChunk
 from sim.engine.config import EngineConfig, ReplicaPolicies
 from sim.engine.executor import TokenSource
-from sim.engine.guard import PolicyFailure
+from sim.engine.guard import PolicyFailure, brief
 from sim.engine.memory import Memory
 from sim.engine.records import Limit
 from sim.engine.sequences import Moves, PrefillSeq, StepPlan, WaitingEntry
@@ -218,11 +218,18 @@ class StepPlanner:
             entries = iter(order)
         except TypeError:
             raise PolicyFailure(
-                "scheduler.policy", "order()", f"returned {order!r}, not the waiting entries"
+                "scheduler.policy", "order()", f"returned {brief(order)}, not the waiting entries"
             ) from None
-        for entry in entries:
+        while True:
+            try:
+                entry = next(entries)
+            except StopIteration:
+                return
+            except Exception as err:  # a lazy order failing part-way (a generator)
+                problem = f"raised {type(err).__name__}: {err}"
+                raise PolicyFailure("scheduler.policy", "order()", problem) from err
             if not isinstance(entry, WaitingEntry) or entry not in waiting:
-                problem = f"returned {entry!r}, which is not a waiting entry"
+                problem = f"returned {brief(entry)}, which is not a waiting entry"
                 raise PolicyFailure("scheduler.policy", "order()", problem)
             if any(entry is done for done in admitted):
                 problem = f"returned request {entry.request.req_id} twice"
@@ -302,7 +309,7 @@ class StepPlanner:
         take = self.admission.first_tokens(total, cached, budget)
         low = min(cached + 1, total)
         if isinstance(take, bool) or not isinstance(take, int) or not low <= take <= total:
-            problem = f"returned {take!r} for a {total}-token prompt (expected {low}..{total})"
+            problem = f"returned {brief(take)} for a {total}-token prompt (expected {low}..{total})"
             raise PolicyFailure("scheduler.admission", "first_tokens()", problem)
         return take
 

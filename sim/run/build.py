@@ -198,11 +198,53 @@ def make_policy(
     except PolicyError as err:
         params_at = _PARAMS_OF.get(field, f"{field}.params")
         raise ScenarioError(f"{scenario.source}: {params_at}: {name}: {err}") from None
-    # A user's plug-in is wrapped whole: an exception inside it stops the run with one
-    # line naming it (sim.engine.guard); the shipped policies are trusted.
+    except Exception as err:
+        if ":" not in name:
+            raise  # a shipped policy failing to build is a bug: keep its traceback
+        problem = f"{type(err).__name__}: {err}"
+        raise ScenarioError(f"{scenario.source}: {field}: {name}: raised {problem}") from None
+    # A user's plug-in is checked against its family's protocol and wrapped whole: an
+    # exception inside it stops the run with one line naming it (sim.engine.guard); the
+    # shipped policies are trusted.
     if ":" in name:
+        _check_protocol(scenario, field, name, policy)
         policy = guarded_evictor(policy) if registry is EVICTORS else guarded(policy, field)
     return policy
+
+
+#: What each family's protocol asks of a policy object: methods, and flags that are bool.
+_PROTOCOL = {
+    "scheduler.policy": (("order",), ()),
+    "scheduler.batching": (("compose",), ("chunks_prompts",)),
+    "scheduler.admission": (("first_tokens",), ("whole_prompt",)),
+    "preemption.victim": (("pick",), ()),
+    "preemption.mode": (("swap",), ()),
+    "routing.router": (("route",), ()),
+    "eviction.policy": (
+        ("on_cached", "on_hit", "on_lookup", "on_removed", "pick_victims", "blocks"),
+        (),
+    ),
+}
+
+
+def _check_protocol(scenario, field: str, name: str, policy) -> None:
+    """Raise ScenarioError (one line) if a plug-in lacks what its family calls."""
+    methods, flags = _PROTOCOL[field]
+    missing = [m for m in methods if not callable(getattr(policy, m, None))]
+    if field == "eviction.policy":
+        missing += [m for m in ("__len__", "__contains__") if not hasattr(policy, m)]
+    if missing:
+        what = ", ".join(f"{m}()" for m in missing)
+        raise ScenarioError(
+            f"{scenario.source}: {field}: {name} built a {type(policy).__name__} without "
+            f"{what} (see the protocol in policies/)"
+        )
+    for flag in flags:
+        if not isinstance(getattr(policy, flag, None), bool):
+            raise ScenarioError(
+                f"{scenario.source}: {field}: {name}: {flag} must be True or False, "
+                f"got {getattr(policy, flag, None)!r}"
+            )
 
 
 def load_policy(scenario, registry: Registry, field: str, name: str):
