@@ -164,7 +164,7 @@ def _parse_mooncake(path: str):
 
 def _json_object(path: str, line_no: int, line: str) -> dict:
     try:
-        row = parse_json(line)
+        row = parse_json(line, finite=False)  # a NaN timestamp is named by _count
     except ValueError as err:  # JSONDecodeError included
         reason = getattr(err, "msg", None) or str(err)
         raise TraceError(f"{path}:{line_no}: expected a JSON object ({reason})") from None
