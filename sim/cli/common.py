@@ -9,6 +9,7 @@ import importlib
 import os
 import signal
 import sys
+from pathlib import Path
 
 USER_ERROR = 2
 
@@ -31,6 +32,31 @@ def require(module: str, command: str) -> None:
             f"pagesim {command} needs {module}, which is not installed: "
             f"pip install -e '.[{extra}]' (or make test, which installs every extra)"
         ) from None
+
+
+def output_file(path: str | Path, option: str) -> Path:
+    """``path`` as a file a command will write, checked before any work (not a folder,
+    its nearest existing parent a writable folder: sim.run.folders.check_file_target);
+    UsageError naming ``option`` and the path otherwise."""
+    from sim.run.folders import check_file_target
+
+    try:
+        check_file_target(Path(path))
+    except ValueError as err:
+        raise UsageError(f"{option}: {err}") from None
+    return Path(path)
+
+
+def output_folder(path: str | Path, option: str) -> Path:
+    """``path`` as a folder a command writes files into (created if missing; files it
+    already holds are kept), checked like :func:`output_file`."""
+    from sim.run.folders import check_target
+
+    try:
+        check_target(Path(path), force=True)
+    except ValueError as err:
+        raise UsageError(f"{option}: {err}") from None
+    return Path(path)
 
 
 class OneLineParser(argparse.ArgumentParser):
