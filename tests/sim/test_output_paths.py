@@ -76,6 +76,7 @@ def test_a_parent_that_is_not_writable_is_named(tmp_path, capsys, monkeypatch):
         ["init", "x", "--out", "{folder}", "--force"],
         ["calibrate", "missing.csv", "--out", "{folder}"],
         ["profile", "--model", "tiny", "--out", "{folder}"],
+        ["compare", "{run}", "--html", "{folder}"],
     ],
     ids=lambda argv: argv[0],
 )
@@ -96,6 +97,8 @@ def test_a_folder_where_a_file_goes(tmp_path, capsys, argv):
         ["init", "x", "--out", "{under}"],
         ["calibrate", "missing.csv", "--out", "{under}"],
         ["profile", "--model", "tiny", "--out", "{under}"],
+        ["compare", "{run}", "--html", "{under}"],
+        ["compare", "{run}", "--html", "{ok}", "--plotly-js", "{under}"],
     ],
     ids=lambda argv: "-".join(map(str, argv[:1] + argv[-2:-1])),
 )
