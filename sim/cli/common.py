@@ -74,7 +74,18 @@ def add_scenario_options(parser: argparse.ArgumentParser) -> None:
         metavar="KEY.PATH=VALUE",
         help="override a scenario field (repeatable)",
     )
-    parser.add_argument("--seed", type=int, help="override simulation.seed")
+    parser.add_argument("--seed", type=seed, help="override simulation.seed")
+
+
+def seed(text: str) -> int:
+    """``--seed``: a non-negative integer (numpy's generators take no negative seed)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
+    return value
 
 
 class Terminated(BaseException):

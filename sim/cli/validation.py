@@ -7,6 +7,7 @@ one line and exit code 2, as every command's.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sim.cli.common import UsageError, add_scenario_options, output_file, output_folder, require
@@ -122,14 +123,20 @@ def _check_timing_options(args, **positive) -> None:
                     **positive)  # fmt: skip
     if args.warmup < 0:
         raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
-
-
-def _check_max_context(args, model) -> None:
-    if args.max_context is not None and args.max_context > model.max_model_len:
+    cpus = os.cpu_count() or 1
+    if args.threads is not None and args.threads > cpus:
         raise UsageError(
-            f"--max-context {args.max_context} is beyond {model.name}'s max_model_len "
-            f"({model.max_model_len})"
+            f"--threads must be at most {cpus} (this machine's CPUs), got {args.threads}"
         )
+
+
+def _check_model_limits(args, model, block_size: int) -> None:
+    """--max-context and the block size within the model's max_model_len."""
+    for option, value in (("--max-context", args.max_context), ("--block-size", block_size)):
+        if value is not None and value > model.max_model_len:
+            raise UsageError(
+                f"{option} {value} is beyond {model.name}'s max_model_len ({model.max_model_len})"
+            )
 
 
 def _profile_rows(model, *, block_size, device, dtype, max_num_seqs, max_batched_tokens,
@@ -174,7 +181,7 @@ def cmd_profile(args) -> int:
             raise UsageError(f"--model: {err}") from None
         block_size, device, dtype = args.block_size, args.device or "cpu", args.dtype or "float32"
         limits, seed = (16, 512), args.seed or 0
-    _check_max_context(args, model)
+    _check_model_limits(args, model, block_size)
     require("torch", "profile")  # after every check that does not need it
     rows = _profile_rows(
         model, block_size=block_size, device=device, dtype=dtype, max_num_seqs=limits[0],
@@ -242,7 +249,7 @@ def cmd_validate(args) -> int:
     device = scenario.backend.device
     fitted = _load_calibration(args.calibration, scenario) if args.calibration else None
     if fitted is None:
-        _check_max_context(args, scenario.model)
+        _check_model_limits(args, scenario.model, scenario.cache.block_size)
     require("torch", "validate")  # after every check that does not need it
     if fitted is None:
         if not args.quiet:

@@ -23,7 +23,10 @@ def files_under(folder: Path) -> set[str]:
 
 
 def one_line_error(capsys, argv, *culprits) -> str:
-    code = main([str(a) for a in argv])
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as done:  # argparse's own errors (exit code 2, one line)
+        code = done.code
     err = capsys.readouterr().err
     assert code == 2, err
     assert "Traceback" not in err and err.count("\n") == 1, err
@@ -130,6 +133,9 @@ def test_validate_checks_its_folder_and_options_before_any_work(tmp_path, capsys
         (["--block-size", "0"], "--block-size must be >= 1"),
         (["--max-context", "0"], "--max-context must be >= 1"),
         (["--max-context", "100000"], "--max-context 100000 is beyond tiny's max_model_len"),
+        (["--block-size", "4096"], "--block-size 4096 is beyond tiny's max_model_len"),
+        (["--threads", str(10**9)], "--threads must be at most"),
+        (["--seed", "-1"], "argument --seed: expected a non-negative integer, got -1"),
     ],
 )
 def test_profile_options_out_of_range(tmp_path, capsys, options, message):
@@ -177,3 +183,9 @@ def test_atomic_file_leaves_nothing_when_the_writer_fails(tmp_path):
 def test_a_device_is_not_replaced_by_a_file():
     with pytest.raises(ValueError, match="not a regular file"):
         check_file_target(Path("/dev/null"))
+
+
+def test_a_negative_seed_is_a_usage_error_in_every_command_that_takes_one(tmp_path, capsys):
+    for argv in (["run", TINY], ["validate", TINY], ["profile", "--scenario", TINY]):
+        one_line_error(capsys, [*argv, "--seed", "-2", "--out", tmp_path / "o"], "--seed")
+    assert files_under(tmp_path) == set()
