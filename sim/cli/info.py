@@ -144,9 +144,16 @@ def _params(factory, context_fields) -> str:
 def _scenarios() -> list[str]:
     import yaml
 
+    from sim.config.textfile import read_text
+
     rows = [("scenario", "description")]
     for path in sorted(SCENARIOS.rglob("*.yaml")):
-        raw = yaml.safe_load(path.read_text()) or {}
+        try:
+            raw = yaml.safe_load(read_text(path, ValueError))
+        except (ValueError, yaml.YAMLError, RecursionError) as err:
+            reason = str(err).splitlines()[0].removeprefix(f"{path}:").split(": ", 1)[-1]
+            raw = {"description": f"(cannot read: {reason})"}
+        raw = raw if isinstance(raw, dict) else {}
         description = " ".join(str(raw.get("description", "")).split())
         if len(description) > 90:
             description = description[:87] + "..."
