@@ -119,13 +119,17 @@ def _date_time(path: str, line: int, text: str) -> float:
     whole, _, fraction = text.partition(".")
     digits = "".join(c for c in fraction if "0" <= c <= "9")
     try:
-        stamp = datetime.fromisoformat(whole).timestamp()
-    except (ValueError, OverflowError, OSError):  # OverflowError, OSError: out of range
+        stamp = datetime.fromisoformat(whole)
+    except ValueError:
         raise TraceError(
             f"{path}:{line}: TIMESTAMP: expected a date-time like "
-            f"'2023-11-16 18:15:46.680' (years 1970-9999), got {text[:60]!r}"
+            f"'2023-11-16 18:15:46.680', got {text[:60]!r}"
         ) from None
-    return stamp + (float(f"0.{digits}") if digits else 0.0)
+    try:
+        seconds = stamp.timestamp()
+    except (ValueError, OverflowError, OSError):  # before the platform's first local time
+        raise TraceError(f"{path}:{line}: TIMESTAMP: date out of range: {text[:60]!r}") from None
+    return seconds + (float(f"0.{digits}") if digits else 0.0)
 
 
 def _count(path: str, line: int, column: str, value: Any) -> int:
