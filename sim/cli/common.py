@@ -9,6 +9,7 @@ import importlib
 import os
 import signal
 import sys
+from pathlib import Path
 
 USER_ERROR = 2
 
@@ -33,6 +34,31 @@ def require(module: str, command: str) -> None:
         ) from None
 
 
+def output_file(path: str | Path, option: str) -> Path:
+    """``path`` as a file a command will write, checked before any work (not a folder,
+    its nearest existing parent a writable folder: sim.run.folders.check_file_target);
+    UsageError naming ``option`` and the path otherwise."""
+    from sim.run.folders import check_file_target
+
+    try:
+        check_file_target(Path(path))
+    except ValueError as err:
+        raise UsageError(f"{option}: {err}") from None
+    return Path(path)
+
+
+def output_folder(path: str | Path, option: str) -> Path:
+    """``path`` as a folder a command writes files into (created if missing; files it
+    already holds are kept), checked like :func:`output_file`."""
+    from sim.run.folders import check_target
+
+    try:
+        check_target(Path(path), force=True)
+    except ValueError as err:
+        raise UsageError(f"{option}: {err}") from None
+    return Path(path)
+
+
 class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse's own errors already exit 2; keep it one line
         self.exit(USER_ERROR, f"pagesim: error: {message}\n")
@@ -48,7 +74,18 @@ def add_scenario_options(parser: argparse.ArgumentParser) -> None:
         metavar="KEY.PATH=VALUE",
         help="override a scenario field (repeatable)",
     )
-    parser.add_argument("--seed", type=int, help="override simulation.seed")
+    parser.add_argument("--seed", type=seed, help="override simulation.seed")
+
+
+def seed(text: str) -> int:
+    """``--seed``: a non-negative integer (numpy's generators take no negative seed)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
+    return value
 
 
 class Terminated(BaseException):

@@ -12,7 +12,7 @@ import inspect
 import json
 from pathlib import Path
 
-from sim.cli.common import UsageError
+from sim.cli.common import UsageError, output_file
 
 #: Where the shipped scenarios are (a checkout's scenarios/ folder).
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
@@ -144,9 +144,16 @@ def _params(factory, context_fields) -> str:
 def _scenarios() -> list[str]:
     import yaml
 
+    from sim.config.textfile import read_text
+
     rows = [("scenario", "description")]
     for path in sorted(SCENARIOS.rglob("*.yaml")):
-        raw = yaml.safe_load(path.read_text()) or {}
+        try:
+            raw = yaml.safe_load(read_text(path, ValueError))
+        except (ValueError, yaml.YAMLError, RecursionError) as err:
+            reason = str(err).splitlines()[0].removeprefix(f"{path}:").split(": ", 1)[-1]
+            raw = {"description": f"(cannot read: {reason})"}
+        raw = raw if isinstance(raw, dict) else {}
         description = " ".join(str(raw.get("description", "")).split())
         if len(description) > 90:
             description = description[:87] + "..."
@@ -166,9 +173,20 @@ def cmd_schema(args) -> int:
     if args.out is None:
         print(text, end="")
         return 0
-    Path(args.out).write_text(text)
+    _write(output_file(args.out, "--out"), text)
     print(f"wrote {args.out}")
     return 0
+
+
+def _write(path: Path, text: str) -> None:
+    """``text`` into ``path`` all at once (sim.run.folders.atomic_file)."""
+    from sim.run.folders import atomic_file
+
+    try:
+        with atomic_file(path) as partial:
+            partial.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise UsageError(f"{path}: cannot write: {err.strerror or err}") from None
 
 
 STARTER = """\
@@ -206,16 +224,30 @@ simulation:
 
 
 def cmd_init(args) -> int:
-    from sim.config.errors import ScenarioError
-    from sim.config.loader import load_scenario
+    import yaml
 
-    out = Path(args.out or f"{args.name}.yaml")
+    from sim.config.errors import ScenarioError
+    from sim.config.loader import validate_scenario
+
+    out = output_file(args.out or f"{args.name}.yaml", "--out" if args.out else "NAME")
     if out.exists() and not args.force:
         raise UsageError(f"{out} exists; pass --force to replace it")
-    out.write_text(STARTER.format(name=args.name, file=out))
+    text = STARTER.format(name=args.name, file=out)
     try:
-        load_scenario(out)  # the starter must always be a valid scenario
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError:
+        raw = None
+    if not isinstance(raw, dict) or raw.get("name") != args.name:
+        raise UsageError(
+            f"{args.name!r}: not usable as a scenario name: YAML reads it as something else "
+            "(use plain text such as my-scenario)"
+        )
+    if not str(out).isprintable():
+        raise UsageError(f"{str(out)!r}: a file name with line breaks or control characters")
+    try:
+        validate_scenario(raw, str(out))  # the starter must always be a valid scenario
     except ScenarioError as err:
         raise RuntimeError(f"the starter scenario does not validate: {err}") from None
+    _write(out, text)
     print(f"wrote {out}; run it with: pagesim run {out}")
     return 0

@@ -13,7 +13,6 @@ def cmd_run(args) -> int:
     from sim.config.loader import load_scenario
     from sim.engine.guard import PolicyFailure, StuckRun
     from sim.run.folders import FolderExists, check_target, default_run_dir
-    from sim.run.runner import simulate, write_run
 
     try:
         scenario = load_scenario(args.scenario, args.overrides, seed=args.seed)
@@ -24,6 +23,8 @@ def cmd_run(args) -> int:
         check_target(out, force=args.force)
     except (FolderExists, ValueError) as err:
         raise UsageError(str(err)) from None
+    from sim.run.runner import simulate, write_run  # the simulator, once the input is good
+
     try:
         result = simulate(
             scenario, progress=not args.quiet, metric_percentiles=args.metric_percentiles

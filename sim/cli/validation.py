@@ -7,14 +7,10 @@ one line and exit code 2, as every command's.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from sim.cli.common import UsageError, add_scenario_options, require
-from sim.costs.calibrated import CalibrationError, load, save, shape_mismatch
-from sim.hil.fit import fit
-from sim.hil.profiling import read_profile, write_profile
-from sim.hil.validation import run_validation
-from sim.hil.validation_report import format_table, write_validation
+from sim.cli.common import UsageError, add_scenario_options, output_file, output_folder, require
 
 __all__ = ["add_commands"]
 
@@ -121,6 +117,28 @@ def _check_positive(**values) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
 
 
+def _check_timing_options(args, **positive) -> None:
+    """The timing options' ranges (and ``positive``'s, each >= 1); UsageError if not."""
+    _check_positive(repeats=args.repeats, threads=args.threads, max_context=args.max_context,
+                    **positive)  # fmt: skip
+    if args.warmup < 0:
+        raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
+    cpus = os.cpu_count() or 1
+    if args.threads is not None and args.threads > cpus:
+        raise UsageError(
+            f"--threads must be at most {cpus} (this machine's CPUs), got {args.threads}"
+        )
+
+
+def _check_model_limits(args, model, block_size: int) -> None:
+    """--max-context and the block size within the model's max_model_len."""
+    for option, value in (("--max-context", args.max_context), ("--block-size", block_size)):
+        if value is not None and value > model.max_model_len:
+            raise UsageError(
+                f"{option} {value} is beyond {model.name}'s max_model_len ({model.max_model_len})"
+            )
+
+
 def _profile_rows(model, *, block_size, device, dtype, max_num_seqs, max_batched_tokens,
                   args, seed, progress):  # fmt: skip
     """Run the grid for these limits; raises UsageError for an absent CUDA device."""
@@ -144,10 +162,11 @@ def _profile_rows(model, *, block_size, device, dtype, max_num_seqs, max_batched
 
 def cmd_profile(args) -> int:
     from sim.config.presets import resolve_model
+    from sim.hil.profiling import write_profile
+    from sim.run.folders import atomic_file
 
-    require("torch", "profile")
-    _check_positive(repeats=args.repeats, threads=args.threads, max_context=args.max_context,
-                    block_size=args.block_size)  # fmt: skip
+    _check_timing_options(args, block_size=args.block_size)
+    out = output_file(args.out, "--out")
     if args.scenario:
         scenario = _load(args.scenario, args.overrides, args.seed)
         model, block_size = scenario.model, scenario.cache.block_size
@@ -162,16 +181,23 @@ def cmd_profile(args) -> int:
             raise UsageError(f"--model: {err}") from None
         block_size, device, dtype = args.block_size, args.device or "cpu", args.dtype or "float32"
         limits, seed = (16, 512), args.seed or 0
+    _check_model_limits(args, model, block_size)
+    require("torch", "profile")  # after every check that does not need it
     rows = _profile_rows(
         model, block_size=block_size, device=device, dtype=dtype, max_num_seqs=limits[0],
         max_batched_tokens=limits[1], args=args, seed=seed, progress=not args.quiet,
     )  # fmt: skip
-    path = write_profile(rows, args.out)
-    print(f"profiled {len(rows)} step shapes of {model.name} on {device}; wrote {path}")
+    with atomic_file(out) as partial:
+        write_profile(rows, partial)
+    print(f"profiled {len(rows)} step shapes of {model.name} on {device}; wrote {out}")
     return 0
 
 
 def _calibrate(profile_path, out_path, statistic: str):
+    from sim.costs.calibrated import save
+    from sim.hil.fit import fit
+    from sim.hil.profiling import read_profile
+    from sim.run.folders import atomic_file
 
     try:
         shapes, seconds, meta = read_profile(profile_path, statistic)
@@ -179,7 +205,8 @@ def _calibrate(profile_path, out_path, statistic: str):
         fitted = fit(features, seconds, profile={**meta, "file": str(profile_path)})
     except ValueError as err:  # CalibrationError is a ValueError
         raise UsageError(str(err)) from None
-    save(fitted, out_path)
+    with atomic_file(Path(out_path)) as partial:
+        save(fitted, partial)
     return fitted
 
 
@@ -201,6 +228,7 @@ def format_calibration(fitted) -> str:
 
 
 def cmd_calibrate(args) -> int:
+    output_file(args.out, "--out")
     fitted = _calibrate(args.profile, args.out, args.statistic)
     print(format_calibration(fitted))
     print(f"wrote {args.out}")
@@ -209,19 +237,21 @@ def cmd_calibrate(args) -> int:
 
 def cmd_validate(args) -> int:
     from sim.config.errors import ScenarioError
+    from sim.hil.profiling import write_profile
+    from sim.hil.validation import run_validation
+    from sim.hil.validation_report import format_table, write_validation
+    from sim.run.folders import atomic_file
 
-    require("torch", "validate")
-    _check_positive(repeats=args.repeats, threads=args.threads, max_context=args.max_context,
-                    step_repeats=args.step_repeats)  # fmt: skip
+    _check_timing_options(args, step_repeats=args.step_repeats)
     scenario = _load(args.scenario, args.overrides, args.seed)
     out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-validation"
+    output_folder(out, "--out")
     device = scenario.backend.device
-    if args.calibration:
-        try:
-            fitted = load(args.calibration)
-        except CalibrationError as err:
-            raise UsageError(str(err)) from None
-    else:
+    fitted = _load_calibration(args.calibration, scenario) if args.calibration else None
+    if fitted is None:
+        _check_model_limits(args, scenario.model, scenario.cache.block_size)
+    require("torch", "validate")  # after every check that does not need it
+    if fitted is None:
         if not args.quiet:
             print(f"no --calibration: profiling {scenario.model.name} on {device} first")
         rows = _profile_rows(
@@ -230,15 +260,12 @@ def cmd_validate(args) -> int:
             max_batched_tokens=scenario.scheduler.max_num_batched_tokens, args=args,
             seed=scenario.simulation.seed, progress=not args.quiet,
         )  # fmt: skip
-        from sim.hil.profiling import write_profile
-
-        profile_path = write_profile(rows, out / "profile.csv")
+        profile_path = out / "profile.csv"
+        with atomic_file(profile_path) as partial:
+            write_profile(rows, partial)
         fitted = _calibrate(profile_path, out / "calibration.json", "min_s")
         if not args.quiet:
             print(format_calibration(fitted))
-    problem = shape_mismatch(fitted, scenario.model)
-    if problem:
-        raise UsageError(f"{args.calibration or 'calibration'}: {problem}")
     try:
         result = run_validation(
             scenario, fitted, step_repeats=args.step_repeats, cpu_threads=args.threads or 1,
@@ -250,3 +277,17 @@ def cmd_validate(args) -> int:
     print(format_table(result.report))
     print(f"wrote {out}/validation.json" + ("" if args.no_report else " and validation.html"))
     return 0
+
+
+def _load_calibration(path: str, scenario):
+    """``--calibration``, checked to fit the scenario's model; UsageError if not."""
+    from sim.costs.calibrated import CalibrationError, load, shape_mismatch
+
+    try:
+        fitted = load(path)
+    except CalibrationError as err:
+        raise UsageError(str(err)) from None
+    problem = shape_mismatch(fitted, scenario.model)
+    if problem:
+        raise UsageError(f"{path}: {problem}")
+    return fitted

@@ -17,6 +17,7 @@ from sim.config.errors import ScenarioError, format_validation_error
 from sim.config.hardware import HardwareSpec, ModelSpec
 from sim.config.hints import did_you_mean
 from sim.config.scenario import Scenario
+from sim.config.textfile import non_utf8_line
 from sim.config.workload import (
     expand_length_shorthand,
 )
@@ -57,6 +58,10 @@ def validate_scenario(raw: dict, source: str = "<scenario>", *, base_dir: Path |
 def _read_yaml(path: Path, source: str) -> dict:
     try:
         text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        where = non_utf8_line(path)
+        line = f"line {where[0]}: " if where else ""
+        raise ScenarioError(f"{source}: {line}not UTF-8 text; save the scenario as UTF-8") from None
     except OSError as err:
         raise ScenarioError(f"{source}: cannot read the scenario: {err.strerror}") from None
     try:
@@ -66,6 +71,8 @@ def _read_yaml(path: Path, source: str) -> dict:
         where = f"line {mark.line + 1}" if mark is not None else "YAML"
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise ScenarioError(f"{source}: {where}: invalid YAML: {problem}") from None
+    except RecursionError:
+        raise ScenarioError(f"{source}: YAML: nested too deeply to read") from None
     if raw is None:
         return {}
     if not isinstance(raw, dict):

@@ -1,4 +1,8 @@
-"""Length tables: one integer per line, or two columns (input, output), read once."""
+"""Length tables: one integer per line, or two columns (input, output), read once.
+
+Every length is a positive integer of ASCII digits that fits int64; a file that is not
+UTF-8 is reported at its first bad line.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ import os
 from pathlib import Path
 
 import numpy as np
+
+from sim.config.textfile import INT64_MAX, beyond_int64, count, reading
 
 
 class LengthTableError(ValueError):
@@ -17,7 +23,7 @@ class LengthTableError(ValueError):
 def _cached_table(path: str, mtime_ns: int) -> np.ndarray:
     rows: list[list[int]] = []
     first = True
-    with open(path, encoding="utf-8") as handle:
+    with reading(path, LengthTableError), open(path, encoding="utf-8") as handle:
         for line_no, line in enumerate(handle, start=1):
             text = line.split("#", 1)[0].strip()
             if not text:
@@ -40,15 +46,18 @@ def _cached_table(path: str, mtime_ns: int) -> np.ndarray:
 
 
 def _table_cell(path: str, line_no: int, col: int, cell: str) -> int:
-    if not cell.isdigit() or int(cell) < 1:
-        raise LengthTableError(
-            f"{path}:{line_no}: column {col}: expected a positive integer, got {cell!r}"
-        )
-    return int(cell)
+    number = count(cell)
+    if number is None or number < 1:
+        expected = f"at most {INT64_MAX}" if beyond_int64(cell) else "a positive integer"
+        shown = repr(cell) if len(cell) <= 60 else repr(cell[:50]) + f"... ({len(cell)} characters)"
+        raise LengthTableError(f"{path}:{line_no}: column {col}: expected {expected}, got {shown}")
+    return number
 
 
 def load_length_table(path: str | Path) -> np.ndarray:
     """The lengths in ``path`` as a read-only (rows, columns) int64 array (cached).
-    Raises LengthTableError on a bad row, OSError if unreadable."""
+    Raises LengthTableError (one line) on a bad row or an unreadable file."""
     path = str(path)
-    return _cached_table(path, os.stat(path).st_mtime_ns)
+    with reading(path, LengthTableError):
+        mtime_ns = os.stat(path).st_mtime_ns
+    return _cached_table(path, mtime_ns)

@@ -2,21 +2,26 @@
 
 Each loader returns a :class:`Trace` of arrival offsets (seconds from the first row),
 input and output lengths and, for Mooncake, the ``hash_ids`` of each prompt's 512-token
-blocks. A malformed row raises :class:`TraceError` naming ``file:line: column``. Parsed
-traces are cached by (path, modification time).
+blocks. A malformed row raises :class:`TraceError` naming ``file:line: column``: a
+timestamp that is not finite (or lies so far from the others that the offset is not), a
+token count or hash id that is negative or beyond int64, a file that is not UTF-8.
+Rows need not be in time order (requests are sorted by arrival). Parsed traces are
+cached by (path, modification time).
 """
 
 from __future__ import annotations
 
 import csv
 import functools
-import json
+import math
 import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from sim.config.textfile import INT64_MAX, beyond_int64, count, parse_json, reading
 
 
 class TraceError(ValueError):
@@ -34,27 +39,42 @@ class Trace(NamedTuple):
 
 def load_trace(path: str | Path, fmt: str) -> Trace:
     """Parse an ``azure-csv`` or ``mooncake-jsonl`` trace (cached by path and mtime).
-    Raises TraceError on a bad row, OSError if unreadable."""
+    Raises TraceError (one line) on a bad row or an unreadable file."""
     path = str(path)
-    return _cached_trace(path, os.stat(path).st_mtime_ns, fmt)
+    with reading(path, TraceError):
+        mtime_ns = os.stat(path).st_mtime_ns
+    return _cached_trace(path, mtime_ns, fmt)
 
 
 @functools.lru_cache(maxsize=8)
 def _cached_trace(path: str, mtime_ns: int, fmt: str) -> Trace:
-    if fmt == "azure-csv":
-        times, inputs, outputs, hashes = _parse_azure(path)
-    elif fmt == "mooncake-jsonl":
-        times, inputs, outputs, hashes = _parse_mooncake(path)
-    else:
+    parsers = {"azure-csv": _parse_azure, "mooncake-jsonl": _parse_mooncake}
+    if fmt not in parsers:
         raise TraceError(f"{path}: unknown trace format {fmt!r}")
+    with reading(path, TraceError):
+        times, lines, inputs, outputs, hashes = parsers[fmt](path)
     if not times:
         raise TraceError(f"{path}: no rows")
     arrival = np.asarray(times, dtype=np.float64)
-    arrival -= arrival.min()
+    with np.errstate(over="ignore"):  # an overflow is reported by _check_offsets
+        arrival -= arrival.min()
+    _check_offsets(path, arrival, lines, "TIMESTAMP" if fmt == "azure-csv" else "timestamp")
     arrays = [arrival, np.asarray(inputs, np.int64), np.asarray(outputs, np.int64)]
     for array in arrays:
         array.setflags(write=False)
     return Trace(*arrays, hashes)
+
+
+def _check_offsets(path: str, arrival: np.ndarray, lines: list[int], column: str) -> None:
+    """Every row's offset from the earliest is finite (two finite timestamps near the
+    float range's ends are not)."""
+    bad = np.flatnonzero(~np.isfinite(arrival))
+    if len(bad):
+        earliest = lines[int(np.argmin(np.where(np.isfinite(arrival), arrival, np.inf)))]
+        raise TraceError(
+            f"{path}:{lines[bad[0]]}: {column}: too far from the earliest row "
+            f"(line {earliest}) for a time in seconds"
+        )
 
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -62,52 +82,74 @@ AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 def _parse_azure(path: str):
     times: list[float] = []
+    lines: list[int] = []
     inputs: list[int] = []
     outputs: list[int] = []
     with open(path, encoding="utf-8", newline="") as handle:
         reader = csv.DictReader(handle)
-        missing = [c for c in AZURE_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise TraceError(f"{path}:1: header: expected columns {', '.join(AZURE_COLUMNS)}")
-        for row in reader:
-            line = reader.line_num
-            times.append(_azure_timestamp(path, line, row["TIMESTAMP"]))
-            inputs.append(_count(path, line, "ContextTokens", row["ContextTokens"]))
-            outputs.append(_count(path, line, "GeneratedTokens", row["GeneratedTokens"]))
-    return times, inputs, outputs, None
+        try:
+            missing = [c for c in AZURE_COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise TraceError(f"{path}:1: header: expected columns {', '.join(AZURE_COLUMNS)}")
+            for row in reader:
+                line = reader.line_num
+                times.append(_azure_timestamp(path, line, row["TIMESTAMP"]))
+                lines.append(line)
+                inputs.append(_count(path, line, "ContextTokens", row["ContextTokens"]))
+                outputs.append(_count(path, line, "GeneratedTokens", row["GeneratedTokens"]))
+        except csv.Error as err:
+            raise TraceError(f"{path}:{reader.line_num + 1}: not CSV: {err}") from None
+    return times, lines, inputs, outputs, None
 
 
 def _azure_timestamp(path: str, line: int, text: str | None) -> float:
     """Seconds since the epoch of ``2023-11-16 18:15:46.6805900`` (the trace's layout:
-    7 fractional digits, which ``fromisoformat`` rejects) or of a plain number."""
+    7 fractional digits, which ``fromisoformat`` rejects) or of a plain finite number."""
     text = (text or "").strip()
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
-        pass
+        seconds = _date_time(path, line, text)
+    if not math.isfinite(seconds):
+        raise TraceError(f"{path}:{line}: TIMESTAMP: expected a finite time, got {text!r}")
+    return seconds
+
+
+def _date_time(path: str, line: int, text: str) -> float:
     whole, _, fraction = text.partition(".")
-    digits = "".join(c for c in fraction if c.isdigit())
+    digits = "".join(c for c in fraction if "0" <= c <= "9")
     try:
         stamp = datetime.fromisoformat(whole)
     except ValueError:
         raise TraceError(
             f"{path}:{line}: TIMESTAMP: expected a date-time like "
-            f"'2023-11-16 18:15:46.680', got {text!r}"
+            f"'2023-11-16 18:15:46.680', got {text[:60]!r}"
         ) from None
-    return stamp.timestamp() + (float(f"0.{digits}") if digits else 0.0)
+    try:
+        seconds = stamp.timestamp()
+    except (ValueError, OverflowError, OSError):  # before the platform's first local time
+        raise TraceError(f"{path}:{line}: TIMESTAMP: date out of range: {text[:60]!r}") from None
+    return seconds + (float(f"0.{digits}") if digits else 0.0)
 
 
 def _count(path: str, line: int, column: str, value: Any) -> int:
-    """A non-negative token count from a CSV cell or a JSON value."""
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    raise TraceError(f"{path}:{line}: {column}: expected a non-negative integer, got {value!r}")
+    """A non-negative token count (at most int64's largest) from a CSV cell or a JSON
+    value."""
+    number = count(value)
+    if number is None:
+        expected = f"at most {INT64_MAX}" if beyond_int64(value) else "a non-negative integer"
+        raise TraceError(f"{path}:{line}: {column}: expected {expected}, got {_shown(value)}")
+    return number
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:50] + f"... ({len(text)} characters)"
 
 
 def _parse_mooncake(path: str):
     times: list[float] = []
+    lines: list[int] = []
     inputs: list[int] = []
     outputs: list[int] = []
     hashes: list[np.ndarray] = []
@@ -117,29 +159,30 @@ def _parse_mooncake(path: str):
                 continue
             row = _json_object(path, line_no, line)
             times.append(_count(path, line_no, "timestamp", row.get("timestamp")) / 1000.0)
+            lines.append(line_no)
             inputs.append(_count(path, line_no, "input_length", row.get("input_length")))
             outputs.append(_count(path, line_no, "output_length", row.get("output_length")))
             hashes.append(_hash_ids(path, line_no, row.get("hash_ids", [])))
-    return times, inputs, outputs, tuple(hashes)
+    return times, lines, inputs, outputs, tuple(hashes)
 
 
 def _json_object(path: str, line_no: int, line: str) -> dict:
     try:
-        row = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise TraceError(f"{path}:{line_no}: expected a JSON object ({err.msg})") from None
+        row = parse_json(line, finite=False)  # a NaN timestamp is named by _count
+    except ValueError as err:  # JSONDecodeError included
+        reason = getattr(err, "msg", None) or str(err)
+        raise TraceError(f"{path}:{line_no}: expected a JSON object ({reason})") from None
     if not isinstance(row, dict):
         raise TraceError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
     return row
 
 
 def _hash_ids(path: str, line_no: int, value: Any) -> np.ndarray:
-    ok = isinstance(value, list) and all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
-    )
+    ok = isinstance(value, list) and all(isinstance(v, int) and count(v) is not None for v in value)
     if not ok:
         raise TraceError(
-            f"{path}:{line_no}: hash_ids: expected a list of non-negative integers, got {value!r}"
+            f"{path}:{line_no}: hash_ids: expected a list of non-negative integers of at "
+            f"most {INT64_MAX}, got {_shown(value)}"
         )
     ids = np.asarray(value, dtype=np.int64)
     ids.setflags(write=False)

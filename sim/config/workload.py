@@ -192,6 +192,17 @@ class TraceArrival(FileRef):
             load_trace(resolved, info.data["format"])
         return value
 
+    @model_validator(mode="after")
+    def _finite_arrivals(self) -> TraceArrival:
+        last = float(self.trace().arrival_s.max()) * self.time_scale
+        if not np.isfinite(last):
+            raise ValueError(
+                f"time_scale {self.time_scale:g} puts the trace's last arrival "
+                f"({float(self.trace().arrival_s.max()):.3g} s after the first) beyond "
+                "any finite time"
+            )
+        return self
+
     def trace(self) -> Trace:
         return load_trace(self.resolved_path, self.format)
 

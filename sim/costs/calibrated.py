@@ -51,6 +51,7 @@ The JSON file (:func:`save` / :func:`load`)::
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from backend.step import Batch
+from sim.config.textfile import parse_json, read_text
 
 FORMAT = "pagesim-calibration"
 
@@ -182,34 +184,70 @@ def save(calibration: Calibration, path: str | Path) -> Path:
 
 
 def load(path: str | Path) -> Calibration:
-    """Read a calibration JSON. Raises CalibrationError (one line naming the file) if
-    it is missing, not JSON, of another format, or has a negative or unknown
-    coefficient."""
+    """Read a calibration JSON. Raises CalibrationError (one line naming the file and
+    the field) if it is unreadable, not UTF-8 or not JSON, of another format or
+    version, lacks a coefficient or has one that is unknown, not a number, negative or
+    not finite, or has a ``fit`` or ``profile`` that is not a mapping of JSON values
+    (NaN and infinities excluded: validation.json repeats them)."""
     path = Path(path)
     try:
-        document = json.loads(path.read_text())
-    except OSError as err:
-        raise CalibrationError(f"{path}: cannot read: {err.strerror}") from None
+        document = parse_json(read_text(path, CalibrationError), finite=False)
     except json.JSONDecodeError as err:
         raise CalibrationError(f"{path}: line {err.lineno}: not valid JSON") from None
+    except ValueError as err:
+        if isinstance(err, CalibrationError):
+            raise
+        raise CalibrationError(f"{path}: not readable JSON: {err}") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise CalibrationError(f"{path}: not a pagesim calibration (format {FORMAT!r})")
     if document.get("version") != VERSION:
         raise CalibrationError(f"{path}: version {document.get('version')!r}, expected {VERSION}")
-    coefficients = document.get("coefficients")
+    coefficients = _coefficients(path, document.get("coefficients"))
+    sections = {}
+    for name in ("fit", "profile"):
+        section = document.get(name) or {}
+        if not isinstance(section, dict):
+            raise CalibrationError(f"{path}: {name}: expected a mapping, got {section!r:.40}")
+        try:
+            _check_finite(path, name, section)
+        except RecursionError:
+            raise CalibrationError(f"{path}: {name}: nested too deeply") from None
+        sections[name] = section
+    shape = sections["profile"].get("model_shape")
+    if shape is not None and not isinstance(shape, str):
+        raise CalibrationError(f"{path}: profile.model_shape: expected a text, got {shape!r:.40}")
+    return Calibration(coefficients, sections["fit"], sections["profile"])
+
+
+def _coefficients(path: Path, coefficients: Any) -> dict[str, float]:
+    """Every feature's coefficient, checked: a finite number >= 0 (not a bool)."""
     if not isinstance(coefficients, dict):
-        raise CalibrationError(f"{path}: coefficients: expected a mapping")
+        raise CalibrationError(f"{path}: coefficients: expected a mapping of feature names")
     unknown = sorted(set(coefficients) - set(FEATURES))
     if unknown:
         raise CalibrationError(f"{path}: coefficients: unknown {unknown} (valid: {FEATURES})")
     for name, value in coefficients.items():
-        if not isinstance(value, int | float) or not value >= 0:
-            raise CalibrationError(f"{path}: coefficients.{name}: expected >= 0, got {value!r}")
-    return Calibration(
-        {name: float(coefficients.get(name, 0.0)) for name in FEATURES},
-        dict(document.get("fit") or {}),
-        dict(document.get("profile") or {}),
-    )
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or value < 0:
+            raise CalibrationError(
+                f"{path}: coefficients.{name}: expected a finite number >= 0, got {value!r:.40}"
+            )
+    missing = [name for name in FEATURES if name not in coefficients]
+    if missing:
+        raise CalibrationError(
+            f"{path}: coefficients.{missing[0]}: missing (a calibration has all of {FEATURES})"
+        )
+    return {name: float(coefficients[name]) for name in FEATURES}
+
+
+def _check_finite(path: Path, where: str, value: Any) -> None:
+    """No NaN or infinity anywhere in ``value`` (JSON that allow_nan=False can write)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise CalibrationError(f"{path}: {where}: expected a finite number, got {value!r}")
+    if isinstance(value, dict | list):
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            _check_finite(path, f"{where}.{key}", item)
 
 
 class CalibratedCostModel:

@@ -23,6 +23,7 @@ sequences took a median of 1.8 ms with one thread and 18 ms (p90 150 ms) with tw
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from backend.step import Batch, PrefillChunk
+from sim.config.textfile import INT64_MAX, count, reading
 from sim.costs.calibrated import model_shape_key, step_features
 from sim.run.progress import Progress
 
@@ -290,27 +292,51 @@ def read_profile(
 ) -> tuple[list[StepShape], np.ndarray, dict[str, str]]:
     """Shapes, seconds (the ``statistic`` column: ``min_s``, ``median_s``, ``p10_s``...)
     and the run's metadata (device, model, versions...) of a profile CSV. Raises
-    ValueError (one line naming the file) for a missing file or column, or a value that
-    is not a number."""
+    ValueError (one line naming the file, and the line and column of a bad value) for
+    an unreadable file, one that is not UTF-8 or not CSV, a missing column, a shape
+    column that is not a non-negative int64 or a time that is not a positive finite
+    number of seconds."""
     path = Path(path)
-    try:
-        with path.open(newline="") as handle:
-            reader = csv.DictReader(handle)
+    shapes, seconds, records = [], [], []
+    with reading(path, ValueError), path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        try:
             present = set(reader.fieldnames or [])
             missing = [c for c in (statistic, *SHAPE_COLUMNS[1:]) if c not in present]
             if missing:
                 raise ValueError(f"{path}: not a pagesim profile: missing columns {missing}")
-            records = list(reader)
-    except OSError as err:
-        raise ValueError(f"{path}: cannot read: {err.strerror}") from None
-    shapes, seconds = [], []
-    for line, record in enumerate(records, start=2):
-        try:
-            shapes.append(StepShape(**{c: int(record[c]) for c in SHAPE_COLUMNS[1:]}))
-            seconds.append(float(record[statistic]))
-        except (TypeError, ValueError):
-            raise ValueError(f"{path}: line {line}: expected integer shape columns and a "
-                             f"number in {statistic}") from None  # fmt: skip
-    meta = {k: records[0].get(k, "") for k in META_COLUMNS} if records else {}
+            for record in reader:
+                shapes.append(_shape(path, reader.line_num, record))
+                seconds.append(_seconds(path, reader.line_num, record, statistic))
+                records.append(record)
+        except csv.Error as err:
+            raise ValueError(f"{path}: line {reader.line_num + 1}: not CSV: {err}") from None
+    meta = {k: records[0].get(k) or "" for k in META_COLUMNS} if records else {}
     meta["statistic"] = statistic
     return shapes, np.array(seconds, dtype=np.float64), meta
+
+
+def _shape(path: Path, line: int, record: dict) -> StepShape:
+    values = {}
+    for column in SHAPE_COLUMNS[1:]:
+        values[column] = count(record.get(column))
+        if values[column] is None:
+            raise ValueError(
+                f"{path}: line {line}: {column}: expected a non-negative integer of at most "
+                f"{INT64_MAX}, got {str(record.get(column))[:40]!r}"
+            )
+    return StepShape(**values)
+
+
+def _seconds(path: Path, line: int, record: dict, statistic: str) -> float:
+    text = record.get(statistic)
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(
+            f"{path}: line {line}: {statistic}: expected a positive finite number of "
+            f"seconds, got {str(text)[:40]!r}"
+        )
+    return value

@@ -14,12 +14,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sim.output.steplog import KV_SPLIT_KEYS
 from sim.output.tables import align_table, compare_rows
 
 __all__ = [
@@ -30,6 +32,8 @@ __all__ = [
     "flatten",
     "format_compare",
     "run_labels",
+    "scenario_problem",
+    "summary_problem",
 ]
 
 FORMATS = ("table", "csv", "json", "markdown")
@@ -182,6 +186,8 @@ def _csv(labels: Sequence[str], rows, fields: Mapping[str, Mapping[str, Any]]) -
 
 
 def _json_value(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # a scenario's .inf: JSON has no such number
     return None if value is MISSING else value
 
 
@@ -195,3 +201,92 @@ def _json(labels, rows, fields, paths: Mapping[str, str]) -> str:
         },
     }
     return json.dumps(document, indent=2, allow_nan=False)
+
+
+# ---------------------------------------------------------------- what compare reads
+
+#: summary.json's numbers compare shows (sim.output.tables.metric_rows, compare_page).
+_SUMMARY_NUMBERS = (
+    "num_requests", "num_finished", "num_rejected", "num_preemptions", "num_replicas",
+    "throughput_rps", "throughput_tok_s", "goodput", "goodput_rps", "mean_batch_size",
+    "prefix_hit_rate", "total_slots", "block_size",
+)  # fmt: skip
+_WINDOW_NUMBERS = ("throughput_rps", "throughput_tok_s", "goodput", "goodput_rps")
+_LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
+_LATENCY_NUMBERS = ("mean", "p50", "p90", "p99")
+_KV_NUMBERS = (*KV_SPLIT_KEYS, "peak_used_fraction", "peak_used_slots", "peak_used_blocks")
+
+
+def summary_problem(summary: Any) -> str:
+    """What in a summary.json ``compare`` could not show ('' if nothing), as
+    ``field.path: expected ...``: each field it reads must be absent, null or of its
+    type (a number, not a bool; a text; an object)."""
+    if not isinstance(summary, Mapping):
+        return f"(top level): expected a JSON object, got {_json_kind(summary)}"
+    window = summary.get("steady_state")
+    checks = [
+        _fields(
+            summary, "", numbers=_SUMMARY_NUMBERS, mappings=("steady_state", "kv", *_LATENCIES)
+        ),
+        _fields(summary.get("kv"), "kv.", numbers=_KV_NUMBERS),
+        *(_fields(summary.get(k), f"{k}.", numbers=_LATENCY_NUMBERS) for k in _LATENCIES),
+        _fields(
+            window,
+            "steady_state.",
+            numbers=_WINDOW_NUMBERS,
+            texts=("verdict", "limited_by"),
+            mappings=("limiters", *_LATENCIES),
+        ),  # fmt: skip
+    ]
+    if isinstance(window, Mapping):
+        limiters = window.get("limiters")
+        names = tuple(limiters) if isinstance(limiters, Mapping) else ()
+        checks.append(_fields(limiters, "steady_state.limiters.", numbers=names))
+        checks += [
+            _fields(window.get(k), f"steady_state.{k}.", numbers=_LATENCY_NUMBERS)
+            for k in _LATENCIES
+        ]
+    return next((problem for problem in checks if problem), "")
+
+
+def scenario_problem(scenario: Any) -> str:
+    """What in a run's scenario.json ``compare`` could not read ('' if nothing): it must
+    be an object, its ``cache`` and ``eviction`` objects too (the belady yardstick)."""
+    if not isinstance(scenario, Mapping):
+        return f"(top level): expected a JSON object, got {_json_kind(scenario)}"
+    return _fields(scenario, "", mappings=("cache", "eviction"))
+
+
+def _fields(node: Any, prefix: str, *, numbers=(), texts=(), mappings=()) -> str:
+    if not isinstance(node, Mapping):
+        return ""  # reported, if it matters, by the level above
+    kinds = [(numbers, _is_number, "a number"), (texts, _is_text, "a text"),
+             (mappings, _is_mapping, "a JSON object")]  # fmt: skip
+    for keys, fits, expected in kinds:
+        for key in keys:
+            value = node.get(key)
+            if value is not None and not fits(value):
+                return f"{prefix}{key}: expected {expected}, got {_shown(value)}"
+    return ""
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_mapping(value: Any) -> bool:
+    return isinstance(value, Mapping)
+
+
+def _json_kind(value: Any) -> str:
+    kinds = {dict: "an object", list: "a list", str: "a text", bool: "a boolean", int: "a number"}
+    return "null" if value is None else kinds.get(type(value), type(value).__name__)
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, Mapping | list) else _json_kind(value)
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -1,5 +1,8 @@
 """Run folders that never lie: a run's files appear all at once or not at all, an
-existing run is replaced only when asked, and every run says what made it.
+existing run is replaced only when asked, and every run says what made it. Single
+files (a profile, a calibration, a page, a schema) are written the same way
+(:func:`atomic_file`), and every output path is checked before any work
+(:func:`check_target`, :func:`check_file_target`).
 
 Files are written into a hidden temporary folder beside the target; only when all of
 them are complete is it renamed into place (the previous run, if replacing, is renamed
@@ -44,23 +47,76 @@ def default_run_dir(scenario, root: Path = Path("runs")) -> Path:
 
 
 def check_target(target: Path, *, force: bool) -> None:
-    """Raise FolderExists if ``target`` holds files and ``force`` is off; OSError-based
-    problems (not a folder, not writable) as ValueError with one line."""
+    """Raise FolderExists if ``target`` holds files and ``force`` is off; problems the
+    file system would raise later (a file or a broken link where the folder goes, a
+    parent that is a file or not writable) as ValueError with one line."""
+    if target.is_symlink() and not target.exists():
+        raise ValueError(f"{target}: is a broken symbolic link; remove it or choose another")
     if target.exists() and not target.is_dir():
         raise ValueError(f"{target}: exists and is not a folder")
-    if target.is_dir() and any(target.iterdir()) and not force:
+    try:
+        holds_files = target.is_dir() and any(target.iterdir())
+    except OSError as err:
+        raise ValueError(f"{target}: cannot list the folder: {err.strerror}") from None
+    if holds_files and not force:
         raise FolderExists(
             f"{target} already holds a run; pass --force to replace it or --out another folder"
         )
+    _check_creatable(target, "the output directory")
+
+
+def _check_creatable(target: Path, what: str) -> None:
+    """The nearest existing ancestor of ``target`` is a writable folder (the folders
+    between it and ``target`` are created when ``target`` is written)."""
     existing = target.parent
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise ValueError(f"{target}: cannot create the output directory: {existing} is a file")
-    if not os.access(existing, os.W_OK):
-        raise ValueError(
-            f"{target}: cannot create the output directory: {existing} is not writable"
-        )
+        raise ValueError(f"{target}: cannot create {what}: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{target}: cannot create {what}: {existing} is not writable")
+
+
+def check_file_target(target: Path) -> None:
+    """ValueError (one line) unless ``target`` can be written as a file: not a folder,
+    not a device or pipe (it would be replaced, not written to), and its nearest
+    existing ancestor a writable folder. An existing file is replaced."""
+    if target.is_dir():
+        raise ValueError(f"{target}: is a folder; expected a file name")
+    if target.exists() and not target.is_file():
+        raise ValueError(f"{target}: exists and is not a regular file")
+    _check_creatable(target, "the file")
+
+
+@contextlib.contextmanager
+def atomic_file(target: Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``target`` (checked by :func:`check_file_target`)
+    for the body to write; when it succeeds the file is renamed onto ``target``, so a
+    reader sees the previous file or the whole new one. On any exception the temporary
+    file and the folders made for it are removed and ``target`` is left as it was."""
+    target = Path(target)
+    check_file_target(target)
+    created = _missing_folders(target.parent)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.parent / f".{target.name}.partial-{os.getpid()}"
+    try:
+        yield partial
+        os.replace(partial, target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        for folder in reversed(created):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and its ancestors that do not exist yet, outermost first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing[::-1]
 
 
 @contextlib.contextmanager

@@ -236,3 +236,85 @@ def test_calibration_json_is_plain_json(tmp_path):
     document = json.loads(save(sample_calibration(), tmp_path / "c.json").read_text())
     assert document["format"] == "pagesim-calibration"
     assert set(document["coefficients"]) == set(FEATURES)
+
+
+# -- hostile calibration files ------------------------------------------------------------
+
+
+def calibration_text(**changes) -> str:
+    """A valid calibration document with ``changes`` (``coefficients`` merged; a value
+    of ``...`` removes the key)."""
+    document = json.loads(json.dumps({
+        "format": "pagesim-calibration", "version": 1,
+        "coefficients": dict.fromkeys(FEATURES, 1e-6), "fit": {"rows": 12}, "profile": {},
+    }))  # fmt: skip
+    coefficients = changes.pop("coefficients", {})
+    if isinstance(coefficients, dict):
+        document["coefficients"].update(coefficients)
+    else:
+        document["coefficients"] = coefficients
+    document.update(changes)
+    for section in (document, document["coefficients"]):
+        for key in [k for k, v in section.items() if v is ...] if isinstance(section, dict) else []:
+            del section[key]
+    return json.dumps(document)
+
+
+HOSTILE_CALIBRATIONS = {
+    "infinite coefficient": (
+        calibration_text(coefficients={"tokens": float("inf")}),
+        "coefficients.tokens: expected a finite number >= 0, got inf",
+    ),
+    "coefficient overflowing": (
+        calibration_text().replace('"step": 1e-06', '"step": 1e999'),
+        "coefficients.step: expected a finite number",
+    ),
+    "NaN coefficient": (calibration_text(coefficients={"seqs": float("nan")}), "coefficients.seqs"),
+    "text coefficient": (calibration_text(coefficients={"seqs": "1e-6"}), "coefficients.seqs"),
+    "boolean coefficient": (calibration_text(coefficients={"seqs": True}), "coefficients.seqs"),
+    "missing coefficient": (
+        calibration_text(coefficients={"decode_padded": ...}),
+        "coefficients.decode_padded: missing",
+    ),
+    "coefficients a list": (calibration_text(coefficients=[1]), "coefficients: expected a mapping"),
+    "fit a list": (calibration_text(fit=[1, 2]), "fit: expected a mapping"),
+    "fit with NaN": (calibration_text(fit={"heldout_mape": float("nan")}), "fit.heldout_mape"),
+    "profile a text": (calibration_text(profile="cpu"), "profile: expected a mapping"),
+    "model shape a list": (calibration_text(profile={"model_shape": [2]}), "profile.model_shape"),
+    "no version": (calibration_text(version=...), "version None, expected 1"),
+    "a list": ("[]", "not a pagesim calibration"),
+    "nested too deep": ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    "not UTF-8": (calibration_text().encode().replace(b'"rows"', b'"r\xe9ows"'), "not UTF-8"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_CALIBRATIONS))
+def test_load_rejects_hostile_files_naming_the_field(tmp_path, case):
+    text, message = HOSTILE_CALIBRATIONS[case]
+    path = tmp_path / "bad.json"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(CalibrationError) as err:
+        load(path)
+    assert str(err.value).startswith(f"{path}:") and message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_folder_is_not_a_calibration(tmp_path):
+    with pytest.raises(CalibrationError, match="is a folder"):
+        load(tmp_path)
+
+
+def test_run_with_an_infinite_coefficient_is_one_line_exit_2(tmp_path, capsys):
+    from sim.cli import main
+
+    (tmp_path / "c.json").write_text(calibration_text(coefficients={"tokens": 1e308 * 10}))
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "model: tiny\ncache: {num_blocks: 64}\nsimulation: {num_requests: 4}\n"
+        "cost_model: {kind: calibrated, file: c.json}\n"
+    )
+    code = main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and err.count("\n") == 1
+    assert "c.json: coefficients.tokens: expected a finite number" in err
+    assert not (tmp_path / "out").exists()

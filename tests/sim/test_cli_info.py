@@ -74,3 +74,19 @@ def test_schema_prints_or_writes_the_scenario_schema(tmp_path, capsys):
     assert code == 0 and json.loads(out) == scenario_json_schema()
     code, out, _ = out_of(capsys, "schema", "--out", str(tmp_path / "s.json"))
     assert code == 0 and json.loads((tmp_path / "s.json").read_text()) == scenario_json_schema()
+
+
+def test_list_scenarios_describes_an_unreadable_file_instead_of_failing(
+    tmp_path, monkeypatch, capsys
+):
+    from sim.cli import info
+
+    (tmp_path / "scenarios").mkdir()
+    (tmp_path / "scenarios" / "latin1.yaml").write_bytes(b"description: caf\xe9\n")
+    (tmp_path / "scenarios" / "list.yaml").write_text("- a\n- b\n")
+    (tmp_path / "scenarios" / "ok.yaml").write_text("description: fine\n")
+    monkeypatch.setattr(info, "SCENARIOS", tmp_path / "scenarios")
+    assert main(["list", "scenarios"]) == 0
+    out = capsys.readouterr().out
+    assert "latin1.yaml" in out and "(cannot read:" in out and "not UTF-8" in out
+    assert "list.yaml" in out and "fine" in out

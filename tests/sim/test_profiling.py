@@ -147,3 +147,73 @@ def test_user_mistakes_end_in_one_line(argv, message, capsys, tmp_path, monkeypa
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def written_profile(path, edit=None, rows=16):
+    """A profile CSV of ``rows`` shapes with made-up times; ``edit(records)`` changes
+    the text of its records before writing."""
+    records = []
+    for i in range(rows):
+        shape = StepShape(
+            num_decodes=1 + i % 4,
+            decode_context_min=8 + i,
+            decode_context_max=8 + 2 * i,
+            num_chunks=i % 2,
+            chunk_tokens=4 + i,
+        )
+        seconds = 1e-3 * (1 + i)
+        record = {**{c: getattr(shape, c) for c in CSV_COLUMNS if hasattr(shape, c)},
+                  "kind": shape.kind, "min_s": seconds, "median_s": seconds}  # fmt: skip
+        records.append({c: str(record.get(c, "")) for c in CSV_COLUMNS})
+    if edit is not None:
+        edit(records)
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, CSV_COLUMNS)
+        writer.writeheader()
+        writer.writerows(records)
+    return path
+
+
+BAD_PROFILES = {
+    "NaN time": (lambda r: r[2].update(min_s="nan"), "line 4: min_s: expected a positive finite"),
+    "infinite time": (lambda r: r[0].update(min_s="inf"), "line 2: min_s: expected a positive"),
+    "zero time": (lambda r: r[5].update(min_s="0"), "line 7: min_s"),
+    "negative shape": (lambda r: r[1].update(num_chunks="-1"), "line 3: num_chunks: expected a"),
+    "shape beyond int64": (
+        lambda r: r[0].update(chunk_tokens=str(2**64)),
+        "line 2: chunk_tokens: expected a non-negative integer of at most",
+    ),
+    "shape a fraction": (lambda r: r[0].update(num_decodes="1.5"), "line 2: num_decodes"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_PROFILES))
+def test_read_profile_names_the_line_and_column_of_a_bad_value(tmp_path, case):
+    edit, message = BAD_PROFILES[case]
+    path = written_profile(tmp_path / "p.csv", edit)
+    with pytest.raises(ValueError) as err:
+        read_profile(path)
+    assert str(err.value).startswith(f"{path}: ") and message in str(err.value)
+
+
+def test_read_profile_refuses_unreadable_text(tmp_path):
+    path = written_profile(tmp_path / "p.csv")
+    path.write_bytes(path.read_bytes() + b"decode,\xff\n")
+    with pytest.raises(ValueError, match=r"p.csv:18: not UTF-8 text \(byte 0xff\)"):
+        read_profile(path)
+    path.write_text(",".join(CSV_COLUMNS) + '\n"' + "1" * 200_000 + '"\n')
+    with pytest.raises(ValueError, match="line 2: not CSV: field larger than field limit"):
+        read_profile(path)
+    with pytest.raises(ValueError, match="is a folder"):
+        read_profile(tmp_path)
+
+
+def test_calibrate_a_bad_profile_is_one_line_and_writes_nothing(tmp_path, capsys):
+    path = written_profile(tmp_path / "p.csv", lambda r: r[3].update(median_s="fast"))
+    out = tmp_path / "c.json"
+    assert main(["calibrate", str(path), "--statistic", "median_s", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "p.csv: line 5: median_s: expected a positive finite number" in err
+    assert err.count("\n") == 1 and not out.exists()
+    assert main(["calibrate", str(written_profile(path)), "--out", str(out)]) == 0
+    assert out.is_file() and sorted(p.name for p in tmp_path.iterdir()) == ["c.json", "p.csv"]
