@@ -12,7 +12,6 @@ write would land in sequence 1's K/V.
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 from backend.blocks import BlockManager
@@ -35,10 +34,6 @@ def compute(alloc: BlockManager, kv: KVCache, seq: int, first: int, stop: int, v
         ops.write_kv(rows, rows, kv.key_cache(layer), kv.value_cache(layer), slots)
 
 
-#: the block manager still shares the cached block (fixed in the next commit)
-ISSUE_14 = pytest.mark.xfail(strict=True, reason="issue 14: swap_in shares uncomputed blocks")
-
-
 def kv_values(alloc: BlockManager, kv: KVCache, seq: int, first: int = 0) -> list[float]:
     """The distinct values in ``seq``'s K/V from position ``first`` on, read back through
     its block table."""
@@ -46,7 +41,6 @@ def kv_values(alloc: BlockManager, kv: KVCache, seq: int, first: int = 0) -> lis
     return sorted(set(rows.flatten().tolist()))
 
 
-@ISSUE_14
 def test_the_one_token_case_writes_into_a_private_block():
     alloc = BlockManager(4, 1, num_cpu_blocks=1, enable_prefix_caching=True)
     kv = KVCache(SHAPE, 4, 1, num_cpu_blocks=1, dtype=torch.float64)
@@ -65,7 +59,6 @@ def test_the_one_token_case_writes_into_a_private_block():
     assert alloc._pool.refcount[[mine, theirs]].tolist() == [1, 1]
 
 
-@ISSUE_14
 def test_the_computed_blocks_are_shared_again_and_the_rest_come_back_private():
     # Block size 2: sequence 0 computed its first block before it was swapped out;
     # sequence 1 (the same 6-token prompt) hit that block and computed the other two.
