@@ -106,6 +106,19 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
 }
 
 
+#: Where each model preset's figures come from: the HuggingFace repository whose
+#: config.json they copy (scenarios/models/<preset>.json holds that file).
+MODEL_SOURCES: dict[str, str] = {
+    "llama-3-8b": "meta-llama/Meta-Llama-3-8B",
+    "llama-3-70b": "meta-llama/Meta-Llama-3-70B",
+    "mistral-7b": "mistralai/Mistral-7B-v0.1",
+    "qwen2.5-7b": "Qwen/Qwen2.5-7B",
+    "opt-13b": "facebook/opt-13b",
+    "opt-66b": "facebook/opt-66b",
+    "tiny": "pagesim's test model (backend/paged/model.py)",
+}
+
+
 # --- hardware presets ---------------------------------------------------------------------
 # Capacities are the datasheet's decimal GB (the usable figure nvidia-smi shows is a few
 # percent higher, so this errs on the small side). Links are one direction: the datasheets
