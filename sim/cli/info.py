@@ -3,8 +3,9 @@
 ``pagesim list models|hardware|policies|scenarios`` prints what a scenario can name (each
 preset's key figures, each policy's one-line description and parameters, the shipped
 scenarios; models also say where they come from: a preset's HuggingFace repository, or the
-config.json file, shipped in scenarios/models/ or named on the command line); ``pagesim schema`` the scenario JSON schema for editors; ``pagesim init NAME``
-a commented starter scenario.
+config.json file, shipped in scenarios/models/ or named on the command line); ``pagesim
+schema`` the scenario JSON schema for editors; ``pagesim init NAME`` a commented starter
+scenario.
 """
 
 from __future__ import annotations

@@ -195,12 +195,12 @@ class _Reader:
                 )
         model_type = self.raw.get("model_type")
         if model_type is None:
-            raise self.fail("model_type", f"required field missing (one of {_types()})")
+            raise self.fail(
+                "model_type", f"required field missing (one of {', '.join(MODEL_TYPES)})"
+            )
         if model_type not in MODEL_TYPES:
             hint = did_you_mean(str(model_type), list(MODEL_TYPES))
-            raise self.fail(
-                "model_type", f"{_shown(model_type)} is not supported (one of {_types()}){hint}"
-            )
+            raise self.fail("model_type", f"{_shown(model_type)} is not supported{hint}")
         return MODEL_TYPES[model_type]
 
     def count(self, key: str, default: int | None = None) -> int:
@@ -217,7 +217,10 @@ class _Reader:
         return value
 
     def flag(self, key: str, default: bool) -> bool:
-        value = self.raw.get(key, default)
+        """``key`` as a boolean; absent or null: ``default`` (transformers' own)."""
+        value = self.raw.get(key)
+        if value is None:
+            return default
         if not isinstance(value, bool):
             raise self.fail(key, f"expected true or false, got {_shown(value)}")
         return value
@@ -298,10 +301,6 @@ class _Reader:
                 f"{_shown(proj)} differs from hidden_size ({hidden}): embedding projections "
                 "are not modelled",
             )
-
-
-def _types() -> str:
-    return ", ".join(MODEL_TYPES)
 
 
 def _shown(value: Any) -> str:
