@@ -198,7 +198,7 @@ class _Reader:
             raise self.fail(
                 "model_type", f"required field missing (one of {', '.join(MODEL_TYPES)})"
             )
-        if model_type not in MODEL_TYPES:
+        if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
             hint = did_you_mean(str(model_type), list(MODEL_TYPES))
             raise self.fail("model_type", f"{_shown(model_type)} is not supported{hint}")
         return MODEL_TYPES[model_type]
