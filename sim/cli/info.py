@@ -218,7 +218,7 @@ STARTER = """\
 # names can be and `pagesim schema` the whole schema (with a description of each field).
 name: {name}
 description: what this scenario is for
-model: llama-3-8b            # a preset, or an explicit shape (num_layers, hidden_size, ...)
+model: llama-3-8b            # a preset, an explicit shape, or {{config: path/config.json}}
 hardware: h100-sxm           # one GPU's datasheet; tensor_parallel GPUs per replica
 tensor_parallel: 1
 cache:
