@@ -3,8 +3,9 @@
 A scenario gives a model or a GPU either by preset (``"llama-3-8b"``, ``"h100-sxm"``), by
 an explicit shape, or as ``{"preset": NAME, ...overrides}``; :func:`resolve_model` and
 :func:`resolve_hardware` accept all three. A model may also be read from a HuggingFace
-config.json (``{"config": PATH, ...overrides}``, :mod:`sim.config.hf_config`, in a scenario). An unknown preset raises ``ValueError`` naming
-the closest one, which pydantic turns into a field error for the scenario file.
+config.json (``{"config": PATH, ...overrides}``, :mod:`sim.config.hf_config`, in a
+scenario). An unknown preset raises ``ValueError`` naming the closest one, which pydantic
+turns into a field error for the scenario file.
 """
 
 from __future__ import annotations
