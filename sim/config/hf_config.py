@@ -114,17 +114,22 @@ def expand_model(value: Any, info: ValidationInfo) -> Any:
 def read_model_config(path: Path, skip: set[str] = frozenset()) -> dict[str, Any]:
     """ModelSpec fields read from the config.json at ``path`` (those in ``skip`` are left
     out, unread). Raises ConfigError (one line naming the file and the field)."""
-    path = path.resolve()
+    try:  # a name too long for the file system, or with a NUL in it
+        path = path.resolve()
+        found, is_file, is_dir = path.exists(), path.is_file(), path.is_dir()
+    except (OSError, ValueError) as err:
+        reason = getattr(err, "strerror", None) or str(err)
+        raise ConfigError(f"{_path_shown(path)}: cannot read: {reason}") from None
+    if not found:
+        raise ConfigError(f"{path}: file not found")
+    if not is_file:
+        kind = "a folder" if is_dir else "not a regular file"
+        raise ConfigError(f"{path}: is {kind}, expected a config.json")
     raw = _read_json(path)
     return _Reader(raw, str(path), skip).fields(_default_name(path))
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        raise ConfigError(f"{path}: file not found")
-    if not path.is_file():
-        kind = "a folder" if path.is_dir() else "not a regular file"
-        raise ConfigError(f"{path}: is {kind}, expected a config.json")
     size = path.stat().st_size
     if size > MAX_BYTES:
         raise ConfigError(f"{path}: {size} bytes, too large for a model config (at most 16 MiB)")
@@ -303,6 +308,16 @@ class _Reader:
             )
 
 
-def _shown(value: Any) -> str:
+def _shown(value: Any, width: int = 40) -> str:
+    """``repr(value)`` cut to ``width`` characters."""
     text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _path_shown(path: Path) -> str:
+    """A path that cannot be opened, on one short line (quoted if it holds control
+    characters)."""
+    text = str(path)
+    if not text.isprintable():
+        return _shown(text, 120)
+    return text if len(text) <= 120 else text[:117] + "..."

@@ -108,6 +108,16 @@ def path_that_does_not_exist(d):
 
 
 @case
+def path_with_a_nul(d):
+    return run_with(d, None, config="cfg\x00.json"), ["model.config", "null byte"]
+
+
+@case
+def path_too_long_for_the_file_system(d):
+    return run_with(d, None, config="c" * 5000 + ".json"), ["model.config", "too long"]
+
+
+@case
 def nan_in_the_file(d):
     return run_with(d, llama().replace("500000.0", "NaN")), ["cfg.json", "NaN"]
 
