@@ -133,8 +133,14 @@ class Growth:
         return self._batch_need(seqs).needed
 
     def append_batch(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> list[BlockMove]:
+        return self.append_batch_trusted(*self._seqs.check_batch(seq_ids, token_ids))
+
+    def append_batch_trusted(self, seqs: np.ndarray, tokens: np.ndarray) -> list[BlockMove]:
+        """``append_batch`` for a caller that guarantees its input (the engine, whose
+        decode batch is its own running set): ``seqs`` distinct on-device ids (int64),
+        ``tokens`` int32 ids in range, one each. Unchecked: bad input corrupts the state
+        instead of raising. Raises OutOfBlocks (nothing changed) like append_batch."""
         registry, pool = self._seqs, self._pool  # bound once: the decode step is hot
-        seqs, tokens = registry.check_batch(seq_ids, token_ids)
         need = self._batch_need(seqs)
         pool.require(need.needed)
         if seqs.size == 0:

@@ -65,6 +65,13 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
 
     # -- public counters -----------------------------------------------------------------
     @property
+    def reads_token_ids(self) -> bool:
+        """Whether the token ids written here matter to this allocator: only prefix
+        caching hashes them. A caller whose other readers ignore them too (a cost model)
+        may write zeros instead of generating them."""
+        return self.enable_prefix_caching
+
+    @property
     def evictor(self) -> Evictor:
         return self._pool.evictor
 

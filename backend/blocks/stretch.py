@@ -52,7 +52,7 @@ class Stretches:
     def append_steps(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> dict[str, np.ndarray]:
         """See backend/stretch.py. Raises InvalidRequest for a stretch that would copy
         or evict (ask ``plain_decode_steps`` first), or for bad ids or tokens."""
-        registry, pool, size = self._seqs, self._pool, self.block_size
+        registry = self._seqs
         grid = as_tokens(np.asarray(token_ids).reshape(-1), allow_empty=True)
         steps = int(np.shape(token_ids)[0]) if np.ndim(token_ids) == 2 else -1
         seqs, _ = registry.check_batch(seq_ids, np.zeros(np.shape(seq_ids), np.int32))
@@ -60,7 +60,14 @@ class Stretches:
             raise InvalidRequest("append_steps: token_ids must be (steps, len(seq_ids))")
         if self.plain_decode_steps(seqs, steps) < steps:
             raise InvalidRequest("append_steps: the stretch needs copy-on-write or eviction")
-        tokens = grid.reshape(steps, seqs.shape[0])
+        return self.append_steps_trusted(seqs, grid.reshape(steps, seqs.shape[0]))
+
+    def append_steps_trusted(self, seqs: np.ndarray, tokens: np.ndarray) -> dict[str, np.ndarray]:
+        """``append_steps`` for a caller that guarantees its input (the engine): distinct
+        on-device int64 ids, an int32 ``(steps, len(seqs))`` grid within what
+        ``plain_decode_steps`` granted. Unchecked: bad input corrupts the state."""
+        registry, pool, size = self._seqs, self._pool, self.block_size
+        steps = tokens.shape[0]
         held = registry.num_tokens[seqs]
         used, cached, free = pool.num_used, pool.num_cached, pool.num_free
         token_slots = pool.token_slots
@@ -80,7 +87,8 @@ class Stretches:
         step writes to, per sequence."""
         registry = self._seqs
         steps, count = np.nonzero(crossing)  # row-major: step order, then batch order
-        blocks = np.broadcast_to(registry.last_block[seqs], crossing.shape).copy()
+        blocks = np.empty(crossing.shape, dtype=np.int64)
+        blocks[:] = registry.last_block[seqs]
         if not steps.size:
             return blocks
         fresh = self._pool.take(steps.size)

@@ -50,6 +50,9 @@ class ContiguousAllocator(Growth, Swap, ReservingAllocator):
     reserved at once. Growth and swap are mixins (growth.py, swap.py).
     """
 
+    #: Contiguous regions hold token ids but never read them (no prefix caching).
+    reads_token_ids = False
+
     block_table_layout = "region"
 
     def __init__(self, num_slots: int, *, mode: str, max_model_len: int, num_cpu_slots: int = 0):

@@ -100,6 +100,8 @@ class AnalyticCostModel:
 
     Immutable but for its caches; ``execute`` and ``predict`` mutate nothing else."""
 
+    reads_token_ids = False  # a step's time depends on its shape, not on the tokens
+
     def __init__(
         self,
         model: ModelSpec,

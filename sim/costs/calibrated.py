@@ -254,6 +254,8 @@ class CalibratedCostModel:
     """The Executor seam over a :class:`Calibration`: ``execute(batch)`` predicts
     seconds. Immutable; ``execute`` mutates nothing and costs a few microseconds."""
 
+    reads_token_ids = False  # a step's time depends on its shape, not on the tokens
+
     def __init__(self, calibration: Calibration):
         self.calibration = calibration
         self._coefficients = calibration.vector()

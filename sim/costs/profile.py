@@ -44,6 +44,8 @@ class ProfileCostModel:
 
     ``execute`` mutates only the caches and the fallback counters."""
 
+    reads_token_ids = False  # a step's time depends on its shape, not on the tokens
+
     def __init__(self, profile: VidurProfile, analytic: AnalyticCostModel):
         self.profile, self.analytic = profile, analytic
         self.model = analytic.model

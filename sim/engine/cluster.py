@@ -23,6 +23,15 @@ class Cluster:
         self._views = tuple(replica.view for replica in self.replicas)  # what routers read
         self._requests: Sequence[Request] = ()
         self._num_arrived = 0
+        for replica in self.replicas:
+            # With k replicas, about the k-th next arrival is the first routed to a given
+            # one: how far a decode stretch is likely to run (speed only, not results).
+            replica.horizon = lambda: self.arrival_after(len(self.replicas))
+
+    def arrival_after(self, count: int) -> float:
+        """When the ``count``-th request still to arrive arrives (inf: fewer are left)."""
+        index = self._num_arrived + count - 1
+        return self._requests[index].arrival_s if index < len(self._requests) else math.inf
 
     def arrivals(self, requests: Sequence[Request]):
         """SimPy process: hand each request to a replica at its arrival time."""

@@ -87,6 +87,7 @@ class Replica:
             policies, steps,
         )  # fmt: skip
         self._fast = FastForward(parts, fast_forward)
+        self.horizon: Callable[[], float] = lambda: math.inf  # set by the cluster
         self._in_flight: InFlight | None = None  # the step a cut stretch left running
         self._state.before_read = self.settle
         self.process = env.process(self._loop())
@@ -202,7 +203,7 @@ class Replica:
                 yield self._wake
                 self._wake = None
                 continue
-            if self._fast.begin(self.env.now) is not None:
+            if self._fast.begin(self.env.now, self.horizon) is not None:
                 try:
                     yield from self._wait_until(self._fast.current.end_s)
                 except simpy.Interrupt:  # cut short by settle(): one step may be running

@@ -52,6 +52,9 @@ class StepPlanner:
         self.admission = policies.admission
         self.view = view  # what the scheduler reads
         self._logged_preemptions = 0  # num_preemptions already in a step's record
+        # The decode batch is the engine's own running set (distinct, on the device,
+        # int64 ids; int32 tokens): the allocator's unchecked entry where it has one.
+        self._append_batch = getattr(self.alloc, "append_batch_trusted", self.alloc.append_batch)
         # Reserving (contiguous) allocators size a request's region from the start
         # (``reserve(prompt, max_new_tokens)``), so they always admit by whole prompt.
         reserving = isinstance(self.alloc, ReservingAllocator)
@@ -109,7 +112,7 @@ class StepPlanner:
             try:
                 # Refused appends change nothing (OutOfBlocks is raised before any
                 # mutation), so trying first costs one call on the common path.
-                moves.copies.extend(self.alloc.append_batch(d.seq_id, tokens))
+                moves.copies.extend(self._append_batch(d.seq_id, tokens))
                 break
             except OutOfBlocks:
                 self.memory.make_room(moves)

@@ -18,6 +18,7 @@ at a time.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -120,11 +121,19 @@ class FastForward:
             # tokens counted per tenant as steps end are read by other replicas' policies
             and policies.served_tokens is None
         )
+        # The engine's own batch: the allocator's unchecked entry where it has one.
+        self._append_steps = getattr(self.alloc, "append_steps_trusted", None) or getattr(
+            self.alloc, "append_steps", None
+        )
         self.current: Stretch | None = None
         self.steps_forwarded = 0  # steps applied as part of a stretch
+        self.last_duration = 0.0  # of the latest stretch's last step (a step's scale)
 
-    def begin(self, now: float) -> Stretch | None:
-        """A stretch from ``now`` if the replica is in one (None: step normally)."""
+    def begin(self, now: float, horizon: Callable[[], float]) -> Stretch | None:
+        """A stretch from ``now`` if the replica is in one (None: step normally).
+        ``horizon()`` is when the stretch is likely to be cut (an arrival): a stretch
+        planned past it wastes work, one cut after fewer than MIN_STEPS costs more than
+        it saves. Either way the results are the same."""
         state, d = self.state, self.state.decodes
         if not self.enabled or state.waiting or state.prefilling or state.swapped or not len(d):
             return None
@@ -133,6 +142,9 @@ class FastForward:
         limit = min(int((d.target - d.generated).min()) - 1, MAX_STEPS)  # none finishes
         if limit < MIN_STEPS:
             return None
+        until = horizon()
+        if until - now < MIN_STEPS * self.last_duration:
+            return None  # an arrival is due before the stretch could pay for itself
         steps = self.alloc.plain_decode_steps(d.seq_id, limit)
         if steps < MIN_STEPS:
             return None
@@ -141,6 +153,12 @@ class FastForward:
             bad = durations[~(np.isfinite(durations) & (durations >= 0))][0]
             check_duration(float(bad))  # raises the cost model's failure
         ends = np.add.accumulate(np.concatenate(([now], durations)))[1:]
+        likely = int(np.searchsorted(ends, until)) + 1  # steps until the arrival, with it
+        if likely < MIN_STEPS:
+            return None
+        if likely < steps:  # (the rest would most likely be planned for nothing)
+            steps, durations, ends = likely, durations[:likely], ends[:likely]
+        self.last_duration = float(durations[-1])
         self.current = Stretch(
             now, durations, ends, d.seq_id.copy(), d.stream.copy(), d.generated - 1
         )
@@ -182,7 +200,7 @@ class FastForward:
         tokens = self.parts.outputs.tokens(
             stretch.streams[None, :], stretch.first_position + offsets
         )
-        stretch.usage.append(self.alloc.append_steps(stretch.seq_ids, tokens))
+        stretch.usage.append(self._append_steps(stretch.seq_ids, tokens))
         self.state.decodes.context += steps - start
         stretch.planned = steps
 
@@ -207,9 +225,10 @@ class FastForward:
         batch = stretch.seq_ids.shape[0]
         rows[:, _COLUMN["batch_size"]] = batch
         rows[:, _COLUMN["num_decode_tokens"]] = batch
-        usage = {k: np.concatenate([u[k] for u in stretch.usage]) for k in _USAGE_COLUMNS}
+        parts = stretch.usage
         for name in _USAGE_COLUMNS:
-            rows[:, _COLUMN[name]] = usage[name][:steps]
+            column = parts[0][name] if len(parts) == 1 else np.concatenate([u[name] for u in parts])
+            rows[:, _COLUMN[name]] = column[:steps]
         rows[:, _COLUMN["limit"]] = Limit.NONE  # nothing waits during a stretch
         return rows
 

@@ -40,7 +40,7 @@ from sim.run.build import (
 from sim.run.folders import atomic_folder, run_metadata
 from sim.run.progress import Progress
 from sim.workload.generate import WorkloadError, generate_requests
-from sim.workload.tokens import SyntheticOutputs
+from sim.workload.tokens import BlankOutputs, SyntheticOutputs
 
 
 @dataclass
@@ -78,6 +78,7 @@ def simulate(
     env = simpy.Environment()
     steps = StepLog()
     outputs = SyntheticOutputs(seed, scenario.model.vocab_size)
+    blank = BlankOutputs()  # where no allocator or executor reads decode token ids
     done: dict[int, RequestOutcome] = {}
     bar = Progress(len(requests), "simulating", enabled=progress)
 
@@ -91,6 +92,8 @@ def simulate(
         context = policy_context(scenario, requests, replica=index)
         allocator = build_allocator(scenario, context)
         executors.append(make_executor(scenario, allocator))
+        reads = (allocator, executors[-1])
+        tokens = outputs if any(getattr(r, "reads_token_ids", True) for r in reads) else blank
         replicas.append(
             Replica(
                 env,
@@ -99,7 +102,7 @@ def simulate(
                 executors[-1],
                 replica_policies(scenario, context),
                 engine_config(scenario, allocator),
-                outputs,
+                tokens,
                 steps,
                 on_done,
                 fast_forward=fast_forward,

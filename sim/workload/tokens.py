@@ -37,6 +37,18 @@ def _mix64_inplace(z: np.ndarray) -> np.ndarray:
     return z
 
 
+_GOLDEN_INT, _MIX1_INT, _MIX2_INT = int(_GOLDEN), int(_MIX1), int(_MIX2)
+
+
+def _mix64_int(z: int) -> int:
+    """:func:`_mix64_inplace` on one Python integer in ``[0, 2**64)``."""
+    z ^= z >> 30
+    z = (z * _MIX1_INT) & _MASK64
+    z ^= z >> 27
+    z = (z * _MIX2_INT) & _MASK64
+    return z ^ (z >> 31)
+
+
 def _stream_states(seed: int, domain: int, keys: np.ndarray) -> np.ndarray:
     """One uint64 state per stream key, seeded by (seed, domain)."""
     with np.errstate(over="ignore"):
@@ -104,13 +116,31 @@ class SyntheticOutputs:
     def __init__(self, seed: int, vocab_size: int):
         self.seed = seed
         self.vocab_size = vocab_size
+        root = np.uint64((seed ^ _OUTPUT_DOMAIN) & _MASK64)
+        with np.errstate(over="ignore"):
+            self._root = int(_mix64_inplace(root + _GOLDEN))
 
     def stream_state(self, req_id: int, sample: int) -> int:
-        keys = np.asarray([stream_id(req_id, sample)], dtype=np.int64)
-        return int(output_stream_states(self.seed, keys).view(np.int64)[0])
+        """:func:`output_stream_states` of one stream, in Python integers: called once
+        per sequence, where numpy's per-call overhead would cost ten times the maths."""
+        key = (stream_id(req_id, sample) + _GOLDEN_INT) & _MASK64
+        state = _mix64_int(key ^ self._root)
+        return state - (1 << 64) if state >> 63 else state  # the int64 bit pattern
 
     def tokens(self, states: np.ndarray, positions: np.ndarray) -> np.ndarray:
         return _tokens_at(states, positions, self.vocab_size)
+
+
+class BlankOutputs:
+    """A token source for runs in which nothing reads decode token ids (a cost model
+    times the steps and the allocator does not hash them): every token is 0, and no
+    stream is seeded. Times, memory and every output file are unchanged."""
+
+    def stream_state(self, req_id: int, sample: int) -> int:
+        return 0
+
+    def tokens(self, states: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        return np.zeros(np.broadcast_shapes(np.shape(states), np.shape(positions)), np.int32)
 
 
 def hash_block_tokens(seed: int, hash_ids: np.ndarray, vocab_size: int) -> np.ndarray:

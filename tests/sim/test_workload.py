@@ -14,7 +14,13 @@ from sim.config.traces import TraceError, load_trace
 from sim.config.workload import LENGTH_PRESETS, PresetLength, WorkloadSpec
 from sim.workload.generate import WorkloadError, generate_requests
 from sim.workload.sampling import sample_lengths
-from sim.workload.tokens import MOONCAKE_BLOCK_TOKENS, output_token_ids, stream_id
+from sim.workload.tokens import (
+    MOONCAKE_BLOCK_TOKENS,
+    SyntheticOutputs,
+    output_stream_states,
+    output_token_ids,
+    stream_id,
+)
 
 # A huge vocabulary makes an accidental shared token (1 in 2**30) a non-event, so tests
 # can demand that unrelated requests share nothing.
@@ -405,3 +411,16 @@ def test_any_workload_respects_the_stream_invariants(
         if r.session >= 0:
             assert r.turn == by_session.get(r.session, -1) + 1  # turns 0..k, in order
             by_session[r.session] = r.turn
+
+
+@given(
+    seed=st.integers(0, 2**63 - 1),
+    req_id=st.integers(0, 2**40),
+    sample=st.integers(0, 7),
+)
+def test_engine_stream_state_is_the_vectorised_one(seed, req_id, sample):
+    """The engine seeds each sequence's stream with Python integers; the workload (and
+    every test of token ids) with numpy: the same int64 bit pattern."""
+    keys = np.asarray([stream_id(req_id, sample)], dtype=np.int64)
+    expected = int(output_stream_states(seed, keys).view(np.int64)[0])
+    assert SyntheticOutputs(seed, 128).stream_state(req_id, sample) == expected
