@@ -1,17 +1,25 @@
-"""Simulator speed: the default scenario at 10,000 and 100,000 requests.
+"""Simulator speed and memory: CPU time, wall time and peak memory of whole runs.
 
-Each size runs in its own process (so peak memory is that run's) and prints wall
-seconds, simulated requests / output tokens / steps per wall second, microseconds per
-step and peak resident memory. Microseconds per step that stay flat from 10k to 100k
-requests show a step's cost does not grow with the requests already finished.
+Each case runs in its own child process (so peak RSS is that run's) and reports:
+CPU seconds (process time: what the run cost, whatever else the machine is doing),
+wall seconds, steps, steps per CPU second, CPU microseconds per step, the share of
+steps fast-forwarded in decode stretches, and peak resident memory. The 1-minute load
+average is printed beside each figure: on a loaded machine CPU time is the figure to
+trust, wall time is not. ``--modes both`` runs every case fast-forwarded and step by
+step (``pagesim run --step-by-step``), interleaved, and prints the ratio.
 
-    .venv/bin/python bench/sim_speed.py [--sizes 10000 100000] [--repeats 1]
+    .venv/bin/python bench/sim_speed.py                       # the quick cases
+    .venv/bin/python bench/sim_speed.py --cases default-100k low-batch swap --modes both
+    .venv/bin/python bench/sim_speed.py --cases default-1m    # ~1M requests: minutes
+
+Medians over ``--repeats`` runs. Nothing here asserts on time (tests never do).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -20,96 +28,101 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIO = ROOT / "scenarios" / "default.yaml"
+
+#: name -> (scenario, --set overrides)
+CASES = {
+    "default-10k": ("scenarios/default.yaml", ["simulation.num_requests=10000"]),
+    "default-100k": ("scenarios/default.yaml", ["simulation.num_requests=100000"]),
+    "default-1m": ("scenarios/default.yaml", ["simulation.num_requests=1000000"]),
+    # 8 replicas at 40 req/s in total: mean batch ~12, long quiet decode stretches
+    "low-batch": (
+        "scenarios/default.yaml",
+        [
+            "simulation.num_requests=20000",
+            "routing.replicas=8",
+            "workload.arrival.rate_rps=40",
+        ],
+    ),
+    "swap": ("scenarios/policies/preemption-swap.yaml", ["simulation.num_requests=10000"]),
+    "swap-100k": ("scenarios/policies/preemption-swap.yaml", ["simulation.num_requests=100000"]),
+    "shared-prompt": ("scenarios/shared-prompt.yaml", ["simulation.num_requests=20000"]),
+}
+QUICK = ["default-10k", "low-batch", "swap", "shared-prompt"]
 
 
-def one_run(num_requests: int) -> dict:
-    """Runs in a child process; prints one JSON line."""
+def one_run(case: str, fast_forward: bool) -> dict:
+    """Runs in a child process; returns the figures as a dict."""
     sys.path.insert(0, str(ROOT))
     from sim.config.loader import load_scenario
-    from sim.run.build import build_executor
     from sim.run.runner import simulate
 
-    scenario = load_scenario(SCENARIO, [f"simulation.num_requests={num_requests}"])
-    clock: list[float] = []
-
-    class Timed:
-        """Delegates to the real executor and notes the wall clock at every step."""
-
-        def __init__(self, inner):
-            self.inner = inner
-
-        def execute(self, batch):
-            clock.append(time.perf_counter())
-            return self.inner.execute(batch)
-
-    result = simulate(scenario, executor_factory=lambda s, a: Timed(build_executor(s, a)))
-    tokens = sum(r.output_tokens for r in result.outcomes)
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    path, overrides = CASES[case]
+    scenario = load_scenario(ROOT / path, overrides)
+    cpu, wall = time.process_time(), time.perf_counter()
+    result = simulate(scenario, fast_forward=fast_forward)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     return {
-        "requests": num_requests,
-        "wall_s": result.wall_s,
+        "cpu_s": cpu,
+        "wall_s": wall,
         "steps": result.num_steps,
-        "output_tokens": tokens,
-        "simulated_s": result.summary["duration_s"],
-        "peak_mib": peak_kib / 1024,
-        # wall us per step over the 2nd and the 9th tenth of the run's steps: flat if a
-        # step's cost does not grow with the requests already finished
-        "us_step_early": _window_us(clock, 0.1),
-        "us_step_late": _window_us(clock, 0.8),
+        "forwarded": result.fast_forwarded_steps,
+        "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
 
-def _window_us(clock: list[float], start: float) -> float:
-    first, last = int(len(clock) * start), int(len(clock) * (start + 0.1))
-    return (clock[last] - clock[first]) / max(last - first, 1) * 1e6
+def child(case: str, fast_forward: bool) -> dict:
+    mode = "fast-forward" if fast_forward else "step-by-step"
+    command = [sys.executable, __file__, "--child", case, mode]
+    out = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT)
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    figures["load"] = os.getloadavg()[0]
+    return figures
 
 
-def measure(num_requests: int, repeats: int) -> dict:
-    runs = []
-    for _ in range(repeats):
-        out = subprocess.run(
-            [sys.executable, __file__, "--child", str(num_requests)],
-            check=True,
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-        )
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    median = statistics.median(r["wall_s"] for r in runs)
-    row = dict(runs[0])
-    row["wall_s"] = median
+def median_of(runs: list[dict]) -> dict:
+    row = {key: statistics.median(r[key] for r in runs) for key in ("cpu_s", "wall_s", "load")}
+    row.update(steps=runs[0]["steps"], forwarded=runs[0]["forwarded"])
     row["peak_mib"] = max(r["peak_mib"] for r in runs)
     return row
 
 
+def line(case: str, mode: str, r: dict) -> str:
+    return (
+        f"{case:<14} {mode:<13} {r['cpu_s']:>8.2f} {r['wall_s']:>8.2f} {r['steps']:>10,} "
+        f"{r['steps'] / r['cpu_s']:>10,.0f} {r['cpu_s'] / r['steps'] * 1e6:>8.1f} "
+        f"{r['forwarded'] / max(r['steps'], 1):>6.0%} {r['peak_mib']:>9,.0f} {r['load']:>5.2f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=QUICK)
+    parser.add_argument("--modes", choices=("fast-forward", "step-by-step", "both"),
+                        default="fast-forward")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=1, help="median over this many runs")
-    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(one_run(args.child)))
+        print(json.dumps(one_run(args.child[0], args.child[1] == "fast-forward")))
         return
-    header = (
-        f"{'requests':>9} {'wall s':>8} {'req/s':>9} {'out tok/s':>11} "
-        f"{'steps/s':>9} {'us/step':>8} {'early':>6} {'late':>6} {'peak MiB':>9}"
+    modes = ["fast-forward", "step-by-step"] if args.modes == "both" else [args.modes]
+    print(f"pagesim simulator speed ({os.cpu_count()} CPUs; medians of {args.repeats})")
+    print(
+        f"{'case':<14} {'mode':<13} {'CPU s':>8} {'wall s':>8} {'steps':>10} "
+        f"{'steps/CPUs':>10} {'us/step':>8} {'ffwd':>6} {'peak MiB':>9} {'load':>5}"
     )
-    print(f"pagesim simulator speed: {SCENARIO.relative_to(ROOT)} (analytic cost model)")
-    print(header)
-    for size in args.sizes:
-        r = measure(size, args.repeats)
-        wall = r["wall_s"]
-        print(
-            f"{r['requests']:>9,} {wall:>8.2f} {r['requests'] / wall:>9,.0f} "
-            f"{r['output_tokens'] / wall:>11,.0f} {r['steps'] / wall:>9,.0f} "
-            f"{wall / r['steps'] * 1e6:>8.1f} {r['us_step_early']:>6.0f} "
-            f"{r['us_step_late']:>6.0f} {r['peak_mib']:>9,.0f}"
-        )
-    print("early/late: us per step over the 2nd and 9th tenth of the steps (flat = a step")
-    print("does not get dearer as requests finish)")
-    print("targets: 100,000 requests < 30 s wall, > 1e6 output tok/s, < 2048 MiB peak")
+    for case in args.cases:
+        runs: dict[str, list[dict]] = {mode: [] for mode in modes}
+        for _ in range(args.repeats):  # interleaved, so load drifts hit both modes alike
+            for mode in modes:
+                runs[mode].append(child(case, mode == "fast-forward"))
+        rows = {mode: median_of(found) for mode, found in runs.items()}
+        for mode, row in rows.items():
+            print(line(case, mode, row), flush=True)
+        if len(rows) == 2:
+            ratio = rows["step-by-step"]["cpu_s"] / rows["fast-forward"]["cpu_s"]
+            print(f"{case:<14} {'ratio':<13} {ratio:>7.2f}x CPU (step-by-step / fast-forward)")
+    print("load: 1-minute load average after each run; ffwd: steps applied in decode stretches")
 
 
 if __name__ == "__main__":

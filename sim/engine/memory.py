@@ -152,6 +152,18 @@ class Memory:
     def resume_by_recompute(self, item: SwappedRequest) -> None:
         self.release(item.request, item.prefills, item.decodes)
 
+    def swap_in_stays_blocked(self) -> bool:
+        """Whether the head of the swapped queue cannot come back now for a reason only
+        freed blocks or fewer running sequences could lift (the first two checks of
+        :meth:`swap_in_waiting`): then steps that free nothing and run the same
+        sequences keep it out too. No mutation."""
+        state = self.state
+        item = state.swapped[0]
+        count = len(item.prefills) + len(item.decodes["seq_id"])
+        if item.num_blocks + len(state.decodes) > state.available_blocks():
+            return True
+        return state.num_running_seqs() + count > self.cfg.max_num_seqs
+
     def swap_in_waiting(self, moves: Moves) -> None:
         """Swapped requests resume, in order, before any new request is admitted."""
         state = self.state

@@ -83,8 +83,8 @@ class Replica:
             self._state, self._memory, outputs, self._finished, policies.served_tokens
         )
         parts = StretchParts(
-            index, self._state, self._planner, self._completion.gaps, executor, outputs,
-            policies, steps,
+            index, self._state, self._planner, self._memory, self._completion.gaps, executor,
+            outputs, policies, steps,
         )  # fmt: skip
         self._fast = FastForward(parts, fast_forward)
         self.horizon: Callable[[], float] = lambda: math.inf  # set by the cluster

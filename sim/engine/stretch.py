@@ -1,10 +1,11 @@
 """Fast-forward over decode stretches: steps in which nothing happens but decoding.
 
-When a replica has nothing waiting, prefilling or swapped out, its next steps are decode
-steps of one fixed batch until a sequence finishes, a request arrives or memory runs
-short. Those steps need no decision: their times come from the cost model at once
-(``decode_steps``), their blocks from the allocator at once (``append_steps``,
-backend/stretch.py), and they take one SimPy event instead of one each.
+When a replica has nothing waiting or prefilling (and no swapped request that could come
+back), its next steps are decode steps of one fixed batch until a sequence finishes, a
+request arrives or memory runs short. Those steps need no decision: their times come
+from the cost model at once (``decode_steps``), their blocks from the allocator at once
+(``append_steps``, backend/stretch.py), and they take one SimPy event instead of one
+each.
 
 Nothing outside the replica may see the difference. The stretch is applied lazily:
 before anything reads or changes the replica (an arrival routed to it, a router reading
@@ -30,6 +31,7 @@ from sim.engine.config import ReplicaPolicies
 from sim.engine.executor import Executor, TokenSource
 from sim.engine.gaps import TokenGaps
 from sim.engine.guard import check_duration
+from sim.engine.memory import Memory
 from sim.engine.records import STEP_FIELDS, Limit, StepRecord
 from sim.engine.scheduling import StepPlanner
 from sim.engine.sequences import StepPlan
@@ -68,6 +70,7 @@ class StretchParts:
     index: int
     state: ReplicaState
     planner: StepPlanner
+    memory: Memory
     gaps: TokenGaps
     executor: Executor
     outputs: TokenSource
@@ -135,8 +138,10 @@ class FastForward:
         planned past it wastes work, one cut after fewer than MIN_STEPS costs more than
         it saves. Either way the results are the same."""
         state, d = self.state, self.state.decodes
-        if not self.enabled or state.waiting or state.prefilling or state.swapped or not len(d):
+        if not self.enabled or state.waiting or state.prefilling or not len(d):
             return None
+        if state.swapped and not self.parts.memory.swap_in_stays_blocked():
+            return None  # a swapped request may come back: a decision, not a stretch
         if self.parts.planner.unlogged_preemptions:
             return None  # a preemption since the last step goes in the next step's record
         limit = min(int((d.target - d.generated).min()) - 1, MAX_STEPS)  # none finishes
@@ -185,9 +190,9 @@ class FastForward:
             return done, None
         d = self.state.decodes
         batch = Batch((), d.seq_id.copy(), d.context.copy(), np.zeros(len(d), np.int32))
-        step = InFlight(
-            batch, StepPlan(decode_rows=len(d)), float(stretch.durations[done]), stretch.ends[done]
-        )
+        limit = Limit.KV_BLOCKS if self.state.swapped else Limit.NONE  # as in _rows
+        plan = StepPlan(decode_rows=len(d), limit=limit)
+        step = InFlight(batch, plan, float(stretch.durations[done]), stretch.ends[done])
         return done, step
 
     # -- the work, done once per stretch ----------------------------------------------
@@ -229,7 +234,9 @@ class FastForward:
         for name in _USAGE_COLUMNS:
             column = parts[0][name] if len(parts) == 1 else np.concatenate([u[name] for u in parts])
             rows[:, _COLUMN[name]] = column[:steps]
-        rows[:, _COLUMN["limit"]] = Limit.NONE  # nothing waits during a stretch
+        if self.state.swapped:  # (as StepPlanner.plan: memory is what binds)
+            rows[:, _COLUMN["limit"]] = Limit.KV_BLOCKS
+            rows[:, _COLUMN["swapped_blocks"]] = self.state.swapped_blocks()
         return rows
 
 
