@@ -202,7 +202,9 @@ async def serve(server: Server, host: str, port: int, on_ready) -> None:
     ``on_ready(host, port)`` is called once the socket listens (port 0: the one picked)."""
     from aiohttp import web
 
-    runner = web.AppRunner(server.app(), handle_signals=False, access_log=None)
+    # in-flight streams get 2 s to end when the server stops
+    runner = web.AppRunner(server.app(), handle_signals=False, access_log=None,
+                           shutdown_timeout=2.0)  # fmt: skip
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)
