@@ -152,9 +152,9 @@ def write_observed(out: Path, scenario, requests, result: ReplayResult, summary,
 
 
 def _text(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if value is None:  # not reported (a count the server did not give)
         return ""
-    return repr(value) if isinstance(value, float) else str(value)
+    return repr(value) if isinstance(value, float) else str(value)  # NaN as nan, as elsewhere
 
 
 def _write_attempts(path: Path, attempts: Sequence[Attempt]) -> None:
