@@ -44,7 +44,9 @@ def series(low: float, high: float) -> list[float]:
     """1, 2.5, 5 times powers of ten from ``low`` up to the first value >= ``high``."""
     values, decade = [], 10 ** math.floor(math.log10(low))
     while not values or values[-1] < high:
-        values += [v for v in (decade, 2.5 * decade, 5 * decade) if v >= low]
+        for value in (decade, 2.5 * decade, 5 * decade):
+            if value >= low and (not values or values[-1] < high):
+                values.append(value)
         decade *= 10
     return values
 
