@@ -233,7 +233,7 @@ def cmd_calibrate(args) -> int:
     if (args.profile is None) == (args.observed is None):
         raise UsageError("give a profile CSV or --observed RUN (one of them)")
     if args.observed is not None:
-        from sim.cli.live import cmd_calibrate_observed
+        from sim.cli.observed import cmd_calibrate_observed
 
         return cmd_calibrate_observed(args)
     output_file(args.out, "--out")
@@ -251,7 +251,7 @@ def cmd_validate(args) -> int:
     from sim.run.folders import atomic_file
 
     if args.observed is not None:
-        from sim.cli.live import cmd_validate_observed
+        from sim.cli.observed import cmd_validate_observed
 
         return cmd_validate_observed(args)
     _check_timing_options(args, step_repeats=args.step_repeats)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -175,3 +176,16 @@ def test_the_body_asks_for_exactly_the_scenarios_request():
     assert chat["messages"] == [{"role": "user", "content": "5 6 7"}] and "prompt" not in chat
     assert api_url("http://h:1/", "chat") == "http://h:1/v1/chat/completions"
     assert api_url("http://h:1/v1/completions", "chat") == "http://h:1/v1/completions"
+
+
+def test_without_the_serve_extra_both_commands_are_one_line(scenario, tmp_path):
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "aiohttp.py").write_text("raise ImportError('not installed (test)')\n")
+    env = {**os.environ, "PYTHONPATH": str(hidden)}
+    url = f"http://127.0.0.1:{servers.closed_port()}"
+    for args in (["observe", str(scenario), "--endpoint", url, "--out", str(tmp_path / "o")],
+                 ["serve", str(scenario), "--port", "0"]):  # fmt: skip
+        result = run_cli(args, env=env)
+        assert one_line_error(result, "aiohttp", "[serve]") == ""
+    assert not (tmp_path / "o").exists()
