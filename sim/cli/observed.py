@@ -154,10 +154,16 @@ def _simulate(scenario, calibration_path):
 
     factory, cost_model = None, {"kind": scenario.cost_model.kind}
     if calibration_path:
-        from sim.cli.validation import _load_calibration
-        from sim.costs.calibrated import CalibratedCostModel
+        from sim.costs.calibrated import CalibratedCostModel, CalibrationError, load, shape_mismatch
 
-        model = CalibratedCostModel(_load_calibration(calibration_path, scenario))
+        try:
+            fitted = load(calibration_path)
+        except CalibrationError as err:
+            raise UsageError(str(err)) from None
+        problem = shape_mismatch(fitted, scenario.model)
+        if problem:
+            raise UsageError(f"{calibration_path}: {problem}")
+        model = CalibratedCostModel(fitted)
         factory, cost_model = (lambda *_: model), {"kind": "calibrated", "file": calibration_path}
     elif scenario.backend.kind == "torch":
         require("torch", "validate")

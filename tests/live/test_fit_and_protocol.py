@@ -154,4 +154,9 @@ def test_observed_inputs_that_are_not_an_observed_run_are_one_line(tmp_path):
     other.write_text(scenario.read_text().replace("num_requests: 5", "num_requests: 6"))
     result = run_cli(["validate", str(other), "--observed", str(run)])
     assert one_line_error(result, "simulation.num_requests") == ""
-    assert not (tmp_path / "c.json").exists()
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    result = run_cli(["validate", str(scenario), "--observed", str(run), "--calibration",
+                      str(bad), "--out", str(tmp_path / "v")])  # fmt: skip
+    assert one_line_error(result, "bad.json", "not a pagesim calibration") == ""
+    assert not (tmp_path / "c.json").exists() and not (tmp_path / "v").exists()
