@@ -15,7 +15,9 @@ A client sees requests, not steps, so only some of the model's terms can be told
   length against how many streams were decoding then (D) gives ``ITL = alpha + beta * D``,
   the decode step time at the batch sizes observed. The mean gap for each D is fitted,
   not the median: tokens of two steps that reach the client in one read make one long
-  and one near-zero gap, which moves the median but leaves the mean as it was.
+  and one near-zero gap, which moves the median but leaves the mean as it was. Batch
+  sizes seen in fewer than :data:`MIN_GAPS` gaps are left out (two bunched gaps can
+  average to almost nothing), and each mean weighs by its number of gaps.
 
 Mapped onto the calibrated model: ``tokens = b``, ``prefill_new_pairs = c``, ``seqs =
 beta - b`` (a decode's per-sequence cost beyond its one token), and the fixed costs split
@@ -55,6 +57,11 @@ NOT_IDENTIFIED = {
     "swapped_blocks, copied_blocks": "a client cannot see swaps or copy-on-write",
     "step / decode_step / prefill_chunks split": "only the two fixed sums are identified",
 }
+
+
+#: Batch sizes seen in fewer decode gaps than this are left out of the ITL fit (if any
+#: batch size has this many).
+MIN_GAPS = 10
 
 
 @dataclass(frozen=True)
@@ -135,11 +142,13 @@ def fit_observed(t: Timings, *, token_budget: int, source: str) -> Calibration:
         )
     sizes = np.unique(batch)
     counts = np.array([np.count_nonzero(batch == d) for d in sizes])
+    if (counts >= MIN_GAPS).any():  # a mean of a few gaps is still at the mercy of bunching
+        sizes, counts = sizes[counts >= MIN_GAPS], counts[counts >= MIN_GAPS]
     means = np.array([gaps[batch == d].mean() for d in sizes])
-    if sizes.size >= 2:  # relative residuals, each batch size weighted by its gaps
-        weight = np.sqrt(counts) / means
+    if sizes.size >= 2:  # least squares on the means, each weighted by its number of gaps
+        weight = np.sqrt(counts.astype(np.float64))
         decode = np.column_stack([np.ones_like(means), sizes.astype(np.float64)])
-        alpha, beta = nnls(decode * weight[:, None], np.sqrt(counts).astype(np.float64))
+        alpha, beta = nnls(decode * weight[:, None], means * weight)
     else:  # one batch size: the whole step is the fixed cost at that size
         alpha, beta = max(float(means[0]) - b * sizes[0], 0.0), b
     coefficients = dict.fromkeys(FEATURES, 0.0)
