@@ -65,3 +65,28 @@ def test_tokens_stream_once_each_and_the_clock_is_the_wall_clock():
         assert outcome.finish_s <= driver.now()
     ids = token_ids(0, 512, 0, 1, 2, 3)
     assert ids.tolist() == token_ids(0, 512, 0, 1, 0, 5)[2:].tolist()  # positions, not calls
+
+
+class Broken:
+    def execute(self, batch) -> float:
+        raise RuntimeError("the device fell over")
+
+
+def test_an_engine_that_fails_says_so_to_every_waiting_request():
+    events: list[tuple] = []
+    failed = threading.Event()
+
+    def publish(batch):
+        events.extend(batch)
+        if any(e[0] == "failed" for e in batch):
+            failed.set()
+
+    driver = EngineDriver(validate_scenario(RAW), lambda *_: Broken(), publish)
+    driver.start()
+    try:
+        driver.submit(Request(driver.next_req_id(), driver.now(), np.arange(8, dtype=np.int32), 3))
+        assert failed.wait(10)
+    finally:
+        driver.stop()
+    assert isinstance(driver.failure, RuntimeError)
+    assert events[-1] == ("failed", "RuntimeError: the device fell over")
