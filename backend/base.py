@@ -303,6 +303,9 @@ class Allocator(ABC):
     @abstractmethod
     def swap_in(self, seq_id: int) -> list[BlockMove]:
         """Bring a swapped-out sequence back to the device; returns (cpu, device) moves.
+        Its tokens whose KV is not computed yet (a prompt swapped out mid-prefill: see
+        ``allocate``'s ``computed_tokens`` and ``mark_computed``) come back in blocks no
+        other sequence holds, since the caller computes them in place.
         Raises OutOfBlocks (device full, nothing changed), UnknownSequence,
         InvalidRequest (not swapped out)."""
 

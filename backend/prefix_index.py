@@ -123,8 +123,11 @@ class PrefixIndex:
     def cached_blocks_of(self, seq: int, rows: Callable[[int], np.ndarray]) -> list[int]:
         """The cached blocks of the longest verified run of live ``seq``'s own chain,
         where ``rows(n)`` are the tokens of its first ``n`` full blocks (a swapped-out
-        sequence's, read from its CPU copy). No mutation."""
-        return self._cached_run(self._chains[seq], int(self._salts[seq]), rows)
+        sequence's, read from its CPU copy). The run covers only blocks whose KV ``seq``
+        has computed (its published ones): the others are still to be computed in place.
+        No mutation."""
+        computed = self._chains[seq][: self._published[seq]]
+        return self._cached_run(computed, int(self._salts[seq]), rows)
 
     def _prompt_keys(self, tokens: np.ndarray, salt: int) -> list[int]:
         """``_chain_keys``, remembered for the last prompt: the engine looks a prompt up

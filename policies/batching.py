@@ -71,6 +71,10 @@ class StepBuilder(Protocol):
 
 class BatchingMode(Protocol):
     chunks_prompts: bool
+    #: Optional (default False): True promises that with nothing waiting, prefilling or
+    #: swapped out, ``compose`` schedules the decodes and nothing else, and keeps no
+    #: per-step state, so the engine may fast-forward such steps (sim/engine/stretch.py).
+    decode_stretches: bool
 
     def compose(self, step: StepBuilder) -> None:
         """Plan one step with ``step``'s moves; mutates the mode's own state only."""
@@ -85,6 +89,7 @@ class Mixed:
     """Decodes, running prompt chunks and new prompts share each step's token budget."""
 
     chunks_prompts = True
+    decode_stretches = True
 
     def compose(self, step: StepBuilder) -> None:
         step.decodes()
@@ -97,6 +102,7 @@ class PrefillFirst:
     """A step of whole prompts whenever one can be admitted, else a step of decodes."""
 
     chunks_prompts = False
+    decode_stretches = True
 
     def compose(self, step: StepBuilder) -> None:
         step.running_prefills()
@@ -119,6 +125,7 @@ class Static:
     until every member has finished."""
 
     chunks_prompts = True
+    decode_stretches = True  # with nothing waiting, admit() is a no-op: decodes only
 
     def __init__(self) -> None:
         self._members: set[int] = set()

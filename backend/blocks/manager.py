@@ -11,7 +11,8 @@ The manager composes four parts and keeps the block tables consistent across the
 * the memories ``slots`` and ``cpu_slots``: the token id held in every slot.
 
 Allocation, release and the queries live here; growth (``append``, the decode step)
-in growth.py and swap in swap.py, as mixins over the same parts.
+in growth.py, decode stretches (several decode steps at once) in stretch.py and swap in
+swap.py, as mixins over the same parts.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from backend.base import Allocator, BlockMove, KVUsage, as_tokens, check_count
 from backend.block_pool import BlockPool
 from backend.blocks.growth import Growth
 from backend.blocks.sequences import ON_DEVICE, SWAPPED, SequenceRegistry
+from backend.blocks.stretch import Stretches
 from backend.blocks.swap import Swap
 from backend.evictor import Evictor, LeastRecentlyUsed
 from backend.freelist import FreeList
 from backend.prefix_index import PrefixCacheStats, PrefixIndex, check_salt
 
 
-class BlockManager(Growth, Swap, Allocator):
+class BlockManager(Growth, Stretches, Swap, Allocator):
     """Paged KV bookkeeping over ``num_blocks`` device blocks of ``block_size`` slots
     (see the module docstring and backend.base.Allocator for the contracts).
     Its constructor is an :class:`backend.base.AllocatorFactory`."""

@@ -1,8 +1,9 @@
 """Swap of paged sequences between the device pool and the CPU pool.
 
 A swapped-out sequence's table holds CPU block ids, one per device block it had (a
-shared block is copied for every holder). Swapping back in shares again the full blocks
-whose prefix is still cached on the device instead of copying them.
+shared block is copied for every holder). Swapping back in shares again the computed full
+blocks whose prefix is still cached on the device instead of copying them; blocks whose
+KV is not computed yet (a prompt swapped out mid-prefill) always come back private.
 """
 
 from __future__ import annotations
@@ -61,7 +62,19 @@ class Swap:
         how many are cached-evictable). Full blocks whose prefix is still cached on the
         device (a forked sibling's, or this sequence's own, not yet evicted) are shared
         again rather than copied back: swapping a fork out and in must not turn its
-        shared prompt into private copies, which could need more memory than it freed."""
+        shared prompt into private copies, which could need more memory than it freed.
+
+        Only blocks whose KV this sequence had computed (marked, or prefix hits) are
+        shared (issue 14). A prompt swapped out mid-prefill resumes from the count of
+        computed tokens its caller kept, and the executor writes the rest of its KV in
+        place through this table; had a block there been shared with a cached block of
+        the same key, that write would land in KV other sequences read (a recomputed
+        prefix need not match bit for bit, and readers in the same step race with it).
+        Counting the cached block as computed instead would save that prefill, but
+        ``swap_in`` would then have to tell its caller that more of the prompt is done
+        than it knows, a change to every allocator's contract and to the engine, for at
+        most the uncomputed blocks of one prompt. So a block is shared on swap-in under
+        the same rule as on allocate: only once its KV is computed."""
         cpu = self._seqs.tables[seq]
         hits = self._index.cached_blocks_of(seq, lambda n: self.cpu_slots[cpu[:n]])
         return hits, len(cpu) - len(hits), self._pool.revived(hits)

@@ -122,6 +122,24 @@ class Harness:
         for end in range(size, seq.computed + 1, size):
             self.computed.add((seq.salt, tuple(seq.tokens[:end])))
 
+    def check_uncomputed_private(self, sid: int) -> None:
+        """``sid`` is back from the CPU pool: the blocks holding the positions whose KV it
+        has not computed are in no other live sequence's table. The executor computes
+        them in place, so a block shared there (say, a cached block of the same prefix)
+        would be written while another sequence reads it."""
+        seq = self.seqs[sid]
+        pending = self.memory.positions(self.blocks(sid), seq.computed, len(seq.tokens))
+        for other in self.on_device():
+            if other == sid:
+                continue
+            theirs = set(self.blocks(other))
+            shared = next(((b, p) for p, (b, _) in enumerate(pending) if b in theirs), None)
+            assert shared is None, (
+                f"swap_in gave {seq.name} block {shared[0]}, which {self.seqs[other].name} "
+                f"holds, for position {seq.computed + shared[1]}, whose KV {seq.name} has "
+                f"not computed: computing it writes into {self.seqs[other].name}'s KV"
+            )
+
     def on_device(self) -> list[int]:
         return sorted(sid for sid, s in self.seqs.items() if not s.swapped)
 

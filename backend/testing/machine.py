@@ -21,6 +21,8 @@ swapped-out sequences, ids reused while live). After every call it checks:
 * prefix hits are what ``cached_prefix_tokens`` promised, whole blocks, never the
   prompt's last token, only of KV computed under the same tenant salt, on blocks that
   hold it (none at all without prefix caching);
+* a sequence swapped back in holds the positions whose KV it has not computed in blocks
+  no other live sequence holds (it computes them in place);
 * usage() against the block tables (no leak; the split sums to the pool), the CPU pool's
   free count, the peak; at the end, once everything is freed, the pool is whole again.
 
@@ -261,6 +263,14 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
     def swap_in(self, seqs):
         self.swap(list(dict.fromkeys(s.id for s in seqs if s.id in self.seqs)), out=False)
 
+    @rule(seq=seq)
+    def swap_out_and_in(self, seq):
+        """A request preempted by swap and resumed: out, then straight back in."""
+        if seq.id in self.seqs and not self.seqs[seq.id].swapped:
+            self.swap([seq.id], out=True)
+            if self.seqs[seq.id].swapped:
+                self.swap([seq.id], out=False)
+
     def swap(self, sids: list[int], *, out: bool) -> None:
         """Ask ``can_swap_*`` for the group (as the engine does for a request's samples),
         then swap them one by one: a yes means every command succeeds, and for one
@@ -291,6 +301,8 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
             src, dst = ("device", "cpu") if out else ("cpu", "device")
             self.memory.move(moves, src=src, dst=dst, what=name)
             self.seqs[sid].swapped = out
+            if not out:
+                self.check_uncomputed_private(sid)
             self.count("swaps out" if out else "swaps in")
 
     # -- misuse ----------------------------------------------------------------------------

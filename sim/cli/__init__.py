@@ -48,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
         "events; =json or =gzip forces one",
     )
     run.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    run.add_argument(
+        "--step-by-step",
+        action="store_true",
+        help="simulate every step as its own event, no fast-forward over decode stretches "
+        "(same outputs, slower; for checking)",
+    )
     run.set_defaults(handler=cmd_run)
 
     compare = sub.add_parser("compare", help="headline metrics of several runs side by side")

@@ -2,8 +2,10 @@
 
 ``pagesim list models|hardware|policies|scenarios`` prints what a scenario can name (each
 preset's key figures, each policy's one-line description and parameters, the shipped
-scenarios); ``pagesim schema`` the scenario JSON schema for editors; ``pagesim init NAME``
-a commented starter scenario.
+scenarios; models also say where they come from: a preset's HuggingFace repository, or the
+config.json file, shipped in scenarios/models/ or named on the command line); ``pagesim
+schema`` the scenario JSON schema for editors; ``pagesim init NAME`` a commented starter
+scenario.
 """
 
 from __future__ import annotations
@@ -32,6 +34,12 @@ FAMILIES = (
 def add_commands(subparsers) -> None:
     listing = subparsers.add_parser("list", help="what a scenario can name: presets, policies")
     listing.add_argument("what", choices=("models", "hardware", "policies", "scenarios"))
+    listing.add_argument(
+        "configs",
+        nargs="*",
+        metavar="CONFIG.json",
+        help="with models: also show the model these HuggingFace config.json files describe",
+    )
     listing.set_defaults(handler=cmd_list)
 
     schema = subparsers.add_parser("schema", help="the scenario JSON schema, for editors")
@@ -46,33 +54,48 @@ def add_commands(subparsers) -> None:
 
 
 def cmd_list(args) -> int:
-    lines = {
-        "models": _models,
-        "hardware": _hardware,
-        "policies": _policies,
-        "scenarios": _scenarios,
-    }[args.what]()
+    if args.configs and args.what != "models":
+        raise UsageError(f"list {args.what} takes no files (list models CONFIG.json... does)")
+    if args.what == "models":
+        lines = _models(args.configs)
+    else:
+        lines = {"hardware": _hardware, "policies": _policies, "scenarios": _scenarios}[args.what]()
     print("\n".join(lines))
     return 0
 
 
-def _models() -> list[str]:
-    from sim.config.presets import MODEL_PRESETS
+def _models(configs: list[str]) -> list[str]:
+    """The presets (with the repository their figures come from), the shipped
+    config.json files (scenarios/models/) and ``configs``, each with where it came from."""
+    from sim.config.hardware import ModelSpec
+    from sim.config.hf_config import ConfigError, read_model_config
+    from sim.config.presets import MODEL_PRESETS, MODEL_SOURCES
 
-    rows = [("model", "params", "layers", "hidden", "heads q/kv", "KV/token", "max len")]
+    header = ("model", "params", "layers", "hidden", "heads q/kv", "KV/token", "max len", "source")
+    rows = [header]
     for name, m in sorted(MODEL_PRESETS.items()):
-        rows.append(
-            (
-                name,
-                _count(m.num_params),
-                str(m.num_layers),
-                str(m.hidden_size),
-                f"{m.num_heads}/{m.num_kv_heads}",
-                _bytes(m.kv_bytes_per_token(1)),
-                f"{m.max_model_len:,}",
-            )
-        )
+        rows.append((*_model_row(m), f"preset: {MODEL_SOURCES[name]}"))
+    shipped = sorted(SCENARIOS.glob("models/*.json"))
+    files = [(str(p.relative_to(SCENARIOS.parent)), p) for p in shipped]
+    for shown, path in [*files, *((c, Path(c).resolve()) for c in configs)]:
+        try:
+            m = ModelSpec.model_validate(read_model_config(path))
+        except ConfigError as err:
+            raise UsageError(str(err)) from None
+        rows.append((*_model_row(m), f"config: {shown}"))
     return _table(rows)
+
+
+def _model_row(m) -> tuple[str, ...]:
+    return (
+        m.name,
+        _count(m.num_params),
+        str(m.num_layers),
+        str(m.hidden_size),
+        f"{m.num_heads}/{m.num_kv_heads}",
+        _bytes(m.kv_bytes_per_token(1)),
+        f"{m.max_model_len:,}",
+    )
 
 
 def _count(n: int) -> str:
@@ -195,7 +218,7 @@ STARTER = """\
 # names can be and `pagesim schema` the whole schema (with a description of each field).
 name: {name}
 description: what this scenario is for
-model: llama-3-8b            # a preset, or an explicit shape (num_layers, hidden_size, ...)
+model: llama-3-8b            # a preset, an explicit shape, or {{config: path/config.json}}
 hardware: h100-sxm           # one GPU's datasheet; tensor_parallel GPUs per replica
 tensor_parallel: 1
 cache:

@@ -27,7 +27,10 @@ def cmd_run(args) -> int:
 
     try:
         result = simulate(
-            scenario, progress=not args.quiet, metric_percentiles=args.metric_percentiles
+            scenario,
+            progress=not args.quiet,
+            metric_percentiles=args.metric_percentiles,
+            fast_forward=not args.step_by_step,
         )
     except ScenarioError as err:  # problems only visible once the run is built
         raise UsageError(str(err)) from None

@@ -2,9 +2,10 @@
 
 The scenario schema (:mod:`.scenario`, its sections in :mod:`.sections`, :mod:`.workload`,
 :mod:`.costs`), the model and GPU specs and presets (:mod:`.hardware`, :mod:`.presets`),
-the KV pool size (:mod:`.pool`), the files a scenario names (:mod:`.files`,
-:mod:`.tables`, :mod:`.traces`), and loading with ``--set`` overrides and one-line
-errors (:mod:`.loader`, :mod:`.errors`); the scenario's JSON schema for editors
+models read from a HuggingFace config.json (:mod:`.hf_config`), the KV pool size
+(:mod:`.pool`), the files a scenario names (:mod:`.files`, :mod:`.tables`,
+:mod:`.traces`), and loading with ``--set`` overrides and one-line errors
+(:mod:`.loader`, :mod:`.errors`); the scenario's JSON schema for editors
 (:mod:`.json_schema`). Nothing here runs a simulation.
 """
 

@@ -28,10 +28,21 @@ def base_dir(info: ValidationInfo) -> Path:
     return Path(context.get("base_dir", "."))
 
 
+def _resolve(value: str, info: ValidationInfo, check) -> tuple[Path, bool]:
+    """The absolute path of ``value`` and ``check(path)`` (``Path.is_file``, ...); a
+    name the file system refuses (too long) is a one-line ValueError, not an OSError."""
+    try:
+        resolved = (base_dir(info) / value).resolve()
+        return resolved, check(resolved)
+    except OSError as err:
+        shown = value if len(value) <= 100 else value[:97] + "..."
+        raise ValueError(f"cannot read {shown}: {err.strerror or err}") from None
+
+
 def resolve_existing_file(value: str, info: ValidationInfo) -> Path:
     """The absolute path of an existing file named in a scenario; ValueError if none."""
-    resolved = (base_dir(info) / value).resolve()
-    if not resolved.is_file():
+    resolved, found = _resolve(value, info, Path.is_file)
+    if not found:
         raise ValueError(f"file not found: {value} (looked for {resolved})")
     if not os.access(resolved, os.R_OK):
         raise ValueError(f"file not readable: {value}")
@@ -40,8 +51,8 @@ def resolve_existing_file(value: str, info: ValidationInfo) -> Path:
 
 def resolve_existing_dir(value: str, info: ValidationInfo) -> Path:
     """The absolute path of an existing directory named in a scenario; ValueError if none."""
-    resolved = (base_dir(info) / value).resolve()
-    if not resolved.is_dir():
+    resolved, found = _resolve(value, info, Path.is_dir)
+    if not found:
         raise ValueError(f"directory not found: {value} (looked for {resolved})")
     return resolved
 

@@ -13,9 +13,9 @@ weights and add no matmul FLOPs worth modelling.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, model_serializer, model_validator
 
 from sim.config.schema import StrictModel
 
@@ -54,6 +54,28 @@ class ModelSpec(StrictModel):
     (OPT, GPT-2)."""
     tie_embeddings: bool = False
     """The LM head reuses the token-embedding matrix (its weights are counted once)."""
+    config: str | None = None
+    """A HuggingFace ``config.json`` to read the shape from (no hub access: a local file, relative
+    to the scenario file); the other fields given beside it replace what it says (e.g.
+    ``max_model_len``, ``dtype_bytes``). scenario.json keeps the path as written beside the shape
+    read. Null: a preset or a shape given field by field."""
+    rope_theta: float | None = Field(default=None, gt=0)
+    """RoPE base frequency, as a config.json gives it. Carried for the record: step times and KV
+    sizes do not depend on it."""
+    rope_scaling: dict[str, Any] | None = None
+    """RoPE scaling (``type``/``rope_type``, ``factor``, ...) as a config.json gives it, for the
+    record; ``max_model_len`` is the context the run allows."""
+    sliding_window: PositiveInt | None = None
+    """Sliding-window attention span in tokens, as a config.json gives it (null: full attention, or
+    a window the config switches off). Carried, not modelled: the KV cache keeps every token of a
+    sequence, as it does for the mistral-7b preset."""
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unset_extras(self, handler) -> dict[str, Any]:
+        # A preset or explicit shape dumps exactly the fields it always had, so the
+        # scenario.json of every existing scenario stays byte for byte the same.
+        data = handler(self)
+        return {k: v for k, v in data.items() if k not in _EXTRAS or v is not None}
 
     @model_validator(mode="after")
     def _kv_heads_divide_heads(self) -> ModelSpec:
@@ -108,6 +130,10 @@ class ModelSpec(StrictModel):
     def linear_flops_per_token(self) -> int:
         """2 FLOPs (multiply + add) per matmul weight, LM head included."""
         return 2 * (self.layer_linear_params + self.lm_head_params)
+
+
+#: ModelSpec fields a dump leaves out while they are null (what only a config.json gives).
+_EXTRAS = frozenset({"config", "rope_theta", "rope_scaling", "sliding_window"})
 
 
 class HardwareSpec(StrictModel):

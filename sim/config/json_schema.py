@@ -5,7 +5,8 @@ field described by the docstring after it), plus what pydantic cannot see becaus
 ``BeforeValidator`` or a field validator decides it:
 
 * ``model`` and ``hardware`` take a preset name, a full spec, or ``{preset: NAME,
-  ...overrides}``; the preset names are listed, each with a one-line summary;
+  ...overrides}``; the preset names are listed, each with a one-line summary; ``model``
+  also takes ``{config: PATH, ...overrides}`` (a HuggingFace config.json);
 * lengths take an integer (fixed) or a preset name (``sharegpt``); a tagged section
   needs its ``kind``, except an arrival, which is Poisson without one;
 * policy fields list the registered names of their family (with each policy's summary)
@@ -80,6 +81,9 @@ PRESET_FIELDS = {
     "hardware": (HardwareSpec, HARDWARE_PRESETS, "HardwarePresetOverrides"),
 }
 
+#: $defs name of ``model: {config: PATH, ...overrides}`` (sim.config.hf_config)
+MODEL_FROM_CONFIG = "ModelFromConfig"
+
 PLUGIN = {
     "type": "string",
     "pattern": ":",
@@ -102,6 +106,7 @@ def scenario_json_schema() -> dict[str, Any]:
     defs = schema["$defs"]
     for field, (spec, presets, name) in PRESET_FIELDS.items():
         _accept_presets(schema["properties"][field], defs, spec, presets, name)
+    _accept_model_config(schema["properties"]["model"], defs)
     for cls, field in LENGTH_FIELDS:
         _accept_length_shorthands(_property(defs, cls, field), defs)
     _accept_kindless_poisson(_property(defs, *ARRIVAL_FIELD), defs)
@@ -139,6 +144,29 @@ def _accept_presets(prop: dict, defs: dict, spec: type[BaseModel], presets: dict
         "additionalProperties": False,
     }
     prop["anyOf"] = [*_presets(presets), {"$ref": full}, {"$ref": f"#/$defs/{name}"}]
+
+
+def _accept_model_config(prop: dict, defs: dict) -> None:
+    """``model`` also takes ``{config: PATH, ...overrides}``; ``config`` never goes with
+    ``preset``."""
+    fields = copy.deepcopy(defs[ModelSpec.__name__]["properties"])
+    config = fields.pop("config")
+    del defs[PRESET_FIELDS["model"][2]]["properties"]["config"]
+    for field in fields.values():
+        field.pop("default", None)  # an override's default is what the file says
+    defs[MODEL_FROM_CONFIG] = {
+        "title": "ModelSpec from a HuggingFace config.json",
+        "description": "A dense model's HuggingFace ``config.json`` (Llama, Mistral, Qwen2/3 or "
+        "OPT types) with some of its fields overridden: ``{config: PATH, FIELD: VALUE, ...}``.",
+        "type": "object",
+        "properties": {
+            "config": {"type": "string", "minLength": 1, "description": config["description"]},
+            **fields,
+        },
+        "required": ["config"],
+        "additionalProperties": False,
+    }
+    prop["anyOf"].append({"$ref": f"#/$defs/{MODEL_FROM_CONFIG}"})
 
 
 def _presets(presets: dict) -> list[dict]:

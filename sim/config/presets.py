@@ -2,8 +2,10 @@
 
 A scenario gives a model or a GPU either by preset (``"llama-3-8b"``, ``"h100-sxm"``), by
 an explicit shape, or as ``{"preset": NAME, ...overrides}``; :func:`resolve_model` and
-:func:`resolve_hardware` accept all three. An unknown preset raises ``ValueError`` naming
-the closest one, which pydantic turns into a field error for the scenario file.
+:func:`resolve_hardware` accept all three. A model may also be read from a HuggingFace
+config.json (``{"config": PATH, ...overrides}``, :mod:`sim.config.hf_config`, in a
+scenario). An unknown preset raises ``ValueError`` naming the closest one, which pydantic
+turns into a field error for the scenario file.
 """
 
 from __future__ import annotations
@@ -103,6 +105,19 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         max_model_len=2048,
         dtype_bytes=4,
     ),
+}
+
+
+#: Where each model preset's figures come from: the HuggingFace repository whose
+#: config.json they copy (scenarios/models/<preset>.json holds that file).
+MODEL_SOURCES: dict[str, str] = {
+    "llama-3-8b": "meta-llama/Meta-Llama-3-8B",
+    "llama-3-70b": "meta-llama/Meta-Llama-3-70B",
+    "mistral-7b": "mistralai/Mistral-7B-v0.1",
+    "qwen2.5-7b": "Qwen/Qwen2.5-7B",
+    "opt-13b": "facebook/opt-13b",
+    "opt-66b": "facebook/opt-66b",
+    "tiny": "pagesim's test model (backend/paged/model.py)",
 }
 
 

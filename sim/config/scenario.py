@@ -41,6 +41,7 @@ from sim.config.budget import OverBudget, check_memory
 from sim.config.costs import CostModelSpec
 from sim.config.errors import error_at
 from sim.config.hardware import HardwareSpec, ModelSpec
+from sim.config.hf_config import expand_model
 from sim.config.pool import KVPool
 from sim.config.presets import expand_preset
 from sim.config.schema import StrictModel
@@ -59,9 +60,7 @@ from sim.config.workload import (
     WorkloadSpec,
 )
 
-ResolvedModel = Annotated[
-    ModelSpec, BeforeValidator(functools.partial(expand_preset, kind="model"))
-]
+ResolvedModel = Annotated[ModelSpec, BeforeValidator(expand_model)]
 
 
 ResolvedHardware = Annotated[
@@ -83,8 +82,10 @@ class Scenario(StrictModel):
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _kv_pool: KVPool | None = PrivateAttr(default=None)  # sized by _fits_together
     model: ResolvedModel = Field(default="llama-3-8b", validate_default=True)
-    """The served model: a preset name, a full shape, or ``{preset: NAME, ...}`` with some fields
-    overridden (e.g. ``max_model_len``). scenario.json records the resolved shape."""
+    """The served model: a preset name, a full shape, ``{preset: NAME, ...}`` with some fields
+    overridden (e.g. ``max_model_len``), or ``{config: path/config.json, ...}``: a HuggingFace
+    model configuration (a dense Llama, Mistral, Qwen2/3 or OPT type), read from a file beside
+    the scenario, with the same overrides. scenario.json records the resolved shape."""
     hardware: ResolvedHardware = Field(default="h100-sxm", validate_default=True)
     """One GPU of a replica (every GPU of a tensor-parallel group is alike): a preset name, full
     datasheet figures, or ``{preset: NAME, ...}`` with some fields overridden."""

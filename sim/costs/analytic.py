@@ -186,6 +186,24 @@ class AnalyticCostModel:
             prefill_chunks, decode_context_lens, swap_blocks=swap_blocks, copy_blocks=copy_blocks
         ).total_s
 
+    def decode_steps(self, context_lens: np.ndarray, steps: int) -> np.ndarray:
+        """Seconds of ``steps`` decode-only steps of one batch (a decode stretch) whose
+        context lengths (new token included) are ``context_lens`` at the first step and
+        grow by one a step: element i is ``predict([], context_lens + i)`` bit for bit
+        (the same IEEE operations in the same order, elementwise)."""
+        num = int(context_lens.shape[0])
+        first = self.breakdown([], context_lens)  # the parts that do not change
+        contexts = int(context_lens.sum()) + num * np.arange(steps, dtype=np.int64)
+        decode = self.model.num_layers * self.kernels.decode_attentions(
+            num, contexts, self._kv_bytes_per_layer_token
+        )
+        head = 0 + first.linear_s + first.elementwise_s + first.prefill_attention_s
+        tail = (first.lm_head_s, first.allreduce_s, first.data_movement_s, first.cpu_s)
+        total = head + decode
+        for part in tail:  # StepCost.total_s sums its fields left to right
+            total = total + part
+        return total
+
     def breakdown(
         self,
         prefill_chunks: Sequence[tuple[int, int]],

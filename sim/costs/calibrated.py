@@ -261,6 +261,11 @@ class CalibratedCostModel:
     def execute(self, batch: Batch) -> float:
         return float(batch_features(batch) @ self._coefficients)
 
+    def decode_steps(self, context_lens: np.ndarray, steps: int) -> np.ndarray:
+        """Seconds of each step of a decode stretch, as ``execute`` gives them one by one
+        (see :meth:`sim.costs.analytic.AnalyticCostModel.decode_steps`)."""
+        return np.array([self.predict([], context_lens + i) for i in range(steps)])
+
     def predict(self, *shape, **moves) -> float:
         """Same arguments as :meth:`sim.costs.analytic.AnalyticCostModel.predict`."""
         return float(step_features(*shape, **moves) @ self._coefficients)

@@ -43,6 +43,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 from sim.config.costs import CostParams
 from sim.config.hardware import HardwareSpec
 
@@ -138,6 +140,18 @@ class GpuKernels:
         ``kv_bytes_per_token`` (K and V of one layer on this GPU). 0 for no sequence."""
         if num_seqs <= 0:
             return 0.0
+        tokens = context_tokens + self.params.decode_seq_overhead_tokens * num_seqs
+        return self.params.decode_attention_floor_s + tokens * kv_bytes_per_token / (
+            self._decode_bytes_s
+        )
+
+    def decode_attentions(
+        self, num_seqs: int, context_tokens: np.ndarray, kv_bytes_per_token: int
+    ) -> np.ndarray:
+        """:meth:`decode_attention` for each total of ``context_tokens`` (int64), with
+        the same operations elementwise (so equal bit for bit)."""
+        if num_seqs <= 0:
+            return np.zeros(context_tokens.shape[0])
         tokens = context_tokens + self.params.decode_seq_overhead_tokens * num_seqs
         return self.params.decode_attention_floor_s + tokens * kv_bytes_per_token / (
             self._decode_bytes_s

@@ -66,6 +66,11 @@ class ProfileCostModel:
         """Seconds for ``batch`` (the Executor seam); an empty batch takes 0."""
         return self.breakdown(*batch.shape()).total_s
 
+    def decode_steps(self, context_lens: np.ndarray, steps: int) -> np.ndarray:
+        """Seconds of each step of a decode stretch, as ``execute`` gives them one by one
+        (see :meth:`sim.costs.analytic.AnalyticCostModel.decode_steps`)."""
+        return np.array([self.predict([], context_lens + i) for i in range(steps)])
+
     def predict(self, *shape, **moves) -> float:
         """Same arguments as :meth:`sim.costs.analytic.AnalyticCostModel.predict`."""
         return self.breakdown(*shape, **moves).total_s

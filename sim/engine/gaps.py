@@ -37,6 +37,19 @@ class TokenGaps:
             for previous in previous_steps[previous_steps != step - 1].tolist():
                 self.token_after(previous, step)
 
+    def decode_stretch(self, ends: np.ndarray, previous_steps: np.ndarray) -> int:
+        """Steps ending at ``ends`` in each of which the same sequences got one token
+        (before the first, their newest tokens came from ``previous_steps``): exactly
+        what :meth:`step_ended` and :meth:`tokens` step by step record. Returns the
+        index of the last of them."""
+        first = len(self._ends)
+        self._ends.extend(ends.tolist())
+        self.tokens(previous_steps, first)
+        if ends.shape[0] > 1:  # after the first, every token follows its predecessor's
+            self._gaps.extend(np.diff(ends).tolist())
+            self._counts.extend([previous_steps.shape[0]] * (ends.shape[0] - 1))
+        return first + ends.shape[0] - 1
+
     def token_after(self, previous_step: int, step: int) -> None:
         self._gaps.append(self._ends[step] - self._ends[previous_step])
         self._counts.append(1)

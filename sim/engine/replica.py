@@ -36,6 +36,7 @@ from sim.engine.records import RequestOutcome, StepRecord
 from sim.engine.scheduling import StepPlanner
 from sim.engine.sequences import PrefillSeq, StepPlan, WaitingEntry
 from sim.engine.state import ReplicaState, RequestProgress
+from sim.engine.stretch import FastForward, InFlight, StepSink, StretchParts, next_delay
 from sim.engine.view import EngineView
 from sim.workload.request import Request
 
@@ -43,8 +44,10 @@ from sim.workload.request import Request
 class Replica:
     """One serving instance: its own waiting queue, running set, allocator, executor.
 
-    ``on_step(record)`` is called after every step, ``on_done(outcome)`` once per
+    ``steps`` gets every step's record, ``on_done(outcome)`` is called once per
     request that finishes or is rejected; :meth:`unfinished_outcomes` gives the rest.
+    With ``fast_forward`` (default) decode stretches take one event (sim/engine/stretch.py);
+    the outputs are the same either way.
     Policies get :attr:`view` (read-only), never the replica."""
 
     def __init__(
@@ -56,15 +59,17 @@ class Replica:
         policies: ReplicaPolicies,
         config: EngineConfig,
         outputs: TokenSource,
-        on_step: Callable[[StepRecord], None],
+        steps: StepSink,
         on_done: Callable[[RequestOutcome], None],
+        *,
+        fast_forward: bool = True,
     ):
         self.env = env
         self.index = index
         self.alloc = allocator
         self._executor = executor
         self._cfg = config
-        self._on_step = on_step
+        self._steps = steps
         self._on_done = on_done
         self.num_steps = 0
         self._idle_steps = 0  # steps in a row that computed no token (the watchdog)
@@ -77,6 +82,13 @@ class Replica:
         self._completion = Completion(
             self._state, self._memory, outputs, self._finished, policies.served_tokens
         )
+        parts = StretchParts(
+            index, self._state, self._planner, self._completion.gaps, executor, outputs,
+            policies, steps,
+        )  # fmt: skip
+        self._fast = FastForward(parts, fast_forward)
+        self._in_flight: InFlight | None = None  # the step a cut stretch left running
+        self._state.before_read = self.settle
         self.process = env.process(self._loop())
 
     def _now(self) -> float:
@@ -88,6 +100,11 @@ class Replica:
         return self._state.num_preemptions
 
     @property
+    def fast_forwarded_steps(self) -> int:
+        """Steps of :attr:`num_steps` that were applied as part of a decode stretch."""
+        return self._fast.steps_forwarded
+
+    @property
     def num_swaps_out(self) -> int:
         return self._state.num_swaps_out
 
@@ -97,11 +114,28 @@ class Replica:
 
     def token_gaps(self) -> tuple[np.ndarray, np.ndarray]:
         """Inter-token latencies so far: (gap seconds, tokens with that gap)."""
+        self.settle()
         return self._completion.gaps.entries()
+
+    def settle(self) -> None:
+        """Bring a decode stretch in progress to the present, before anything outside
+        the replica reads or changes it: its steps that ended are applied and recorded,
+        the one running is planned and finishes as an ordinary step."""
+        if self._fast.current is None:
+            return
+        applied, self._in_flight = self._fast.cut(self.env.now)
+        self._count_steps(applied)
+        self.process.interrupt("stretch cut")  # it waits for the stretch's end
+
+    def _count_steps(self, steps: int) -> None:
+        if steps:
+            self.num_steps += steps
+            self._idle_steps = 0
 
     # -- arrivals -------------------------------------------------------------------
     def submit(self, request: Request) -> None:
         """Queue a newly arrived request (called by the router at its arrival time)."""
+        self.settle()
         progress = RequestProgress(request, self.index, samples_left=request.n)
         reason = self._never_fits(request)
         if reason:
@@ -153,6 +187,7 @@ class Replica:
     def unfinished_outcomes(self, reason: str) -> list[RequestOutcome]:
         """Outcomes of the requests still in flight (the run stopped), with what their
         running samples generated so far."""
+        self.settle()
         generated = self._state.generated_by_request()
         return [
             progress.outcome(math.nan, generated.get(req_id, 0), reason)
@@ -167,16 +202,34 @@ class Replica:
                 yield self._wake
                 self._wake = None
                 continue
-            batch, plan = self._planner.plan()
-            if batch.batch_size == 0 and not batch.swap_out:
-                self._unblock(plan)
-                continue
-            self._watch(batch)
-            duration = check_duration(self._executor.execute(batch))
-            yield self.env.timeout(duration)
+            if self._fast.begin(self.env.now) is not None:
+                try:
+                    yield from self._wait_until(self._fast.current.end_s)
+                except simpy.Interrupt:  # cut short by settle(): one step may be running
+                    step, self._in_flight = self._in_flight, None
+                    if step is None:
+                        continue
+                    yield from self._wait_until(step.end_s)
+                    batch, plan, duration = step.batch, step.plan, step.duration
+                else:
+                    self._count_steps(self._fast.finish())
+                    continue
+            else:
+                batch, plan = self._planner.plan()
+                if batch.batch_size == 0 and not batch.swap_out:
+                    self._unblock(plan)
+                    continue
+                self._watch(batch)
+                duration = check_duration(self._executor.execute(batch))
+                yield self.env.timeout(duration)
             self._completion.apply(plan, self.env.now)
             self.num_steps += 1
-            self._on_step(self._step_record(batch, duration, plan))
+            self._steps.record(self._step_record(batch, duration, plan), self.env.now)
+
+    def _wait_until(self, end_s: float):
+        """Wait until exactly ``end_s`` (a step's end as stepping one at a time sums it)."""
+        while self.env.now < end_s:
+            yield self.env.timeout(next_delay(self.env.now, end_s))
 
     def _watch(self, batch: Batch) -> None:
         """A watchdog on progress: a replica whose steps compute no token (only move

@@ -63,6 +63,11 @@ class StepPlanner:
             not self.admission.whole_prompt and self.reserve is None and self.chunking
         )
 
+    @property
+    def unlogged_preemptions(self) -> bool:
+        """Preemptions made since the last step's record (the next record carries them)."""
+        return self.state.num_preemptions != self._logged_preemptions
+
     def plan(self) -> tuple[Batch, StepPlan]:
         """The next step's batch and what to apply when its time has passed."""
         plan = StepPlan()

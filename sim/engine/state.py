@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from backend.base import Allocator
@@ -48,6 +48,10 @@ class RequestProgress:
         )
 
 
+def _nothing() -> None:
+    pass
+
+
 class ReplicaState:
     """Queues, running sequences and requests in flight of one replica."""
 
@@ -61,6 +65,9 @@ class ReplicaState:
         self.next_seq_id = 0
         self.num_preemptions = 0
         self.num_swaps_out = 0
+        # Called before policies read the state from outside the replica's own step (a
+        # router's view): brings a decode stretch up to date (sim/engine/stretch.py).
+        self.before_read: Callable[[], None] = _nothing
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.prefilling or len(self.decodes) or self.swapped)

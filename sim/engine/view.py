@@ -16,7 +16,11 @@ from sim.workload.request import Request
 
 
 class EngineView:
-    """One replica as policies see it (schedulers, victim policies, routers)."""
+    """One replica as policies see it (schedulers, victim policies, routers).
+
+    The reads a decode stretch changes (memory, prefix keys, tokens generated) first
+    bring it up to the present (``state.before_read``, sim/engine/stretch.py); queue
+    lengths, the running set and first-token times do not change within one."""
 
     __slots__ = ("_state", "_clock", "_index")
 
@@ -43,6 +47,7 @@ class EngineView:
 
     @property
     def kv_usage(self) -> float:
+        self._state.before_read()
         alloc = self._state.alloc
         return alloc.usage().used_blocks / alloc.num_blocks
 
@@ -54,12 +59,15 @@ class EngineView:
         return tuple(self._state.running_requests())
 
     def cached_prefix_tokens(self, request: Request) -> int:
+        self._state.before_read()
         return self._state.alloc.cached_prefix_tokens(request.prompt, salt=request.tenant)
 
     def blocks_held(self, request: Request) -> int:
+        self._state.before_read()
         return self._blocks_by_request().get(request.req_id, 0)
 
     def generated_tokens(self, request: Request) -> int:
+        self._state.before_read()
         return self._generated_by_request().get(request.req_id, 0)
 
     def running_samples(self) -> tuple[tuple[int, int, int], ...]:

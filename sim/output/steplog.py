@@ -42,20 +42,55 @@ class StepLog:
 
     def __init__(self, initial_capacity: int = 4096) -> None:
         self._data = np.zeros((max(1, int(initial_capacity)), len(STEP_COLUMNS)))
+        # When each step ended (the SimPy time of its completion): rows are read in this
+        # order. Replicas stepping one event at a time record in it already; a decode
+        # stretch records its steps together, after other replicas' later steps.
+        self._ends = np.zeros(self._data.shape[0])
         self._size = 0
+        self._order: bool | None = None  # True once the rows are in reading order
 
-    def record(self, step: StepRecord) -> None:
-        """Append one step. Mutates the log; grows its storage geometrically when full."""
+    def record(self, step: StepRecord, end_s: float | None = None) -> None:
+        """Append one step that ended at ``end_s`` (default: its start plus its
+        duration). Mutates the log; grows its storage geometrically when full."""
         i = self._size
         if i == self._data.shape[0]:
-            self._grow()
+            self._grow(i + 1)
         self._data[i] = step  # a StepRecord is a tuple in STEP_COLUMNS order
+        self._ends[i] = step[0] + step[2] if end_s is None else end_s
         self._size = i + 1
+        self._order = None
 
-    def _grow(self) -> None:
-        bigger = np.zeros((2 * self._data.shape[0], self._data.shape[1]))
+    def record_rows(self, rows: np.ndarray, ends: np.ndarray) -> None:
+        """Append several steps at once: ``rows`` in STEP_COLUMNS order, one per step,
+        which ended at ``ends``."""
+        start, count = self._size, rows.shape[0]
+        if start + count > self._data.shape[0]:
+            self._grow(start + count)
+        self._data[start : start + count] = rows
+        self._ends[start : start + count] = ends
+        self._size = start + count
+        self._order = None
+
+    def _grow(self, needed: int) -> None:
+        capacity = max(2 * self._data.shape[0], needed)
+        bigger = np.zeros((capacity, self._data.shape[1]))
         bigger[: self._size] = self._data[: self._size]
-        self._data = bigger
+        ends = np.zeros(capacity)
+        ends[: self._size] = self._ends[: self._size]
+        self._data, self._ends = bigger, ends
+
+    def _rows(self) -> np.ndarray:
+        """The recorded rows in the order their steps ended (ties: as recorded); put in
+        that order in place, once, when a stretch recorded out of it."""
+        size = self._size
+        if self._order is None:
+            ends = self._ends[:size]
+            if size > 1 and not bool((ends[1:] >= ends[:-1]).all()):
+                order = np.argsort(ends, kind="stable")
+                self._data[:size] = self._data[:size][order]
+                self._ends[:size] = ends[order]
+            self._order = True
+        return self._data[:size]
 
     def __len__(self) -> int:
         return self._size
@@ -67,12 +102,12 @@ class StepLog:
 
     def as_array(self) -> np.ndarray:
         """Read-only view of the recorded rows, shape (len, len(STEP_COLUMNS))."""
-        view = self._data[: self._size]
+        view = self._rows()
         view.flags.writeable = False
         return view
 
     def column(self, name: str) -> np.ndarray:
         """Read-only view of one column (a name from STEP_COLUMNS; KeyError otherwise)."""
-        view = self._data[: self._size, _STEP_INDEX[name]]
+        view = self._rows()[:, _STEP_INDEX[name]]
         view.flags.writeable = False
         return view

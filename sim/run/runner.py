@@ -52,6 +52,7 @@ class RunResult:
     summary: dict[str, Any]
     wall_s: float
     num_steps: int
+    fast_forwarded_steps: int = 0  # of num_steps, applied within decode stretches
 
 
 def simulate(
@@ -60,6 +61,7 @@ def simulate(
     progress: bool = False,
     executor_factory=None,
     metric_percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+    fast_forward: bool = True,
 ) -> RunResult:
     """Run ``scenario`` to completion (or its safety horizon). Deterministic: the same
     scenario gives the same result, whatever the machine (with a model executor).
@@ -98,8 +100,9 @@ def simulate(
                 replica_policies(scenario, context),
                 engine_config(scenario, allocator),
                 outputs,
-                steps.record,
+                steps,
                 on_done,
+                fast_forward=fast_forward,
             )
         )
     routing = scenario.routing
@@ -140,7 +143,9 @@ def simulate(
         metric_percentiles=metric_percentiles,
     )
     num_steps = sum(r.num_steps for r in replicas)
-    return RunResult(outcomes, steps, summary, time.perf_counter() - wall_start, num_steps)
+    forwarded = sum(r.fast_forwarded_steps for r in replicas)
+    wall_s = time.perf_counter() - wall_start
+    return RunResult(outcomes, steps, summary, wall_s, num_steps, forwarded)
 
 
 def policy_name(scenario, role: str) -> str:

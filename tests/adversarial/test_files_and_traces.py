@@ -260,6 +260,12 @@ def scenario_nested_too_deep(d):
 
 
 @case("scenario")
+def trace_path_too_long_for_the_file_system(d):
+    arrival = {"kind": "trace", "path": "t" * 5000 + ".csv", "format": "azure-csv"}
+    return run_args(d, scenario(d, workload={"arrival": arrival})), ["arrival.path", "too long"]
+
+
+@case("scenario")
 def scenario_is_a_folder(d):
     (d / "folder.yaml").mkdir()
     return run_args(d, d / "folder.yaml"), ["folder.yaml"]

@@ -75,6 +75,19 @@ class CountsRefusedLookups(BlockManager):
         return super().allocate(seq_id, token_ids, **kwargs)
 
 
+class SwapInSharesUncomputed(BlockManager):
+    """``swap_in`` shares every full block whose prefix is cached on the device, also
+    blocks whose KV the returning sequence has not computed (a prompt swapped out
+    mid-prefill): its prefill then writes into KV another sequence reads (issue 14, the
+    block manager's behaviour before it was fixed; its own invariants hold)."""
+
+    def _swap_in_plan(self, seq):
+        cpu, index = self._seqs.tables[seq], self._index
+        chain, salt = index._chains[seq], int(index._salts[seq])
+        hits = index._cached_run(chain, salt, lambda n: self.cpu_slots[cpu[:n]])
+        return hits, len(cpu) - len(hits), self._pool.revived(hits)
+
+
 def unchecked(cls: type[BlockManager]) -> type[BlockManager]:
     """``cls`` with its own check_invariants turned off."""
 

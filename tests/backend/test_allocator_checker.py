@@ -62,6 +62,7 @@ BROKEN = {
     "UncheckedFreeKeepsKeys": "KeyError",  # its evictor is asked for a block it never had
     "UncheckedSharedAcrossTenants": "under salt 1: never computed under that salt",
     "CountsRefusedLookups": "changed snapshot()",
+    "SwapInSharesUncomputed": "has not computed",
 }
 
 

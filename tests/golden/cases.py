@@ -36,13 +36,15 @@ def cases() -> dict[str, tuple[str, list[str]]]:
     return runs
 
 
-def digests(scenario: str, overrides: list[str]) -> dict[str, str]:
-    """sha256 of each output file of one run through the CLI."""
+def digests(scenario: str, overrides: list[str], options: tuple[str, ...] = ()) -> dict[str, str]:
+    """sha256 of each output file of one run through the CLI (with ``options`` of
+    ``pagesim run``)."""
     from sim.cli import main
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
         args = ["run", str(ROOT / scenario), "--out", str(out), "--quiet", "--no-report"]
+        args += options
         for assignment in overrides:
             args += ["--set", assignment]
         code = main(args)

@@ -223,6 +223,10 @@ ACCEPTED = {
         "hardware": {"preset": "h100-sxm", "mem_capacity_bytes": 96 * 10**9},
     },
     "full model shape": {"model": MODEL_PRESETS["tiny"].model_dump(), "cache": {"num_blocks": 64}},
+    "model from config.json": {
+        "model": {"config": str(REPO / "scenarios/models/tiny.json"), "max_model_len": 1024},
+        "cache": {"num_blocks": 64},
+    },
     "length shorthands": {
         "workload": {
             "input": 128,
@@ -251,6 +255,8 @@ REJECTED = {
     "unknown policy": {"scheduler": {"policy": "fcsf"}},
     "unknown mode": {"preemption": {"mode": "swapp"}},
     "unknown preset": {"model": "llama-3"},
+    "preset and config": {"model": {"preset": "tiny", "config": "scenarios/models/tiny.json"}},
+    "config not a path": {"model": {"config": 3}},
     "zero length": {"workload": {"input": 0}},
     "untagged length": {"workload": {"input": {"value": 5}}},
     "gamma without cv": {"workload": {"arrival": {"kind": "gamma", "rate_rps": 5}}},

@@ -1,0 +1,52 @@
+"""Decode stretches: several decode steps of one fixed batch, asked of an allocator at once.
+
+When nothing but a fixed set of sequences decodes for ``k`` steps (nothing arrives,
+finishes or is preempted), the engine may hand the allocator all ``k`` steps in one call
+(``append_steps``) instead of ``k`` calls of ``append_batch``. An allocator opts in by
+having both methods below; the engine steps one at a time with any other.
+
+* ``plain_decode_steps(seq_ids, limit) -> int``: the most steps, up to ``limit``, that
+  the distinct on-device ``seq_ids`` can take, one token each per step, with no
+  copy-on-write and no block but free ones (nothing evicted, nothing refused). No
+  mutation.
+* ``append_steps(seq_ids, token_ids) -> dict[str, np.ndarray]``: ``token_ids`` has one
+  row per step; the call must leave the allocator exactly as ``append_batch`` row after
+  row would (tables, block ids, memory, prefix keys, counters), and returns the
+  ``KVUsage`` fields after each step as arrays (one entry per row). Only valid within
+  what ``plain_decode_steps`` granted.
+
+:func:`append_steps_one_by_one` is the reference both are tested against.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from backend.base import Allocator, KVUsage
+
+
+def supports_stretches(allocator: object) -> bool:
+    """Whether ``allocator`` offers the two stretch methods."""
+    return callable(getattr(allocator, "plain_decode_steps", None)) and callable(
+        getattr(allocator, "append_steps", None)
+    )
+
+
+def usage_columns(usages: list[KVUsage]) -> dict[str, np.ndarray]:
+    """``KVUsage`` values as one int64 array per field."""
+    return {
+        name: np.fromiter((u[i] for u in usages), dtype=np.int64, count=len(usages))
+        for i, name in enumerate(KVUsage._fields)
+    }
+
+
+def append_steps_one_by_one(
+    allocator: Allocator, seq_ids: np.ndarray, token_ids: np.ndarray
+) -> dict[str, np.ndarray]:
+    """What ``append_steps`` must equal: one ``append_batch`` per row, ``usage()`` after
+    each. Mutates ``allocator``; raises what ``append_batch`` raises."""
+    usages = []
+    for row in np.asarray(token_ids):
+        allocator.append_batch(seq_ids, row)
+        usages.append(allocator.usage())
+    return usage_columns(usages)

@@ -1,0 +1,115 @@
+"""Decode stretches on the block manager: ``append_steps`` is ``append_batch`` row after
+row, and ``plain_decode_steps`` grants exactly the steps that need no copy, no eviction
+and no refusal.
+
+Hypothesis builds a block manager's state from random commands (allocations with
+prefix hits, marks, appends, forks, frees, decode steps), then asks for a stretch of the
+live sequences; a deep copy driven one step at a time is the reference.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+from hypothesis import event, given
+from hypothesis import strategies as st
+
+from backend.base import InvalidRequest, OutOfBlocks
+from backend.blocks import BlockManager
+from backend.stretch import append_steps_one_by_one, supports_stretches
+
+
+@st.composite
+def managers(draw) -> tuple[BlockManager, list[int]]:
+    """A block manager after random commands, and its live sequences."""
+    manager = BlockManager(
+        draw(st.integers(4, 40)),
+        draw(st.sampled_from([1, 2, 3, 4, 16])),
+        enable_prefix_caching=draw(st.booleans()),
+    )
+    live: list[int] = []
+    next_id = 0
+    for _ in range(draw(st.integers(1, 12))):
+        op = draw(st.sampled_from(["allocate", "allocate", "append", "fork", "free", "step"]))
+        try:
+            if op == "allocate":
+                prompt = draw(st.lists(st.integers(0, 2), min_size=1, max_size=24))
+                computed = draw(st.sampled_from([None, 0]))
+                kwargs = {} if computed is None else {"computed_tokens": computed}
+                manager.allocate(next_id, np.array(prompt), salt=0, max_new_tokens=8, **kwargs)
+                if computed == 0:
+                    manager.mark_computed(next_id, len(prompt))
+                live.append(next_id)
+                next_id += 1
+            elif op == "append" and live:
+                seq = draw(st.sampled_from(live))
+                manager.append(seq, draw(st.lists(st.integers(0, 2), max_size=5)))
+            elif op == "fork" and live:
+                manager.fork(draw(st.sampled_from(live)), next_id)
+                live.append(next_id)
+                next_id += 1
+            elif op == "free" and live:
+                seq = draw(st.sampled_from(live))
+                manager.free(seq)
+                live.remove(seq)
+            elif op == "step" and live:
+                manager.append_batch(np.array(live), np.zeros(len(live), np.int32))
+        except OutOfBlocks:
+            pass
+    return manager, live
+
+
+@given(state=managers(), limit=st.integers(1, 40), data=st.data())
+def test_append_steps_equals_append_batch_row_after_row(state, limit, data):
+    manager, live = state
+    if not live:
+        return
+    seqs = np.array(data.draw(st.permutations(live)), dtype=np.int64)
+    steps = manager.plain_decode_steps(seqs, limit)
+    event(f"granted {'all' if steps == limit else 'some' if steps else 'none'}")
+    assert 0 <= steps <= limit
+    tokens = np.array(
+        data.draw(
+            st.lists(st.integers(0, 2), min_size=steps * seqs.size, max_size=steps * seqs.size)
+        ),
+        dtype=np.int32,
+    ).reshape(steps, seqs.size)
+    reference = copy.deepcopy(manager)
+    cached_before = reference.usage().cached_blocks
+    expected = append_steps_one_by_one(reference, seqs, tokens)
+    assert reference.usage().cached_blocks == cached_before  # nothing was evicted
+    usage = manager.append_steps(seqs, tokens)
+    manager.check_invariants()
+    assert manager.snapshot() == reference.snapshot()
+    assert manager.peak_used_blocks == reference.peak_used_blocks
+    assert {k: v.tolist() for k, v in usage.items()} == {k: v.tolist() for k, v in expected.items()}
+    if steps < limit:  # one more step would copy, evict or be refused
+        row = np.zeros(seqs.size, np.int32)
+        cached = reference.usage().cached_blocks
+        try:
+            moves = reference.append_batch(seqs, row)
+        except OutOfBlocks:
+            return
+        assert moves or reference.usage().cached_blocks < cached
+
+
+def test_a_stretch_beyond_the_grant_is_refused_and_changes_nothing():
+    manager = BlockManager(3, 2)
+    manager.allocate(0, np.array([1, 2]), max_new_tokens=8)
+    manager.allocate(1, np.array([3]), max_new_tokens=8)
+    seqs = np.array([0, 1])
+    assert manager.plain_decode_steps(seqs, 10) == 1  # seq 0 takes the last free block
+    before = manager.snapshot()
+    with pytest.raises(InvalidRequest):
+        manager.append_steps(seqs, np.zeros((2, 2), np.int32))
+    assert manager.snapshot() == before
+
+
+def test_a_shared_partly_filled_block_grants_no_stretch():
+    manager = BlockManager(8, 4)
+    manager.allocate(0, np.array([1, 2]), max_new_tokens=8)
+    manager.fork(0, 1)  # both hold the half-filled block: the next write copies
+    assert manager.plain_decode_steps(np.array([0, 1]), 5) == 0
+    assert supports_stretches(manager)
