@@ -76,6 +76,7 @@ class EngineView:
         a preempted sample had generated comes back with it). Read by ``pagesim serve``
         to stream each step's new tokens."""
         state = self._state
+        state.before_read()
         rows = [(s.request.req_id, s.sample, s.generated) for s in state.prefilling]
         d = state.decodes
         rows += zip(d.req_id.tolist(), d.sample.tolist(), d.generated.tolist(), strict=True)

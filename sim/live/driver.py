@@ -70,6 +70,19 @@ class WallClockExecutor:
         return max(self.clock() - self.env.now, 1e-9)
 
 
+class _Steps:
+    """The replicas' step sink (sim.engine.stretch.StepSink): each record to ``on_step``."""
+
+    def __init__(self, on_step: Callable[[StepRecord], None]):
+        self.on_step = on_step
+
+    def record(self, step: StepRecord, end_s: float | None = None) -> None:
+        self.on_step(step)
+
+    def record_rows(self, rows, ends) -> None:
+        raise AssertionError("a live engine steps one at a time (fast_forward=False)")
+
+
 class EngineDriver:
     """A scenario's replicas served in wall-clock time from a thread of their own.
 
@@ -100,9 +113,12 @@ class EngineDriver:
             context = policy_context(scenario, (), replica=index)
             allocator = build_allocator(scenario, context)
             executor = WallClockExecutor(make_executor(scenario, allocator), self.env, self.now)
+            # One event per step, never a fast-forwarded decode stretch: each step runs
+            # for real and its tokens go out as soon as it ends.
             replicas.append(Replica(
                 self.env, index, allocator, executor, replica_policies(scenario, context),
-                engine_config(scenario, allocator), outputs, self._on_step, self._on_done,
+                engine_config(scenario, allocator), outputs, _Steps(self._on_step),
+                self._on_done, fast_forward=False,
             ))  # fmt: skip
         routing = scenario.routing
         router = make_policy(scenario, ROUTERS, "routing.router", routing.router,

@@ -53,13 +53,15 @@ def test_running_samples_count_each_samples_tokens_as_they_come():
     context = policy_context(scenario, replica=0)
     holder = {}
 
-    def on_step(record):
-        for req_id, sample, generated in holder["replica"].view.running_samples():
-            seen.setdefault((req_id, sample), []).append(generated)
+    class Steps:  # the step sink: after each step, what each running sample has made
+        def record(self, step, end_s=None):
+            for req_id, sample, generated in holder["replica"].view.running_samples():
+                seen.setdefault((req_id, sample), []).append(generated)
 
     replica = Replica(
         env, 0, allocator, Fixed(), replica_policies(scenario, context),
-        engine_config(scenario, allocator), SyntheticOutputs(0, 512), on_step, done.append,
+        engine_config(scenario, allocator), SyntheticOutputs(0, 512), Steps(), done.append,
+        fast_forward=False,
     )  # fmt: skip
     holder["replica"] = replica
     replica.submit(Request(0, 0.0, np.arange(10, dtype=np.int32), output_len=5, n=3))
