@@ -26,6 +26,7 @@ LAYERS = (
     {"sim.output"},  # records -> files, summary, report
     {"sim.run"},  # scenario -> run -> outputs
     {"sim.hil"},  # profiling, fitting, validation against the real backend
+    {"sim.live"},  # live endpoints: observe one, serve one, compare and calibrate with them
     {"sim.cli"},  # the commands
 )
 LAYER_OF = {group: i for i, layer in enumerate(LAYERS) for group in layer}

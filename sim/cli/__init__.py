@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sim.cli import info
+from sim.cli import info, live
 from sim.cli.check import add_check_command
 from sim.cli.common import OneLineParser, add_scenario_options, dispatch
 from sim.cli.run import cmd_compare, cmd_run, metric_percentiles, trace_format
@@ -81,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_commands(sub)
     info.add_commands(sub)
     add_check_command(sub)
+    live.add_commands(sub)
     return parser
 
 

@@ -19,7 +19,8 @@ class UsageError(Exception):
 
 
 #: What ``pip install -e '.[extra]'`` brings, for the one-line hint when it is missing.
-EXTRAS = {"torch": "real", "triton": "real", "ray": "cluster"}
+EXTRAS = {"torch": "real", "triton": "real", "ray": "cluster", "aiohttp": "serve",
+          "prometheus_client": "serve"}  # fmt: skip
 
 
 def require(module: str, command: str) -> None:

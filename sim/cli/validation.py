@@ -67,7 +67,8 @@ def _add_profile(sub) -> None:
 
 def _add_calibrate(sub) -> None:
     cmd = sub.add_parser("calibrate", help="fit the calibrated cost model to a profile CSV")
-    cmd.add_argument("profile", help="CSV written by `pagesim profile`")
+    cmd.add_argument("profile", nargs="?", help="CSV written by `pagesim profile`")
+    cmd.add_argument("--observed", metavar="RUN", help="fit to a `pagesim observe` run instead")
     cmd.add_argument("--out", default="calibration.json", help="(default calibration.json)")
     cmd.add_argument(
         "--statistic",
@@ -81,6 +82,7 @@ def _add_calibrate(sub) -> None:
 def _add_validate(sub) -> None:
     cmd = sub.add_parser("validate", help="real backend vs calibrated and analytic models")
     cmd.add_argument("scenario", help="scenario YAML file")
+    cmd.add_argument("--observed", metavar="RUN", help="compare with a `pagesim observe` run")
     cmd.add_argument("--calibration", help="calibration JSON (default: profile and fit first)")
     cmd.add_argument("--out", help="output directory (default runs/<scenario>-validation)")
     cmd.add_argument(
@@ -228,6 +230,12 @@ def format_calibration(fitted) -> str:
 
 
 def cmd_calibrate(args) -> int:
+    if (args.profile is None) == (args.observed is None):
+        raise UsageError("give a profile CSV or --observed RUN (one of them)")
+    if args.observed is not None:
+        from sim.cli.observed import cmd_calibrate_observed
+
+        return cmd_calibrate_observed(args)
     output_file(args.out, "--out")
     fitted = _calibrate(args.profile, args.out, args.statistic)
     print(format_calibration(fitted))
@@ -242,6 +250,10 @@ def cmd_validate(args) -> int:
     from sim.hil.validation_report import format_table, write_validation
     from sim.run.folders import atomic_file
 
+    if args.observed is not None:
+        from sim.cli.observed import cmd_validate_observed
+
+        return cmd_validate_observed(args)
     _check_timing_options(args, step_repeats=args.step_repeats)
     scenario = _load(args.scenario, args.overrides, args.seed)
     out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-validation"

@@ -70,6 +70,18 @@ class EngineView:
         self._state.before_read()
         return self._generated_by_request().get(request.req_id, 0)
 
+    def running_samples(self) -> tuple[tuple[int, int, int], ...]:
+        """(request id, sample index, tokens generated) of every sequence on the device,
+        prefilling ones included; a sample's count never decreases while it runs (what
+        a preempted sample had generated comes back with it). Read by ``pagesim serve``
+        to stream each step's new tokens."""
+        state = self._state
+        state.before_read()
+        rows = [(s.request.req_id, s.sample, s.generated) for s in state.prefilling]
+        d = state.decodes
+        rows += zip(d.req_id.tolist(), d.sample.tolist(), d.generated.tolist(), strict=True)
+        return tuple(rows)
+
     def first_token_s(self, request: Request) -> float:
         progress = self._state.in_flight.get(request.req_id)
         return math.nan if progress is None else progress.first_token_s

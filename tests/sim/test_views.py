@@ -6,11 +6,18 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+import simpy
+
 from policies.scheduling import FirstComeFirstServed
 from policies.views import ReplicaView
 from sim.config.loader import validate_scenario
+from sim.engine.replica import Replica
 from sim.engine.view import EngineView
+from sim.run.build import build_allocator, engine_config, policy_context, replica_policies
 from sim.run.runner import simulate
+from sim.workload.request import Request
+from sim.workload.tokens import SyntheticOutputs
 
 RAW = {
     "model": "tiny",
@@ -26,7 +33,43 @@ def public(obj) -> set[str]:
 
 def test_the_view_offers_exactly_the_protocol():
     protocol = {name for name in vars(ReplicaView) if not name.startswith("_")}
-    assert public(EngineView) == protocol | {"frozen"}  # frozen(): a view for one decision
+    # frozen(): a view for one decision; running_samples(): what `pagesim serve` streams
+    assert public(EngineView) == protocol | {"frozen", "running_samples"}
+
+
+def test_running_samples_count_each_samples_tokens_as_they_come():
+    """Every step, each running sample's count is at least what it was, and a request
+    is seen with each of its n samples."""
+    scenario = validate_scenario(RAW)
+    env = simpy.Environment()
+    seen: dict[tuple[int, int], list[int]] = {}
+    done = []
+
+    class Fixed:
+        def execute(self, batch):
+            return 0.01
+
+    allocator = build_allocator(scenario)
+    context = policy_context(scenario, replica=0)
+    holder = {}
+
+    class Steps:  # the step sink: after each step, what each running sample has made
+        def record(self, step, end_s=None):
+            for req_id, sample, generated in holder["replica"].view.running_samples():
+                seen.setdefault((req_id, sample), []).append(generated)
+
+    replica = Replica(
+        env, 0, allocator, Fixed(), replica_policies(scenario, context),
+        engine_config(scenario, allocator), SyntheticOutputs(0, 512), Steps(), done.append,
+        fast_forward=False,
+    )  # fmt: skip
+    holder["replica"] = replica
+    replica.submit(Request(0, 0.0, np.arange(10, dtype=np.int32), output_len=5, n=3))
+    env.run(until=1.0)
+    assert [o.output_tokens for o in done] == [15]
+    assert {sample for _, sample in seen} == {0, 1, 2}
+    for counts in seen.values():
+        assert counts == sorted(counts) and counts[0] >= 1 and counts[-1] <= 5
 
 
 class Meddler(FirstComeFirstServed):

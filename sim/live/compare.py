@@ -1,0 +1,102 @@
+"""A simulation against an observed run of the same scenario (``pagesim validate
+--observed``): the latency percentiles, the throughput and the stability verdict of
+both, and the simulation's relative error ``(simulated - observed) / observed``.
+
+Both sides are summary.json dicts (sim.output.summary): TTFT, TPOT and E2E at p50, p90
+and p99 over the measured requests, ITL (every token after a stream's first) at p50,
+p90 and p99 from the ``benchmark`` block, requests and output tokens per second, and
+``steady_state.verdict``. Nothing here depends on how either run was made.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+_LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
+_QUANTILES = ("p50", "p90", "p99")
+#: ITL percentiles, as the benchmark block names them (milliseconds there).
+_ITL = {"p50": "median_itl_ms", "p90": "p90_itl_ms", "p99": "p99_itl_ms"}
+_THROUGHPUTS = ("throughput_rps", "throughput_tok_s")
+
+
+def _relative(simulated, observed) -> float | None:
+    if simulated is None or observed is None or not observed:
+        return None
+    return float((simulated - observed) / observed)
+
+
+def _row(observed, simulated) -> dict[str, float | None]:
+    return {"observed": observed, "simulated": simulated,
+            "rel_error": _relative(simulated, observed)}  # fmt: skip
+
+
+def _itl_s(summary: dict, key: str) -> float | None:
+    value = (summary.get("benchmark") or {}).get(key)
+    return None if value is None else value / 1e3
+
+
+def compare_runs(observed: dict, simulated: dict) -> dict[str, Any]:
+    """``{"metrics": {"ttft_s.p50": {observed, simulated, rel_error}, ...}, "verdict":
+    {observed, simulated}, "counts": ...}`` from two summaries."""
+    metrics = {}
+    for metric in _LATENCIES:
+        for quantile in _QUANTILES:
+            real = (observed.get(metric) or {}).get(quantile)
+            model = (simulated.get(metric) or {}).get(quantile)
+            metrics[f"{metric}.{quantile}"] = _row(real, model)
+    for quantile, key in _ITL.items():
+        metrics[f"itl_s.{quantile}"] = _row(_itl_s(observed, key), _itl_s(simulated, key))
+    for metric in _THROUGHPUTS:
+        metrics[metric] = _row(observed.get(metric), simulated.get(metric))
+    verdict = {side: (summary.get("steady_state") or {}).get("verdict")
+               for side, summary in (("observed", observed), ("simulated", simulated))}  # fmt: skip
+    counts = {
+        side: {key: summary.get(key) for key in ("num_requests", "num_finished", "num_rejected")}
+        for side, summary in (("observed", observed), ("simulated", simulated))
+    }
+    return {"metrics": metrics, "verdict": verdict, "counts": counts}
+
+
+def build_report(scenario, observed: dict, simulated: dict, *, run: str,
+                 cost_model: dict) -> dict[str, Any]:  # fmt: skip
+    """validation.json of ``validate --observed`` (JSON-ready)."""
+    report = {
+        "kind": "observed",
+        "scenario": scenario.name,
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "observed_run": run,
+        "endpoint": (observed.get("observed") or {}).get("endpoint"),
+        "errors": (observed.get("observed") or {}).get("errors", {}),
+        "simulated_cost_model": cost_model,
+    }
+    report.update(compare_runs(observed, simulated))
+    return report
+
+
+def _ms(seconds: float | None, metric: str) -> str:
+    if seconds is None:
+        return "n/a"
+    return f"{seconds:.3g}" if metric.startswith("throughput") else f"{1e3 * seconds:.2f} ms"
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The comparison as a markdown table (readable as plain text)."""
+    lines = ["| metric | observed | simulated | error |", "| --- | ---: | ---: | ---: |"]
+    for metric, row in report["metrics"].items():
+        error = "n/a" if row["rel_error"] is None else f"{100 * row['rel_error']:+.1f}%"
+        lines.append(f"| {metric} | {_ms(row['observed'], metric)} | "
+                     f"{_ms(row['simulated'], metric)} | {error} |")  # fmt: skip
+    verdict, counts = report["verdict"], report["counts"]
+    lines.append(
+        f"| verdict | {verdict['observed']} | {verdict['simulated']} | "
+        f"{'same' if verdict['observed'] == verdict['simulated'] else 'differs'} |"
+    )
+    observed, simulated = counts["observed"], counts["simulated"]
+    errors = ", ".join(f"{k}: {v}" for k, v in report["errors"].items()) or "none"
+    lines.append(
+        f"\n{report['date']}: finished {observed['num_finished']} observed (endpoint errors: "
+        f"{errors}) and {simulated['num_finished']} simulated of {observed['num_requests']} "
+        f"requests; simulated with {report['simulated_cost_model'].get('kind')}"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,148 @@
+"""``/metrics`` of ``pagesim serve``: the Prometheus text format, in vLLM's names.
+
+The names are those of vLLM's v1 engine (its ``vllm/v1/metrics/loggers.py``), with its
+labels ``model_name`` and ``engine`` (here: the replica), so a dashboard or a scraper
+made for vLLM reads a pagesim server unchanged:
+
+=======================================  ==========  =====================================
+name (as exposed)                        type        here
+=======================================  ==========  =====================================
+``vllm:num_requests_running``            gauge       requests with a sequence on the device
+``vllm:num_requests_waiting``            gauge       requests in the waiting queue
+``vllm:kv_cache_usage_perc``             gauge       used KV blocks / pool (0..1)
+``vllm:gpu_cache_usage_perc``            gauge       the same (vLLM's older name)
+``vllm:prefix_cache_queries_total``      counter     prompt tokens of finished requests
+``vllm:prefix_cache_hits_total``         counter     ... of them served from the prefix cache
+``vllm:num_preemptions_total``           counter     preemptions
+``vllm:prompt_tokens_total``             counter     prefill tokens computed
+``vllm:generation_tokens_total``         counter     output tokens streamed
+``vllm:request_success_total``           counter     finished requests (``finished_reason``)
+``vllm:time_to_first_token_seconds``     histogram   TTFT, at each request's first token
+``vllm:inter_token_latency_seconds``     histogram   each later token's gap
+``vllm:time_per_output_token_seconds``   histogram   TPOT of each finished request
+``vllm:e2e_request_latency_seconds``     histogram   arrival to last token
+``vllm:iteration_tokens_total``          histogram   tokens computed per step
+=======================================  ==========  =====================================
+
+Differences from vLLM: the prefix-cache counters are added when a request finishes
+(vLLM adds them at scheduling), so they lag by one request's life; the gauges are read
+after each step. Buckets are a 1-2.5-5 series (pagesim's own choice).
+
+prometheus-client (the ``serve`` extra) keeps the values; every server has its own
+registry, so two servers in one process (tests) never share a counter. Its methods are
+thread-safe: the engine thread updates, the HTTP thread renders.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sim.engine.records import RequestOutcome, StepRecord
+
+
+def series(low: float, high: float) -> list[float]:
+    """1, 2.5, 5 times powers of ten from ``low`` up to the first value >= ``high``."""
+    values, decade = [], 10 ** math.floor(math.log10(low))
+    while not values or values[-1] < high:
+        for value in (decade, 2.5 * decade, 5 * decade):
+            if value >= low and (not values or values[-1] < high):
+                values.append(value)
+        decade *= 10
+    return values
+
+
+class ServingMetrics:
+    """The Prometheus metrics of one server (module docstring)."""
+
+    def __init__(self, model_name: str, num_replicas: int = 1):
+        import prometheus_client as prom
+
+        self.registry = prom.CollectorRegistry()
+        labels = ["model_name", "engine"]
+        self._model = model_name
+
+        def make(kind, name, doc, **extra):
+            return kind(name, doc, labelnames=labels + extra.pop("more", []),
+                        registry=self.registry, **extra)  # fmt: skip
+
+        seconds = series(1e-3, 600.0)
+        self.running = make(prom.Gauge, "vllm:num_requests_running",
+                            "Requests with a sequence on the device.")  # fmt: skip
+        self.waiting = make(prom.Gauge, "vllm:num_requests_waiting", "Requests waiting.")
+        self.kv_usage = make(prom.Gauge, "vllm:kv_cache_usage_perc",
+                             "KV-cache usage. 1 means 100 percent usage.")  # fmt: skip
+        self.gpu_usage = make(prom.Gauge, "vllm:gpu_cache_usage_perc",
+                              "KV-cache usage (vLLM's older name).")  # fmt: skip
+        self.queries = make(prom.Counter, "vllm:prefix_cache_queries",
+                            "Prompt tokens looked up in the prefix cache.")  # fmt: skip
+        self.hits = make(prom.Counter, "vllm:prefix_cache_hits",
+                         "Prompt tokens served from the prefix cache.")  # fmt: skip
+        self.preemptions = make(prom.Counter, "vllm:num_preemptions", "Preemptions.")
+        self.prompt_tokens = make(prom.Counter, "vllm:prompt_tokens", "Prefill tokens.")
+        self.generation_tokens = make(prom.Counter, "vllm:generation_tokens",
+                                      "Output tokens streamed.")  # fmt: skip
+        self.success = make(prom.Counter, "vllm:request_success",
+                            "Finished requests.", more=["finished_reason"])  # fmt: skip
+        self.ttft = make(prom.Histogram, "vllm:time_to_first_token_seconds",
+                         "Time to first token.", buckets=seconds)  # fmt: skip
+        self.itl = make(prom.Histogram, "vllm:inter_token_latency_seconds",
+                        "Inter-token latency.", buckets=seconds)  # fmt: skip
+        self.tpot = make(prom.Histogram, "vllm:time_per_output_token_seconds",
+                         "Time per output token of each request.", buckets=seconds)  # fmt: skip
+        self.e2e = make(prom.Histogram, "vllm:e2e_request_latency_seconds",
+                        "End-to-end request latency.", buckets=seconds)  # fmt: skip
+        self.iteration = make(prom.Histogram, "vllm:iteration_tokens_total",
+                              "Tokens per engine step.", buckets=series(1, 16384))  # fmt: skip
+        for replica in range(num_replicas):  # every series shows from the start, at 0
+            for metric in (self.running, self.waiting, self.kv_usage, self.gpu_usage,
+                           self.queries, self.hits, self.preemptions, self.prompt_tokens,
+                           self.generation_tokens):  # fmt: skip
+                metric.labels(model_name, str(replica))
+
+    def _at(self, metric, replica: int = 0, *more: str):
+        return metric.labels(self._model, str(replica), *more)
+
+    def step(self, record: StepRecord, view) -> None:
+        """After a step of replica ``record.replica``; ``view`` is its EngineView."""
+        replica = record.replica
+        self._at(self.running, replica).set(len(view.running()))
+        self._at(self.waiting, replica).set(view.num_waiting)
+        self._at(self.kv_usage, replica).set(view.kv_usage)
+        self._at(self.gpu_usage, replica).set(view.kv_usage)
+        if record.num_preempted:
+            self._at(self.preemptions, replica).inc(record.num_preempted)
+        self._at(self.prompt_tokens, replica).inc(record.num_prefill_tokens)
+        tokens = record.num_prefill_tokens + record.num_decode_tokens
+        self._at(self.iteration, replica).observe(tokens)
+
+    def generated(self, count: int, replica: int = 0) -> None:
+        self._at(self.generation_tokens, replica).inc(count)
+
+    def first_token(self, seconds: float, replica: int = 0) -> None:
+        self._at(self.ttft, replica).observe(seconds)
+
+    def token_gap(self, seconds: float, count: int = 1, replica: int = 0) -> None:
+        """``count`` tokens came at once, ``seconds`` after the previous one: one gap of
+        that length, and ``count - 1`` of none."""
+        histogram = self._at(self.itl, replica)
+        histogram.observe(seconds)
+        for _ in range(count - 1):
+            histogram.observe(0.0)
+
+    def finished(self, outcome: RequestOutcome) -> None:
+        if not outcome.finished:
+            return
+        replica = outcome.replica
+        self._at(self.success, replica, "length").inc()
+        self._at(self.queries, replica).inc(outcome.prompt_len)
+        self._at(self.hits, replica).inc(outcome.cached_prompt_tokens)
+        self._at(self.e2e, replica).observe(outcome.finish_s - outcome.arrival_s)
+        if outcome.output_len >= 2:
+            tpot = (outcome.finish_s - outcome.first_token_s) / (outcome.output_len - 1)
+            self._at(self.tpot, replica).observe(tpot)
+
+    def render(self) -> tuple[bytes, str]:
+        """The exposition text and its content type."""
+        import prometheus_client as prom
+
+        return prom.generate_latest(self.registry), prom.CONTENT_TYPE_LATEST
