@@ -13,6 +13,7 @@ from sim.cli import info
 from sim.cli.check import add_check_command
 from sim.cli.common import OneLineParser, add_scenario_options, dispatch
 from sim.cli.run import cmd_compare, cmd_run, metric_percentiles, trace_format
+from sim.cli.sweep import add_commands as add_sweep_commands
 from sim.cli.validation import add_commands
 
 __all__ = ["build_parser", "main"]
@@ -75,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_commands(sub)
     info.add_commands(sub)
     add_check_command(sub)
+    add_sweep_commands(sub)
     return parser
 
 
