@@ -60,3 +60,19 @@ def sweep_table(out: Path) -> str:
 def _zip_keys(value) -> list[str]:
     groups = value if isinstance(value, list) else [value or {}]
     return [key for group in groups for key in group]
+
+
+def capacity_table(rows: Sequence[dict], keys: Sequence[str]) -> str:
+    """The printed view of capacity.csv's rows."""
+    header = ["#", *keys, "capacity req/s", "status", "tok/s", "GPUs", "$/M tok", ""]
+    cells = [
+        [str(r["config"]), *(str(r[k]) for k in keys), number(repr(r["capacity_rps"])),
+         r["status"], _maybe(r["throughput_tok_s_at_capacity"]), str(r["gpus"]),
+         _maybe(r["usd_per_million_output_tokens"]), "cheapest" if r["cheapest"] else ""]
+        for r in rows
+    ]
+    return aligned(header, cells)
+
+
+def _maybe(value) -> str:
+    return "-" if value is None else number(repr(float(value)))
