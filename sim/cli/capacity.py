@@ -11,10 +11,9 @@ CAPACITY_JSON = "capacity.json"
 
 
 def run_capacity_command(args) -> int:
-    from sim.cli.sweep import executor_for
     from sim.config.errors import ScenarioError
     from sim.sweep.capacity import CapacityPlan, probe_rows, results, run_capacity
-    from sim.sweep.executors import ExecutorError
+    from sim.sweep.executors import ExecutorError, make_executor
     from sim.sweep.points import csv_text
     from sim.sweep.slo import parse_bound
     from sim.sweep.store import check_out, provenance, write_json, write_text
@@ -37,7 +36,7 @@ def run_capacity_command(args) -> int:
     except ValueError as err:
         raise UsageError(f"--out: {err}") from None
     try:
-        with executor_for(args) as executor:
+        with make_executor(args.jobs, args.ray, args.ray is not None) as executor:
             out.mkdir(parents=True, exist_ok=True)
             meta = {"search": plan.resolved(), **provenance(args.argv, executor)}
             write_json(out / CAPACITY_JSON, {**meta, "status": "running"})
