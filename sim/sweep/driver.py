@@ -63,6 +63,7 @@ def run_sweep(
     axes = sweep.spec.axes()
     write_json(out / SWEEP_JSON, {
         "sweep": sweep.resolved(),
+        "axes": axes,
         "points": [
             {"point": p.index, "values": p.values, "seed": p.seed, "run": p.folder}
             for p in points

@@ -10,6 +10,7 @@ back once) for ``--ray``. Ray is imported only here, only when asked for.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import socket
 from collections.abc import Iterator, Sequence
@@ -98,7 +99,11 @@ class RayPool:
             "py_modules": [_package_dir(name) for name in ("sim", "backend", "policies")],
             "excludes": ["__pycache__", "*.pyc"],
         }
-        options: dict[str, Any] = {"runtime_env": runtime_env, "log_to_driver": False}
+        options: dict[str, Any] = {
+            "runtime_env": runtime_env,
+            "log_to_driver": False,  # our progress owns stderr; results come back as data
+            "logging_level": logging.WARNING,
+        }
         if self.address is None:
             options.update(include_dashboard=False, num_cpus=self.jobs)
         else:

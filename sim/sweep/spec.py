@@ -203,7 +203,7 @@ def read_sweep_file(path: Path, extra: Mapping[str, Any] | None = None) -> Sweep
 
 def sweep_from_scenario(scenario: Path, extra: Mapping[str, Any]) -> Sweep:
     """A sweep over ``scenario`` with the command line's axes. Raises ScenarioError."""
-    raw = {"base": str(scenario), **extra}
+    raw = {"base": str(scenario), **{k: v for k, v in extra.items() if v}}
     spec = _validate(raw, "the command line")
     return Sweep(spec, scenario, "the command line", spec.name or scenario.stem)
 

@@ -41,8 +41,7 @@ def aligned(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def sweep_table(out: Path) -> str:
     """The printed view of ``out``/points.csv."""
-    axes = json.loads((out / "sweep.json").read_text())["sweep"]
-    keys = [*axes.get("grid", {}), *_zip_keys(axes.get("zip"))]
+    keys = json.loads((out / "sweep.json").read_text())["axes"]
     with open(out / "points.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     header = ["point", *keys, "seed", *(h for h, _ in SWEEP_COLUMNS)]
@@ -55,11 +54,6 @@ def sweep_table(out: Path) -> str:
     if len(rows) > MAX_ROWS:
         text += f"\n... {len(rows) - MAX_ROWS} more rows in {out / 'points.csv'}"
     return text
-
-
-def _zip_keys(value) -> list[str]:
-    groups = value if isinstance(value, list) else [value or {}]
-    return [key for group in groups for key in group]
 
 
 def capacity_table(rows: Sequence[dict], keys: Sequence[str]) -> str:
