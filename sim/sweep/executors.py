@@ -9,9 +9,13 @@ back once) for ``--ray``. Ray is imported only here, only when asked for.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
+import multiprocessing
+import multiprocessing.forkserver
 import os
+import signal
 import socket
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -44,14 +48,25 @@ class LocalPool:
         return f"local process pool, {self.workers} workers"
 
     def __enter__(self) -> LocalPool:
-        self._pool = ProcessPoolExecutor(max_workers=self.workers)
+        # Workers fork from a fork server started with one BLAS thread, as Ray starts
+        # its workers: numpy's BLAS sums in an order that depends on its thread count,
+        # and a point must give the same bytes on either executor.
+        context = multiprocessing.get_context("forkserver")
+        with single_threaded_blas():
+            multiprocessing.forkserver.ensure_running()
+        self._pool = ProcessPoolExecutor(
+            max_workers=self.workers, mp_context=context, initializer=_worker_init
+        )
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._pool is not None:
-            # On an interruption, drop what has not started; do not wait for the rest.
-            self._pool.shutdown(wait=exc[0] is None, cancel_futures=True)
-            self._pool = None
+        if self._pool is None:
+            return
+        if exc[0] is not None:  # interrupted: stop the points that are running now
+            for process in list(getattr(self._pool, "_processes", {}).values()):
+                process.terminate()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool = None
 
     def run(self, payloads: Sequence[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         """Yield each payload's result as soon as it is done (in no particular order)."""
@@ -98,6 +113,7 @@ class RayPool:
         runtime_env = {
             "py_modules": [_package_dir(name) for name in ("sim", "backend", "policies")],
             "excludes": ["__pycache__", "*.pyc"],
+            "env_vars": dict(SINGLE_THREADED),  # as the local pool (see LocalPool)
         }
         options: dict[str, Any] = {
             "runtime_env": runtime_env,
@@ -105,7 +121,13 @@ class RayPool:
             "logging_level": logging.WARNING,
         }
         if self.address is None:
-            options.update(include_dashboard=False, num_cpus=self.jobs)
+            # A fresh single-machine Ray: "local" (not None, which would join a cluster
+            # that `ray start` left on this machine), bound to loopback, no dashboard,
+            # a small object store (results are a few MB each; more spills to disk).
+            store_mb = int(os.environ.get("PAGESIM_RAY_OBJECT_STORE_MB", "512"))
+            options.update(address="local", _node_ip_address="127.0.0.1",
+                           include_dashboard=False, num_cpus=self.jobs,
+                           object_store_memory=store_mb << 20)
         else:
             options["address"] = self.address
         try:
@@ -139,6 +161,30 @@ class RayPool:
         finally:
             for ref in pending:  # an interrupted sweep leaves nothing running
                 ray.cancel(ref, force=True)
+
+
+#: The environment that gives numpy's BLAS one thread (OpenBLAS reads the first).
+SINGLE_THREADED = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+@contextlib.contextmanager
+def single_threaded_blas():
+    """Set :data:`SINGLE_THREADED` for processes started inside; restore after."""
+    saved = {name: os.environ.get(name) for name in SINGLE_THREADED}
+    os.environ.update(SINGLE_THREADED)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _worker_init() -> None:
+    # Ctrl-C reaches the whole process group: the driver handles it (and stops us).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def lost(key: str, error: str) -> dict[str, Any]:
