@@ -157,8 +157,8 @@ def cmd_sweep(args) -> int:
         from sim.sweep.tables import sweep_table
 
         print(sweep_table(out))
-    print(f"{done.points} points ({done.ok} ok, {done.failed} failed, {done.runs} runs): "
-          f"wrote {out}/points.csv and {out}/sweep.html")
+    print(f"{done.points} points ({done.ok} ok, {done.failed} failed, {done.runs} runs, "
+          f"{done.cpu_s:.2f} CPU s in workers): wrote {out}/points.csv and {out}/sweep.html")
     return 1 if done.failed else 0
 
 

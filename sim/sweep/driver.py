@@ -35,6 +35,7 @@ class SweepDone:
     ok: int
     failed: int
     runs: int  # distinct run folders
+    cpu_s: float  # CPU seconds of the points run now (in their workers)
 
 
 def resolve_points(sweep: Sweep) -> list[Point]:
@@ -78,15 +79,17 @@ def run_sweep(
     def table(outcomes: Outcomes) -> None:
         write_text(out / POINTS_CSV, points_csv(points, axes, outcomes))
 
+    cpu_s = [0.0]
     outcomes = run_points(points, out, executor, html=html, progress=progress,
-                          on_result=table)
+                          on_result=table, cpu_s=cpu_s)
     table(outcomes)
     if html:
         from sim.sweep.page import write_sweep_page
 
         write_sweep_page(out / SWEEP_HTML, sweep, points, outcomes)
     failed = sum(1 for p in points if outcomes[p.key][1] is not None)
-    return SweepDone(len(points), len(points) - failed, failed, len({p.key for p in points}))
+    runs = len({p.key for p in points})
+    return SweepDone(len(points), len(points) - failed, failed, runs, cpu_s[0])
 
 
 def points_csv(points: Sequence[Point], axes: Sequence[str], outcomes: Outcomes) -> str:

@@ -67,11 +67,14 @@ def run_points(
     progress: bool = True,
     label: str = "sweep",
     on_result: Callable[[Outcomes], None] | None = None,
+    cpu_s: list[float] | None = None,
 ) -> Outcomes:
     """Run every point of ``points`` whose finished run folder is not in ``out`` yet
     (points with the same scenario hash run once), write each run folder as it comes
     back, and return every point's outcome. ``on_result`` is called after each result
-    with the outcomes so far (to keep a table current)."""
+    with the outcomes so far (to keep a table current); ``cpu_s[0]`` accumulates the
+    CPU seconds the points took in their workers."""
+    cpu_s = cpu_s if cpu_s is not None else [0.0]
     outcomes: Outcomes = {}
     todo: dict[str, Point] = {}
     for point in points:
@@ -94,6 +97,7 @@ def run_points(
             if error is None:
                 _write_run_folder(out / todo[key].folder, result["files"])
             outcomes[key] = (result["summary"], error)
+            cpu_s[0] += result.get("cpu_s", 0.0)
             bar.finished(error is None)
             if on_result is not None:
                 on_result(outcomes)

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -137,12 +138,14 @@ def run_point(payload: dict[str, Any]) -> dict[str, Any]:
     """Run one point; never raises for a failed run. Returns ``key``, ``files`` (name
     -> bytes of the run folder), ``summary`` (or None) and ``error`` (or None)."""
     result: dict[str, Any] = {"key": payload["key"], "files": {}, "summary": None, "error": None}
+    cpu = time.process_time()
     try:
         with tempfile.TemporaryDirectory(prefix="pagesim-point-") as tmp:
             files, summary = _run(Path(tmp), payload)
         result.update(files=files, summary=summary)
     except Exception as err:  # a failed point records its error; the sweep goes on
         result["error"] = _one_line(err)
+    result["cpu_s"] = time.process_time() - cpu  # for the command's own line, not a file
     return result
 
 
