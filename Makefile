@@ -22,7 +22,7 @@ $(TEST_STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# Prefer the local CPU wheel of torch where this machine has one (no multi-GB CUDA build).
 	$(if $(TORCH_WHEEL),$(BIN)/pip install -q $(TORCH_WHEEL))
-	$(BIN)/pip install -q -e '.[real,test,serve]'
+	$(BIN)/pip install -q -e '.[real,test,serve,cluster]'
 	touch $(TEST_STAMP) $(SIM_STAMP)
 
 venv: $(TEST_STAMP)

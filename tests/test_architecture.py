@@ -25,7 +25,7 @@ LAYERS = (
     {"sim.engine", "sim.costs"},  # serving them step by step; what a step costs
     {"sim.output"},  # records -> files, summary, report
     {"sim.run"},  # scenario -> run -> outputs
-    {"sim.hil"},  # profiling, fitting, validation against the real backend
+    {"sim.hil", "sim.sweep"},  # validation against the real backend; sweeps and capacity
     {"sim.live"},  # live endpoints: observe one, serve one, compare and calibrate with them
     {"sim.cli"},  # the commands
 )

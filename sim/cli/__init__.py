@@ -13,6 +13,7 @@ from sim.cli import info, live
 from sim.cli.check import add_check_command
 from sim.cli.common import OneLineParser, add_scenario_options, dispatch
 from sim.cli.run import cmd_compare, cmd_run, metric_percentiles, trace_format
+from sim.cli.sweep import add_commands as add_sweep_commands
 from sim.cli.validation import add_commands
 
 __all__ = ["build_parser", "main"]
@@ -82,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_commands(sub)
     add_check_command(sub)
     live.add_commands(sub)
+    add_sweep_commands(sub)
     return parser
 
 

@@ -170,7 +170,7 @@ def _scenarios() -> list[str]:
     from sim.config.textfile import read_text
 
     rows = [("scenario", "description")]
-    for path in sorted(SCENARIOS.rglob("*.yaml")):
+    for path in sorted(p for p in SCENARIOS.rglob("*.yaml") if p.parent.name != "sweeps"):
         try:
             raw = yaml.safe_load(read_text(path, ValueError))
         except (ValueError, yaml.YAMLError, RecursionError) as err:

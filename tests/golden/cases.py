@@ -15,7 +15,11 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIOS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "scenarios").rglob("*.yaml"))
+SCENARIOS = sorted(
+    str(p.relative_to(ROOT))
+    for p in (ROOT / "scenarios").rglob("*.yaml")
+    if p.parent.name != "sweeps"  # sweep files (pagesim sweep), not scenarios
+)
 FILES = ("requests.csv", "steps.csv", "summary.json")
 SHORT = ["simulation.num_requests=300", "simulation.warmup_requests=20", "backend.kind=model"]
 EXTRA = {

@@ -19,7 +19,7 @@ from sim.run.build import build_allocator, policy_context, replica_policies
 from sim.workload.generate import generate_requests
 
 REPO = Path(__file__).resolve().parents[2]
-SHIPPED = sorted((REPO / "scenarios").rglob("*.yaml"))
+SHIPPED = sorted(p for p in (REPO / "scenarios").rglob("*.yaml") if p.parent.name != "sweeps")
 
 
 def write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:

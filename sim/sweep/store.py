@@ -1,0 +1,112 @@
+"""A sweep's output folder: run folders keyed by scenario hash (so a point already run
+is found, not run again), written whole as results arrive; the files that summarise
+them written whole too (sim.run.folders), so an interruption loses no finished point
+and leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sim.run.folders import _version, atomic_file, atomic_folder, check_target
+from sim.sweep.points import Point, finished_summary
+from sim.sweep.progress import SweepProgress
+from sim.sweep.task import make_payload
+
+#: (summary or None, error or None) of each point, by scenario hash.
+Outcomes = dict[str, tuple[dict[str, Any] | None, str | None]]
+
+
+def check_out(out: Path, marker: str) -> None:
+    """``out`` may be written: missing, empty, or an earlier run of the same command
+    (it holds ``marker``, e.g. sweep.json) to resume. ValueError (one line) otherwise."""
+    check_target(out, force=True)
+    if out.is_dir() and any(out.iterdir()) and not (out / marker).is_file():
+        raise ValueError(f"{out}: holds files but no {marker}; it is not a folder this "
+                         "command wrote: choose an empty or new folder")
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``path`` whole (a reader sees the old file or the new one)."""
+    with atomic_file(path) as partial:
+        partial.write_text(text, encoding="utf-8")
+
+
+def write_json(path: Path, data: Any) -> None:
+    write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def provenance(argv: Sequence[str] | None, executor) -> dict[str, Any]:
+    """What made these files: versions, date, command and executor (kept out of
+    points.csv and the run folders, which stay byte-identical)."""
+    import datetime
+    import platform
+
+    from sim.run.folders import RECORDED_PACKAGES
+
+    return {
+        "pagesim_version": _version("pagesim"),
+        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": list(argv or []),
+        "executor": executor.describe(),
+        "python": platform.python_version(),
+        "packages": {name: _version(name) for name in (*RECORDED_PACKAGES, "ray")},
+    }
+
+
+def run_points(
+    points: Sequence[Point],
+    out: Path,
+    executor,
+    *,
+    html: bool,
+    extend: bool = False,
+    progress: bool = True,
+    label: str = "sweep",
+    on_result: Callable[[Outcomes], None] | None = None,
+    cpu_s: list[float] | None = None,
+) -> Outcomes:
+    """Run every point of ``points`` whose finished run folder is not in ``out`` yet
+    (points with the same scenario hash run once), write each run folder as it comes
+    back, and return every point's outcome. ``on_result`` is called after each result
+    with the outcomes so far (to keep a table current); ``cpu_s[0]`` accumulates the
+    CPU seconds the points took in their workers."""
+    cpu_s = cpu_s if cpu_s is not None else [0.0]
+    outcomes: Outcomes = {}
+    todo: dict[str, Point] = {}
+    for point in points:
+        if point.key in outcomes or point.key in todo:
+            continue
+        summary = finished_summary(out, point)
+        if summary is not None:
+            outcomes[point.key] = (summary, None)
+        else:
+            todo[point.key] = point
+    if not todo:
+        return outcomes
+    payloads = [make_payload(p, html=html, extend=extend) for p in todo.values()]
+    bar = SweepProgress(len(outcomes) + len(todo), len(outcomes), executor.workers,
+                        label=label, enabled=progress)
+    bar.started(len(payloads))
+    try:
+        for result in executor.run(payloads):
+            key, error = result["key"], result["error"]
+            if error is None:
+                _write_run_folder(out / todo[key].folder, result["files"])
+            outcomes[key] = (result["summary"], error)
+            cpu_s[0] += result.get("cpu_s", 0.0)
+            bar.finished(error is None)
+            if on_result is not None:
+                on_result(outcomes)
+    finally:
+        bar.close()
+    return outcomes
+
+
+def _write_run_folder(target: Path, files: dict[str, bytes]) -> None:
+    with atomic_folder(target, force=True) as partial:
+        for name, data in files.items():
+            (partial / name).write_bytes(data)
