@@ -69,3 +69,22 @@ def test_outputs_do_not_depend_on_the_string_hash_seed(tmp_path):
         )
         outputs.append({name: (out / name).read_bytes() for name in ("steps.csv", "summary.json")})
     assert outputs[0] == outputs[1]
+
+
+def test_summary_does_not_depend_on_blas_threads(tmp_path):
+    """summary.json is the same whatever number of threads numpy's BLAS runs (its dot
+    products once summed in a thread-dependent order: the KV split's last digits moved)."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    summaries = []
+    for threads in ("1", "2"):
+        out = tmp_path / threads
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}
+        command = [sys.executable, "-m", "sim.cli", "run", "scenarios/tiny.yaml", "--out"]
+        command += [str(out), "--quiet", "--no-report", "--set", "simulation.num_requests=3000"]
+        subprocess.run(command, cwd=root, env=env, check=True)
+        summaries.append((out / "summary.json").read_bytes())
+    assert summaries[0] == summaries[1]

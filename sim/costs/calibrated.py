@@ -261,7 +261,9 @@ class CalibratedCostModel:
         self._coefficients = calibration.vector()
 
     def execute(self, batch: Batch) -> float:
-        return float(batch_features(batch) @ self._coefficients)
+        # np.sum, not `@`: BLAS's dot sums in a CPU- and thread-dependent order, and a
+        # step time must have the same bits on every machine.
+        return float(np.sum(batch_features(batch) * self._coefficients))
 
     def decode_steps(self, context_lens: np.ndarray, steps: int) -> np.ndarray:
         """Seconds of each step of a decode stretch, as ``execute`` gives them one by one
@@ -270,7 +272,7 @@ class CalibratedCostModel:
 
     def predict(self, *shape, **moves) -> float:
         """Same arguments as :meth:`sim.costs.analytic.AnalyticCostModel.predict`."""
-        return float(step_features(*shape, **moves) @ self._coefficients)
+        return float(np.sum(step_features(*shape, **moves) * self._coefficients))
 
 
 def shape_mismatch(calibration: Calibration, model_spec: Any) -> str:

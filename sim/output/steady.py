@@ -173,10 +173,10 @@ def _trend(times: np.ndarray, levels: np.ndarray) -> tuple[float, float]:
     """Least-squares slope of ``levels`` over ``times`` and the residual standard
     deviation around the line."""
     centred = times - times.mean()
-    denominator = float(centred @ centred)
+    denominator = float(np.sum(centred * centred))  # not BLAS: the same bits on every machine
     if denominator <= 0:
         return 0.0, 0.0
-    slope = float(centred @ (levels - levels.mean())) / denominator
+    slope = float(np.sum(centred * (levels - levels.mean()))) / denominator
     residual = levels - levels.mean() - slope * centred
     return slope, float(residual.std())
 

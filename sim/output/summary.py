@@ -186,7 +186,10 @@ def _kv_split(
     denominator = float(weights.sum()) * total_slots
     for key, column in zip(KV_SPLIT_KEYS, KV_SPLIT_COLUMNS):
         slots = rows[:, _STEP_INDEX[column]]
-        kv[key] = float(slots @ weights) / denominator if denominator > 0 else None
+        # np.sum, not `slots @ weights`: BLAS sums a dot product in an order that depends
+        # on its thread count and the CPU's vector width, so the last digits (and the
+        # summary's bytes) would differ between machines.
+        kv[key] = float(np.sum(slots * weights)) / denominator if denominator > 0 else None
     return kv
 
 
