@@ -11,6 +11,7 @@ step (``pagesim run --step-by-step``), interleaved, and prints the ratio.
     .venv/bin/python bench/sim_speed.py                       # the quick cases
     .venv/bin/python bench/sim_speed.py --cases default-100k low-batch swap --modes both
     .venv/bin/python bench/sim_speed.py --cases default-1m    # ~1M requests: minutes
+    .venv/bin/python bench/sim_speed.py --root ../old          # another checkout's code
 
 Medians over ``--repeats`` runs. Nothing here asserts on time (tests never do).
 """
@@ -50,29 +51,31 @@ CASES = {
 QUICK = ["default-10k", "low-batch", "swap", "shared-prompt"]
 
 
-def one_run(case: str, fast_forward: bool) -> dict:
-    """Runs in a child process; returns the figures as a dict."""
-    sys.path.insert(0, str(ROOT))
+def one_run(root: Path, case: str, fast_forward: bool) -> dict:
+    """Runs in a child process on the checkout ``root``; returns the figures."""
+    sys.path.insert(0, str(root))
     from sim.config.loader import load_scenario
     from sim.run.runner import simulate
 
     path, overrides = CASES[case]
-    scenario = load_scenario(ROOT / path, overrides)
+    scenario = load_scenario(root / path, overrides)
+    # (a checkout from before fast-forward existed steps one at a time, and says nothing)
+    options = {"fast_forward": fast_forward} if fast_forward is False else {}
     cpu, wall = time.process_time(), time.perf_counter()
-    result = simulate(scenario, fast_forward=fast_forward)
+    result = simulate(scenario, **options)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     return {
         "cpu_s": cpu,
         "wall_s": wall,
         "steps": result.num_steps,
-        "forwarded": result.fast_forwarded_steps,
+        "forwarded": getattr(result, "fast_forwarded_steps", 0),
         "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
 
-def child(case: str, fast_forward: bool) -> dict:
+def child(root: Path, case: str, fast_forward: bool) -> dict:
     mode = "fast-forward" if fast_forward else "step-by-step"
-    command = [sys.executable, __file__, "--child", case, mode]
+    command = [sys.executable, __file__, "--root", str(root), "--child", case, mode]
     out = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT)
     figures = json.loads(out.stdout.strip().splitlines()[-1])
     figures["load"] = os.getloadavg()[0]
@@ -100,13 +103,24 @@ def main() -> None:
     parser.add_argument("--modes", choices=("fast-forward", "step-by-step", "both"),
                         default="fast-forward")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=1, help="median over this many runs")
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=ROOT,
+        help="the checkout to measure (default this one; e.g. a `git worktree` of an older "
+        "commit, to measure before and after with the same cases)",
+    )
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(one_run(args.child[0], args.child[1] == "fast-forward")))
+        print(
+            json.dumps(one_run(args.root.resolve(), args.child[0], args.child[1] == "fast-forward"))
+        )
         return
     modes = ["fast-forward", "step-by-step"] if args.modes == "both" else [args.modes]
-    print(f"pagesim simulator speed ({os.cpu_count()} CPUs; medians of {args.repeats})")
+    print(
+        f"pagesim simulator speed: {args.root} ({os.cpu_count()} CPUs; medians of {args.repeats})"
+    )
     print(
         f"{'case':<14} {'mode':<13} {'CPU s':>8} {'wall s':>8} {'steps':>10} "
         f"{'steps/CPUs':>10} {'us/step':>8} {'ffwd':>6} {'peak MiB':>9} {'load':>5}"
@@ -115,7 +129,7 @@ def main() -> None:
         runs: dict[str, list[dict]] = {mode: [] for mode in modes}
         for _ in range(args.repeats):  # interleaved, so load drifts hit both modes alike
             for mode in modes:
-                runs[mode].append(child(case, mode == "fast-forward"))
+                runs[mode].append(child(args.root.resolve(), case, mode == "fast-forward"))
         rows = {mode: median_of(found) for mode, found in runs.items()}
         for mode, row in rows.items():
             print(line(case, mode, row), flush=True)
