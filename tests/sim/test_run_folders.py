@@ -96,7 +96,11 @@ def test_a_signal_mid_run_ends_in_one_line_and_keeps_the_previous_run(tmp_path, 
         "--set",
         "simulation.num_requests=60000",  # about 10 s here
     ]
-    proc = subprocess.Popen(long_run, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    # A shell without job control starts background jobs with SIGINT ignored, and that
+    # is inherited: give the run the default disposition, as a terminal would.
+    proc = subprocess.Popen(
+        long_run, cwd=ROOT, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint
+    )
     time.sleep(4.0)  # past loading, well inside the simulation
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
@@ -104,6 +108,11 @@ def test_a_signal_mid_run_ends_in_one_line_and_keeps_the_previous_run(tmp_path, 
     assert err.strip().splitlines() == [f"pagesim: {word}; no partial results were written"]
     assert [p.name for p in tmp_path.iterdir()] == ["r"]
     assert (out / "summary.json").read_text() == "previous"
+
+
+def default_sigint() -> None:
+    """In the child before exec: SIGINT as a terminal delivers it (not ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_a_closed_pipe_ends_quietly(tmp_path):

@@ -21,6 +21,7 @@ from sim.sweep.points import csv_text, flatten
 from sim.sweep.spec import read_sweep_file, sweep_from_scenario
 from sim.sweep.task import make_payload, run_point
 from tests.browser import check_page
+from tests.sim.test_run_folders import default_sigint
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "scenarios" / "tiny.yaml"
@@ -158,8 +159,8 @@ def test_an_interrupted_sweep_resumes_without_losing_or_repeating_a_point(tmp_pa
     args = [sys.executable, "-m", "sim.cli", "sweep", str(base), "--grid",
             "cache.block_size=4,8,16,32", "--jobs", "1", "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([*args, "--quiet"], cwd=ROOT, env=env,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*args, "--quiet"], cwd=ROOT, env=env, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=default_sigint)  # (see test_run_folders)
     deadline = time.time() + 60
     while time.time() < deadline and not (out / "runs").is_dir() or not any(
             p.is_dir() for p in (out / "runs").iterdir()):
