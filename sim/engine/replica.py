@@ -224,6 +224,7 @@ class Replica:
                 duration = check_duration(self._executor.execute(batch))
                 yield self.env.timeout(duration)
             self._completion.apply(plan, self.env.now)
+            self._fast.last_duration = duration
             self.num_steps += 1
             self._steps.record(self._step_record(batch, duration, plan), self.env.now)
 

@@ -38,7 +38,7 @@ from sim.engine.sequences import StepPlan
 from sim.engine.state import ReplicaState
 
 #: Fewer steps than this are stepped one at a time (a stretch has its own fixed cost).
-MIN_STEPS = 2
+MIN_STEPS = 4
 #: The most steps planned at once (a cut stretch wastes only their step times).
 MAX_STEPS = 4096
 
@@ -130,7 +130,7 @@ class FastForward:
         )
         self.current: Stretch | None = None
         self.steps_forwarded = 0  # steps applied as part of a stretch
-        self.last_duration = 0.0  # of the latest stretch's last step (a step's scale)
+        self.last_duration = 0.0  # of the latest step (the replica's scale of a step)
 
     def begin(self, now: float, horizon: Callable[[], float]) -> Stretch | None:
         """A stretch from ``now`` if the replica is in one (None: step normally).
@@ -144,12 +144,12 @@ class FastForward:
             return None  # a swapped request may come back: a decision, not a stretch
         if self.parts.planner.unlogged_preemptions:
             return None  # a preemption since the last step goes in the next step's record
-        limit = min(int((d.target - d.generated).min()) - 1, MAX_STEPS)  # none finishes
-        if limit < MIN_STEPS:
-            return None
         until = horizon()
         if until - now < MIN_STEPS * self.last_duration:
             return None  # an arrival is due before the stretch could pay for itself
+        limit = min(int((d.target - d.generated).min()) - 1, MAX_STEPS)  # none finishes
+        if limit < MIN_STEPS:
+            return None
         steps = self.alloc.plain_decode_steps(d.seq_id, limit)
         if steps < MIN_STEPS:
             return None
