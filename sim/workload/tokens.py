@@ -136,11 +136,21 @@ class BlankOutputs:
     times the steps and the allocator does not hash them): every token is 0, and no
     stream is seeded. Times, memory and every output file are unchanged."""
 
+    def __init__(self) -> None:
+        self._zeros: dict[tuple[int, ...], np.ndarray] = {}  # by shape, read-only
+
     def stream_state(self, req_id: int, sample: int) -> int:
         return 0
 
     def tokens(self, states: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        return np.zeros(np.broadcast_shapes(np.shape(states), np.shape(positions)), np.int32)
+        # One read-only array per shape (readers only read token ids): a decode step
+        # allocates nothing here.
+        shape = np.broadcast(states, positions).shape
+        zeros = self._zeros.get(shape)
+        if zeros is None:
+            zeros = self._zeros[shape] = np.zeros(shape, np.int32)
+            zeros.flags.writeable = False
+        return zeros
 
 
 def hash_block_tokens(seed: int, hash_ids: np.ndarray, vocab_size: int) -> np.ndarray:
