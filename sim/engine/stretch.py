@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
+from backend.base import KVUsage
 from backend.step import Batch
 from backend.stretch import supports_stretches
 from sim.engine.config import ReplicaPolicies
@@ -43,16 +44,8 @@ MIN_STEPS = 4
 MAX_STEPS = 4096
 
 _COLUMN = {name: i for i, name in enumerate(STEP_FIELDS)}
-_USAGE_COLUMNS = (
-    "used_blocks",
-    "cached_blocks",
-    "free_blocks",
-    "token_slots",
-    "reserved_slots",
-    "internal_frag_slots",
-    "external_frag_slots",
-    "free_slots",
-)
+#: The step record's memory columns: the KVUsage fields it carries.
+_USAGE_COLUMNS = tuple(name for name in STEP_FIELDS if name in KVUsage._fields)
 
 
 class StepSink(Protocol):
@@ -78,19 +71,16 @@ class StretchParts:
     steps: StepSink
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class Stretch:
-    """Decode steps of a fixed batch, planned from ``start_s``; ``planned`` of them
-    hold their slots."""
+    """Decode steps of a fixed batch, not yet planned: the allocator is asked for their
+    slots only when the stretch ends or is cut (once), as far as it got."""
 
-    start_s: float
     durations: np.ndarray
     ends: np.ndarray  # each step's end, summed as SimPy sums its timeouts
     seq_ids: np.ndarray
     streams: np.ndarray
     first_position: np.ndarray  # output position of the token each fed at the first step
-    planned: int = 0
-    usage: list[dict[str, np.ndarray]] = field(default_factory=list)
 
     @property
     def end_s(self) -> float:
@@ -164,17 +154,14 @@ class FastForward:
         if likely < steps:  # (the rest would most likely be planned for nothing)
             steps, durations, ends = likely, durations[:likely], ends[:likely]
         self.last_duration = float(durations[-1])
-        self.current = Stretch(
-            now, durations, ends, d.seq_id.copy(), d.stream.copy(), d.generated - 1
-        )
+        self.current = Stretch(durations, ends, d.seq_id.copy(), d.stream.copy(), d.generated - 1)
         return self.current
 
     def finish(self) -> int:
         """The stretch ran to its end: plan and apply all of it; returns its steps."""
         stretch, self.current = self.current, None
         steps = stretch.durations.shape[0]
-        self._plan(stretch, steps)
-        self._apply(stretch, steps)
+        self._apply(stretch, steps, self._plan(stretch, steps))
         return steps
 
     def cut(self, now: float) -> tuple[int, InFlight | None]:
@@ -184,33 +171,33 @@ class FastForward:
         stretch, self.current = self.current, None
         done = int(np.searchsorted(stretch.ends, now, side="left"))  # ended before now
         steps = stretch.durations.shape[0]
-        self._plan(stretch, min(done + 1, steps))
-        self._apply(stretch, done)
+        self._apply(stretch, done, self._plan(stretch, min(done + 1, steps)))
         if done == steps:
             return done, None
         d = self.state.decodes
         batch = Batch((), d.seq_id.copy(), d.context.copy(), np.zeros(len(d), np.int32))
-        limit = Limit.KV_BLOCKS if self.state.swapped else Limit.NONE  # as in _rows
-        plan = StepPlan(decode_rows=len(d), limit=limit)
+        plan = StepPlan(decode_rows=len(d), limit=self._limit())
         step = InFlight(batch, plan, float(stretch.durations[done]), stretch.ends[done])
         return done, step
 
+    def _limit(self) -> Limit:
+        """A stretch step's ``limit``: nothing waits, but a swapped request binds memory
+        (as in StepPlanner.plan)."""
+        return Limit.KV_BLOCKS if self.state.swapped else Limit.NONE
+
     # -- the work, done once per stretch ----------------------------------------------
-    def _plan(self, stretch: Stretch, steps: int) -> None:
-        """Hold the slots of the first ``steps`` steps (those not held yet)."""
-        start = stretch.planned
-        if steps <= start:
-            return
-        offsets = np.arange(start, steps)[:, None]
+    def _plan(self, stretch: Stretch, steps: int) -> dict[str, np.ndarray]:
+        """Hold the slots of the first ``steps`` steps; returns the memory after each."""
+        offsets = np.arange(steps)[:, None]
         tokens = self.parts.outputs.tokens(
             stretch.streams[None, :], stretch.first_position + offsets
         )
-        stretch.usage.append(self._append_steps(stretch.seq_ids, tokens))
-        self.state.decodes.context += steps - start
-        stretch.planned = steps
+        usage = self._append_steps(stretch.seq_ids, tokens)
+        self.state.decodes.context += steps
+        return usage
 
-    def _apply(self, stretch: Stretch, steps: int) -> None:
-        """Apply and record the first ``steps`` steps (all planned)."""
+    def _apply(self, stretch: Stretch, steps: int, usage: dict[str, np.ndarray]) -> None:
+        """Apply and record the first ``steps`` steps (all planned; ``usage`` after each)."""
         if steps <= 0:
             return
         d = self.state.decodes
@@ -218,9 +205,9 @@ class FastForward:
         self.steps_forwarded += steps
         d.generated += steps
         d.token_step[:] = self.parts.gaps.decode_stretch(ends, d.token_step.copy())
-        self.parts.steps.record_rows(self._rows(stretch, steps), ends)
+        self.parts.steps.record_rows(self._rows(stretch, steps, usage), ends)
 
-    def _rows(self, stretch: Stretch, steps: int) -> np.ndarray:
+    def _rows(self, stretch: Stretch, steps: int, usage: dict[str, np.ndarray]) -> np.ndarray:
         """steps.csv rows of the first ``steps`` steps (see Replica._step_record)."""
         rows = np.zeros((steps, len(STEP_FIELDS)))
         durations = stretch.durations[:steps]
@@ -230,13 +217,10 @@ class FastForward:
         batch = stretch.seq_ids.shape[0]
         rows[:, _COLUMN["batch_size"]] = batch
         rows[:, _COLUMN["num_decode_tokens"]] = batch
-        parts = stretch.usage
         for name in _USAGE_COLUMNS:
-            column = parts[0][name] if len(parts) == 1 else np.concatenate([u[name] for u in parts])
-            rows[:, _COLUMN[name]] = column[:steps]
-        if self.state.swapped:  # (as StepPlanner.plan: memory is what binds)
-            rows[:, _COLUMN["limit"]] = Limit.KV_BLOCKS
-            rows[:, _COLUMN["swapped_blocks"]] = self.state.swapped_blocks()
+            rows[:, _COLUMN[name]] = usage[name][:steps]
+        rows[:, _COLUMN["limit"]] = self._limit()
+        rows[:, _COLUMN["swapped_blocks"]] = self.state.swapped_blocks()
         return rows
 
 
