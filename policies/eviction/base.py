@@ -31,6 +31,10 @@ class EvictionHeap:
         self._live[block] = (priority, tie)
         heapq.heappush(self._heap, (priority, tie, block))
 
+    def reprioritise(self, block: int, priority: float) -> None:
+        """Move ``block`` (in the set) to a new priority, keeping its tie."""
+        self.push(block, priority, self._live[block][1])
+
     def discard(self, block: int) -> None:
         del self._live[block]
         if len(self._heap) > 2 * len(self._live) + 64:
