@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.engine.records import LIMIT_NAMES, UNFINISHED_REASON, RequestOutcome
-from sim.output.steplog import STEP_COLUMNS, StepLog
+from sim.output.steplog import _STEP_INDEX, StepLog
 
 __all__ = [
     "GZIP_THRESHOLD_EVENTS",
@@ -54,7 +54,6 @@ TRACE_FORMATS = ("auto", "json", "gzip")
 #: Names of a replica's two threads, by their offset in its tid (see :func:`_tids`).
 _THREADS = ("steps", "requests")
 _PHASES = ("queued", "prefill", "decode")
-_COL = {name: i for i, name in enumerate(STEP_COLUMNS)}
 #: The step-log columns a step's events show.
 _STEP_ARGS = (
     "replica",
@@ -180,7 +179,7 @@ def trace_event_count(outcomes: Iterable[RequestOutcome], steps: StepLog) -> int
 def _layout(outcomes: Sequence[RequestOutcome], steps: StepLog):
     """(rows, replicas, (step start, end) in ns, run end in ns, idle after each step)."""
     rows = steps.as_array()
-    replica_col = rows[:, _COL["replica"]].astype(np.int64)
+    replica_col = rows[:, _STEP_INDEX["replica"]].astype(np.int64)
     replicas = sorted(set(replica_col.tolist()) | {o.replica for o in outcomes})
     bounds = _step_bounds(rows, replica_col)
     if len(rows):
@@ -209,8 +208,9 @@ def _step_bounds(rows: np.ndarray, replica_col: np.ndarray) -> tuple[np.ndarray,
     """(start, end) of each step in whole ns; on each replica a step starts no earlier
     than the previous one ends (the engine's start = end - duration can fall an ulp
     before the previous end)."""
-    start = np.rint(rows[:, _COL["time_s"]] * 1e9).astype(np.int64)
-    end = np.rint((rows[:, _COL["time_s"]] + rows[:, _COL["duration_s"]]) * 1e9).astype(np.int64)
+    time_s, duration_s = rows[:, _STEP_INDEX["time_s"]], rows[:, _STEP_INDEX["duration_s"]]
+    start = np.rint(time_s * 1e9).astype(np.int64)
+    end = np.rint((time_s + duration_s) * 1e9).astype(np.int64)
     for r in np.unique(replica_col):
         mine = np.flatnonzero(replica_col == r)
         s, e = start[mine], end[mine]
@@ -232,8 +232,8 @@ def _idle_after(bounds, replica_col, run_end: int, busy_at_end: set[int]) -> np.
 
 
 def _step_lines(rows, start, end, idle, pool_blocks: int) -> Iterator[str]:
-    col = {name: rows[:, _COL[name]].astype(np.int64).tolist() for name in _STEP_ARGS}
-    used_fraction = (rows[:, _COL["used_blocks"]] / max(int(pool_blocks), 1)).tolist()
+    col = {name: rows[:, _STEP_INDEX[name]].astype(np.int64).tolist() for name in _STEP_ARGS}
+    used_fraction = (rows[:, _STEP_INDEX["used_blocks"]] / max(int(pool_blocks), 1)).tolist()
     start_us, end_us = (start / 1000).tolist(), (end / 1000).tolist()
     dur_us = ((end - start) / 1000).tolist()
     for i, ts in enumerate(start_us):
