@@ -99,7 +99,8 @@ def write_trace(
     for contiguous baselines). Reads its inputs only."""
     if fmt not in TRACE_FORMATS:
         raise ValueError(f"trace format must be one of {TRACE_FORMATS}, got {fmt!r}")
-    count = trace_event_count(outcomes, steps)
+    layout = _layout(outcomes, steps)  # once: the count and the lines both need it
+    count = _event_count(outcomes, layout)
     compress = fmt == "gzip" or (fmt == "auto" and count > GZIP_THRESHOLD_EVENTS)
     path = Path(out_dir) / ("trace.json.gz" if compress else "trace.json")
     with open(path, "wb") as raw:
@@ -110,11 +111,12 @@ def write_trace(
             else raw
         )
         with io.TextIOWrapper(binary, encoding="ascii", newline="\n") as text:
-            _write_document(text, outcomes, steps, pool_blocks, title, count)
+            lines = _lines(outcomes, layout, pool_blocks)
+            _write_document(text, lines, pool_blocks, title, count)
     return path
 
 
-def _write_document(text, outcomes, steps, pool_blocks, title, count) -> None:
+def _write_document(text, lines, pool_blocks, title, count) -> None:
     """``{"traceEvents":[ one event a line ], "otherData":{...}}``. No displayTimeUnit:
     older Perfetto took "ms" there for the unit of ts (it is microseconds by the format);
     the events come first, as Chrome writes them, for parsers that stream."""
@@ -128,7 +130,7 @@ def _write_document(text, outcomes, steps, pool_blocks, title, count) -> None:
     text.write('{"traceEvents":[\n')
     chunk: list[str] = []
     first = True
-    for line in trace_lines(outcomes, steps, pool_blocks):
+    for line in lines:
         chunk.append(line)
         if len(chunk) == _CHUNK_LINES:
             text.write(("" if first else ",\n") + ",\n".join(chunk))
@@ -147,7 +149,11 @@ def trace_lines(
 ) -> Iterator[str]:
     """The trace's events, one canonical JSON object text each, in file order: names,
     then each replica's steps and counters, then the requests in ``outcomes`` order."""
-    rows, replicas, bounds, run_end, idle = _layout(outcomes, steps)
+    yield from _lines(outcomes, _layout(outcomes, steps), pool_blocks)
+
+
+def _lines(outcomes: Sequence[RequestOutcome], layout, pool_blocks: int) -> Iterator[str]:
+    rows, replicas, bounds, run_end, idle = layout
     for r in replicas:
         yield from _metadata(r)
     for start in range(0, len(rows), _CHUNK_STEPS):
@@ -162,7 +168,11 @@ def trace_lines(
 def trace_event_count(outcomes: Iterable[RequestOutcome], steps: StepLog) -> int:
     """How many events :func:`trace_lines` yields (decided before writing: the format)."""
     outcomes = list(outcomes)
-    rows, replicas, _, _, idle = _layout(outcomes, steps)
+    return _event_count(outcomes, _layout(outcomes, steps))
+
+
+def _event_count(outcomes: Sequence[RequestOutcome], layout) -> int:
+    rows, replicas, _, _, idle = layout
     count = 6 * len(replicas) + 4 * len(rows) + int(idle.sum())
     for o in outcomes:
         if o.rejected_reason and o.rejected_reason != UNFINISHED_REASON:
