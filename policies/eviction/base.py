@@ -66,7 +66,8 @@ class PriorityEvictor(EvictorBase):
 
     The priority is computed once, when the block enters the evictable set, and must
     stay valid while it is there (a hit takes the block out before its statistics
-    change).
+    change), unless the subclass moves the block with ``self._set.reprioritise`` (as
+    ``belady`` does when the stream's next use of a key moves).
     """
 
     def __init__(self) -> None:
