@@ -6,7 +6,7 @@ when the free list runs dry. Every event is O(1) or O(log n): an evictor is on t
 allocator's hot path. Time is the block manager's logical clock (an operation counter),
 never wall time, so a run is deterministic.
 
-Other policies live in ``policies/eviction.py`` (registered by name, as the simulator's
+Other policies live in ``policies/eviction/`` (registered by name, as the simulator's
 scenarios choose them); the backend only knows this protocol, :class:`EvictorBase` (the
 class to subclass: it answers the events a policy may ignore) and the default.
 """

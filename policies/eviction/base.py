@@ -31,6 +31,10 @@ class EvictionHeap:
         self._live[block] = (priority, tie)
         heapq.heappush(self._heap, (priority, tie, block))
 
+    def reprioritise(self, block: int, priority: float) -> None:
+        """Move ``block`` (in the set) to a new priority, keeping its tie."""
+        self.push(block, priority, self._live[block][1])
+
     def discard(self, block: int) -> None:
         del self._live[block]
         if len(self._heap) > 2 * len(self._live) + 64:
@@ -62,7 +66,8 @@ class PriorityEvictor(EvictorBase):
 
     The priority is computed once, when the block enters the evictable set, and must
     stay valid while it is there (a hit takes the block out before its statistics
-    change).
+    change), unless the subclass moves the block with ``self._set.reprioritise`` (as
+    ``belady`` does when the stream's next use of a key moves).
     """
 
     def __init__(self) -> None:

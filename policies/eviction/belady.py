@@ -7,14 +7,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from backend.evictor import EvictorBase
 from backend.prefix_hash import prefix_keys
-from policies.eviction.base import EVICTORS, EvictionHeap
+from policies.eviction.base import EVICTORS, PriorityEvictor
 from policies.views import RequestInfo
 
 
 @EVICTORS.register("belady")
-class Belady(EvictorBase):
+class Belady(PriorityEvictor):
     """Belady's MIN, the offline optimum: evict the cached block whose prefix the
     known request stream needs again farthest in the future (never, first).
 
@@ -35,6 +34,7 @@ class Belady(EvictorBase):
     """
 
     def __init__(self, requests: Sequence[RequestInfo], block_size: int):
+        super().__init__()  # the heap: priority -next use, ties by when it was cached
         self._never = len(requests)  # past every position: not used again
         self._uses: dict[int, deque[int]] = {}  # key -> positions of requests using it
         self._by_signature: dict[int, deque[int]] = {}  # prompt's last key -> positions
@@ -47,26 +47,20 @@ class Belady(EvictorBase):
                 self._uses.setdefault(key, deque()).append(position)
             if keys:
                 self._by_signature.setdefault(keys[-1], deque()).append(position)
-        self._set = EvictionHeap()  # priority: -next use; tie: when it was cached
-        self._cached_at: dict[int, int] = {}  # evictable block -> when it was cached
         self._key_of: dict[int, int] = {}  # evictable block -> its key
         self._block_of: dict[int, int] = {}  # key -> evictable block
-        self._arrivals = 0
 
     def next_use(self, key: int) -> int:
         """Stream position of the next request that uses ``key`` (len(requests): none)."""
         uses = self._uses.get(key)
         return uses[0] if uses else self._never
 
-    def _push(self, block: int) -> None:
-        use = self.next_use(self._key_of[block])
-        self._set.push(block, -use, self._cached_at[block])
+    def priority(self, block: int, now: int, key: int) -> float:
+        return -self.next_use(key)
 
     def on_cached(self, block: int, now: int, key: int) -> None:
-        self._arrivals += 1
         self._key_of[block], self._block_of[key] = key, block
-        self._cached_at[block] = self._arrivals
-        self._push(block)
+        super().on_cached(block, now, key)
 
     def on_lookup(self, keys: Sequence[int], now: int) -> None:
         waiting = self._by_signature.get(keys[-1]) if keys else None
@@ -83,27 +77,11 @@ class Belady(EvictorBase):
             uses.popleft()
             block = self._block_of.get(key)
             if block is not None:
-                self._push(block)
+                self._set.reprioritise(block, -self.next_use(key))
 
     def on_removed(self, block: int) -> None:
-        self._set.discard(block)
-        self._forget(block)
+        super().on_removed(block)
+        self.forget(block)
 
-    def _forget(self, block: int) -> None:
-        del self._cached_at[block]
+    def forget(self, block: int) -> None:
         del self._block_of[self._key_of.pop(block)]
-
-    def pick_victims(self, num_blocks: int) -> list[int]:
-        victims = [self._set.pop() for _ in range(min(num_blocks, len(self._set)))]
-        for block in victims:
-            self._forget(block)
-        return victims
-
-    def __len__(self) -> int:
-        return len(self._set)
-
-    def __contains__(self, block: object) -> bool:
-        return block in self._set
-
-    def blocks(self) -> list[int]:
-        return self._set.blocks()

@@ -76,6 +76,13 @@ def layout(fig: go.Figure, name: str, height: int = 420, **kwargs) -> go.Figure:
     return fig
 
 
+def empty_figure(name: str, text: str) -> go.Figure:
+    """The short figure ``name`` shows when it has nothing to plot: ``text`` says why."""
+    fig = go.Figure()
+    mark_empty(fig, text)
+    return layout(fig, name, height=200, showlegend=False)
+
+
 def latency_figure(data: RunData) -> go.Figure:
     names = (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("E2E", "e2e_s"))
     fig = make_subplots(rows=1, cols=3, subplot_titles=[f"{label} (ms)" for label, _ in names])
@@ -119,9 +126,7 @@ def throughput_figure(data: RunData) -> go.Figure:
     table = data.table
     done = table["finished"]
     if not done.any():
-        fig = go.Figure()
-        mark_empty(fig, "no data: no request finished")
-        return layout(fig, "throughput", height=200, showlegend=False)
+        return empty_figure("throughput", "no data: no request finished")
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
     edges = time_bins(data.start_s, data.end_s)
     centers = (edges[:-1] + edges[1:]) / 2

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from sim.output.page import downsample_indices, mark_empty
-from sim.output.report_figures import TIME_AXIS, RunData, f32, layout
+from sim.output.report_figures import TIME_AXIS, RunData, empty_figure, f32, layout
 from sim.output.series import cluster_series, hit_rate_over_time, swap_traffic, time_bins
 from sim.output.steplog import _STEP_INDEX, KV_SPLIT_COLUMNS, KV_SPLIT_KEYS
 
@@ -62,6 +62,13 @@ def _grid(data: RunData) -> np.ndarray:
     return np.linspace(data.start_s, data.end_s, 2000)
 
 
+def _two_panels(top: str, bottom: str) -> go.Figure:
+    """Two panels over one time axis, titled ``top`` and ``bottom``."""
+    return make_subplots(
+        rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1, subplot_titles=[top, bottom]
+    )
+
+
 def cache_figure(data: RunData) -> go.Figure:
     edges = time_bins(data.start_s, data.end_s)
     rate = hit_rate_over_time(data.table, edges)
@@ -69,18 +76,11 @@ def cache_figure(data: RunData) -> go.Figure:
     cached, _ = cluster_series(data.rows, "cached_blocks", grid)
     hits = bool(np.nansum(rate) > 0)
     if not hits and not cached.any():
-        fig = go.Figure()
-        mark_empty(fig, "none: no prompt token came from the prefix cache, no block was cached")
-        return layout(fig, "cache", height=200, showlegend=False)
-    fig = make_subplots(
-        rows=2,
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.1,
-        subplot_titles=[
-            "hit rate of the prompts first scheduled in each time bin (%)",
-            "cached blocks (free, holding reusable prefixes; all replicas)",
-        ],
+        text = "none: no prompt token came from the prefix cache, no block was cached"
+        return empty_figure("cache", text)
+    fig = _two_panels(
+        "hit rate of the prompts first scheduled in each time bin (%)",
+        "cached blocks (free, holding reusable prefixes; all replicas)",
     )
     if hits:
         centers = (edges[:-1] + edges[1:]) / 2
@@ -105,18 +105,10 @@ def cache_figure(data: RunData) -> go.Figure:
 
 def swap_figure(data: RunData) -> go.Figure:
     if not data.rows.shape[0] or not data.rows[:, _STEP_INDEX["swapped_blocks"]].any():
-        fig = go.Figure()
-        mark_empty(fig, "none: no request was swapped to the CPU")
-        return layout(fig, "swap", height=200, showlegend=False)
-    fig = make_subplots(
-        rows=2,
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.1,
-        subplot_titles=[
-            "blocks swapped per second (from the change in swapped blocks)",
-            "CPU pool in use (all replicas)",
-        ],
+        return empty_figure("swap", "none: no request was swapped to the CPU")
+    fig = _two_panels(
+        "blocks swapped per second (from the change in swapped blocks)",
+        "CPU pool in use (all replicas)",
     )
     grid = _grid(data)
     swapped, _ = cluster_series(data.rows, "swapped_blocks", grid)

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.engine.records import LIMIT_NAMES, UNFINISHED_REASON, RequestOutcome
-from sim.output.steplog import STEP_COLUMNS, StepLog
+from sim.output.steplog import _STEP_INDEX, StepLog
 
 __all__ = [
     "GZIP_THRESHOLD_EVENTS",
@@ -54,7 +54,6 @@ TRACE_FORMATS = ("auto", "json", "gzip")
 #: Names of a replica's two threads, by their offset in its tid (see :func:`_tids`).
 _THREADS = ("steps", "requests")
 _PHASES = ("queued", "prefill", "decode")
-_COL = {name: i for i, name in enumerate(STEP_COLUMNS)}
 #: The step-log columns a step's events show.
 _STEP_ARGS = (
     "replica",
@@ -100,7 +99,8 @@ def write_trace(
     for contiguous baselines). Reads its inputs only."""
     if fmt not in TRACE_FORMATS:
         raise ValueError(f"trace format must be one of {TRACE_FORMATS}, got {fmt!r}")
-    count = trace_event_count(outcomes, steps)
+    layout = _layout(outcomes, steps)  # once: the count and the lines both need it
+    count = _event_count(outcomes, layout)
     compress = fmt == "gzip" or (fmt == "auto" and count > GZIP_THRESHOLD_EVENTS)
     path = Path(out_dir) / ("trace.json.gz" if compress else "trace.json")
     with open(path, "wb") as raw:
@@ -111,11 +111,12 @@ def write_trace(
             else raw
         )
         with io.TextIOWrapper(binary, encoding="ascii", newline="\n") as text:
-            _write_document(text, outcomes, steps, pool_blocks, title, count)
+            lines = _lines(outcomes, layout, pool_blocks)
+            _write_document(text, lines, pool_blocks, title, count)
     return path
 
 
-def _write_document(text, outcomes, steps, pool_blocks, title, count) -> None:
+def _write_document(text, lines, pool_blocks, title, count) -> None:
     """``{"traceEvents":[ one event a line ], "otherData":{...}}``. No displayTimeUnit:
     older Perfetto took "ms" there for the unit of ts (it is microseconds by the format);
     the events come first, as Chrome writes them, for parsers that stream."""
@@ -129,7 +130,7 @@ def _write_document(text, outcomes, steps, pool_blocks, title, count) -> None:
     text.write('{"traceEvents":[\n')
     chunk: list[str] = []
     first = True
-    for line in trace_lines(outcomes, steps, pool_blocks):
+    for line in lines:
         chunk.append(line)
         if len(chunk) == _CHUNK_LINES:
             text.write(("" if first else ",\n") + ",\n".join(chunk))
@@ -148,7 +149,11 @@ def trace_lines(
 ) -> Iterator[str]:
     """The trace's events, one canonical JSON object text each, in file order: names,
     then each replica's steps and counters, then the requests in ``outcomes`` order."""
-    rows, replicas, bounds, run_end, idle = _layout(outcomes, steps)
+    yield from _lines(outcomes, _layout(outcomes, steps), pool_blocks)
+
+
+def _lines(outcomes: Sequence[RequestOutcome], layout, pool_blocks: int) -> Iterator[str]:
+    rows, replicas, bounds, run_end, idle = layout
     for r in replicas:
         yield from _metadata(r)
     for start in range(0, len(rows), _CHUNK_STEPS):
@@ -163,7 +168,11 @@ def trace_lines(
 def trace_event_count(outcomes: Iterable[RequestOutcome], steps: StepLog) -> int:
     """How many events :func:`trace_lines` yields (decided before writing: the format)."""
     outcomes = list(outcomes)
-    rows, replicas, _, _, idle = _layout(outcomes, steps)
+    return _event_count(outcomes, _layout(outcomes, steps))
+
+
+def _event_count(outcomes: Sequence[RequestOutcome], layout) -> int:
+    rows, replicas, _, _, idle = layout
     count = 6 * len(replicas) + 4 * len(rows) + int(idle.sum())
     for o in outcomes:
         if o.rejected_reason and o.rejected_reason != UNFINISHED_REASON:
@@ -180,7 +189,7 @@ def trace_event_count(outcomes: Iterable[RequestOutcome], steps: StepLog) -> int
 def _layout(outcomes: Sequence[RequestOutcome], steps: StepLog):
     """(rows, replicas, (step start, end) in ns, run end in ns, idle after each step)."""
     rows = steps.as_array()
-    replica_col = rows[:, _COL["replica"]].astype(np.int64)
+    replica_col = rows[:, _STEP_INDEX["replica"]].astype(np.int64)
     replicas = sorted(set(replica_col.tolist()) | {o.replica for o in outcomes})
     bounds = _step_bounds(rows, replica_col)
     if len(rows):
@@ -209,8 +218,9 @@ def _step_bounds(rows: np.ndarray, replica_col: np.ndarray) -> tuple[np.ndarray,
     """(start, end) of each step in whole ns; on each replica a step starts no earlier
     than the previous one ends (the engine's start = end - duration can fall an ulp
     before the previous end)."""
-    start = np.rint(rows[:, _COL["time_s"]] * 1e9).astype(np.int64)
-    end = np.rint((rows[:, _COL["time_s"]] + rows[:, _COL["duration_s"]]) * 1e9).astype(np.int64)
+    time_s, duration_s = rows[:, _STEP_INDEX["time_s"]], rows[:, _STEP_INDEX["duration_s"]]
+    start = np.rint(time_s * 1e9).astype(np.int64)
+    end = np.rint((time_s + duration_s) * 1e9).astype(np.int64)
     for r in np.unique(replica_col):
         mine = np.flatnonzero(replica_col == r)
         s, e = start[mine], end[mine]
@@ -232,8 +242,8 @@ def _idle_after(bounds, replica_col, run_end: int, busy_at_end: set[int]) -> np.
 
 
 def _step_lines(rows, start, end, idle, pool_blocks: int) -> Iterator[str]:
-    col = {name: rows[:, _COL[name]].astype(np.int64).tolist() for name in _STEP_ARGS}
-    used_fraction = (rows[:, _COL["used_blocks"]] / max(int(pool_blocks), 1)).tolist()
+    col = {name: rows[:, _STEP_INDEX[name]].astype(np.int64).tolist() for name in _STEP_ARGS}
+    used_fraction = (rows[:, _STEP_INDEX["used_blocks"]] / max(int(pool_blocks), 1)).tolist()
     start_us, end_us = (start / 1000).tolist(), (end / 1000).tolist()
     dur_us = ((end - start) / 1000).tolist()
     for i, ts in enumerate(start_us):
