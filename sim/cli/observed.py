@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sim.cli.common import UsageError, require
-from sim.cli.live import load
+from sim.cli.live import load, load_calibration
 
 
 def _run_scenario(run: Path) -> dict:
@@ -154,16 +154,9 @@ def _simulate(scenario, calibration_path):
 
     factory, cost_model = None, {"kind": scenario.cost_model.kind}
     if calibration_path:
-        from sim.costs.calibrated import CalibratedCostModel, CalibrationError, load, shape_mismatch
+        from sim.costs.calibrated import CalibratedCostModel
 
-        try:
-            fitted = load(calibration_path)
-        except CalibrationError as err:
-            raise UsageError(str(err)) from None
-        problem = shape_mismatch(fitted, scenario.model)
-        if problem:
-            raise UsageError(f"{calibration_path}: {problem}")
-        model = CalibratedCostModel(fitted)
+        model = CalibratedCostModel(load_calibration(calibration_path, scenario))
         factory, cost_model = (lambda *_: model), {"kind": "calibrated", "file": calibration_path}
     elif scenario.backend.kind == "torch":
         require("torch", "validate")
