@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.cli.common import UsageError, require
+from sim.cli.common import UsageError, output_file, output_folder, require
 from sim.cli.live import load, load_calibration
 
 
@@ -22,7 +22,6 @@ def cmd_calibrate_observed(args) -> int:
     """``pagesim calibrate --observed RUN``: fit the cost model to an observed run."""
     from types import SimpleNamespace
 
-    from sim.cli.common import output_file
     from sim.costs.calibrated import CalibrationError, model_shape_key, save
     from sim.live.fit import fit_observed
     from sim.run.folders import atomic_file
@@ -101,10 +100,10 @@ def cmd_validate_observed(args) -> int:
     against what the endpoint showed."""
     import json
 
-    from sim.cli.common import output_folder
     from sim.cli.compare import read_summary
     from sim.live.compare import build_report, format_report
     from sim.run.folders import atomic_file
+    from sim.run.runner import write_run
 
     scenario = load(args.scenario, args.overrides, args.seed)
     run = Path(args.observed)
@@ -115,8 +114,6 @@ def cmd_validate_observed(args) -> int:
     out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-validation-observed"
     output_folder(out, "--out")
     simulated, cost_model = _simulate(scenario, args.calibration)
-    from sim.run.runner import write_run
-
     write_run(simulated, scenario, out / "simulated", html=not args.no_report, force=True)
     report = build_report(scenario, observed, simulated.summary, run=str(run),
                           cost_model=cost_model)  # fmt: skip
