@@ -74,6 +74,21 @@ def load(path: str, overrides=(), seed=None):
         raise UsageError(str(err)) from None
 
 
+def load_calibration(path: str, scenario):
+    """``--calibration``, checked to fit the scenario's model; UsageError if not."""
+    from sim.costs.calibrated import CalibrationError, shape_mismatch
+    from sim.costs.calibrated import load as load_fitted
+
+    try:
+        fitted = load_fitted(path)
+    except CalibrationError as err:
+        raise UsageError(str(err)) from None
+    problem = shape_mismatch(fitted, scenario.model)
+    if problem:
+        raise UsageError(f"{path}: {problem}")
+    return fitted
+
+
 def scenario_requests(scenario):
     """The scenario's request stream, exactly as a simulation of it draws it."""
     import numpy as np

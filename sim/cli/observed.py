@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.cli.common import UsageError, require
-from sim.cli.live import load
+from sim.cli.common import UsageError, output_file, output_folder, require
+from sim.cli.live import load, load_calibration
 
 
 def _run_scenario(run: Path) -> dict:
@@ -22,7 +22,6 @@ def cmd_calibrate_observed(args) -> int:
     """``pagesim calibrate --observed RUN``: fit the cost model to an observed run."""
     from types import SimpleNamespace
 
-    from sim.cli.common import output_file
     from sim.costs.calibrated import CalibrationError, model_shape_key, save
     from sim.live.fit import fit_observed
     from sim.run.folders import atomic_file
@@ -101,10 +100,10 @@ def cmd_validate_observed(args) -> int:
     against what the endpoint showed."""
     import json
 
-    from sim.cli.common import output_folder
     from sim.cli.compare import read_summary
     from sim.live.compare import build_report, format_report
     from sim.run.folders import atomic_file
+    from sim.run.runner import write_run
 
     scenario = load(args.scenario, args.overrides, args.seed)
     run = Path(args.observed)
@@ -115,8 +114,6 @@ def cmd_validate_observed(args) -> int:
     out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-validation-observed"
     output_folder(out, "--out")
     simulated, cost_model = _simulate(scenario, args.calibration)
-    from sim.run.runner import write_run
-
     write_run(simulated, scenario, out / "simulated", html=not args.no_report, force=True)
     report = build_report(scenario, observed, simulated.summary, run=str(run),
                           cost_model=cost_model)  # fmt: skip
@@ -154,16 +151,9 @@ def _simulate(scenario, calibration_path):
 
     factory, cost_model = None, {"kind": scenario.cost_model.kind}
     if calibration_path:
-        from sim.costs.calibrated import CalibratedCostModel, CalibrationError, load, shape_mismatch
+        from sim.costs.calibrated import CalibratedCostModel
 
-        try:
-            fitted = load(calibration_path)
-        except CalibrationError as err:
-            raise UsageError(str(err)) from None
-        problem = shape_mismatch(fitted, scenario.model)
-        if problem:
-            raise UsageError(f"{calibration_path}: {problem}")
-        model = CalibratedCostModel(fitted)
+        model = CalibratedCostModel(load_calibration(calibration_path, scenario))
         factory, cost_model = (lambda *_: model), {"kind": "calibrated", "file": calibration_path}
     elif scenario.backend.kind == "torch":
         require("torch", "validate")

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from sim.cli.common import UsageError, add_scenario_options, output_file, output_folder, require
+from sim.cli.live import load, load_calibration
 
 __all__ = ["add_commands"]
 
@@ -103,16 +104,6 @@ def _add_validate(sub) -> None:
 # --------------------------------------------------------------------------------------
 
 
-def _load(path: str, overrides=(), seed=None):
-    from sim.config.errors import ScenarioError
-    from sim.config.loader import load_scenario
-
-    try:
-        return load_scenario(path, overrides, seed=seed)
-    except ScenarioError as err:
-        raise UsageError(str(err)) from None
-
-
 def _check_positive(**values) -> None:
     for name, value in values.items():
         if value is not None and value < 1:
@@ -170,7 +161,7 @@ def cmd_profile(args) -> int:
     _check_timing_options(args, block_size=args.block_size)
     out = output_file(args.out, "--out")
     if args.scenario:
-        scenario = _load(args.scenario, args.overrides, args.seed)
+        scenario = load(args.scenario, args.overrides, args.seed)
         model, block_size = scenario.model, scenario.cache.block_size
         device = args.device or scenario.backend.device
         dtype = args.dtype or scenario.backend.dtype
@@ -255,11 +246,11 @@ def cmd_validate(args) -> int:
 
         return cmd_validate_observed(args)
     _check_timing_options(args, step_repeats=args.step_repeats)
-    scenario = _load(args.scenario, args.overrides, args.seed)
+    scenario = load(args.scenario, args.overrides, args.seed)
     out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-validation"
     output_folder(out, "--out")
     device = scenario.backend.device
-    fitted = _load_calibration(args.calibration, scenario) if args.calibration else None
+    fitted = load_calibration(args.calibration, scenario) if args.calibration else None
     if fitted is None:
         _check_model_limits(args, scenario.model, scenario.cache.block_size)
     require("torch", "validate")  # after every check that does not need it
@@ -290,16 +281,3 @@ def cmd_validate(args) -> int:
     print(f"wrote {out}/validation.json" + ("" if args.no_report else " and validation.html"))
     return 0
 
-
-def _load_calibration(path: str, scenario):
-    """``--calibration``, checked to fit the scenario's model; UsageError if not."""
-    from sim.costs.calibrated import CalibrationError, load, shape_mismatch
-
-    try:
-        fitted = load(path)
-    except CalibrationError as err:
-        raise UsageError(str(err)) from None
-    problem = shape_mismatch(fitted, scenario.model)
-    if problem:
-        raise UsageError(f"{path}: {problem}")
-    return fitted

@@ -16,9 +16,13 @@ from typing import Any
 import numpy as np
 
 from sim.output.page import (
+    LATENCY_COLUMNS,
+    cdf_ms,
     downsample_indices,
     figure_div,
+    finish_cdf_panel,
     html_table,
+    latency_cdf_grid,
     mark_empty,
     page,
     plotly_script_src,
@@ -187,21 +191,17 @@ def _scatter_figure(validation):
 
 def _cdf_figure(validation):
     import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
 
     from sim.output.requests import request_table
 
-    names = (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("E2E", "e2e_s"))
-    fig = make_subplots(rows=1, cols=3, subplot_titles=[f"{label} (ms)" for label, _ in names])
+    fig = latency_cdf_grid()
     tables = {name: request_table(run.outcomes) for name, run in validation.runs.items()}
-    for col, (label, column) in enumerate(names, start=1):
+    for col, (label, column) in enumerate(LATENCY_COLUMNS, start=1):
         drawn = False
         for name, table in tables.items():
-            values = np.sort(table[column])
-            values = values[~np.isnan(values)] * 1e3
+            values, fraction = cdf_ms(table[column])
             if not values.size:
                 continue
-            fraction = np.arange(1, values.size + 1) / values.size
             line = {"color": _COLOURS[name], "shape": "hv"}
             fig.add_trace(
                 go.Scatter(x=values, y=fraction, mode="lines", name=name, legendgroup=name,
@@ -209,11 +209,7 @@ def _cdf_figure(validation):
                 row=1, col=col,
             )  # fmt: skip
             drawn = True
-        if drawn:
-            fig.update_xaxes(title_text="ms", row=1, col=col)
-            fig.update_yaxes(range=[0, 1.02], row=1, col=col)
-        else:
-            mark_empty(fig, f"none: no request has a {label}", row=1, col=col)
+        finish_cdf_panel(fig, col, drawn, f"none: no request has a {label}", top=1.02)
     fig.update_yaxes(title_text="fraction of requests", row=1, col=1)
     fig.update_layout(title="Latency CDFs of the three runs", template="plotly_white", height=460)
     return fig

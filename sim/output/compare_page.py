@@ -18,9 +18,13 @@ from plotly.subplots import make_subplots
 
 from sim.output.compare import MISSING, differing_fields, field_text
 from sim.output.page import (
+    LATENCY_COLUMNS,
+    cdf_ms,
     downsample_indices,
     figure_div,
+    finish_cdf_panel,
     html_table,
+    latency_cdf_grid,
     mark_empty,
     page,
     plotly_script_src,
@@ -89,17 +93,14 @@ def _color(i: int) -> str:
 
 
 def cdf_figure(runs: Sequence[RunSeries]) -> go.Figure:
-    names = (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("E2E", "e2e_s"))
-    fig = make_subplots(rows=1, cols=3, subplot_titles=[f"{label} (ms)" for label, _ in names])
-    for col, (label, key) in enumerate(names, start=1):
+    fig = latency_cdf_grid()
+    for col, (label, key) in enumerate(LATENCY_COLUMNS, start=1):
         drawn = False
         for i, run in enumerate(runs):
-            values = run.requests[key]
-            values = np.sort(values[~np.isnan(values)]) * 1000.0
+            values, cdf = cdf_ms(run.requests[key])
             if not values.size:
                 continue
             keep = downsample_indices(values.size, 2000)
-            cdf = (np.arange(values.size) + 1) / values.size
             fig.add_trace(
                 go.Scatter(
                     x=values[keep].astype(np.float32),
@@ -114,11 +115,7 @@ def cdf_figure(runs: Sequence[RunSeries]) -> go.Figure:
                 col=col,
             )
             drawn = True
-        if drawn:
-            fig.update_xaxes(title_text="ms", row=1, col=col)
-            fig.update_yaxes(range=[0, 1.05], row=1, col=col)
-        else:
-            mark_empty(fig, f"none: no run has a {label}", row=1, col=col)
+        finish_cdf_panel(fig, col, drawn, f"none: no run has a {label}", top=1.05)
     fig.update_yaxes(title_text="fraction of requests", row=1, col=1)
     fig.update_layout(title=COMPARE_FIGURES["cdf"], template="plotly_white", height=480)
     return fig

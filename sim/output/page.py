@@ -19,13 +19,18 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
+from plotly.subplots import make_subplots
 
 __all__ = [
+    "LATENCY_COLUMNS",
     "MAX_POINTS",
     "PLOTLY_JS",
+    "cdf_ms",
     "downsample_indices",
+    "finish_cdf_panel",
     "figure_div",
     "html_table",
+    "latency_cdf_grid",
     "mark_empty",
     "page",
     "plotly_script_src",
@@ -34,6 +39,9 @@ __all__ = [
 
 #: The file name of plotly.js beside a page.
 PLOTLY_JS = "plotly.min.js"
+
+#: The latency CDFs' panels, left to right: label and request-table column (seconds).
+LATENCY_COLUMNS = (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("E2E", "e2e_s"))
 
 #: Most points of one trace: big runs are thinned to this (see downsample_indices).
 MAX_POINTS = 5000
@@ -172,3 +180,26 @@ def shade_warmup(fig: go.Figure, start_s: float | None, end_s: float | None, **w
         annotation_position="top left",
         **where,
     )
+
+
+def latency_cdf_grid() -> go.Figure:
+    """One row of three subplots, one per LATENCY_COLUMNS, titled in ms."""
+    titles = [f"{label} (ms)" for label, _ in LATENCY_COLUMNS]
+    return make_subplots(rows=1, cols=3, subplot_titles=titles)
+
+
+def cdf_ms(seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The known (not NaN) values of ``seconds`` sorted and in ms, and the fraction of
+    them at or below each: one empirical CDF."""
+    values = np.sort(seconds[~np.isnan(seconds)]) * 1000.0
+    return values, (np.arange(values.size) + 1) / values.size
+
+
+def finish_cdf_panel(fig: go.Figure, col: int, drawn: bool, empty: str, *, top: float) -> None:
+    """The axes of CDF panel ``col`` (x in ms, y 0..``top``) if a series was ``drawn`` in
+    it, else ``empty`` said where it would be (mark_empty)."""
+    if drawn:
+        fig.update_xaxes(title_text="ms", row=1, col=col)
+        fig.update_yaxes(range=[0, top], row=1, col=col)
+    else:
+        mark_empty(fig, empty, row=1, col=col)
