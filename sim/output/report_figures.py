@@ -14,7 +14,16 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from sim.output.page import MAX_POINTS, downsample_indices, mark_empty, shade_warmup
+from sim.output.page import (
+    LATENCY_COLUMNS,
+    MAX_POINTS,
+    cdf_ms,
+    downsample_indices,
+    finish_cdf_panel,
+    latency_cdf_grid,
+    mark_empty,
+    shade_warmup,
+)
 from sim.output.series import binned_rate, replica_rows, time_bins
 from sim.output.steplog import _STEP_INDEX
 
@@ -84,15 +93,14 @@ def empty_figure(name: str, text: str) -> go.Figure:
 
 
 def latency_figure(data: RunData) -> go.Figure:
-    names = (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("E2E", "e2e_s"))
-    fig = make_subplots(rows=1, cols=3, subplot_titles=[f"{label} (ms)" for label, _ in names])
-    for col, (label, key) in enumerate(names, start=1):
-        values = np.sort(data.table[key][~np.isnan(data.table[key])]) * 1000.0
+    fig = latency_cdf_grid()
+    for col, (label, key) in enumerate(LATENCY_COLUMNS, start=1):
+        values, cdf = cdf_ms(data.table[key])
+        empty = f"none: no request has a {label}"
         if not values.size:
-            mark_empty(fig, f"none: no request has a {label}", row=1, col=col)
+            finish_cdf_panel(fig, col, False, empty, top=1.05)
             continue
         keep = downsample_indices(values.size)
-        cdf = (np.arange(values.size) + 1) / values.size
         fig.add_trace(
             go.Scatter(x=f32(values[keep]), y=f32(cdf[keep]), mode="lines", name=label),
             row=1,
@@ -114,8 +122,7 @@ def latency_figure(data: RunData) -> go.Figure:
             row=1,
             col=col,
         )
-        fig.update_xaxes(title_text="ms", row=1, col=col)
-        fig.update_yaxes(range=[0, 1.05], row=1, col=col)
+        finish_cdf_panel(fig, col, True, empty, top=1.05)
     fig.update_yaxes(title_text="fraction of requests", row=1, col=1)
     if not data.table["req_id"].size:
         mark_empty(fig, "no data")
