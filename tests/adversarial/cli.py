@@ -15,7 +15,12 @@ names the culprit, and nothing written. This module is what those tests share:
   table-driven test can collect every case's problem and report them all at once;
 * :func:`run_all` runs a list of argument lists concurrently (a few workers: each run is
   mostly interpreter start-up, so a 2-core machine still gains) and returns the results
-  in order.
+  in order;
+* :func:`run_cases` builds a table of cases, each in a folder of its own, runs them all
+  with :func:`run_all` and returns each case's result, culprits and the folder's
+  snapshots before and after;
+* :data:`TINY_SCENARIO` is a small, sound scenario the cases break one part of, and
+  :func:`replace_file` swaps a file for hostile content (or a folder).
 
 A typical use::
 
@@ -31,7 +36,7 @@ import hashlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +51,25 @@ TIMEOUT_S = 60.0
 
 #: CliResult.returncode of a command killed at its timeout.
 TIMED_OUT = -9
+
+#: A small scenario on the tiny model that runs in well under a second; cases copy it
+#: and break one part.
+TINY_SCENARIO = {
+    "model": "tiny",
+    "hardware": "h100-sxm",
+    "cache": {"block_size": 16, "num_blocks": 128},
+    "scheduler": {"max_num_seqs": 16, "max_num_batched_tokens": 512},
+    "workload": {
+        "arrival": {"kind": "poisson", "rate_rps": 50},
+        "input": {"kind": "uniform", "min": 8, "max": 96},
+        "output": {"kind": "uniform", "min": 4, "max": 48},
+    },
+    "simulation": {"num_requests": 20},
+}
+
+#: A case's builder: given an empty folder, it writes the inputs there and returns the
+#: command's arguments and the culprits its error line must name.
+Build = Callable[[Path], tuple[list[str], list[str]]]
 
 
 @dataclass(frozen=True)
@@ -96,6 +120,43 @@ def run_all(arg_lists: Iterable[Sequence[str]], *, workers: int = 3) -> list[Cli
     """:func:`run_cli` of each argument list, ``workers`` at a time, in input order."""
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(run_cli, arg_lists))
+
+
+@dataclass(frozen=True)
+class CaseOutcome:
+    """One case run by :func:`run_cases`: its result, the culprits its error line must
+    name, and its folder's snapshot before and after the command."""
+
+    result: CliResult
+    culprits: tuple[str, ...]
+    before: dict[str, tuple]
+    after: dict[str, tuple]
+
+
+def run_cases(builds: dict[str, Build], new_folder: Callable[[], Path]) -> dict[str, CaseOutcome]:
+    """Each case built in a fresh folder from ``new_folder()`` (say, a
+    ``tmp_path_factory.mktemp``), then all run at once with :func:`run_all`."""
+    built = {}
+    for name, build in builds.items():
+        folder = new_folder()
+        argv, culprits = build(folder)
+        built[name] = (folder, argv, tuple(culprits), snapshot(folder))
+    done = run_all([argv for _, argv, _, _ in built.values()])
+    return {
+        name: CaseOutcome(result, culprits, before, snapshot(folder))
+        for (name, (folder, _, culprits, before)), result in zip(built.items(), done, strict=True)
+    }
+
+
+def replace_file(path: Path, content: str | bytes | None) -> None:
+    """``path`` (an existing file) replaced by ``content``; None: by an empty folder."""
+    path.unlink()
+    if content is None:
+        path.mkdir()
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
 
 
 def snapshot(*roots: Path) -> dict[str, tuple]:

@@ -16,27 +16,19 @@ import csv
 import json
 import os
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
-from tests.adversarial.cli import one_line_error, run_all, snapshot
-
-TINY = {
-    "model": "tiny",
-    "hardware": "h100-sxm",
-    "cache": {"block_size": 16, "num_blocks": 128},
-    "scheduler": {"max_num_seqs": 16, "max_num_batched_tokens": 512},
-    "workload": {
-        "arrival": {"kind": "poisson", "rate_rps": 50},
-        "input": {"kind": "uniform", "min": 8, "max": 96},
-        "output": {"kind": "uniform", "min": 4, "max": 48},
-    },
-    "simulation": {"num_requests": 20},
-}
+from tests.adversarial.cli import (
+    TINY_SCENARIO,
+    Build,
+    one_line_error,
+    replace_file,
+    run_cases,
+)
 
 INT64_MAX = 2**63 - 1
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -44,7 +36,6 @@ TINY_SHAPE = "L2-h64-H4-kv2-d16-i128-v512"  # model_shape_key of the tiny preset
 
 #: A case: (family, build); build(folder) writes the inputs and returns the command's
 #: arguments and the culprits its error line must name.
-Build = Callable[[Path], tuple[list[str], list[str]]]
 CASES: dict[str, tuple[str, Build]] = {}
 #: Cases that need file permissions root ignores.
 NEEDS_PERMISSIONS: set[str] = set()
@@ -62,8 +53,8 @@ def case(family: str, *, permissions: bool = False):
 
 
 def scenario(folder: Path, name: str = "s.yaml", **sections) -> Path:
-    """A tiny scenario with ``sections`` replacing TINY's (``workload`` merged)."""
-    raw = json.loads(json.dumps(TINY))
+    """A tiny scenario with ``sections`` replacing TINY_SCENARIO's (``workload`` merged)."""
+    raw = json.loads(json.dumps(TINY_SCENARIO))
     raw["workload"].update(sections.pop("workload", {}))
     raw.update(sections)
     path = folder / name
@@ -241,14 +232,14 @@ def second_column_beyond_int64(d):
 @case("scenario")
 def scenario_not_utf8(d):
     path = d / "latin1.yaml"
-    path.write_bytes(yaml.safe_dump(TINY).encode() + b"description: caf\xe9\n")
+    path.write_bytes(yaml.safe_dump(TINY_SCENARIO).encode() + b"description: caf\xe9\n")
     return run_args(d, path), ["latin1.yaml", "UTF-8"]
 
 
 @case("scenario")
 def scenario_in_utf16(d):
     path = d / "wide.yaml"
-    path.write_bytes(yaml.safe_dump(TINY).encode("utf-16"))
+    path.write_bytes(yaml.safe_dump(TINY_SCENARIO).encode("utf-16"))
     return run_args(d, path), ["wide.yaml", "UTF-8"]
 
 
@@ -395,14 +386,7 @@ def copy_run(folder: Path) -> Path:
 def corrupt(folder: Path, name: str, content: str | bytes | None) -> Path:
     """A copy of the template run with ``name`` replaced (None: by a folder)."""
     run = copy_run(folder)
-    path = run / name
-    path.unlink()
-    if content is None:
-        path.mkdir()
-    elif isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content)
+    replace_file(run / name, content)
     return run
 
 
@@ -718,8 +702,7 @@ def run_percentiles_not_finite(d):
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    """Every case built in its own folder and run, all at once: name -> (result,
-    culprits, the folder's snapshot before, after)."""
+    """Every case built in its own folder and run, all at once (run_cases)."""
     from sim.cli import main
 
     template = tmp_path_factory.mktemp("template") / "run"
@@ -727,18 +710,12 @@ def results(tmp_path_factory):
     assert main([*args, "--quiet", "--no-report"]) == 0
     RUN_TEMPLATE[:] = [template]
     root = os.geteuid() == 0 if hasattr(os, "geteuid") else False
-    built = {}
-    for name, (_, build) in CASES.items():
-        if root and name in NEEDS_PERMISSIONS:
-            continue
-        folder = tmp_path_factory.mktemp("case")
-        argv, culprits = build(folder)
-        built[name] = (folder, argv, culprits, snapshot(folder))
-    done = run_all([argv for _, argv, _, _ in built.values()])
-    return {
-        name: (result, culprits, before, snapshot(folder))
-        for (name, (folder, _, culprits, before)), result in zip(built.items(), done)
+    builds = {
+        name: build
+        for name, (_, build) in CASES.items()
+        if not (root and name in NEEDS_PERMISSIONS)
     }
+    return run_cases(builds, lambda: tmp_path_factory.mktemp("case"))
 
 
 def test_there_are_enough_cases_in_every_family():
@@ -751,6 +728,6 @@ def test_there_are_enough_cases_in_every_family():
 def test_hostile_input_is_one_line_exit_2_and_writes_nothing(results, name):
     if name not in results:
         pytest.skip("root ignores file permissions")
-    result, culprits, before, after = results[name]
-    assert one_line_error(result, *culprits) == ""
-    assert after == before, "the failed command created, changed or removed files"
+    outcome = results[name]
+    assert one_line_error(outcome.result, *outcome.culprits) == ""
+    assert outcome.after == outcome.before, "the failed command created, changed or removed files"

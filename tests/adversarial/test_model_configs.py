@@ -11,13 +11,12 @@ changed or removed.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.adversarial.cli import ROOT, one_line_error, run_all, snapshot
+from tests.adversarial.cli import ROOT, Build, one_line_error, run_cases
 
 LLAMA = json.loads((ROOT / "scenarios" / "models" / "llama-3-8b.json").read_text())
 SCENARIO = {
@@ -28,7 +27,6 @@ SCENARIO = {
 }
 
 #: name -> build(folder) -> (command arguments, culprits the error line must name)
-Build = Callable[[Path], tuple[list[str], list[str]]]
 CASES: dict[str, Build] = {}
 
 
@@ -240,18 +238,8 @@ def list_hardware_with_a_file(d):
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    """Every case built in its own folder and run, all at once: name -> (result,
-    culprits, the folder's snapshot before, after)."""
-    built = {}
-    for name, build in CASES.items():
-        folder = tmp_path_factory.mktemp("config")
-        argv, culprits = build(folder)
-        built[name] = (folder, argv, culprits, snapshot(folder))
-    done = run_all([argv for _, argv, _, _ in built.values()])
-    return {
-        name: (result, culprits, before, snapshot(folder))
-        for (name, (folder, _, culprits, before)), result in zip(built.items(), done)
-    }
+    """Every case built in its own folder and run, all at once (run_cases)."""
+    return run_cases(CASES, lambda: tmp_path_factory.mktemp("config"))
 
 
 def test_there_are_enough_cases():
@@ -260,9 +248,9 @@ def test_there_are_enough_cases():
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_hostile_config_is_one_line_exit_2_and_writes_nothing(results, name):
-    result, culprits, before, after = results[name]
-    assert one_line_error(result, *culprits) == ""
-    assert after == before, "the failed command created, changed or removed files"
+    outcome = results[name]
+    assert one_line_error(outcome.result, *outcome.culprits) == ""
+    assert outcome.after == outcome.before, "the failed command created, changed or removed files"
 
 
 def test_the_same_file_made_valid_runs(tmp_path):

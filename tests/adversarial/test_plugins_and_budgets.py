@@ -12,25 +12,13 @@ command that runs past its timeout).
 from __future__ import annotations
 
 import textwrap
+from functools import partial
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.adversarial.cli import one_line_error, run_all, snapshot
-
-BASE = {
-    "model": "tiny",
-    "hardware": "h100-sxm",
-    "cache": {"block_size": 16, "num_blocks": 128},
-    "scheduler": {"max_num_seqs": 16, "max_num_batched_tokens": 512},
-    "workload": {
-        "arrival": {"kind": "poisson", "rate_rps": 50},
-        "input": {"kind": "uniform", "min": 8, "max": 96},
-        "output": {"kind": "uniform", "min": 4, "max": 48},
-    },
-    "simulation": {"num_requests": 20},
-}
+from tests.adversarial.cli import TINY_SCENARIO, one_line_error, run_cases
 
 #: Memory pressure: preemptions happen (victim and mode plug-ins are called).
 PRESSURE = {
@@ -356,14 +344,14 @@ def plugin_case(folder: Path, name: str) -> tuple[list[str], list[str]]:
     source = "class Plug:\n" + textwrap.indent(body, "    ") + "\n"
     (folder / "plug.py").write_text(source)
     choice = {section: {key: "plug.py:Plug"}}
-    return _scenario(folder, merged(BASE, layer, choice)), [field, *culprits]
+    return _scenario(folder, merged(TINY_SCENARIO, layer, choice)), [field, *culprits]
 
 
 def evictor_case(folder: Path, name: str) -> tuple[list[str], list[str]]:
     body, hook = EVICTORS[name]
     source = EVICTOR + "\nclass Plug(Base):\n" + textwrap.indent(body, "    ") + "\n"
     (folder / "plug.py").write_text(source)
-    layer = merged(BASE, CACHING, {"eviction": {"policy": "plug.py:Plug"}})
+    layer = merged(TINY_SCENARIO, CACHING, {"eviction": {"policy": "plug.py:Plug"}})
     return _scenario(folder, layer), [E, hook]
 
 
@@ -390,7 +378,7 @@ MODULES = {
 def module_case(folder: Path, name: str) -> tuple[list[str], list[str]]:
     source, culprits = MODULES[name]
     (folder / "plug.py").write_text(source)
-    layer = merged(BASE, {"scheduler": {"policy": "plug.py:Plug"}})
+    layer = merged(TINY_SCENARIO, {"scheduler": {"policy": "plug.py:Plug"}})
     return _scenario(folder, layer), list(culprits)
 
 
@@ -481,7 +469,7 @@ BUDGETS = {
 
 def budget_case(folder: Path, name: str) -> tuple[list[str], list[str]]:
     layer, culprit = BUDGETS[name]
-    return _scenario(folder, merged(BASE, layer)), [culprit]
+    return _scenario(folder, merged(TINY_SCENARIO, layer)), [culprit]
 
 
 def _scenario(folder: Path, raw: dict) -> list[str]:
@@ -501,15 +489,8 @@ BUILDERS = {
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
     """Every case built in its own folder and run concurrently, once per module."""
-    root = tmp_path_factory.mktemp("plugins")
-    built = {}
-    for name, (build, key) in BUILDERS.items():
-        folder = root / f"case{len(built)}"
-        folder.mkdir()
-        args, culprits = build(folder, key)
-        built[name] = (folder, args, culprits, snapshot(folder))
-    results = run_all([args for _, args, _, _ in built.values()])
-    return {name: (*built[name], result) for name, result in zip(built, results, strict=True)}
+    builds = {name: partial(build, name=key) for name, (build, key) in BUILDERS.items()}
+    return run_cases(builds, lambda: tmp_path_factory.mktemp("plugins"))
 
 
 def test_there_are_enough_cases():
@@ -518,7 +499,7 @@ def test_there_are_enough_cases():
 
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 def test_each_case_is_one_line_and_writes_nothing(outcomes, name):
-    folder, _, culprits, before, result = outcomes[name]
-    problem = one_line_error(result, *culprits)
+    outcome = outcomes[name]
+    problem = one_line_error(outcome.result, *outcome.culprits)
     assert problem == "", problem
-    assert snapshot(folder) == before
+    assert outcome.after == outcome.before

@@ -11,6 +11,7 @@ import pytest
 
 from sim.cli import main
 from sim.output.compare import format_compare, scenario_problem, summary_problem
+from tests.adversarial.cli import replace_file
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "scenarios" / "tiny.yaml"
@@ -43,16 +44,6 @@ def summary_with(run: Path, **fields) -> Path:
     return run
 
 
-def replace(path: Path, content: str | bytes | None) -> None:
-    path.unlink()
-    if content is None:
-        path.mkdir()
-    elif isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content)
-
-
 def compare_error(capsys, run: Path, *extra: str) -> str:
     code = main(["compare", str(run), *extra])
     captured = capsys.readouterr()
@@ -77,7 +68,7 @@ SUMMARIES = {
 @pytest.mark.parametrize("case", sorted(SUMMARIES))
 def test_a_summary_that_is_not_a_json_object(run, capsys, case):
     content, message = SUMMARIES[case]
-    replace(run / "summary.json", content)
+    replace_file(run / "summary.json", content)
     assert message in compare_error(capsys, run)
 
 
@@ -106,11 +97,11 @@ def test_a_summary_field_of_the_wrong_type_is_named(run, capsys, case):
 
 
 def test_scenario_json_must_be_an_object_with_object_sections(run, capsys):
-    replace(run / "scenario.json", "[]")
+    replace_file(run / "scenario.json", "[]")
     assert "scenario.json: (top level): expected a JSON object" in compare_error(capsys, run)
-    replace(run / "scenario.json", json.dumps({"cache": "paged"}))
+    replace_file(run / "scenario.json", json.dumps({"cache": "paged"}))
     assert "scenario.json: cache: expected a JSON object" in compare_error(capsys, run)
-    replace(run / "scenario.json", None)
+    replace_file(run / "scenario.json", None)
     assert "scenario.json: is a folder" in compare_error(capsys, run)
 
 
@@ -133,7 +124,7 @@ def test_bad_csv_files_name_the_file_and_line_and_write_no_page(run, tmp_path, c
     (run / "requests.csv").write_bytes("\n".join(lines).encode() + b"\n\xfe\n")
     assert "requests.csv:" in compare_error(capsys, run, "--html", str(page))
     (run / "requests.csv").write_text("\n".join(lines) + "\n")
-    replace(run / "steps.csv", None)
+    replace_file(run / "steps.csv", None)
     assert "steps.csv: is a folder" in compare_error(capsys, run, "--html", str(page))
     assert not page.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
