@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.cli.common import UsageError
+from sim.cli.common import UsageError, executor_for, out_folder
 
 CAPACITY_JSON = "capacity.json"
 
@@ -13,10 +13,10 @@ CAPACITY_JSON = "capacity.json"
 def run_capacity_command(args) -> int:
     from sim.config.errors import ScenarioError
     from sim.sweep.capacity import CapacityPlan, probe_rows, results, run_capacity
-    from sim.sweep.executors import ExecutorError, make_executor
+    from sim.sweep.executors import ExecutorError
     from sim.sweep.points import csv_text
     from sim.sweep.slo import parse_bound
-    from sim.sweep.store import check_out, provenance, write_json, write_text
+    from sim.sweep.store import provenance, write_json, write_text
 
     try:
         bounds = [parse_bound(text) for text in args.slo]
@@ -30,13 +30,9 @@ def run_capacity_command(args) -> int:
         plan = CapacityPlan(Path(args.scenario), common, args.vary, bounds, args.tolerance)
     except ScenarioError as err:
         raise UsageError(str(err)) from None
-    out = Path(args.out)
+    out = out_folder(args, CAPACITY_JSON)
     try:
-        check_out(out, CAPACITY_JSON)
-    except ValueError as err:
-        raise UsageError(f"--out: {err}") from None
-    try:
-        with make_executor(args.jobs, args.ray, args.ray is not None) as executor:
+        with executor_for(args) as executor:
             out.mkdir(parents=True, exist_ok=True)
             meta = {"search": plan.resolved(), **provenance(args.argv, executor)}
             write_json(out / CAPACITY_JSON, {**meta, "status": "running"})
@@ -45,16 +41,16 @@ def run_capacity_command(args) -> int:
 
                 plotly_script_src(out / "capacity.html")
             run_capacity(plan, out, executor, html=args.reports, progress=not args.quiet)
-    except ExecutorError as err:
-        raise UsageError(str(err)) from None
-    except ScenarioError as err:  # a probe's scenario (a rate its settings cannot take)
+    # ScenarioError here: a probe's scenario (a rate its settings cannot take)
+    except (ExecutorError, ScenarioError) as err:
         raise UsageError(str(err)) from None
     rows = results(plan, prices)
+    probes = probe_rows(plan)
     keys = [k for k, _ in plan.vary]
     write_text(out / "capacity.csv", csv_text(rows, ["config", *keys, "capacity_rps"]))
-    write_text(out / "probes.csv", csv_text(probe_rows(plan), ["config", "rate_rps", "passed"]))
+    write_text(out / "probes.csv", csv_text(probes, ["config", "rate_rps", "passed"]))
     write_json(out / CAPACITY_JSON, {**meta, "status": "done", "configurations": rows,
-                                     "probes": probe_rows(plan)})
+                                     "probes": probes})
     from sim.sweep.capacity_page import write_capacity_page
 
     write_capacity_page(out / "capacity.html", plan, rows)

@@ -60,6 +60,26 @@ def output_folder(path: str | Path, option: str) -> Path:
     return Path(path)
 
 
+def out_folder(args, marker: str) -> Path:
+    """``--out`` of ``pagesim sweep`` / ``capacity``, checked before any run: new, empty,
+    or an earlier run of the same command (it holds ``marker``) to resume."""
+    from sim.sweep.store import check_out
+
+    out = Path(args.out)
+    try:
+        check_out(out, marker)
+    except ValueError as err:
+        raise UsageError(f"--out: {err}") from None
+    return out
+
+
+def executor_for(args):
+    """The executor ``--jobs`` / ``--ray`` ask for (``pagesim sweep`` / ``capacity``)."""
+    from sim.sweep.executors import make_executor
+
+    return make_executor(args.jobs, args.ray)
+
+
 class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse's own errors already exit 2; keep it one line
         self.exit(USER_ERROR, f"pagesim: error: {message}\n")

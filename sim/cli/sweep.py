@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from sim.cli.common import UsageError, add_scenario_options
+from sim.cli.common import UsageError, add_scenario_options, executor_for, out_folder
 
 __all__ = ["add_commands"]
 
@@ -114,18 +114,11 @@ def _set_values(assignments) -> dict:
     return values
 
 
-def executor_for(args):
-    from sim.sweep.executors import make_executor
-
-    return make_executor(args.jobs, args.ray, args.ray is not None)
-
-
 def cmd_sweep(args) -> int:
     from sim.config.errors import ScenarioError
     from sim.sweep.driver import SWEEP_JSON, resolve_points, run_sweep
     from sim.sweep.executors import ExecutorError
     from sim.sweep.spec import is_sweep_file, read_sweep_file, sweep_from_scenario
-    from sim.sweep.store import check_out
 
     extra = {
         "grid": dict(args.grid),
@@ -142,11 +135,7 @@ def cmd_sweep(args) -> int:
         points = resolve_points(sweep)
     except ScenarioError as err:
         raise UsageError(str(err)) from None
-    out = Path(args.out)
-    try:
-        check_out(out, SWEEP_JSON)
-    except ValueError as err:
-        raise UsageError(f"--out: {err}") from None
+    out = out_folder(args, SWEEP_JSON)
     try:
         with executor_for(args) as executor:
             done = run_sweep(sweep, points, out, executor, html=not args.no_report,

@@ -31,28 +31,35 @@ class _Lines:
         self.stream.flush()
 
 
+def stderr_bar(total: int, label: str, unit: str, **options) -> tqdm:
+    """The tqdm bar on stderr that every progress display here uses: redrawn in place on
+    a terminal, whole lines every ``LOG_INTERVAL_S`` seconds elsewhere. ``options`` go
+    to tqdm as they are (``unit_scale``, ``initial``, ``postfix``)."""
+    stream = sys.stderr
+    terminal = stream.isatty()
+    return tqdm(
+        total=max(total, 1),
+        desc=label,
+        unit=unit,
+        file=stream if terminal else _Lines(stream),
+        mininterval=0.5 if terminal else LOG_INTERVAL_S,
+        maxinterval=LOG_INTERVAL_S,
+        dynamic_ncols=terminal,
+        ascii=not terminal,
+        leave=True,
+        **options,
+    )
+
+
 class Progress:
     """``update(done)`` with the count done so far; ``close()`` when finished. Disabled,
     it does nothing."""
 
     def __init__(self, total: int, label: str, *, enabled: bool = True, unit: str = "req"):
         self._bar = None
-        if not enabled:
-            return
-        stream = sys.stderr
-        terminal = stream.isatty()
-        self._bar = tqdm(
-            total=max(total, 1),
-            desc=label,
-            unit=unit,
-            unit_scale=total >= 10_000,  # 12.0k req; small counts stay whole
-            file=stream if terminal else _Lines(stream),
-            mininterval=0.5 if terminal else LOG_INTERVAL_S,
-            maxinterval=LOG_INTERVAL_S,
-            dynamic_ncols=terminal,
-            ascii=not terminal,
-            leave=True,
-        )
+        if enabled:
+            scale = total >= 10_000  # 12.0k req; small counts stay whole
+            self._bar = stderr_bar(total, label, unit, unit_scale=scale)
 
     def update(self, done: int) -> None:
         if self._bar is not None and done > self._bar.n:

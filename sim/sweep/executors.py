@@ -223,8 +223,9 @@ def _first_line(err: BaseException) -> str:
     return lines[0] if lines else type(err).__name__
 
 
-def make_executor(jobs: int | None, ray: str | None, use_ray: bool):
-    """The executor the command line asks for: ``--ray [ADDRESS]`` or ``--jobs N``."""
-    if use_ray:
-        return RayPool(None if ray in (None, "local") else ray, jobs)
+def make_executor(jobs: int | None, ray: str | None):
+    """The executor the command line asks for: ``--ray [ADDRESS]`` (``local``: a fresh
+    local Ray) or ``--jobs N``."""
+    if ray is not None:
+        return RayPool(None if ray == "local" else ray, jobs)
     return LocalPool(jobs or os.cpu_count() or 1)

@@ -5,11 +5,7 @@ plain line every few seconds (sim.run.progress's convention), never in any outpu
 
 from __future__ import annotations
 
-import sys
-
-from tqdm import tqdm
-
-from sim.run.progress import LOG_INTERVAL_S, _Lines
+from sim.run.progress import stderr_bar
 
 
 class SweepProgress:
@@ -22,23 +18,8 @@ class SweepProgress:
         self.in_flight = 0
         self.failed = 0
         self._bar = None
-        if not enabled:
-            return
-        stream = sys.stderr
-        terminal = stream.isatty()
-        self._bar = tqdm(
-            total=max(total, 1),
-            initial=reused,
-            desc=label,
-            unit="point",
-            file=stream if terminal else _Lines(stream),
-            mininterval=0.5 if terminal else LOG_INTERVAL_S,
-            maxinterval=LOG_INTERVAL_S,
-            dynamic_ncols=terminal,
-            ascii=not terminal,
-            leave=True,
-            postfix=self._text(),
-        )
+        if enabled:
+            self._bar = stderr_bar(total, label, "point", initial=reused, postfix=self._text())
 
     def started(self, count: int) -> None:
         self.in_flight += count
