@@ -98,15 +98,26 @@ def add_scenario_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=seed, help="override simulation.seed")
 
 
-def seed(text: str) -> int:
-    """``--seed``: a non-negative integer (numpy's generators take no negative seed)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
-    return value
+def int_type(low: int, high: int | None = None, *, what: str):
+    """An argparse type: an integer in ``low..high`` (no upper bound if None), else
+    "expected WHAT, got ..."."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
+        return value
+
+    return parse
+
+
+#: ``--seed``: numpy's generators take no negative seed.
+seed = int_type(0, what="a non-negative integer")
+positive_int = int_type(1, what="a positive integer")
+port = int_type(0, 65535, what="a port number 0-65535")  # 0: any free one
 
 
 class Terminated(BaseException):
@@ -140,3 +151,29 @@ def dispatch(args) -> int:
         return 0
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def load(path: str, overrides=(), seed=None):
+    """The scenario at ``path``; UsageError (one line) if it is not a valid one."""
+    from sim.config.errors import ScenarioError
+    from sim.config.loader import load_scenario
+
+    try:
+        return load_scenario(path, overrides, seed=seed)
+    except ScenarioError as err:
+        raise UsageError(str(err)) from None
+
+
+def load_calibration(path: str, scenario):
+    """``--calibration``, checked to fit the scenario's model; UsageError if not."""
+    from sim.costs.calibrated import CalibrationError, shape_mismatch
+    from sim.costs.calibrated import load as load_fitted
+
+    try:
+        fitted = load_fitted(path)
+    except CalibrationError as err:
+        raise UsageError(str(err)) from None
+    problem = shape_mismatch(fitted, scenario.model)
+    if problem:
+        raise UsageError(f"{path}: {problem}")
+    return fitted

@@ -8,10 +8,9 @@ it (exit code 2), after every check that does not need it.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from sim.cli.common import UsageError, add_scenario_options, require
+from sim.cli.common import UsageError, add_scenario_options, load, port, positive_int, require
 
 __all__ = ["add_commands"]
 
@@ -61,32 +60,6 @@ def add_commands(subparsers) -> None:
     serve.add_argument("--model-name", help="the name /v1/models gives (default: the model's)")
     add_scenario_options(serve)
     serve.set_defaults(handler=cmd_serve)
-
-
-def load(path: str, overrides=(), seed=None):
-    """The scenario at ``path``; UsageError (one line) if it is not a valid one."""
-    from sim.config.errors import ScenarioError
-    from sim.config.loader import load_scenario
-
-    try:
-        return load_scenario(path, overrides, seed=seed)
-    except ScenarioError as err:
-        raise UsageError(str(err)) from None
-
-
-def load_calibration(path: str, scenario):
-    """``--calibration``, checked to fit the scenario's model; UsageError if not."""
-    from sim.costs.calibrated import CalibrationError, shape_mismatch
-    from sim.costs.calibrated import load as load_fitted
-
-    try:
-        fitted = load_fitted(path)
-    except CalibrationError as err:
-        raise UsageError(str(err)) from None
-    problem = shape_mismatch(fitted, scenario.model)
-    if problem:
-        raise UsageError(f"{path}: {problem}")
-    return fitted
 
 
 def scenario_requests(scenario):
@@ -176,28 +149,6 @@ def _observe(args, scenario, requests, options, out: Path) -> int:
     )
     print(f"wrote {out}/" + ("summary.json" if args.no_report else "report.html"))
     return 0
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
-
-
-def port(text: str) -> int:
-    """An argparse type: a TCP port, 0-65535 (0: any free one)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got {value}")
-    return value
 
 
 def cmd_serve(args) -> int:

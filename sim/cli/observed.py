@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.cli.common import UsageError, output_file, output_folder, require
-from sim.cli.live import load, load_calibration
+from sim.cli.common import UsageError, load, load_calibration, output_file, output_folder, require
 
 
 def _run_scenario(run: Path) -> dict:

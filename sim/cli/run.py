@@ -5,19 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sim.cli.common import UsageError
+from sim.cli.common import UsageError, load
 
 
 def cmd_run(args) -> int:
     from sim.config.errors import ScenarioError
-    from sim.config.loader import load_scenario
     from sim.engine.guard import PolicyFailure, StuckRun
     from sim.run.folders import FolderExists, check_target, default_run_dir
 
-    try:
-        scenario = load_scenario(args.scenario, args.overrides, seed=args.seed)
-    except ScenarioError as err:
-        raise UsageError(str(err)) from None
+    scenario = load(args.scenario, args.overrides, seed=args.seed)
     out = Path(args.out) if args.out else default_run_dir(scenario)
     try:  # before the run: never lose a finished run, nor a simulation, to the folder
         check_target(out, force=args.force)

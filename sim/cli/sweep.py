@@ -9,19 +9,15 @@ from pathlib import Path
 
 import yaml
 
-from sim.cli.common import UsageError, add_scenario_options, executor_for, out_folder
+from sim.cli.common import (
+    UsageError,
+    add_scenario_options,
+    executor_for,
+    out_folder,
+    positive_int,
+)
 
 __all__ = ["add_commands"]
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def _axis(option: str):

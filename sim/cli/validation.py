@@ -10,8 +10,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sim.cli.common import UsageError, add_scenario_options, output_file, output_folder, require
-from sim.cli.live import load, load_calibration
+from sim.cli.common import (
+    UsageError,
+    add_scenario_options,
+    load,
+    load_calibration,
+    output_file,
+    output_folder,
+    require,
+)
 
 __all__ = ["add_commands"]
 
