@@ -340,6 +340,12 @@ class Allocator(ABC):
         at the head of the queue, which decides what counts as external fragmentation
         for contiguous allocators."""
 
+    def available_blocks(self) -> int:
+        """Blocks a command could take now: free plus cached-evictable (``usage()``'s
+        ``free_blocks + cached_blocks``; an allocator may answer it more cheaply)."""
+        usage = self.usage()
+        return usage.free_blocks + usage.cached_blocks
+
     @abstractmethod
     def check_invariants(self) -> None:
         """Verify the whole state; raise AssertionError on any broken invariant."""

@@ -216,6 +216,9 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
         pool = self.cpu_slots if self._seqs.state[seq] == SWAPPED else self.slots
         return pool[self._seqs.tables[seq]].reshape(-1)[: self._seqs.num_tokens[seq]].copy()
 
+    def available_blocks(self) -> int:
+        return self._pool.available()
+
     def usage(self, next_request_tokens: int = 0) -> KVUsage:
         size, pool = self.block_size, self._pool
         used, cached, free = pool.num_used, pool.num_cached, pool.num_free

@@ -63,13 +63,15 @@ class Completion:
         if not rows:
             return
         d = self.state.decodes
-        d.generated[:rows] += 1
-        self.gaps.tokens(d.token_step[:rows], step)
-        d.token_step[:rows] = step
-        done = np.zeros(len(d), dtype=bool)
-        done[:rows] = d.generated[:rows] >= d.target[:rows]
+        generated, token_step = d.generated[:rows], d.token_step[:rows]
+        generated += 1
+        self.gaps.tokens(token_step, step)
+        token_step[:] = step
+        done = generated >= d.target[:rows]
         if not done.any():
             return
+        if rows < len(d):  # rows joined by this step's prefills are not done
+            done = np.concatenate((done, np.zeros(len(d) - rows, dtype=bool)))
         finished = d.take(done)
         for seq_id, req_id in zip(finished["seq_id"].tolist(), finished["req_id"].tolist()):
             self.alloc.free(seq_id)

@@ -33,3 +33,8 @@ class TokenSource(Protocol):
     def tokens(self, states: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """int32 token ids: the ``positions[i]``-th output token of ``states[i]``."""
         ...
+
+    def decode_inputs(self, states: np.ndarray, generated: np.ndarray) -> np.ndarray:
+        """What each decoding sequence feeds to the step: its newest sampled token
+        (``tokens(states, generated - 1)``), int32."""
+        ...

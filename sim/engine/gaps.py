@@ -29,12 +29,13 @@ class TokenGaps:
     def tokens(self, previous_steps: np.ndarray, step: int) -> None:
         """One token for each sequence whose newest token came from ``previous_steps``."""
         ends = self._ends
-        consecutive = int(np.count_nonzero(previous_steps == step - 1))
+        following = previous_steps == step - 1
+        consecutive = int(np.count_nonzero(following))
         if consecutive:
             self._gaps.append(ends[step] - ends[step - 1])
             self._counts.append(consecutive)
         if consecutive < previous_steps.shape[0]:
-            for previous in previous_steps[previous_steps != step - 1].tolist():
+            for previous in previous_steps[~following].tolist():
                 self.token_after(previous, step)
 
     def decode_stretch(self, ends: np.ndarray, previous_steps: np.ndarray) -> int:

@@ -108,7 +108,7 @@ class StepPlanner:
         d = self.state.decodes
         while len(d):
             # The newest sampled token (position generated - 1) is fed and gets its slot.
-            tokens = self.outputs.tokens(d.stream, d.generated - 1)
+            tokens = self.outputs.decode_inputs(d.stream, d.generated)
             try:
                 # Refused appends change nothing (OutOfBlocks is raised before any
                 # mutation), so trying first costs one call on the common path.

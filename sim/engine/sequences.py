@@ -43,22 +43,14 @@ class SwappedRequest:
     num_blocks: int
 
 
-def _field(index: int) -> property:
-    def get(self) -> np.ndarray:
-        return self.data[index]
-
-    def put(self, value) -> None:  # `d.context += 1` rebinds: write through
-        self.data[index] = value
-
-    return property(get, put)
-
-
 class DecodeSet:
     """Running sequences in their decode phase: one int64 array, a row per field.
 
-    Fields are exposed as contiguous row views (``d.generated``, ...), so per-step
-    updates are in-place numpy operations and removing finished sequences is a single
-    fancy-indexing call, whatever the number of fields."""
+    Fields are plain attributes holding contiguous row views (``d.generated``, ...), so
+    reading one is an attribute lookup (the decode step reads them a dozen times),
+    per-step updates are in-place numpy operations, and removing finished sequences is
+    a single fancy-indexing call, whatever the number of fields. Only ``extend`` and
+    ``take`` replace the array, and they rebind the views."""
 
     FIELDS = (
         "seq_id",
@@ -71,15 +63,27 @@ class DecodeSet:
         "tenant",
         "token_step",  # the replica's step that gave the newest token (for ITL)
     )
-    seq_id, req_id, sample, stream, generated, target, context, tenant, token_step = (
-        _field(i) for i in range(len(FIELDS))
-    )
+    seq_id: np.ndarray
+    req_id: np.ndarray
+    sample: np.ndarray
+    stream: np.ndarray
+    generated: np.ndarray
+    target: np.ndarray
+    context: np.ndarray
+    tenant: np.ndarray
+    token_step: np.ndarray
 
     def __init__(self) -> None:
-        self.data = np.zeros((len(self.FIELDS), 0), dtype=np.int64)
+        self._set(np.zeros((len(self.FIELDS), 0), dtype=np.int64))
+
+    def _set(self, data: np.ndarray) -> None:
+        self.data = data
+        self.size = int(data.shape[1])
+        for index, name in enumerate(self.FIELDS):
+            setattr(self, name, data[index])
 
     def __len__(self) -> int:
-        return int(self.data.shape[1])
+        return self.size
 
     def extend(self, rows: dict[str, np.ndarray] | list[tuple[int, ...]]) -> None:
         """Append rows given as column arrays or as tuples in FIELDS order."""
@@ -89,12 +93,12 @@ class DecodeSet:
             block = np.asarray(rows, dtype=np.int64).T
         else:
             block = np.stack([rows[name] for name in self.FIELDS])
-        self.data = np.concatenate([self.data, block], axis=1)
+        self._set(np.concatenate([self.data, block], axis=1))
 
     def take(self, mask: np.ndarray) -> dict[str, np.ndarray]:
         """Remove the rows selected by ``mask`` and return them as column arrays."""
         taken = self.data[:, mask]
-        self.data = self.data[:, ~mask]
+        self._set(self.data[:, ~mask])
         return {name: taken[i] for i, name in enumerate(self.FIELDS)}
 
 

@@ -80,8 +80,7 @@ class ReplicaState:
         return len(self.decodes) + len(self.prefilling)
 
     def available_blocks(self) -> int:
-        usage = self.alloc.usage()
-        return usage.free_blocks + usage.cached_blocks
+        return self.alloc.available_blocks()
 
     def swapped_blocks(self) -> int:
         """Device blocks (the allocator's unit) the swapped-out requests held."""

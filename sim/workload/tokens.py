@@ -130,6 +130,9 @@ class SyntheticOutputs:
     def tokens(self, states: np.ndarray, positions: np.ndarray) -> np.ndarray:
         return _tokens_at(states, positions, self.vocab_size)
 
+    def decode_inputs(self, states: np.ndarray, generated: np.ndarray) -> np.ndarray:
+        return _tokens_at(states, generated - 1, self.vocab_size)
+
 
 class BlankOutputs:
     """A token source for runs in which nothing reads decode token ids (a cost model
@@ -145,7 +148,12 @@ class BlankOutputs:
     def tokens(self, states: np.ndarray, positions: np.ndarray) -> np.ndarray:
         # One read-only array per shape (readers only read token ids): a decode step
         # allocates nothing here.
-        shape = np.broadcast(states, positions).shape
+        return self._zeros_of(np.broadcast(states, positions).shape)
+
+    def decode_inputs(self, states: np.ndarray, generated: np.ndarray) -> np.ndarray:
+        return self._zeros_of(states.shape)  # (the decode step's hot path: no broadcast)
+
+    def _zeros_of(self, shape: tuple[int, ...]) -> np.ndarray:
         zeros = self._zeros.get(shape)
         if zeros is None:
             zeros = self._zeros[shape] = np.zeros(shape, np.int32)

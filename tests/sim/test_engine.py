@@ -48,6 +48,9 @@ class Outputs:
     def tokens(self, states, positions):
         return (1000 + states * 97 + positions).astype(np.int32)
 
+    def decode_inputs(self, states, generated):
+        return self.tokens(states, generated - 1)
+
 
 def request(req_id, arrival, prompt_len, output_len, **kw):
     prompt = np.arange(req_id * 100, req_id * 100 + prompt_len, dtype=np.int32)
