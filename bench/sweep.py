@@ -32,8 +32,13 @@ def run_once(args: list[str], out: Path) -> tuple[float, float, float, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
-    done = subprocess.run([sys.executable, "-m", "sim.cli", *args, "--out", str(out),
-                           "--quiet"], cwd=ROOT, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "sim.cli", *args, "--out", str(out), "--quiet"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -50,16 +55,26 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-ray", action="store_true")
     args = parser.parse_args()
-    sweep = ["sweep", str(ROOT / "scenarios" / "tiny.yaml"),
-             "--grid", "cache.block_size=8,16,32,64", "--seeds", "2",
-             "--set", f"simulation.num_requests={args.requests}", "--no-report"]
-    executors = [("--jobs 1", ["--jobs", "1"]), (f"--jobs {args.jobs}", ["--jobs",
-                                                                         str(args.jobs)])]
+    sweep = [
+        "sweep",
+        str(ROOT / "scenarios" / "tiny.yaml"),
+        "--grid",
+        "cache.block_size=8,16,32,64",
+        "--seeds",
+        "2",
+        "--set",
+        f"simulation.num_requests={args.requests}",
+        "--no-report",
+    ]
+    executors = [("--jobs 1", ["--jobs", "1"]), (f"--jobs {args.jobs}", ["--jobs", str(args.jobs)])]
     if not args.no_ray:
-        executors.append((f"--ray (fresh local, {args.jobs} CPUs)",
-                          ["--ray", "--jobs", str(args.jobs)]))
-    print(f"pagesim sweep: tiny.yaml, 8 points of {args.requests} requests, "
-          f"{os.cpu_count()} cores; median of {args.repeats}")
+        executors.append(
+            (f"--ray (fresh local, {args.jobs} CPUs)", ["--ray", "--jobs", str(args.jobs)])
+        )
+    print(
+        f"pagesim sweep: tiny.yaml, 8 points of {args.requests} requests, "
+        f"{os.cpu_count()} cores; median of {args.repeats}"
+    )
     print(f"{'executor':<30} {'wall s':>8} {'CPU s':>8} {'points':>8} {'load 1m':>8}")
     with tempfile.TemporaryDirectory() as tmp:
         for label, extra in executors:

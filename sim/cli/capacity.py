@@ -49,8 +49,9 @@ def run_capacity_command(args) -> int:
     keys = [k for k, _ in plan.vary]
     write_text(out / "capacity.csv", csv_text(rows, ["config", *keys, "capacity_rps"]))
     write_text(out / "probes.csv", csv_text(probes, ["config", "rate_rps", "passed"]))
-    write_json(out / CAPACITY_JSON, {**meta, "status": "done", "configurations": rows,
-                                     "probes": probes})
+    write_json(
+        out / CAPACITY_JSON, {**meta, "status": "done", "configurations": rows, "probes": probes}
+    )
     from sim.sweep.capacity_page import write_capacity_page
 
     write_capacity_page(out / "capacity.html", plan, rows)

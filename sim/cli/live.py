@@ -211,8 +211,7 @@ def _serve(server, driver, args) -> None:
         asyncio.run(main())
     except OSError as err:  # the address: in use, not this machine's, not permitted
         raise UsageError(
-            f"--host {args.host} --port {args.port}: cannot listen there "
-            f"({err.strerror or err})"
+            f"--host {args.host} --port {args.port}: cannot listen there ({err.strerror or err})"
         ) from None
 
 

@@ -30,8 +30,9 @@ def cmd_calibrate_observed(args) -> int:
     scenario = _run_scenario(run)
     timings = _read_timings(run)
     try:
-        fitted = fit_observed(timings, source=str(run),
-                              token_budget=scenario["scheduler"]["max_num_batched_tokens"])
+        fitted = fit_observed(
+            timings, source=str(run), token_budget=scenario["scheduler"]["max_num_batched_tokens"]
+        )
     except CalibrationError as err:
         raise UsageError(str(err)) from None
     model = scenario["model"]

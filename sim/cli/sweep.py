@@ -35,11 +35,18 @@ def _axis(option: str):
 def _add_executor_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output folder (an earlier one resumes)")
     parser.add_argument(
-        "--jobs", type=positive_int, default=None, metavar="N",
+        "--jobs",
+        type=positive_int,
+        default=None,
+        metavar="N",
         help=f"worker processes of the local pool (default: the cores, {os.cpu_count()})",
     )
     parser.add_argument(
-        "--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+        "--ray",
+        nargs="?",
+        const="local",
+        default=None,
+        metavar="ADDRESS",
         help="run the points as Ray tasks: on a fresh local Ray (no ADDRESS), or on an "
         "existing cluster (auto, HOST:PORT or ray://HOST:PORT); needs the cluster extra",
     )
@@ -51,15 +58,36 @@ def add_commands(sub) -> None:
         "sweep", help="run a scenario over a grid of settings and seeds (resumable)"
     )
     sweep.add_argument("file", help="a sweep file (YAML with a base:), or a base scenario")
-    sweep.add_argument("--grid", action="append", default=[], type=_axis("--grid"),
-                       metavar="KEY=V1,V2", help="an axis: every value with every other axis's")
-    sweep.add_argument("--zip", action="append", default=[], type=_axis("--zip"),
-                       metavar="KEY=V1,V2", help="axes that vary together (equal lengths)")
+    sweep.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        type=_axis("--grid"),
+        metavar="KEY=V1,V2",
+        help="an axis: every value with every other axis's",
+    )
+    sweep.add_argument(
+        "--zip",
+        action="append",
+        default=[],
+        type=_axis("--zip"),
+        metavar="KEY=V1,V2",
+        help="axes that vary together (equal lengths)",
+    )
     sweep.add_argument("--seeds", type=positive_int, metavar="N", help="seeds per configuration")
-    sweep.add_argument("--set", dest="overrides", action="append", default=[],
-                       metavar="KEY.PATH=VALUE", help="set a field on every point (repeatable)")
-    sweep.add_argument("--no-report", action="store_true",
-                       help="no report.html in each run folder (sweep.html is still written)")
+    sweep.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        help="set a field on every point (repeatable)",
+    )
+    sweep.add_argument(
+        "--no-report",
+        action="store_true",
+        help="no report.html in each run folder (sweep.html is still written)",
+    )
     _add_executor_options(sweep)
     sweep.set_defaults(handler=cmd_sweep)
 
@@ -68,20 +96,38 @@ def add_commands(sub) -> None:
     )
     capacity.add_argument("scenario", help="scenario YAML file")
     capacity.add_argument(
-        "--slo", action="append", default=[], metavar="METRIC=LIMIT",
+        "--slo",
+        action="append",
+        default=[],
+        metavar="METRIC=LIMIT",
         help="e.g. ttft.p99=2s, tpot.p99=100ms, goodput=90%% (default: the scenario's slo: "
         "TTFT p99 <= slo.ttft_s and TPOT p99 <= slo.tpot_s)",
     )
-    capacity.add_argument("--vary", action="append", default=[], type=_axis("--vary"),
-                          metavar="KEY=V1,V2", help="configurations: every combination")
-    capacity.add_argument("--tolerance", type=_fraction, default=0.02, metavar="F",
-                          help="stop when the bracket is within this share of the rate "
-                          "(default 0.02)")
-    capacity.add_argument("--price", action="append", default=[], metavar="HARDWARE=USD",
-                          help="USD per GPU-hour for a hardware name (adds or replaces a list "
-                          "price)")
-    capacity.add_argument("--reports", action="store_true",
-                          help="also write report.html in each probe's run folder")
+    capacity.add_argument(
+        "--vary",
+        action="append",
+        default=[],
+        type=_axis("--vary"),
+        metavar="KEY=V1,V2",
+        help="configurations: every combination",
+    )
+    capacity.add_argument(
+        "--tolerance",
+        type=_fraction,
+        default=0.02,
+        metavar="F",
+        help="stop when the bracket is within this share of the rate (default 0.02)",
+    )
+    capacity.add_argument(
+        "--price",
+        action="append",
+        default=[],
+        metavar="HARDWARE=USD",
+        help="USD per GPU-hour for a hardware name (adds or replaces a list price)",
+    )
+    capacity.add_argument(
+        "--reports", action="store_true", help="also write report.html in each probe's run folder"
+    )
     add_scenario_options(capacity)
     _add_executor_options(capacity)
     capacity.set_defaults(handler=cmd_capacity)
@@ -134,16 +180,25 @@ def cmd_sweep(args) -> int:
     out = out_folder(args, SWEEP_JSON)
     try:
         with executor_for(args) as executor:
-            done = run_sweep(sweep, points, out, executor, html=not args.no_report,
-                             progress=not args.quiet, argv=args.argv)
+            done = run_sweep(
+                sweep,
+                points,
+                out,
+                executor,
+                html=not args.no_report,
+                progress=not args.quiet,
+                argv=args.argv,
+            )
     except ExecutorError as err:
         raise UsageError(str(err)) from None
     if not args.quiet:
         from sim.sweep.tables import sweep_table
 
         print(sweep_table(out))
-    print(f"{done.points} points ({done.ok} ok, {done.failed} failed, {done.runs} runs, "
-          f"{done.cpu_s:.2f} CPU s in workers): wrote {out}/points.csv and {out}/sweep.html")
+    print(
+        f"{done.points} points ({done.ok} ok, {done.failed} failed, {done.runs} runs, "
+        f"{done.cpu_s:.2f} CPU s in workers): wrote {out}/points.csv and {out}/sweep.html"
+    )
     return 1 if done.failed else 0
 
 

@@ -287,4 +287,3 @@ def cmd_validate(args) -> int:
     print(format_table(result.report))
     print(f"wrote {out}/validation.json" + ("" if args.no_report else " and validation.html"))
     return 0
-

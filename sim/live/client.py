@@ -115,7 +115,11 @@ async def stream_request(
         attempt.fail(REFUSED, str(err))
     except (TimeoutError, aiohttp.ServerTimeoutError) as err:
         attempt.fail(TIMEOUT, str(err) or type(err).__name__)
-    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as err:  # noqa: E501
+    except (
+        aiohttp.ClientPayloadError,
+        aiohttp.ServerDisconnectedError,
+        aiohttp.ClientOSError,
+    ) as err:  # noqa: E501
         attempt.fail(DISCONNECTED, str(err) or type(err).__name__)
     except aiohttp.ClientError as err:
         attempt.fail(CLIENT_ERROR, f"{type(err).__name__}: {err}")

@@ -162,11 +162,21 @@ def fit_observed(t: Timings, *, token_budget: int, source: str) -> Calibration:
     fit = {
         "method": "observed: TTFT of lone requests vs prompt length; ITL vs decode batch",
         "rows": int(lone.size + gaps.size),
-        "ttft_fit": {"requests": int(lone.size), "prompt_tokens": [int(lengths.min()),
-                     int(lengths.max())], "intercept_s": a, "per_token_s": b,
-                     "per_pair_s": c, "mape": ttft_error["mape"]},  # fmt: skip
-        "itl_fit": {"gaps": int(gaps.size), "batch_sizes": sizes.tolist(), "intercept_s": alpha,
-                    "per_sequence_s": beta, "mean_gap_mape": itl_error["mape"]},  # fmt: skip
+        "ttft_fit": {
+            "requests": int(lone.size),
+            "prompt_tokens": [int(lengths.min()), int(lengths.max())],
+            "intercept_s": a,
+            "per_token_s": b,
+            "per_pair_s": c,
+            "mape": ttft_error["mape"],
+        },  # fmt: skip
+        "itl_fit": {
+            "gaps": int(gaps.size),
+            "batch_sizes": sizes.tolist(),
+            "intercept_s": alpha,
+            "per_sequence_s": beta,
+            "mean_gap_mape": itl_error["mape"],
+        },  # fmt: skip
         "identified": IDENTIFIED,
         "not_identified": NOT_IDENTIFIED,
     }

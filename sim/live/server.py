@@ -156,8 +156,9 @@ class Server:
                 if response is None and ended:
                     return self._refusal(event)
                 if response is None:
-                    response = web.StreamResponse(headers={
-                        "Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+                    response = web.StreamResponse(
+                        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+                    )
                     await response.prepare(request)
                 if event[0] == "tokens":
                     for text in self._text(event):

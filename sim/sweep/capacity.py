@@ -74,8 +74,14 @@ class Config:
 class CapacityPlan:
     """The configurations of one ``pagesim capacity``, validated up front."""
 
-    def __init__(self, base: Path, common: Sequence[str], vary: Sequence[tuple[str, list]],
-                 bounds: Sequence[Bound] | None, tolerance: float):
+    def __init__(
+        self,
+        base: Path,
+        common: Sequence[str],
+        vary: Sequence[tuple[str, list]],
+        bounds: Sequence[Bound] | None,
+        tolerance: float,
+    ):
         self.base = base
         self.common = list(common)
         self.vary = list(vary)
@@ -88,21 +94,30 @@ class CapacityPlan:
         ]
 
     def _config(self, index: int, values: dict[str, Any], bounds) -> Config:
-        point = resolve_point(index, self.base_raw, self.base, values, None, self.common,
-                              where="--vary")
+        point = resolve_point(
+            index, self.base_raw, self.base, values, None, self.common, where="--vary"
+        )
         scenario = point.scenario
         rate = getattr(scenario.workload.arrival, "rate_rps", None)
         if rate is None:
             kind = scenario.workload.arrival.kind
-            raise ScenarioError(f"{self.base}: workload.arrival: a capacity search varies "
-                                f"rate_rps; a {kind} arrival has none")
+            raise ScenarioError(
+                f"{self.base}: workload.arrival: a capacity search varies "
+                f"rate_rps; a {kind} arrival has none"
+            )
         chosen = list(bounds) if bounds else default_bounds(scenario)
         return Config(index, values, scenario, chosen, RateSearch(rate, self.tolerance))
 
     def probe(self, config: Config, rate: float) -> Probe:
-        point = resolve_point(next(self._probe_index), self.base_raw, self.base,
-                              {**config.values, RATE_KEY: rate}, None, self.common,
-                              where=f"configuration {config.index}")
+        point = resolve_point(
+            next(self._probe_index),
+            self.base_raw,
+            self.base,
+            {**config.values, RATE_KEY: rate},
+            None,
+            self.common,
+            where=f"configuration {config.index}",
+        )
         return Probe(rate, point)
 
     def resolved(self) -> dict[str, Any]:
@@ -115,8 +130,9 @@ class CapacityPlan:
         }
 
 
-def run_capacity(plan: CapacityPlan, out: Path, executor, *, html: bool = False,
-                 progress: bool = True) -> None:
+def run_capacity(
+    plan: CapacityPlan, out: Path, executor, *, html: bool = False, progress: bool = True
+) -> None:
     """Search every configuration of ``plan``, writing probe run folders under ``out``."""
     for round_number in range(1, MAX_ROUNDS + 1):
         active = [c for c in plan.configs if not c.search.done()]
@@ -129,16 +145,20 @@ def run_capacity(plan: CapacityPlan, out: Path, executor, *, html: bool = False,
                 probes.append((config, plan.probe(config, rate)))
         if not probes:
             return
-        outcomes = run_points([p.point for _, p in probes], out, executor, html=html,
-                              extend=True, progress=False)
+        outcomes = run_points(
+            [p.point for _, p in probes], out, executor, html=html, extend=True, progress=False
+        )
         for config, probe in probes:
             probe.summary, probe.error = outcomes[probe.point.key]
             probe.passed = probe.error is None and meets(config.bounds, probe.summary)
             config.probes.append(probe)
             config.search.record(probe.rate, probe.passed)
         if progress:
-            print(f"capacity: round {round_number}: {len(probes)} probes; "
-                  + "; ".join(_state(c) for c in plan.configs), file=sys.stderr)
+            print(
+                f"capacity: round {round_number}: {len(probes)} probes; "
+                + "; ".join(_state(c) for c in plan.configs),
+                file=sys.stderr,
+            )
 
 
 def _state(config: Config) -> str:
@@ -157,28 +177,34 @@ def results(plan: CapacityPlan, prices: dict[str, float] | None = None) -> list[
         tokens = steady.get("throughput_tok_s") if at else None
         hardware = config.scenario.hardware.name
         price = gpu_price(hardware, prices)
-        rows.append({
-            "config": config.index,
-            **{key: value for key, value in config.values.items()},
-            "capacity_rps": config.search.capacity(),
-            "status": config.search.status(),
-            "lowest_failing_rps": config.search.hi,
-            "tolerance": plan.tolerance,
-            "probes": len(config.probes),
-            "slo": "; ".join(b.text() for b in config.bounds),
-            **{f"{b.metric}_at_capacity": (b.value(at.summary) if at else None)
-               for b in config.bounds},
-            "throughput_tok_s_at_capacity": tokens,
-            "hardware": hardware,
-            "gpus": config.gpus(),
-            "usd_per_gpu_hour": price.usd_per_gpu_hour if price else None,
-            "usd_per_million_output_tokens": cost_per_million_tokens(
-                price, config.gpus(), tokens),
-            "price_source": price.source if price else "",
-            "cheapest": False,
-        })
-    priced = [r for r in rows if r["capacity_rps"] > 0
-              and r["usd_per_million_output_tokens"] is not None]
+        rows.append(
+            {
+                "config": config.index,
+                **{key: value for key, value in config.values.items()},
+                "capacity_rps": config.search.capacity(),
+                "status": config.search.status(),
+                "lowest_failing_rps": config.search.hi,
+                "tolerance": plan.tolerance,
+                "probes": len(config.probes),
+                "slo": "; ".join(b.text() for b in config.bounds),
+                **{
+                    f"{b.metric}_at_capacity": (b.value(at.summary) if at else None)
+                    for b in config.bounds
+                },
+                "throughput_tok_s_at_capacity": tokens,
+                "hardware": hardware,
+                "gpus": config.gpus(),
+                "usd_per_gpu_hour": price.usd_per_gpu_hour if price else None,
+                "usd_per_million_output_tokens": cost_per_million_tokens(
+                    price, config.gpus(), tokens
+                ),
+                "price_source": price.source if price else "",
+                "cheapest": False,
+            }
+        )
+    priced = [
+        r for r in rows if r["capacity_rps"] > 0 and r["usd_per_million_output_tokens"] is not None
+    ]
     if priced:
         min(priced, key=lambda r: r["usd_per_million_output_tokens"])["cheapest"] = True
     return rows
@@ -190,16 +216,20 @@ def probe_rows(plan: CapacityPlan) -> list[dict[str, Any]]:
     for config in plan.configs:
         for probe in config.probes:
             steady = (probe.summary or {}).get("steady_state", {})
-            rows.append({
-                "config": config.index,
-                "rate_rps": probe.rate,
-                "passed": probe.passed,
-                "verdict": steady.get("verdict", ""),
-                **{b.metric: (b.value(probe.summary) if probe.summary else None)
-                   for b in config.bounds},
-                "throughput_tok_s": steady.get("throughput_tok_s"),
-                "num_requests": (probe.summary or {}).get("num_requests"),
-                "run": probe.point.folder if probe.error is None else "",
-                "error": probe.error or "",
-            })
+            rows.append(
+                {
+                    "config": config.index,
+                    "rate_rps": probe.rate,
+                    "passed": probe.passed,
+                    "verdict": steady.get("verdict", ""),
+                    **{
+                        b.metric: (b.value(probe.summary) if probe.summary else None)
+                        for b in config.bounds
+                    },
+                    "throughput_tok_s": steady.get("throughput_tok_s"),
+                    "num_requests": (probe.summary or {}).get("num_requests"),
+                    "run": probe.point.folder if probe.error is None else "",
+                    "error": probe.error or "",
+                }
+            )
     return rows

@@ -62,15 +62,18 @@ def run_sweep(
     ``executor`` (entered by the caller)."""
     out.mkdir(parents=True, exist_ok=True)
     axes = sweep.spec.axes()
-    write_json(out / SWEEP_JSON, {
-        "sweep": sweep.resolved(),
-        "axes": axes,
-        "points": [
-            {"point": p.index, "values": p.values, "seed": p.seed, "run": p.folder}
-            for p in points
-        ],
-        **provenance(argv, executor),
-    })
+    write_json(
+        out / SWEEP_JSON,
+        {
+            "sweep": sweep.resolved(),
+            "axes": axes,
+            "points": [
+                {"point": p.index, "values": p.values, "seed": p.seed, "run": p.folder}
+                for p in points
+            ],
+            **provenance(argv, executor),
+        },
+    )
     if html:
         from sim.output.page import plotly_script_src
 
@@ -80,8 +83,9 @@ def run_sweep(
         write_text(out / POINTS_CSV, points_csv(points, axes, outcomes))
 
     cpu_s = [0.0]
-    outcomes = run_points(points, out, executor, html=html, progress=progress,
-                          on_result=table, cpu_s=cpu_s)
+    outcomes = run_points(
+        points, out, executor, html=html, progress=progress, on_result=table, cpu_s=cpu_s
+    )
     table(outcomes)
     if html:
         from sim.sweep.page import write_sweep_page
@@ -94,7 +98,5 @@ def run_sweep(
 
 def points_csv(points: Sequence[Point], axes: Sequence[str], outcomes: Outcomes) -> str:
     """points.csv for the points that have an outcome, in point order."""
-    rows = [
-        point_row(p, axes, *outcomes[p.key]) for p in points if p.key in outcomes
-    ]
+    rows = [point_row(p, axes, *outcomes[p.key]) for p in points if p.key in outcomes]
     return csv_text(rows, [*LEAD[:2], *axes, *LEAD[2:]])

@@ -125,16 +125,21 @@ class RayPool:
             # that `ray start` left on this machine), bound to loopback, no dashboard,
             # a small object store (results are a few MB each; more spills to disk).
             store_mb = int(os.environ.get("PAGESIM_RAY_OBJECT_STORE_MB", "512"))
-            options.update(address="local", _node_ip_address="127.0.0.1",
-                           include_dashboard=False, num_cpus=self.jobs,
-                           object_store_memory=store_mb << 20)
+            options.update(
+                address="local",
+                _node_ip_address="127.0.0.1",
+                include_dashboard=False,
+                num_cpus=self.jobs,
+                object_store_memory=store_mb << 20,
+            )
         else:
             options["address"] = self.address
         try:
             ray.init(**options)
         except Exception as err:
-            raise ExecutorError(f"--ray {self.address or ''}: cannot start or join Ray: "
-                                f"{_first_line(err)}") from None
+            raise ExecutorError(
+                f"--ray {self.address or ''}: cannot start or join Ray: {_first_line(err)}"
+            ) from None
         self._ray = ray
         self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self._task = ray.remote(num_cpus=1, max_retries=RAY_MAX_RETRIES)(run_point)

@@ -59,12 +59,17 @@ def _stats(rows: Sequence[Mapping[str, Any]], metric: str) -> tuple[float, float
 
 def axis_figure(axes: Sequence[str], axis: int, configs) -> go.Figure:
     """The metrics against ``axes[axis]``: a line per combination of the other axes."""
-    fig = make_subplots(rows=len(METRICS), cols=1, shared_xaxes=True, vertical_spacing=0.03,
-                        subplot_titles=[label for _, label in METRICS])
+    fig = make_subplots(
+        rows=len(METRICS),
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.03,
+        subplot_titles=[label for _, label in METRICS],
+    )
     x_order = list(dict.fromkeys(key[axis] for key in configs))
     lines: dict[tuple[str, ...], dict[str, list]] = {}
     for key, rows in configs.items():
-        others = key[:axis] + key[axis + 1:]
+        others = key[:axis] + key[axis + 1 :]
         lines.setdefault(others, {}).setdefault(key[axis], []).extend(rows)
     for row, (metric, _) in enumerate(METRICS, start=1):
         for n, (others, by_x) in enumerate(lines.items()):
@@ -77,15 +82,25 @@ def axis_figure(axes: Sequence[str], axis: int, configs) -> go.Figure:
                     plus.append(stats[2] - stats[0])
                     minus.append(stats[0] - stats[1])
             name = describe(dict(zip([a for i, a in enumerate(axes) if i != axis], others)))
-            fig.add_trace(go.Scatter(
-                x=xs, y=means, mode="lines+markers", name=name, legendgroup=name,
-                showlegend=row == 1, line={"color": _color(n)},
-                error_y={"type": "data", "array": plus, "arrayminus": minus, "visible": True},
-            ), row=row, col=1)
+            fig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=means,
+                    mode="lines+markers",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=row == 1,
+                    line={"color": _color(n)},
+                    error_y={"type": "data", "array": plus, "arrayminus": minus, "visible": True},
+                ),
+                row=row,
+                col=1,
+            )
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=x_order)
     fig.update_xaxes(title_text=axes[axis], row=len(METRICS), col=1)
-    fig.update_layout(height=230 * len(METRICS), title=f"Metrics against {axes[axis]}",
-                      margin={"t": 60})
+    fig.update_layout(
+        height=230 * len(METRICS), title=f"Metrics against {axes[axis]}", margin={"t": 60}
+    )
     return fig
 
 
@@ -113,24 +128,39 @@ def pareto_figure(axes: Sequence[str], configs) -> go.Figure:
         mark_empty(fig, "none: no finished point has both figures")
         return fig
     front = pareto_front(xy)
-    fig.add_trace(go.Scatter(
-        x=[p[0] for p in xy], y=[p[1] for p in xy], mode="markers", name="configuration",
-        text=labels, hovertemplate="%{text}<br>%{x:.4g} tok/s, %{y:.4g} s<extra></extra>",
-        marker={"size": 9, "color": "#1f77b4"},
-    ))
-    fig.add_trace(go.Scatter(
-        x=[xy[i][0] for i in front], y=[xy[i][1] for i in front], mode="lines+markers",
-        name="Pareto front", text=[labels[i] for i in front],
-        hovertemplate="%{text}<extra>front</extra>",
-        marker={"size": 12, "color": "#d62728", "symbol": "diamond"}, line={"dash": "dot"},
-    ))
-    fig.update_layout(title="Latency against throughput (better: right and down)",
-                      xaxis_title=PARETO_X[1], yaxis_title=PARETO_Y[1], height=520)
+    fig.add_trace(
+        go.Scatter(
+            x=[p[0] for p in xy],
+            y=[p[1] for p in xy],
+            mode="markers",
+            name="configuration",
+            text=labels,
+            hovertemplate="%{text}<br>%{x:.4g} tok/s, %{y:.4g} s<extra></extra>",
+            marker={"size": 9, "color": "#1f77b4"},
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[xy[i][0] for i in front],
+            y=[xy[i][1] for i in front],
+            mode="lines+markers",
+            name="Pareto front",
+            text=[labels[i] for i in front],
+            hovertemplate="%{text}<extra>front</extra>",
+            marker={"size": 12, "color": "#d62728", "symbol": "diamond"},
+            line={"dash": "dot"},
+        )
+    )
+    fig.update_layout(
+        title="Latency against throughput (better: right and down)",
+        xaxis_title=PARETO_X[1],
+        yaxis_title=PARETO_Y[1],
+        height=520,
+    )
     return fig
 
 
-def write_sweep_page(path: Path, sweep: Sweep, points: Sequence[Point],
-                     outcomes: Outcomes) -> Path:
+def write_sweep_page(path: Path, sweep: Sweep, points: Sequence[Point], outcomes: Outcomes) -> Path:
     """Write sweep.html (whole) into its folder, beside the sweep's plotly.min.js."""
     axes = sweep.spec.axes()
     configs = configurations(points, outcomes)

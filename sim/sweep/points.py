@@ -76,9 +76,7 @@ def resolve_point(
         raw.setdefault("name", base.stem)
         scenario = validate_scenario(raw, source, base_dir=base.resolve().parent)
     except ScenarioError as err:
-        raise ScenarioError(
-            f"{where}: point {index} ({describe(values, seed)}): {err}"
-        ) from None
+        raise ScenarioError(f"{where}: point {index} ({describe(values, seed)}): {err}") from None
     final_seed = scenario.simulation.seed
     return Point(index, dict(values), final_seed, raw, scenario, source, base.resolve().parent)
 

@@ -11,8 +11,9 @@ from sim.run.progress import stderr_bar
 class SweepProgress:
     """``started(n)``, ``finished(ok)``, ``close()``; disabled, it does nothing."""
 
-    def __init__(self, total: int, reused: int, workers: int, *, label: str = "sweep",
-                 enabled: bool = True):
+    def __init__(
+        self, total: int, reused: int, workers: int, *, label: str = "sweep", enabled: bool = True
+    ):
         self.workers = workers
         self.reused = reused
         self.in_flight = 0

@@ -66,8 +66,9 @@ def parse_bound(text: str) -> Bound:
     metric = metric.strip().lower()
     names = ["goodput", *(f"{n}.{s}" for n in _LATENCIES for s in _STATS)]
     if not sep or metric not in names:
-        raise ValueError(f"--slo {text}: expected METRIC=LIMIT with METRIC one of "
-                         f"{', '.join(names)}")
+        raise ValueError(
+            f"--slo {text}: expected METRIC=LIMIT with METRIC one of {', '.join(names)}"
+        )
     match = _NUMBER.match(limit)
     if match is None:
         raise ValueError(f"--slo {metric}: expected a number (with s, ms or %), got {limit!r}")
@@ -77,8 +78,9 @@ def parse_bound(text: str) -> Bound:
             raise ValueError(f"--slo goodput: expected a share or a percentage, got {limit!r}")
         value = value / 100 if unit == "%" else value
         if not 0 < value <= 1:
-            raise ValueError(f"--slo goodput: expected a share in (0, 1] or a percentage, "
-                             f"got {limit!r}")
+            raise ValueError(
+                f"--slo goodput: expected a share in (0, 1] or a percentage, got {limit!r}"
+            )
     else:
         if unit == "%":
             raise ValueError(f"--slo {metric}: expected seconds (or ms), got {limit!r}")

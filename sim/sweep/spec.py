@@ -73,8 +73,10 @@ class SweepFile(StrictModel):
                 _check_axis(key, values)
                 lengths.add(len(values))
             if len(lengths) > 1:
-                raise ValueError(f"zip axes vary together: their lists must be equally long, "
-                                 f"got lengths {sorted(lengths)}")
+                raise ValueError(
+                    f"zip axes vary together: their lists must be equally long, "
+                    f"got lengths {sorted(lengths)}"
+                )
         return value
 
     @field_validator("seeds")
@@ -121,8 +123,10 @@ class SweepFile(StrictModel):
 def _check_key(key: str) -> None:
     if key == SEED_KEY:
         raise ValueError(f"{key}: use seeds to vary the seed")
-    problem = _schema_path_problem(key.split(".")) if key and "" not in key.split(".") else (
-        "expected a dotted field path such as cache.block_size"
+    problem = (
+        _schema_path_problem(key.split("."))
+        if key and "" not in key.split(".")
+        else ("expected a dotted field path such as cache.block_size")
     )
     if problem:
         raise ValueError(f"{key}: {problem}")
@@ -159,8 +163,9 @@ class Sweep:
         for factor in factors:
             count *= len(factor)
         if count > MAX_POINTS:
-            raise ScenarioError(f"{self.source}: the sweep has {count:,} points; at most "
-                                f"{MAX_POINTS:,} are allowed")
+            raise ScenarioError(
+                f"{self.source}: the sweep has {count:,} points; at most {MAX_POINTS:,} are allowed"
+            )
         points = []
         for combo in itertools.product(*factors):
             values: dict[str, Any] = {}
@@ -196,8 +201,9 @@ def read_sweep_file(path: Path, extra: Mapping[str, Any] | None = None) -> Sweep
     spec = _validate(raw, str(path))
     base = (path.parent / spec.base) if not Path(spec.base).is_absolute() else Path(spec.base)
     if not base.is_file():
-        raise ScenarioError(f"{path}: base: scenario file not found: {spec.base} (looked for "
-                            f"{base.resolve()})")
+        raise ScenarioError(
+            f"{path}: base: scenario file not found: {spec.base} (looked for {base.resolve()})"
+        )
     return Sweep(spec, base, str(path), spec.name or path.stem)
 
 

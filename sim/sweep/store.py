@@ -25,8 +25,10 @@ def check_out(out: Path, marker: str) -> None:
     (it holds ``marker``, e.g. sweep.json) to resume. ValueError (one line) otherwise."""
     check_target(out, force=True)
     if out.is_dir() and any(out.iterdir()) and not (out / marker).is_file():
-        raise ValueError(f"{out}: holds files but no {marker}; it is not a folder this "
-                         "command wrote: choose an empty or new folder")
+        raise ValueError(
+            f"{out}: holds files but no {marker}; it is not a folder this "
+            "command wrote: choose an empty or new folder"
+        )
 
 
 def write_text(path: Path, text: str) -> None:
@@ -88,8 +90,9 @@ def run_points(
     if not todo:
         return outcomes
     payloads = [make_payload(p, html=html, extend=extend) for p in todo.values()]
-    bar = SweepProgress(len(outcomes) + len(todo), len(outcomes), executor.workers,
-                        label=label, enabled=progress)
+    bar = SweepProgress(
+        len(outcomes) + len(todo), len(outcomes), executor.workers, label=label, enabled=progress
+    )
     bar.started(len(payloads))
     try:
         for result in executor.run(payloads):

@@ -46,8 +46,12 @@ def sweep_table(out: Path) -> str:
         rows = list(csv.DictReader(f))
     header = ["point", *keys, "seed", *(h for h, _ in SWEEP_COLUMNS)]
     cells = [
-        [row["point"], *(row.get(k, "") for k in keys), row["seed"],
-         *(number(row.get(c, "")) for _, c in SWEEP_COLUMNS)]
+        [
+            row["point"],
+            *(row.get(k, "") for k in keys),
+            row["seed"],
+            *(number(row.get(c, "")) for _, c in SWEEP_COLUMNS),
+        ]
         for row in rows[:MAX_ROWS]
     ]
     text = aligned(header, cells)
@@ -60,9 +64,16 @@ def capacity_table(rows: Sequence[dict], keys: Sequence[str]) -> str:
     """The printed view of capacity.csv's rows."""
     header = ["#", *keys, "capacity req/s", "status", "tok/s", "GPUs", "$/M tok", ""]
     cells = [
-        [str(r["config"]), *(str(r[k]) for k in keys), number(repr(r["capacity_rps"])),
-         r["status"], _maybe(r["throughput_tok_s_at_capacity"]), str(r["gpus"]),
-         _maybe(r["usd_per_million_output_tokens"]), "cheapest" if r["cheapest"] else ""]
+        [
+            str(r["config"]),
+            *(str(r[k]) for k in keys),
+            number(repr(r["capacity_rps"])),
+            r["status"],
+            _maybe(r["throughput_tok_s_at_capacity"]),
+            str(r["gpus"]),
+            _maybe(r["usd_per_million_output_tokens"]),
+            "cheapest" if r["cheapest"] else "",
+        ]
         for r in rows
     ]
     return aligned(header, cells)

@@ -118,8 +118,10 @@ def _read_into(files: dict[str, bytes], rel: str, resolved: Path, source: str) -
         except OSError as err:
             raise ScenarioError(f"{source}: cannot read {path}: {err.strerror}") from None
     if sum(len(data) for data in files.values()) > MAX_INPUT_BYTES:
-        raise ScenarioError(f"{source}: the files it names are over {MAX_INPUT_BYTES >> 30} GiB; "
-                            "too much to send with every point")
+        raise ScenarioError(
+            f"{source}: the files it names are over {MAX_INPUT_BYTES >> 30} GiB; "
+            "too much to send with every point"
+        )
 
 
 def _materialize(tmp: Path, payload: dict[str, Any]) -> Path:

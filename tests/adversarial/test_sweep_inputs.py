@@ -25,21 +25,37 @@ def test_bad_sweeps_and_capacity_searches_are_one_line_and_write_nothing(tmp_pat
     busy.mkdir()
     (busy / "notes.txt").write_text("mine")
     cases = [
-        ([sweep_file(tmp_path, "a.yaml", "gird: {cache.block_size: [8]}\n"), "--out", out],
-         ["a.yaml", "gird"]),
-        ([sweep_file(tmp_path, "b.yaml", "grid: {cache.blok_size: [8]}\n"), "--out", out],
-         ["b.yaml", "cache.blok_size", "block_size"]),
-        ([sweep_file(tmp_path, "c.yaml", "grid: {cache.block_size: [8, 0]}\n"), "--out", out],
-         ["c.yaml", "point 1", "cache.block_size"]),
-        ([sweep_file(tmp_path, "d.yaml", "zip: {cache.block_size: [8], seedz: [1, 2]}\n"),
-          "--out", out], ["d.yaml", "zip"]),
+        (
+            [sweep_file(tmp_path, "a.yaml", "gird: {cache.block_size: [8]}\n"), "--out", out],
+            ["a.yaml", "gird"],
+        ),
+        (
+            [sweep_file(tmp_path, "b.yaml", "grid: {cache.blok_size: [8]}\n"), "--out", out],
+            ["b.yaml", "cache.blok_size", "block_size"],
+        ),
+        (
+            [sweep_file(tmp_path, "c.yaml", "grid: {cache.block_size: [8, 0]}\n"), "--out", out],
+            ["c.yaml", "point 1", "cache.block_size"],
+        ),
+        (
+            [
+                sweep_file(tmp_path, "d.yaml", "zip: {cache.block_size: [8], seedz: [1, 2]}\n"),
+                "--out",
+                out,
+            ],
+            ["d.yaml", "zip"],
+        ),
         ([sweep_file(tmp_path, "e.yaml", "seeds: 0\n"), "--out", out], ["e.yaml", "seeds"]),
-        ([sweep_file(tmp_path, "f.yaml", "grid: {simulation.seed: [1, 2]}\n"), "--out", out],
-         ["f.yaml", "simulation.seed", "seeds"]),
+        (
+            [sweep_file(tmp_path, "f.yaml", "grid: {simulation.seed: [1, 2]}\n"), "--out", out],
+            ["f.yaml", "simulation.seed", "seeds"],
+        ),
         ([str(tmp_path / "g.yaml"), "--out", out], ["g.yaml"]),  # no such file
         (["--grid", "cache.block_size", str(TINY), "--out", out], ["--grid"]),
-        ([str(TINY), "--grid", "eviction.policy=lru,lfx", "--out", out],
-         ["point 1", "eviction.policy", "lfx"]),
+        (
+            [str(TINY), "--grid", "eviction.policy=lru,lfx", "--out", out],
+            ["point 1", "eviction.policy", "lfx"],
+        ),
         ([str(TINY), "--set", "cache.block_size=-3", "--out", out], ["cache.block_size"]),
         ([str(TINY), "--out", str(TINY)], ["--out", "tiny.yaml"]),
         ([str(TINY), "--out", str(busy)], ["--out", "sweep.json"]),

@@ -79,10 +79,18 @@ def test_a_run_without_lone_requests_cannot_be_fitted():
 
 
 def test_the_comparison_is_simulated_against_observed():
-    observed = {"ttft_s": {"p50": 0.01, "p90": 0.02, "p99": None}, "throughput_rps": 4.0,
-                "benchmark": {"median_itl_ms": 2.0}, "steady_state": {"verdict": "stable"}}
-    simulated = {"ttft_s": {"p50": 0.012, "p90": 0.01, "p99": 0.5}, "throughput_rps": 3.0,
-                 "benchmark": {"median_itl_ms": 1.0}, "steady_state": {"verdict": "too short"}}
+    observed = {
+        "ttft_s": {"p50": 0.01, "p90": 0.02, "p99": None},
+        "throughput_rps": 4.0,
+        "benchmark": {"median_itl_ms": 2.0},
+        "steady_state": {"verdict": "stable"},
+    }
+    simulated = {
+        "ttft_s": {"p50": 0.012, "p90": 0.01, "p99": 0.5},
+        "throughput_rps": 3.0,
+        "benchmark": {"median_itl_ms": 1.0},
+        "steady_state": {"verdict": "too short"},
+    }
     report = compare_runs(observed, simulated)
     metrics = report["metrics"]
     assert metrics["ttft_s.p50"]["rel_error"] == pytest.approx(0.2)

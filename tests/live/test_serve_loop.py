@@ -111,8 +111,10 @@ def test_serve_observe_calibrate_validate(scenario, tmp_path):
         status, body = post(server.url + "/v1/completions",
                             {"prompt": [7] * 900, "max_tokens": 300})  # fmt: skip
         assert status == 400 and "rejected: needs" in body["error"]["message"]
-        status, body = post(server.url + "/v1/chat/completions",
-                            {"messages": [{"role": "user", "content": "a b 7"}], "max_tokens": 3})
+        status, body = post(
+            server.url + "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "a b 7"}], "max_tokens": 3},
+        )
         assert status == 200 and len(body["choices"][0]["message"]["content"].split()) == 3
         assert body["usage"]["prompt_tokens"] == 3
 
@@ -123,7 +125,7 @@ def test_serve_observe_calibrate_validate(scenario, tmp_path):
     assert code == 0 and "stopped" in out, err
     for name in METRICS:
         assert name in page, name
-    finished = re.search(r'vllm:request_success_total\{[^}]*\} (\S+)', page)
+    finished = re.search(r"vllm:request_success_total\{[^}]*\} (\S+)", page)
     assert float(finished.group(1)) == NUM_REQUESTS + 1  # the chat request too
 
     result = run_cli(["calibrate", "--observed", str(observed), "--out", str(calibration)])

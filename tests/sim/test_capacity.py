@@ -65,12 +65,15 @@ def test_slo_terms_parse_units_and_say_what_is_wrong():
     assert parse_bound("ttft.p99=2s") == Bound("ttft.p99", 2.0)
     assert parse_bound("tpot.p99=100ms") == Bound("tpot.p99", 0.1)
     assert parse_bound("goodput=90%") == Bound("goodput", 0.9)
-    for bad, expected in [("ttft=2", "METRIC=LIMIT"), ("goodput=2s", "share"),
-                          ("tpot.p50=-1", "number"), ("e2e.p90=5%", "seconds")]:
+    for bad, expected in [
+        ("ttft=2", "METRIC=LIMIT"),
+        ("goodput=2s", "share"),
+        ("tpot.p50=-1", "number"),
+        ("e2e.p90=5%", "seconds"),
+    ]:
         with pytest.raises(ValueError, match=expected):
             parse_bound(bad)
-    summary = {"steady_state": {"verdict": "stable", "goodput": 0.95,
-                                "ttft_s": {"p99": 1.5}}}
+    summary = {"steady_state": {"verdict": "stable", "goodput": 0.95, "ttft_s": {"p99": 1.5}}}
     assert meets([Bound("ttft.p99", 2.0), Bound("goodput", 0.9)], summary)
     assert not meets([Bound("ttft.p99", 1.0)], summary)
     summary["steady_state"]["verdict"] = "overloaded"  # a growing queue never meets it
@@ -88,9 +91,23 @@ def test_every_price_names_its_source_and_cost_follows_from_it():
 
 def test_capacity_end_to_end_marks_the_cheapest_and_resumes(chromium, tmp_path, capsys):
     out = tmp_path / "cap"
-    args = ["capacity", str(TINY), "--set", "simulation.num_requests=150",
-            "--vary", "hardware=h100-sxm,a100-80gb", "--slo", "ttft.p99=20ms",
-            "--tolerance", "0.1", "--out", str(out), "--jobs", "2", "--quiet"]
+    args = [
+        "capacity",
+        str(TINY),
+        "--set",
+        "simulation.num_requests=150",
+        "--vary",
+        "hardware=h100-sxm,a100-80gb",
+        "--slo",
+        "ttft.p99=20ms",
+        "--tolerance",
+        "0.1",
+        "--out",
+        str(out),
+        "--jobs",
+        "2",
+        "--quiet",
+    ]
     assert main(args) == 0
     with open(out / "capacity.csv", newline="") as f:
         configs = list(csv.DictReader(f))

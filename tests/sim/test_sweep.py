@@ -28,7 +28,7 @@ TINY = ROOT / "scenarios" / "tiny.yaml"
 SHIPPED = ROOT / "scenarios" / "sweeps" / "batch-and-load.yaml"
 
 #: A scheduler plug-in that raises after ``fail_after`` calls (never when it is -1).
-BOOM = '''
+BOOM = """
 class Boom:
     def __init__(self, fail_after: int = -1):
         self.fail_after, self.calls = fail_after, 0
@@ -38,7 +38,7 @@ class Boom:
         if 0 <= self.fail_after < self.calls:
             raise RuntimeError("boom on purpose")
         return sorted(waiting, key=lambda e: (e.request.arrival_s, e.request.req_id))
-'''
+"""
 
 
 def tiny_base(folder: Path, requests: int = 120, plugin: bool = False) -> Path:
@@ -54,8 +54,9 @@ def tiny_base(folder: Path, requests: int = 120, plugin: bool = False) -> Path:
 
 
 def files_of(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 def rows(out: Path) -> list[dict[str, str]]:
@@ -72,11 +73,19 @@ def test_a_grid_with_a_zip_group_and_seeds_expands_in_order(tmp_path):
         "seeds: [3, 5]\n"
     )
     sweep = read_sweep_file(sweep_file)
-    got = [(v["cache.block_size"], v["workload.arrival.rate_rps"],
-            v["simulation.num_requests"], s) for v, s in sweep.assignments()]
+    got = [
+        (v["cache.block_size"], v["workload.arrival.rate_rps"], v["simulation.num_requests"], s)
+        for v, s in sweep.assignments()
+    ]
     assert got == [
-        (8, 10, 50, 3), (8, 10, 50, 5), (8, 20, 60, 3), (8, 20, 60, 5),
-        (16, 10, 50, 3), (16, 10, 50, 5), (16, 20, 60, 3), (16, 20, 60, 5),
+        (8, 10, 50, 3),
+        (8, 10, 50, 5),
+        (8, 20, 60, 3),
+        (8, 20, 60, 5),
+        (16, 10, 50, 3),
+        (16, 10, 50, 5),
+        (16, 20, 60, 3),
+        (16, 20, 60, 5),
     ]
     # seeds: N counts up from the base scenario's seed
     assert sweep_from_scenario(base, {"seeds": 3}).seeds() == [0, 1, 2]
@@ -86,9 +95,7 @@ def test_flattened_summary_columns_are_stable_and_cells_round_trip():
     summary = {"b": {"p99": 0.1, "list": [1, 2]}, "a": 3, "c": None, "d": True}
     assert flatten(summary) == {"b.p99": 0.1, "a": 3, "c": None, "d": True}
     text = csv_text([{"point": 1, **flatten(summary)}, {"point": 0, "z": 1 / 3}], ["point"])
-    assert text.splitlines() == [
-        "point,a,b.p99,c,d,z", "1,3,0.1,,true,", f"0,,,,,{1 / 3!r}"
-    ]
+    assert text.splitlines() == ["point,a,b.p99,c,d,z", "1,3,0.1,,true,", f"0,,,,,{1 / 3!r}"]
 
 
 def test_jobs_1_and_jobs_2_write_the_same_bytes_and_a_second_run_reuses(tmp_path):
@@ -101,7 +108,11 @@ def test_jobs_1_and_jobs_2_write_the_same_bytes_and_a_second_run_reuses(tmp_path
     assert a == b
     table = rows(tmp_path / "a")
     assert [(r["cache.block_size"], r["seed"], r["status"]) for r in table] == [
-        ("8", "0", "ok"), ("8", "1", "ok"), ("16", "0", "ok"), ("16", "1", "ok")]
+        ("8", "0", "ok"),
+        ("8", "1", "ok"),
+        ("16", "0", "ok"),
+        ("16", "1", "ok"),
+    ]
     assert all(float(r["throughput_tok_s"]) > 0 for r in table)
     # every run folder is a whole run, metadata naming its hash and no date
     for row in table:
@@ -109,7 +120,8 @@ def test_jobs_1_and_jobs_2_write_the_same_bytes_and_a_second_run_reuses(tmp_path
         meta = json.loads((folder / "metadata.json").read_text())
         assert meta["scenario_hash"] == folder.name and "date_utc" not in meta
         assert {"requests.csv", "steps.csv", "summary.json", "report.html"} <= set(
-            os.listdir(folder))
+            os.listdir(folder)
+        )
     before = {p: p.stat().st_mtime_ns for p in (tmp_path / "a" / "runs").rglob("*")}
     assert main([*args, "--out", str(tmp_path / "a"), "--jobs", "2"]) == 0
     after = {p: p.stat().st_mtime_ns for p in (tmp_path / "a" / "runs").rglob("*")}
@@ -118,8 +130,20 @@ def test_jobs_1_and_jobs_2_write_the_same_bytes_and_a_second_run_reuses(tmp_path
 
 def test_a_failing_point_records_its_error_and_the_sweep_goes_on(tmp_path, capsys):
     base = tiny_base(tmp_path, plugin=True)
-    code = main(["sweep", str(base), "--grid", "scheduler.params.fail_after=-1,3",
-                 "--out", str(tmp_path / "out"), "--jobs", "2", "--quiet", "--no-report"])
+    code = main(
+        [
+            "sweep",
+            str(base),
+            "--grid",
+            "scheduler.params.fail_after=-1,3",
+            "--out",
+            str(tmp_path / "out"),
+            "--jobs",
+            "2",
+            "--quiet",
+            "--no-report",
+        ]
+    )
     assert code == 1
     ok, failed = rows(tmp_path / "out")
     assert (ok["status"], ok["error"]) == ("ok", "")
@@ -136,9 +160,12 @@ def test_inputs_travel_with_the_task_not_the_file_system(tmp_path):
     trace = ROOT / "scenarios" / "traces" / "azure-sample.csv"
     (tmp_path / "traces" / "t.csv").write_bytes(trace.read_bytes())
     base = tiny_base(tmp_path / "sc", plugin=True)
-    base.write_text(base.read_text().replace(
-        "arrival: {kind: poisson, rate_rps: 50}",
-        "arrival: {kind: trace, format: azure-csv, path: ../traces/t.csv, time_scale: 0.01}"))
+    base.write_text(
+        base.read_text().replace(
+            "arrival: {kind: poisson, rate_rps: 50}",
+            "arrival: {kind: trace, format: azure-csv, path: ../traces/t.csv, time_scale: 0.01}",
+        )
+    )
     from sim.sweep.driver import resolve_points
 
     (point,) = resolve_points(sweep_from_scenario(base, {}))
@@ -156,14 +183,34 @@ def test_inputs_travel_with_the_task_not_the_file_system(tmp_path):
 def test_an_interrupted_sweep_resumes_without_losing_or_repeating_a_point(tmp_path):
     base = tiny_base(tmp_path, requests=400)
     out = tmp_path / "out"
-    args = [sys.executable, "-m", "sim.cli", "sweep", str(base), "--grid",
-            "cache.block_size=4,8,16,32", "--jobs", "1", "--out", str(out)]
+    args = [
+        sys.executable,
+        "-m",
+        "sim.cli",
+        "sweep",
+        str(base),
+        "--grid",
+        "cache.block_size=4,8,16,32",
+        "--jobs",
+        "1",
+        "--out",
+        str(out),
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([*args, "--quiet"], cwd=ROOT, env=env, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=default_sigint)  # (see test_run_folders)
+    proc = subprocess.Popen(
+        [*args, "--quiet"],
+        cwd=ROOT,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
+    )  # (see test_run_folders)
     deadline = time.time() + 60
-    while time.time() < deadline and not (out / "runs").is_dir() or not any(
-            p.is_dir() for p in (out / "runs").iterdir()):
+    while (
+        time.time() < deadline
+        and not (out / "runs").is_dir()
+        or not any(p.is_dir() for p in (out / "runs").iterdir())
+    ):
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -179,8 +226,22 @@ def test_an_interrupted_sweep_resumes_without_losing_or_repeating_a_point(tmp_pa
         assert files_of(out / "runs" / name) == files
     assert [r["status"] for r in rows(out)] == ["ok"] * 4
     fresh = tmp_path / "fresh"
-    assert main(["sweep", str(base), "--grid", "cache.block_size=4,8,16,32", "--jobs", "2",
-                 "--out", str(fresh), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                str(base),
+                "--grid",
+                "cache.block_size=4,8,16,32",
+                "--jobs",
+                "2",
+                "--out",
+                str(fresh),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert (fresh / "points.csv").read_bytes() == (out / "points.csv").read_bytes()
 
 
@@ -189,9 +250,24 @@ def test_the_shipped_sweep_file_validates_and_its_page_draws(chromium, tmp_path)
     assert len(sweep.assignments()) == 12
     base = tiny_base(tmp_path)
     out = tmp_path / "out"
-    assert main(["sweep", str(base), "--grid", "workload.arrival.rate_rps=50,400,1600",
-                 "--grid", "scheduler.max_num_seqs=4,16", "--seeds", "2",
-                 "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                str(base),
+                "--grid",
+                "workload.arrival.rate_rps=50,400,1600",
+                "--grid",
+                "scheduler.max_num_seqs=4,16",
+                "--seeds",
+                "2",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     result = check_page(chromium, out / "sweep.html")
     assert result["errors"] == [] and result["plotly"]
     plots = {p["id"]: p for p in result["plots"]}

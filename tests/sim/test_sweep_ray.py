@@ -54,20 +54,38 @@ def ray_env(tmp_path_factory):
     address = f"127.0.0.1:{port}"
     current = Path.home() / ".ray" / "ray_current_cluster"
     saved = current.read_bytes() if current.exists() else None
-    common = ["--num-cpus=1", "--object-store-memory=100000000", "--node-ip-address=127.0.0.1",
-              "--disable-usage-stats", "--block"]
+    common = [
+        "--num-cpus=1",
+        "--object-store-memory=100000000",
+        "--node-ip-address=127.0.0.1",
+        "--disable-usage-stats",
+        "--block",
+    ]
     head = subprocess.Popen(
-        [RAY, "start", "--head", f"--port={port}", "--include-dashboard=false",
-         f"--temp-dir={temp}", *common],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            RAY,
+            "start",
+            "--head",
+            f"--port={port}",
+            "--include-dashboard=false",
+            f"--temp-dir={temp}",
+            *common,
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     nodes = [head]
     try:
         _wait_for(lambda: _connects("127.0.0.1", port), "the head node", head)
-        nodes.append(subprocess.Popen(
-            [RAY, "start", f"--address={address}", *common],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        ))
+        nodes.append(
+            subprocess.Popen(
+                [RAY, "start", f"--address={address}", *common],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         _wait_for(lambda: _cpus(address, env) == 2, "the second node", nodes[1])
         yield {**env, "PAGESIM_TEST_RAY": address}
     finally:
@@ -93,10 +111,13 @@ def _connects(host: str, port: int) -> bool:
 
 
 def _cpus(address: str, env) -> int:
-    code = (f"import ray; ray.init(address={address!r}, logging_level='ERROR'); "
-            "print(int(ray.cluster_resources().get('CPU', 0)))")
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          text=True, timeout=60)
+    code = (
+        f"import ray; ray.init(address={address!r}, logging_level='ERROR'); "
+        "print(int(ray.cluster_resources().get('CPU', 0)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
     return int(done.stdout.strip() or 0)
 
 
@@ -112,20 +133,38 @@ def _wait_for(check, what: str, process, timeout: float = 60) -> None:
 
 
 def pagesim(args, env, code=0, timeout=180) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "sim.cli", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-m", "sim.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert done.returncode == code, done.stderr[-3000:]
     return done
 
 
 def test_local_pool_and_a_two_node_ray_cluster_write_the_same_bytes(ray_env, tmp_path):
     base = tiny_base(tmp_path / "sc", plugin=True)  # a plug-in file that must travel
-    args = ["sweep", str(base), "--grid", "cache.block_size=8,16",
-            "--grid", "scheduler.params.fail_after=-1,5", "--seeds", "2", "--quiet"]
+    args = [
+        "sweep",
+        str(base),
+        "--grid",
+        "cache.block_size=8,16",
+        "--grid",
+        "scheduler.params.fail_after=-1,5",
+        "--seeds",
+        "2",
+        "--quiet",
+    ]
     # half the points fail on purpose (exit 1): failures must match too
     pagesim([*args, "--out", str(tmp_path / "local"), "--jobs", "2"], ray_env, code=1)
-    pagesim([*args, "--out", str(tmp_path / "ray"), "--ray", ray_env["PAGESIM_TEST_RAY"]],
-            ray_env, code=1)
+    pagesim(
+        [*args, "--out", str(tmp_path / "ray"), "--ray", ray_env["PAGESIM_TEST_RAY"]],
+        ray_env,
+        code=1,
+    )
     local, ray = files_of(tmp_path / "local"), files_of(tmp_path / "ray")
     assert '"executor": "Ray (127.0.0.1:' in ray.pop("sweep.json").decode()
     local.pop("sweep.json")
@@ -134,8 +173,7 @@ def test_local_pool_and_a_two_node_ray_cluster_write_the_same_bytes(ray_env, tmp
     assert statuses.count("ok") == 4 and statuses.count("failed") == 4
 
 
-def test_a_worker_killed_mid_point_is_retried_and_no_point_is_lost_or_doubled(
-        ray_env, tmp_path):
+def test_a_worker_killed_mid_point_is_retried_and_no_point_is_lost_or_doubled(ray_env, tmp_path):
     base = tiny_base(tmp_path, requests=2000)  # seconds a point: time to kill one
     args = ["sweep", str(base), "--grid", "cache.block_size=8,16", "--quiet"]
     killed: list[int] = []
@@ -156,19 +194,20 @@ def test_a_worker_killed_mid_point_is_retried_and_no_point_is_lost_or_doubled(
     killer = threading.Thread(target=kill_one_running_point)
     killer.start()
     try:
-        pagesim([*args, "--out", str(tmp_path / "ray"), "--ray", ray_env["PAGESIM_TEST_RAY"]],
-                ray_env)
+        pagesim(
+            [*args, "--out", str(tmp_path / "ray"), "--ray", ray_env["PAGESIM_TEST_RAY"]], ray_env
+        )
     finally:
         stop.set()
         killer.join()
     assert killed, "no Ray worker was found running a point"
     table = rows(tmp_path / "ray")
-    assert [(r["cache.block_size"], r["status"]) for r in table] == [
-        ("8", "ok"), ("16", "ok")]
+    assert [(r["cache.block_size"], r["status"]) for r in table] == [("8", "ok"), ("16", "ok")]
     assert len(list((tmp_path / "ray" / "runs").iterdir())) == 2
     pagesim([*args, "--out", str(tmp_path / "local"), "--jobs", "2"], ray_env)
     assert (tmp_path / "ray" / "points.csv").read_bytes() == (
-        tmp_path / "local" / "points.csv").read_bytes()
+        tmp_path / "local" / "points.csv"
+    ).read_bytes()
 
 
 def _task_processes() -> list[int]:
@@ -188,8 +227,19 @@ def _task_processes() -> list[int]:
 
 def test_capacity_on_a_fresh_local_ray_matches_the_local_pool(ray_env, tmp_path):
     env = {k: v for k, v in ray_env.items() if k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE")}
-    args = ["capacity", str(TINY), "--set", "simulation.num_requests=150", "--slo",
-            "ttft.p99=20ms", "--tolerance", "0.2", "--jobs", "2", "--quiet"]
+    args = [
+        "capacity",
+        str(TINY),
+        "--set",
+        "simulation.num_requests=150",
+        "--slo",
+        "ttft.p99=20ms",
+        "--tolerance",
+        "0.2",
+        "--jobs",
+        "2",
+        "--quiet",
+    ]
     pagesim([*args, "--out", str(tmp_path / "local")], env)
     pagesim([*args, "--out", str(tmp_path / "ray"), "--ray"], env)
     with open(tmp_path / "ray" / "capacity.csv", newline="") as f:
