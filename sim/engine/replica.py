@@ -276,13 +276,15 @@ class Replica:
     def _step_record(self, batch: Batch, duration: float, plan: StepPlan) -> StepRecord:
         """The record of a step just applied (memory as it stands after it)."""
         usage = self.alloc.usage(self._next_request_tokens())
+        decodes = batch.decode_seq_ids.shape[0]
+        prefill_tokens = sum(chunk.token_ids.shape[0] for chunk in batch.prefills)
         return StepRecord(
             self.env.now - duration,
             self.index,
             duration,
-            batch.batch_size,
-            batch.num_prefill_tokens,
-            batch.num_decode_tokens,
+            len(batch.prefills) + decodes,  # batch.batch_size, without its second pass
+            prefill_tokens,
+            decodes,
             usage.used_blocks,
             usage.cached_blocks,
             usage.free_blocks,
@@ -291,7 +293,7 @@ class Replica:
             usage.internal_frag_slots,
             usage.external_frag_slots,
             usage.free_slots,
-            self._state.swapped_blocks(),
+            self._state.swapped_blocks() if self._state.swapped else 0,
             len(self._state.waiting),
             plan.num_preempted,
             plan.limit,
