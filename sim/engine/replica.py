@@ -217,7 +217,7 @@ class Replica:
                     continue
             else:
                 batch, plan = self._planner.plan()
-                if batch.batch_size == 0 and not batch.swap_out:
+                if not (batch.prefills or batch.decode_seq_ids.shape[0] or batch.swap_out):
                     self._unblock(plan)
                     continue
                 self._watch(batch)
@@ -236,7 +236,7 @@ class Replica:
     def _watch(self, batch: Batch) -> None:
         """A watchdog on progress: a replica whose steps compute no token (only move
         blocks) for MAX_IDLE_STEPS steps in a row is stuck, whatever the cause."""
-        if batch.num_prefill_tokens or batch.num_decode_tokens:
+        if batch.decode_seq_ids.shape[0] or batch.num_prefill_tokens:
             self._idle_steps = 0
             return
         self._idle_steps += 1
