@@ -114,6 +114,11 @@ def usage_adds_up(alloc: Allocator, memory: KVMemory, seqs, blocks, caching: boo
         )
         assert u.cached_slots == u.cached_blocks * size and u.cached_slots <= u.free_slots
         assert caching or u.cached_blocks == 0, "cached blocks without prefix caching"
+        available = alloc.available_blocks()
+        assert available == u.free_blocks + u.cached_blocks, (
+            f"available_blocks() is {available}; usage() says {u.free_blocks} free + "
+            f"{u.cached_blocks} cached"
+        )
     for sid in device:
         held = alloc.held_blocks(sid)
         assert held == len(blocks[sid]), (
