@@ -176,8 +176,11 @@ def vllm_pool_only(vllm, caching: bool) -> float:
     pool, hasher, columns = vllm_setup(vllm, caching)
     Request, rows = vllm.Request, token_table().tolist()  # rows: one slice a block
     start = time.process_time()
-    requests = [Request(str(seq), [columns[0][seq]], hasher) for seq in range(NUM_SEQS)]
-    blocks = [pool.get_new_blocks(1) for _ in requests]
+    # (requests only with caching: their hasher hashes the blocks; without, nothing does)
+    requests = (
+        [Request(str(seq), [columns[0][seq]], hasher) for seq in range(NUM_SEQS)] if caching else []
+    )
+    blocks = [pool.get_new_blocks(1) for _ in range(NUM_SEQS)]
     for step in range(1, SEQ_LEN):
         if step % BLOCK_SIZE == 0:  # every request crosses into a new block
             for held in blocks:
