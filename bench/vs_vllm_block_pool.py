@@ -21,36 +21,45 @@ What they import that has nothing to do with the block pool is stubbed (see
 multimodal helpers, the Request class) because the real modules pull in torch, the
 config system and the engine. Measured with vLLM 0.33.0's source.
 
-What each side runs (the driver for vLLM does what vLLM's scheduler makes its
-``SingleTypeKVCacheManager`` do for a running, decoding request; read
-``vllm/v1/core/single_type_kv_cache_manager.py`` and ``kv_cache_manager.py``):
+What each side runs (read ``vllm/v1/core/single_type_kv_cache_manager.py`` and
+``kv_cache_manager.py`` for what vLLM's scheduler makes its ``SingleTypeKVCacheManager``
+do for a running, decoding request):
 
-* vLLM, per request per decode step: ``request.append_output_token_ids(token)`` (the
-  sampled token joins the request; with caching on the request's block hasher
-  (``get_request_block_hasher``, sha256, vLLM's default) hashes a block that just filled);
-  then ``allocate_slots`` for one new token reduced to what the single-type manager does
-  for a running request: ``get_num_blocks_to_allocate`` (``cdiv(num_tokens, block_size) -
-  len(req_blocks)``) against ``block_pool.get_num_free_blocks()``, ``allocate_new_blocks``
-  (``block_pool.get_new_blocks`` when the request crosses a block boundary), and with
-  caching on ``cache_blocks`` (``block_pool.cache_full_blocks`` once a block is full and
-  hashed). A request starts with ``get_new_blocks(1)`` for its prompt and ends with
-  ``free`` (``block_pool.free_blocks`` over its blocks, reversed).
-  Not included, so vLLM's figures here are a lower bound of its real cost: the
-  ``KVCacheManager.allocate_slots`` wrapper (argument handling, watermark,
-  ``remove_skipped_blocks``, the coordinator's loop over KV cache groups,
-  ``create_kv_cache_blocks``), the scheduler's own per-request work, and the real
-  Request class (``all_token_ids`` is a plain list here, vLLM's ``ConstantList`` is
-  slower to slice).
+* vLLM manager decode step: per request per decode step,
+  ``request.append_output_token_ids(token)`` (the sampled token joins the request; with
+  caching on the request's block hasher, ``get_request_block_hasher`` with sha256,
+  vLLM's default, hashes a block that just filled); then ``allocate_slots`` for one new
+  token reduced to what the single-type manager does for a running request:
+  ``get_num_blocks_to_allocate`` (its running-request fast path, ``cdiv(num_tokens,
+  block_size) - len(req_blocks)``) against ``block_pool.get_num_free_blocks()``,
+  ``allocate_new_blocks`` (``block_pool.get_new_blocks`` when the request crosses a
+  block boundary), and with caching on ``cache_blocks`` (``block_pool.cache_full_blocks``
+  once a block is full and hashed), over ``req_to_blocks`` and ``num_cached_block`` dicts
+  keyed by request id as the manager keeps them. A request starts with
+  ``get_new_blocks(1)`` for its prompt and ends with ``free`` (``free_blocks`` over its
+  blocks, reversed). Inlined in one loop, and not included, so this is a lower bound of
+  vLLM's real cost: the ``KVCacheManager.allocate_slots`` wrapper (argument handling,
+  watermark, ``remove_skipped_blocks``, the coordinator's loop over KV cache groups,
+  ``create_kv_cache_blocks``), the manager's own method calls (and its general path,
+  which it takes for a request without a ``num_cached_block`` entry), the scheduler's
+  per-request work, and the real Request class (``all_token_ids`` is a plain list here;
+  vLLM's ``ConstantList`` is slower to slice).
+* vLLM BlockPool calls only: the same pool calls (``get_new_blocks(1)`` for each request
+  at each crossing, with caching the block's tokens appended to its request at once,
+  hashed by the request's hasher and ``cache_full_blocks``, and ``free_blocks``), but
+  the driver knows from the lock-step pattern when they are due, so nothing runs for a
+  request in the other steps: the pool's own cost, the lowest vLLM can go. This is the
+  reference of the issue's figures, and the strictest one.
 * pagesim ``append_batch_trusted``: one call per decode step for the whole batch (the
-  engine's path, ``sim/engine/scheduling.py``). This is the counterpart of vLLM's
-  scheduler calling ``allocate_slots`` for every running request in one step, and the
-  comparison the ratio is about.
-* pagesim ``append``: one call per sequence per step, like vLLM's per-request
+  engine's path, ``sim/engine/scheduling.py``): the counterpart of vLLM's scheduler
+  calling ``allocate_slots`` for every running request of a step, and the comparison the
+  ratios are about.
+* pagesim ``append``: one call per sequence per step (checked), like vLLM's per-request
   ``allocate_slots``; it pays a Python method call and argument checks per token, so it
   is shown for completeness (its floor is an empty method call, printed too).
 
 Both sides store the tokens: pagesim writes each token id into its block's slots, vLLM's
-request appends it to its token list.
+request appends it to its token list (not in "BlockPool calls only" without caching).
 """
 
 from __future__ import annotations
