@@ -87,14 +87,18 @@ class BlockPool:
         """Take ``count`` blocks (the caller checked ``require``): the free list first,
         then eviction victims, whose keys the index drops. Each comes back with refcount
         1 and no key."""
-        from_free = min(count, len(self.free))
-        blocks = self.free.take(from_free)
-        if from_free < count:
-            victims = self.evictor.pick_victims(count - from_free)
+        free = self.free
+        if count <= len(free):  # the common case: no eviction
+            blocks = free.take(count)
+        else:
+            blocks = free.take(len(free))
+            victims = self.evictor.pick_victims(count - blocks.shape[0])
             self._index.drop(victims)
             blocks = np.concatenate((blocks, np.asarray(victims, dtype=np.int64)))
         self.refcount[blocks] = 1
-        self._update_peak()
+        used = self.num_blocks - len(free) - len(self.evictor)  # _update_peak, inlined
+        if used > self.peak_used_blocks:
+            self.peak_used_blocks = used
         return blocks
 
     def take_one(self) -> int:

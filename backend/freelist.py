@@ -19,6 +19,7 @@ class FreeList:
 
     def __init__(self, capacity: int):
         self._ring = np.arange(capacity, dtype=np.int64)
+        self._capacity = capacity
         self._head = 0  # index of the block handed out next
         self._len = capacity
 
@@ -32,15 +33,19 @@ class FreeList:
     def take(self, count: int) -> np.ndarray:
         """Remove and return the ``count`` oldest free blocks (a new array).
         The caller checked ``count <= len(self)``."""
-        blocks = self._window(self._head, count)
-        self._head = (self._head + count) % max(self._ring.shape[0], 1)
+        head = self._head
+        end = head + count
         self._len -= count
-        return blocks
+        if end < self._capacity:  # the decode step's case: one slice, no wrap
+            self._head = end
+            return self._ring[head:end].copy()
+        self._head = end - self._capacity if self._capacity else 0
+        return self._window(head, count)
 
     def take_one(self) -> int:
         """Remove and return the oldest free block (the caller checked there is one)."""
         block = int(self._ring[self._head])
-        self._head = (self._head + 1) % self._ring.shape[0]
+        self._head = (self._head + 1) % self._capacity
         self._len -= 1
         return block
 
@@ -49,7 +54,7 @@ class FreeList:
         count = len(blocks)
         if not count:
             return
-        capacity = self._ring.shape[0]
+        capacity = self._capacity
         tail = (self._head + self._len) % capacity
         end = tail + count
         if end <= capacity:
@@ -63,7 +68,7 @@ class FreeList:
 
     def _window(self, start: int, count: int) -> np.ndarray:
         """A copy of ``count`` ring entries from ``start``, wrapping around."""
-        capacity = self._ring.shape[0]
+        capacity = self._capacity
         end = start + count
         if end <= capacity:
             return self._ring[start:end].copy()

@@ -14,23 +14,26 @@ Per token step = total time / (sequences x 512), allocation and free included; t
 time to build each call's argument is included too (it is the caller's real cost).
 
 Run: .venv/bin/python bench/allocator.py
+vLLM's BlockPool on the same patterns, in the same process: bench/vs_vllm_block_pool.py.
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
-from backend.blocks import BlockManager
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code
+
+from backend.blocks import BlockManager  # noqa: E402
 
 NUM_SEQS, SEQ_LEN, BLOCK_SIZE = 1_000, 512, 16
 PREFIX_LEN, SUFFIX_LEN = 1_024, 16
 RUNS = 5
-# vLLM's pure-Python block pool on this machine (patterns a and b), us per token step.
-VLLM_CACHING_OFF, VLLM_CACHING_ON = 0.05, 0.4
 
 
 def grow_one_by_one(caching: bool) -> float:
@@ -147,12 +150,9 @@ def main() -> None:
         print(f"  {name} by phase (us / token step): {split}")
     print(f"an empty Python method call: {empty_call_us():.3f} us (a per-token call's floor)")
     print(
-        "reference (vLLM pure-Python block pool, measured on this 2-core machine; see "
-        "DESIGN.md): (a) ~0.05, (b) ~0.4 us / token step"
+        "vLLM's BlockPool on (a)/(d) and (b)/(e), measured beside pagesim in one process: "
+        ".venv/bin/python bench/vs_vllm_block_pool.py --vllm-src PATH"
     )
-    print("targets for the batched decode step (the simulator's hot path):")
-    for name, value, target in (("(d)", d, VLLM_CACHING_OFF), ("(e)", e, VLLM_CACHING_ON / 3)):
-        print(f"  {name} {value:.3f} <= {target:.3f} us: {value / target:.2f}x the target")
     print("reproduce: .venv/bin/python bench/allocator.py")
 
 

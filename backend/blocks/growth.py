@@ -140,7 +140,54 @@ class Growth:
         decode batch is its own running set): ``seqs`` distinct on-device ids (int64),
         ``tokens`` int32 ids in range, one each. Unchecked: bad input corrupts the state
         instead of raising. Raises OutOfBlocks (nothing changed) like append_batch."""
-        registry, pool = self._seqs, self._pool  # bound once: the decode step is hot
+        if self._pool.num_shared:  # some block has two references: copy-on-write may be due
+            return self._append_batch_sharing(seqs, tokens)
+        if not seqs.shape[0]:
+            return []
+        # No block is shared, so no copy: each member writes into its own last block, or
+        # into a fresh one where it is at a boundary. The step's common case: each array
+        # is gathered once, patched in place for the members that cross, and the numpy
+        # calls are the cheapest forms (method nonzero, in-place arithmetic, a flat write).
+        registry, pool, size = self._seqs, self._pool, self.block_size
+        num_tokens = registry.num_tokens
+        held = num_tokens[seqs]
+        # int64 modulo is the slowest op of the step; a power-of-two size needs a mask.
+        slot = held & (size - 1) if size & (size - 1) == 0 else held % size
+        last = registry.last_block[seqs]
+        boundary = np.logical_not(slot).nonzero()[0]
+        if boundary.shape[0]:
+            pool.require(boundary.shape[0])
+            self._grow_at_boundary(seqs[boundary], boundary, last)
+        pool.clock += 1
+        filled = (slot == size - 1).nonzero()[0] if self.enable_prefix_caching else None
+        # the blocks this step fills, taken before ``last`` changes; sealed once written
+        sealing = (seqs[filled], last[filled]) if filled is not None and filled.shape[0] else None
+        last *= size  # ``last`` becomes the flat index of each member's slot, in place
+        last += slot
+        self.slots.ravel()[last] = tokens  # a view of the contiguous slots: a flat write
+        held += 1
+        num_tokens[seqs] = held
+        pool.token_slots += seqs.shape[0]
+        if sealing is not None:
+            self._index.seal_step(*sealing)
+        return []
+
+    def _grow_at_boundary(self, crossing: np.ndarray, positions: np.ndarray, last) -> None:
+        """Give each sequence of ``crossing`` (distinct, at a block boundary; the caller
+        checked ``require``) a fresh last block; ``last[positions]``, the batch's gathered
+        last blocks, follow."""
+        registry = self._seqs
+        fresh = self._pool.take(crossing.shape[0])
+        tables = registry.tables
+        for seq, block in zip(crossing.tolist(), fresh.tolist()):
+            tables[seq].append(block)
+        registry.last_block[crossing] = fresh
+        last[positions] = fresh
+
+    def _append_batch_sharing(self, seqs: np.ndarray, tokens: np.ndarray) -> list[BlockMove]:
+        """``append_batch_trusted`` while some block is shared: members whose partly
+        filled last block is shared copy it first."""
+        registry, pool = self._seqs, self._pool
         need = self._batch_need(seqs)
         pool.require(need.needed)
         if seqs.size == 0:
@@ -149,12 +196,8 @@ class Growth:
         pool.clock += 1
         moves: list[BlockMove] = []
         if need.crossing:
-            crossing = seqs[need.at_boundary]
-            fresh = pool.take(need.crossing)
-            tables = registry.tables
-            for seq, block in zip(crossing.tolist(), fresh.tolist()):
-                tables[seq].append(block)
-            registry.last_block[crossing] = fresh
+            crossing = np.flatnonzero(need.at_boundary)
+            self._grow_at_boundary(seqs[crossing], crossing, need.last)
         sharing = seqs[need.shared].tolist() if need.shared is not None else []
         for seq in sharing:
             table = registry.tables[seq]
@@ -162,7 +205,7 @@ class Growth:
                 moves.append(self._copy_on_write(seq, table, int(registry.num_tokens[seq])))
         # After the loops every batch member's last block is private, so the fancy
         # indices below are distinct and one vectorised write is exact.
-        last = registry.last_block[seqs] if need.crossing or moves else need.last
+        last = registry.last_block[seqs] if moves else need.last
         self.slots[last, need.slot] = tokens
         registry.num_tokens[seqs] = need.held + 1
         pool.token_slots += int(seqs.shape[0])

@@ -134,8 +134,10 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
         if hits:
             pool.reuse(hits)
         hit_tokens = len(hits) * self.block_size
-        fresh = [pool.take_one()] if needed == 1 else pool.take(needed).tolist()
-        self._write_fresh(fresh, tokens[hit_tokens:])
+        # (many blocks are written through their id array: a list index costs a conversion)
+        taken = [pool.take_one()] if needed == 1 else pool.take(needed)
+        self._write_fresh(taken, tokens[hit_tokens:])
+        fresh = taken if needed == 1 else taken.tolist()
         pool.token_slots += int(tokens.shape[0]) - hit_tokens  # hits were counted in reuse
         table = hits + fresh
         self._index.add_sequence(seq, salt, keys, table, len(hits), computed_tokens)
@@ -143,7 +145,7 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
         self._index.count_lookup(int(tokens.shape[0]), hit_tokens)
         return hit_tokens
 
-    def _write_fresh(self, blocks: list[int], tokens: np.ndarray) -> None:
+    def _write_fresh(self, blocks: list[int] | np.ndarray, tokens: np.ndarray) -> None:
         """Write ``tokens`` from slot 0 of ``blocks`` (fresh, empty blocks)."""
         size = self.block_size
         full, rest = divmod(tokens.shape[0], size)
