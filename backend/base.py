@@ -351,6 +351,19 @@ class Allocator(ABC):
         """Verify the whole state; raise AssertionError on any broken invariant."""
 
 
+def unchecked_entry(allocator: object, unchecked: str, checked: str):
+    """``allocator``'s bound method ``unchecked`` (an input-trusting form of command
+    ``checked``, for a caller that guarantees its input) if it has one that a subclass
+    has not bypassed, else None. A class overriding ``checked`` below where ``unchecked``
+    is defined must see every call, so its ``checked`` is used."""
+    mro = type(allocator).__mro__
+    at_unchecked = next((i for i, cls in enumerate(mro) if unchecked in vars(cls)), None)
+    at_checked = next((i for i, cls in enumerate(mro) if checked in vars(cls)), len(mro))
+    if at_unchecked is None or at_unchecked > at_checked:
+        return None
+    return getattr(allocator, unchecked)
+
+
 class AllocatorFactory(Protocol):
     """How pagesim builds an allocator it did not write: a callable taking exactly these
     keyword arguments and returning a new, empty :class:`Allocator`. An Allocator

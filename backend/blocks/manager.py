@@ -120,7 +120,15 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
     ) -> int:
         seq = self._seqs.new_id(seq_id)
         tokens = as_tokens(token_ids, allow_empty=False)
-        salt = check_salt(salt)
+        return self.allocate_trusted(seq, tokens, check_salt(salt), computed_tokens)
+
+    def allocate_trusted(
+        self, seq: int, tokens: np.ndarray, salt: int, computed_tokens: int | None = None
+    ) -> int:
+        """``allocate`` for a caller that guarantees its input (the engine, which numbers
+        its sequences itself): ``seq`` a new non-negative int id, ``tokens`` a non-empty
+        1-D int32 array, ``salt`` an int in 64 bits. Unchecked: bad input corrupts the
+        state instead of raising. Raises OutOfBlocks (nothing changed) like allocate."""
         keys, hits = self._index.lookup(tokens, salt)
         pool = self._pool
         # Hit blocks that are cached-evictable must not be counted as available: this

@@ -45,7 +45,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from backend.base import AllocatorFactory, ReservingAllocator
+from backend.base import AllocatorFactory, ReservingAllocator, unchecked_entry
 from backend.testing import checks
 from backend.testing.harness import STAT_NAMES, Harness, supports_prefix_caching
 from backend.testing.shadow import SeqRef
@@ -146,10 +146,17 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
             "can_allocate",
             lambda: alloc.can_allocate(prompt, salt=salt, max_new_tokens=max_new_tokens),
         )
-        done, hit = self.attempt(
-            "allocate", alloc.allocate, sid, prompt, salt=salt,
-            max_new_tokens=max_new_tokens, computed_tokens=computed_tokens,
-        )  # fmt: skip
+        # Every other new sequence goes through the engine's unchecked entry where the
+        # allocator has one (same command; chosen by id so that no draw changes).
+        trusted = unchecked_entry(alloc, "allocate_trusted", "allocate") if sid % 2 else None
+        if trusted is not None:
+            tokens = np.asarray(prompt, dtype=np.int32)
+            done, hit = self.attempt("allocate", trusted, sid, tokens, salt, computed_tokens)
+        else:
+            done, hit = self.attempt(
+                "allocate", alloc.allocate, sid, prompt, salt=salt,
+                max_new_tokens=max_new_tokens, computed_tokens=computed_tokens,
+            )  # fmt: skip
         assert done == possible, f"can_allocate said {possible}; allocate {verb(done)}"
         if not done:
             return multiple()
@@ -208,7 +215,8 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         used, shared = alloc.usage().used_blocks, any(map(self.shares_last_block, batch))
         token_ids = np.array(tokens[: len(batch)], np.int32)
         # The engine's own entry, where the allocator has one: the same command unchecked.
-        command = getattr(alloc, "append_batch_trusted", None) if trusted else None
+        unchecked = unchecked_entry(alloc, "append_batch_trusted", "append_batch")
+        command = unchecked if trusted else None
         done, moves = self.attempt("append_batch", command or alloc.append_batch, ids, token_ids)
         if not done:
             assert needed > 0, "append_batch refused a batch that needs no block"

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from backend.base import OutOfBlocks, ReservingAllocator
+from backend.base import OutOfBlocks, ReservingAllocator, unchecked_entry
 from backend.step import Batch, PrefillChunk
 from sim.engine.config import EngineConfig, ReplicaPolicies
 from sim.engine.executor import TokenSource
@@ -54,7 +54,10 @@ class StepPlanner:
         self._logged_preemptions = 0  # num_preemptions already in a step's record
         # The decode batch is the engine's own running set (distinct, on the device,
         # int64 ids; int32 tokens): the allocator's unchecked entry where it has one.
-        self._append_batch = getattr(self.alloc, "append_batch_trusted", self.alloc.append_batch)
+        trusted = unchecked_entry(self.alloc, "append_batch_trusted", "append_batch")
+        self._append_batch = trusted or self.alloc.append_batch
+        # Prompts are the workload's int32 arrays, sequence ids the engine's own count.
+        self._allocate_trusted = unchecked_entry(self.alloc, "allocate_trusted", "allocate")
         # Reserving (contiguous) allocators size a request's region from the start
         # (``reserve(prompt, max_new_tokens)``), so they always admit by whole prompt.
         reserving = isinstance(self.alloc, ReservingAllocator)
@@ -290,13 +293,16 @@ class StepPlanner:
         # scheduled (see plan()), never while their KV does not exist yet. A refused
         # allocate changes nothing, so trying it is the cheapest "can allocate?".
         try:
-            cached = self.alloc.allocate(
-                state.next_seq_id,
-                tokens,
-                salt=request.tenant,
-                max_new_tokens=remaining_out,
-                computed_tokens=0,
-            )
+            if self._allocate_trusted is not None:
+                cached = self._allocate_trusted(state.next_seq_id, tokens, request.tenant, 0)
+            else:
+                cached = self.alloc.allocate(
+                    state.next_seq_id,
+                    tokens,
+                    salt=request.tenant,
+                    max_new_tokens=remaining_out,
+                    computed_tokens=0,
+                )
         except OutOfBlocks:
             return None
         seq.seq_id = state.next_seq_id

@@ -25,7 +25,7 @@ from typing import Protocol
 
 import numpy as np
 
-from backend.base import KVUsage
+from backend.base import KVUsage, unchecked_entry
 from backend.step import Batch
 from backend.stretch import supports_stretches
 from sim.engine.config import ReplicaPolicies
@@ -115,9 +115,9 @@ class FastForward:
             and policies.served_tokens is None
         )
         # The engine's own batch: the allocator's unchecked entry where it has one.
-        self._append_steps = getattr(self.alloc, "append_steps_trusted", None) or getattr(
-            self.alloc, "append_steps", None
-        )
+        self._append_steps = unchecked_entry(
+            self.alloc, "append_steps_trusted", "append_steps"
+        ) or getattr(self.alloc, "append_steps", None)
         self.current: Stretch | None = None
         self.steps_forwarded = 0  # steps applied as part of a stretch
         self.last_duration = 0.0  # of the latest step (the replica's scale of a step)

@@ -59,8 +59,8 @@ class SharedAcrossTenants(BlockManager):
     def can_allocate(self, token_ids, *, salt=0, max_new_tokens=0):
         return super().can_allocate(token_ids, max_new_tokens=max_new_tokens)
 
-    def allocate(self, seq_id, token_ids, *, salt=0, **kwargs):
-        return super().allocate(seq_id, token_ids, **kwargs)
+    def allocate_trusted(self, seq, tokens, salt, computed_tokens=None):
+        return super().allocate_trusted(seq, tokens, 0, computed_tokens)  # (allocate's too)
 
     def cached_prefix_tokens(self, token_ids, *, salt=0):
         return super().cached_prefix_tokens(token_ids)
@@ -70,9 +70,9 @@ class CountsRefusedLookups(BlockManager):
     """``allocate`` counts the prompt in the prefix-cache statistics before it knows the
     prompt fits: a refused allocate has changed the state (seen by ``snapshot()``)."""
 
-    def allocate(self, seq_id, token_ids, **kwargs):
+    def allocate_trusted(self, seq, tokens, salt, computed_tokens=None):  # (allocate's too)
         self._index.queries_tokens += 1
-        return super().allocate(seq_id, token_ids, **kwargs)
+        return super().allocate_trusted(seq, tokens, salt, computed_tokens)
 
 
 class SwapInSharesUncomputed(BlockManager):

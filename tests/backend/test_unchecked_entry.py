@@ -1,0 +1,47 @@
+"""Which allocator entry the engine calls: the unchecked (input-trusting) form of a
+command only where no subclass has overridden the checked one below it, so that a
+plug-in subclassing the block manager sees every call it overrides."""
+
+from __future__ import annotations
+
+from backend.base import unchecked_entry
+from backend.blocks import BlockManager
+from backend.contiguous import MODES, ContiguousAllocator
+
+
+class OverridesAllocate(BlockManager):
+    def allocate(self, seq_id, token_ids, **kwargs):
+        return super().allocate(seq_id, token_ids, **kwargs)
+
+
+class OverridesTheUncheckedForm(OverridesAllocate):
+    def allocate_trusted(self, seq, tokens, salt, computed_tokens=None):
+        return super().allocate_trusted(seq, tokens, salt, computed_tokens)
+
+
+def entry(cls, unchecked="allocate_trusted", checked="allocate"):
+    return unchecked_entry(cls(8, 4), unchecked, checked)
+
+
+def test_the_block_manager_offers_its_unchecked_entries():
+    manager = BlockManager(8, 4)
+    assert unchecked_entry(manager, "allocate_trusted", "allocate") == manager.allocate_trusted
+    got = unchecked_entry(manager, "append_batch_trusted", "append_batch")
+    assert got == manager.append_batch_trusted
+
+
+def test_a_subclass_overriding_the_checked_command_gets_every_call():
+    assert entry(OverridesAllocate) is None
+    # ...its other commands keep their unchecked form
+    assert entry(OverridesAllocate, "append_batch_trusted", "append_batch") is not None
+
+
+def test_a_subclass_overriding_both_gets_its_own_unchecked_form():
+    alloc = OverridesTheUncheckedForm(8, 4)
+    got = unchecked_entry(alloc, "allocate_trusted", "allocate")
+    assert got is not None and got.__func__ is OverridesTheUncheckedForm.allocate_trusted
+
+
+def test_an_allocator_without_an_unchecked_form_has_none():
+    alloc = ContiguousAllocator(64, mode=next(iter(MODES)), max_model_len=32)
+    assert unchecked_entry(alloc, "allocate_trusted", "allocate") is None
