@@ -30,7 +30,7 @@ from sim.engine.records import RequestOutcome
 from sim.output.benchmark import DEFAULT_PERCENTILES, benchmark_block
 from sim.output.requests import request_table
 from sim.output.steady import steady_state
-from sim.output.steplog import _STEP_INDEX, KV_SPLIT_COLUMNS, KV_SPLIT_KEYS, StepLog
+from sim.output.steplog import KV_SPLIT_COLUMNS, KV_SPLIT_KEYS, StepLog
 
 
 def summarize(
@@ -62,6 +62,7 @@ def summarize(
     if warmup_requests < 0 or num_replicas < 1:
         raise ValueError("warmup_requests must be >= 0 and num_replicas >= 1")
     table = request_table(outcomes)
+    columns = steps.columns()  # each column read once, as needed, and dropped on return
     measured = np.arange(table["req_id"].shape[0]) >= warmup_requests
     duration = _duration_s(table, measured)
     done = measured & table["finished"]
@@ -85,21 +86,21 @@ def summarize(
         "slo_tpot_s": float(slo_tpot_s),
         "goodput": _ratio(met_slo.sum(), measured.sum()),
         "goodput_rps": _rate(met_slo.sum(), duration),
-        "mean_batch_size": _mean(steps.column("batch_size")),
+        "mean_batch_size": _mean(columns["batch_size"]),
         "num_preemptions": int(table["preemptions"].sum()),
         "prefix_hit_rate": _prefix_hit_rate(table, np.ones_like(measured)),
         "num_replicas": int(num_replicas),
         "total_slots": int(total_slots),
         "num_blocks": int(total_slots // block_size),
         "block_size": int(block_size),
-        "kv": _kv_split(steps.as_array(), total_slots, block_size, _max(peak_used_blocks)),
+        "kv": _kv_split(columns, total_slots, block_size, _max(peak_used_blocks)),
     }
     if cost_model is not None:
         summary["cost_model"] = dict(cost_model)
     summary["steady_state"] = steady_state(
         table,
-        steps.as_array(),
-        _STEP_INDEX,
+        columns["time_s"],
+        columns["limit"],
         warmup_requests=warmup_requests,
         met_slo=_meets_slo(table, slo_ttft_s, slo_tpot_s),
         distribution=_distribution,
@@ -116,7 +117,7 @@ def summarize(
     if num_replicas > 1:
         peaks = peak_used_blocks or [None] * num_replicas
         summary["per_replica"] = [
-            _replica_summary(table, steps, r, measured, duration, total_slots, block_size, peak)
+            _replica_summary(table, columns, r, measured, duration, total_slots, block_size, peak)
             for r, peak in zip(range(num_replicas), peaks, strict=True)
         ]
     return summary
@@ -170,11 +171,12 @@ def _prefix_hit_rate(table: Mapping[str, np.ndarray], subset: np.ndarray) -> flo
 
 
 def _kv_split(
-    rows: np.ndarray, total_slots: int, block_size: int, peak: int | None
+    columns: Mapping[str, np.ndarray], total_slots: int, block_size: int, peak: int | None
 ) -> dict[str, Any]:
     """Duration-weighted mean of each step's slot split / total_slots, plus the peak in
-    use (``peak`` blocks if given, else the most the step log saw)."""
-    used = rows[:, _STEP_INDEX["used_blocks"]]
+    use (``peak`` blocks if given, else the most the step log saw), from the step log's
+    ``columns``."""
+    used = columns["used_blocks"]
     if peak is None and used.size:
         peak = int(used.max())
     kv: dict[str, Any] = {
@@ -182,10 +184,10 @@ def _kv_split(
         "peak_used_slots": None if peak is None else peak * block_size,
         "peak_used_fraction": None if peak is None else peak * block_size / total_slots,
     }
-    weights = rows[:, _STEP_INDEX["duration_s"]]
+    weights = columns["duration_s"]
     denominator = float(weights.sum()) * total_slots
     for key, column in zip(KV_SPLIT_KEYS, KV_SPLIT_COLUMNS):
-        slots = rows[:, _STEP_INDEX[column]]
+        slots = columns[column].astype(np.float64)  # int32 counts: exact in float64
         # np.sum, not `slots @ weights`: BLAS sums a dot product in an order that depends
         # on its thread count and the CPU's vector width, so the last digits (and the
         # summary's bytes) would differ between machines.
@@ -193,20 +195,20 @@ def _kv_split(
     return kv
 
 
-def _replica_summary(
-    table, steps: StepLog, replica, measured, duration, total_slots, block_size, peak
-):
+def _replica_summary(table, columns, replica, measured, duration, total_slots, block_size, peak):
+    """One replica's figures; ``columns`` are the step log's (StepLog.columns)."""
     mine = table["replica"] == replica
     done = mine & measured & table["finished"]
-    rows = steps.as_array()
-    rows = rows[rows[:, _STEP_INDEX["replica"]] == replica]
+    its_steps = columns["replica"] == replica
+    kv_columns = ("used_blocks", "duration_s", *KV_SPLIT_COLUMNS)
+    its_columns = {name: columns[name][its_steps] for name in kv_columns}
     return {
         "replica": replica,
         "num_finished": int((mine & table["finished"]).sum()),
         "throughput_rps": _rate(done.sum(), duration),
         "throughput_tok_s": _rate(table["output_tokens"][done].sum(), duration),
-        "mean_batch_size": _mean(rows[:, _STEP_INDEX["batch_size"]]),
+        "mean_batch_size": _mean(columns["batch_size"][its_steps]),
         "num_preemptions": int(table["preemptions"][mine].sum()),
         "prefix_hit_rate": _prefix_hit_rate(table, mine),
-        "kv": _kv_split(rows, total_slots, block_size, peak),
+        "kv": _kv_split(its_columns, total_slots, block_size, peak),
     }
