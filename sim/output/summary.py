@@ -62,7 +62,6 @@ def summarize(
     if warmup_requests < 0 or num_replicas < 1:
         raise ValueError("warmup_requests must be >= 0 and num_replicas >= 1")
     table = request_table(outcomes)
-    columns = steps.columns()  # each column read once, as needed, and dropped on return
     measured = np.arange(table["req_id"].shape[0]) >= warmup_requests
     duration = _duration_s(table, measured)
     done = measured & table["finished"]
@@ -86,25 +85,37 @@ def summarize(
         "slo_tpot_s": float(slo_tpot_s),
         "goodput": _ratio(met_slo.sum(), measured.sum()),
         "goodput_rps": _rate(met_slo.sum(), duration),
-        "mean_batch_size": _mean(columns["batch_size"]),
+        "mean_batch_size": _mean(steps.column("batch_size")),
         "num_preemptions": int(table["preemptions"].sum()),
         "prefix_hit_rate": _prefix_hit_rate(table, np.ones_like(measured)),
         "num_replicas": int(num_replicas),
         "total_slots": int(total_slots),
         "num_blocks": int(total_slots // block_size),
         "block_size": int(block_size),
-        "kv": _kv_split(columns, total_slots, block_size, _max(peak_used_blocks)),
+        "kv": _kv_split(steps.columns(_KV_READS), total_slots, block_size, _max(peak_used_blocks)),
     }
     if cost_model is not None:
         summary["cost_model"] = dict(cost_model)
     summary["steady_state"] = steady_state(
         table,
-        columns["time_s"],
-        columns["limit"],
+        steps.column("time_s"),
+        steps.column("limit"),
         warmup_requests=warmup_requests,
         met_slo=_meets_slo(table, slo_ttft_s, slo_tpot_s),
         distribution=_distribution,
     )
+    # Per replica first (its step columns read once and dropped), so the step log's
+    # columns are not held through the token gaps' percentiles, a long run's largest
+    # transient; the section goes in the summary after the benchmark block all the same.
+    per_replica = None
+    if num_replicas > 1:
+        peaks = peak_used_blocks or [None] * num_replicas
+        columns = steps.columns(("replica", "batch_size", *_KV_READS))
+        per_replica = [
+            _replica_summary(table, columns, r, measured, duration, total_slots, block_size, peak)
+            for r, peak in zip(range(num_replicas), peaks, strict=True)
+        ]
+        del columns
     no_gaps = (np.zeros(0), np.zeros(0, dtype=np.int64))
     summary["benchmark"] = benchmark_block(
         table,
@@ -114,12 +125,8 @@ def summarize(
         met_slo=_meets_slo(table, slo_ttft_s, slo_tpot_s),
         percentiles=metric_percentiles,
     )
-    if num_replicas > 1:
-        peaks = peak_used_blocks or [None] * num_replicas
-        summary["per_replica"] = [
-            _replica_summary(table, columns, r, measured, duration, total_slots, block_size, peak)
-            for r, peak in zip(range(num_replicas), peaks, strict=True)
-        ]
+    if per_replica is not None:
+        summary["per_replica"] = per_replica
     return summary
 
 
@@ -170,6 +177,10 @@ def _prefix_hit_rate(table: Mapping[str, np.ndarray], subset: np.ndarray) -> flo
     return _ratio(table["cached_prompt_tokens"][tried].sum(), table["prompt_tokens"][tried].sum())
 
 
+#: The step log columns _kv_split reads.
+_KV_READS = ("used_blocks", "duration_s", *KV_SPLIT_COLUMNS)
+
+
 def _kv_split(
     columns: Mapping[str, np.ndarray], total_slots: int, block_size: int, peak: int | None
 ) -> dict[str, Any]:
@@ -200,8 +211,7 @@ def _replica_summary(table, columns, replica, measured, duration, total_slots, b
     mine = table["replica"] == replica
     done = mine & measured & table["finished"]
     its_steps = columns["replica"] == replica
-    kv_columns = ("used_blocks", "duration_s", *KV_SPLIT_COLUMNS)
-    its_columns = {name: columns[name][its_steps] for name in kv_columns}
+    its_columns = {name: columns[name][its_steps] for name in _KV_READS}
     return {
         "replica": replica,
         "num_finished": int((mine & table["finished"]).sum()),
