@@ -30,7 +30,7 @@ from sim.output.page import (
     plotly_script_src,
 )
 from sim.output.series import binned_rate, cluster_series, time_bins
-from sim.output.steplog import _STEP_INDEX
+from sim.output.steplog import _STEP_INDEX, STEP_COLUMNS
 from sim.output.tables import compare_rows
 
 __all__ = ["COMPARE_FIGURES", "RunSeries", "write_compare_page"]
@@ -161,13 +161,14 @@ def timeseries_figure(runs: Sequence[RunSeries]) -> go.Figure:
         if not run.steps.shape[0]:
             continue
         slots = run.summary.get("total_slots") or 0
-        free, per_replica = cluster_series(run.steps, "free_slots", grid, initial=slots)
+        steps = dict(zip(STEP_COLUMNS, run.steps.T))  # the series read columns by name
+        free, per_replica = cluster_series(steps, "free_slots", grid, initial=slots)
         replicas = max(run.summary.get("num_replicas", 1), len(per_replica))
         total = slots * replicas
         # A replica before its first step is all free, and so is one that never stepped.
         free = free + slots * (replicas - len(per_replica))
         used = 100.0 * (1.0 - free / total) if total else None
-        queue, _ = cluster_series(run.steps, "queue_len", grid)
+        queue, _ = cluster_series(steps, "queue_len", grid)
         for row, values in ((2, used), (3, queue)):
             if values is None:
                 continue

@@ -40,14 +40,8 @@ def write_outputs(
         _format_column(table[c], c in _REQUEST_FLOAT_COLUMNS) for c in REQUEST_COLUMNS
     ]
     _write_csv(paths["requests.csv"], REQUEST_COLUMNS, request_columns, len(table["req_id"]))
-    rows = steps.as_array()
-    step_columns = [
-        _named_column(rows[:, j], _STEP_NAMED_COLUMNS[c])
-        if c in _STEP_NAMED_COLUMNS
-        else _format_column(rows[:, j], c in _STEP_FLOAT_COLUMNS)
-        for j, c in enumerate(STEP_COLUMNS)
-    ]
-    _write_csv(paths["steps.csv"], STEP_COLUMNS, step_columns, rows.shape[0])
+    step_columns = [_step_column(steps, name) for name in STEP_COLUMNS]
+    _write_csv(paths["steps.csv"], STEP_COLUMNS, step_columns, len(steps))
     paths["summary.json"].write_text(summary_json(summary), encoding="utf-8")
     return paths
 
@@ -76,25 +70,31 @@ def _format_column(values: np.ndarray, is_float: bool):
     if values.dtype == object:
         return [_csv_text(str(v)) for v in values]
     if not is_float and np.all(np.floor(values) == values):
-        return _Formatted(values.astype(np.int64), int.__repr__)
+        return _Formatted(values.astype(np.int64).__getitem__, int.__repr__)
     # float.__repr__ is the shortest text that reads back to the same double.
-    return _Formatted(values.astype(np.float64), float.__repr__)
+    return _Formatted(values.astype(np.float64).__getitem__, float.__repr__)
 
 
-def _named_column(codes: np.ndarray, names: Sequence[str]):
-    """A column of small integer codes written as their names."""
-    return _Formatted(codes.astype(np.int64), names.__getitem__)
+def _step_column(steps: StepLog, name: str):
+    """A step log column, read and formatted chunk by chunk: integer columns (typed,
+    sim.output.steplog.STEP_DTYPES) as integers, ``limit`` codes by name, times as
+    shortest round-trip floats."""
+    if name in _STEP_NAMED_COLUMNS:
+        to_text = _STEP_NAMED_COLUMNS[name].__getitem__
+    else:
+        to_text = float.__repr__ if name in _STEP_FLOAT_COLUMNS else int.__repr__
+    return _Formatted(lambda rows: steps.column(name, rows.start, rows.stop), to_text)
 
 
 class _Formatted:
-    """Formats a numpy column slice by slice, so a 10**6-row CSV never holds every cell
-    as a Python string at once."""
+    """Formats a numpy column slice by slice (``read(rows)``: the values of a slice of
+    rows), so a 10**6-row CSV never holds every cell as a Python string at once."""
 
-    def __init__(self, values: np.ndarray, to_text) -> None:
-        self._values, self._to_text = values, to_text
+    def __init__(self, read, to_text) -> None:
+        self._read, self._to_text = read, to_text
 
     def __getitem__(self, chunk: slice) -> list[str]:
-        return list(map(self._to_text, self._values[chunk].tolist()))
+        return list(map(self._to_text, self._read(chunk).tolist()))
 
 
 def _csv_text(text: str) -> str:

@@ -1,5 +1,5 @@
 """The figures of a run's report (sim.output.report), each a function of a RunData
-(the request table, the step log's rows and the summary): latency, throughput, arrival
+(the request table, the step log's columns and the summary): latency, throughput, arrival
 and preemptions here, the memory figures in sim.output.report_memory.
 
 Conventions: times are simulated seconds; the warm-up (first arrival to the start of the
@@ -24,8 +24,7 @@ from sim.output.page import (
     mark_empty,
     shade_warmup,
 )
-from sim.output.series import binned_rate, replica_rows, time_bins
-from sim.output.steplog import _STEP_INDEX
+from sim.output.series import binned_rate, replica_indices, time_bins
 
 #: Title of each figure on the page, by its div id, in page order.
 FIGURE_TITLES = {
@@ -43,20 +42,22 @@ TIME_AXIS = "simulated time (s)"
 
 
 class RunData:
-    """What the figures read: the request table, the step rows, the summary and the
-    CPU pool (blocks per replica, None when unknown)."""
+    """What the figures read: the request table, the step log's columns (by name; see
+    sim.output.series), the summary and the CPU pool (blocks per replica, None when
+    unknown). ``replicas`` holds each replica's step indices, in time order."""
 
-    def __init__(self, table, rows, summary, cpu_blocks=None) -> None:
-        self.table, self.rows, self.summary = table, rows, summary
+    def __init__(self, table, steps, summary, cpu_blocks=None) -> None:
+        self.table, self.steps, self.summary = table, steps, summary
         self.cpu_blocks = cpu_blocks
-        self.replicas = replica_rows(rows)
+        self.num_steps = int(steps["time_s"].shape[0])
+        self.replicas = replica_indices(steps)
         window = summary.get("steady_state") or {}
         arrivals = table["arrival_s"]
         self.start_s = float(arrivals.min()) if arrivals.size else 0.0
         self.window = (window.get("window_start_s"), window.get("window_end_s"))
         ends = [self.start_s]
-        if rows.shape[0]:
-            step_ends = rows[:, _STEP_INDEX["time_s"]] + rows[:, _STEP_INDEX["duration_s"]]
+        if self.num_steps:
+            step_ends = steps["time_s"] + steps["duration_s"]
             ends.append(float(step_ends.max()))
         finishes = table["finish_s"][~np.isnan(table["finish_s"])]
         if finishes.size:
@@ -67,7 +68,8 @@ class RunData:
         shade_warmup(fig, self.start_s, self.window[0], **where)
 
     def column(self, mine: np.ndarray, name: str) -> np.ndarray:
-        return mine[:, _STEP_INDEX[name]]
+        """Column ``name`` of the steps at indices ``mine`` (a value of ``replicas``)."""
+        return self.steps[name][mine]
 
     def per_trace(self) -> int:
         """Points per trace when each replica has its own."""
@@ -213,11 +215,10 @@ def arrival_figure(data: RunData) -> go.Figure:
 
 def preemption_figure(data: RunData) -> go.Figure:
     fig = go.Figure()
-    rows = data.rows
-    order = np.argsort(rows[:, _STEP_INDEX["time_s"]], kind="stable")
-    times = rows[order, _STEP_INDEX["time_s"]]
+    order = np.argsort(data.steps["time_s"], kind="stable")
+    times = data.steps["time_s"][order]
     # Cumulate before thinning so the curve keeps every preemption, even skipped ones.
-    cumulative = np.cumsum(rows[order, _STEP_INDEX["num_preempted"]])
+    cumulative = np.cumsum(data.steps["num_preempted"][order].astype(np.float64))
     if not times.size or not cumulative[-1]:
         mark_empty(fig, "no data" if not times.size else "none: no request was preempted")
         return layout(fig, "preemptions", height=200, showlegend=False)

@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 from sim.output.page import downsample_indices, mark_empty
 from sim.output.report_figures import TIME_AXIS, RunData, empty_figure, f32, layout
 from sim.output.series import cluster_series, hit_rate_over_time, swap_traffic, time_bins
-from sim.output.steplog import _STEP_INDEX, KV_SPLIT_COLUMNS, KV_SPLIT_KEYS
+from sim.output.steplog import KV_SPLIT_COLUMNS, KV_SPLIT_KEYS
 
 _KV_COLORS = ("#1f77b4", "#9ecae1", "#ff7f0e", "#d62728", "#c7c7c7")
 
@@ -28,7 +28,7 @@ def kv_figure(data: RunData) -> go.Figure:
             fig.add_trace(
                 go.Scatter(
                     x=f32(data.column(mine, "time_s")[keep]),
-                    y=f32(data.column(mine, column)[keep] * scale),
+                    y=f32(data.column(mine, column)[keep].astype(np.float64) * scale),
                     name=key.replace("_", " "),
                     legendgroup=key,
                     stackgroup=f"replica{replica}",
@@ -73,7 +73,7 @@ def cache_figure(data: RunData) -> go.Figure:
     edges = time_bins(data.start_s, data.end_s)
     rate = hit_rate_over_time(data.table, edges)
     grid = _grid(data)
-    cached, _ = cluster_series(data.rows, "cached_blocks", grid)
+    cached, _ = cluster_series(data.steps, "cached_blocks", grid)
     hits = bool(np.nansum(rate) > 0)
     if not hits and not cached.any():
         text = "none: no prompt token came from the prefix cache, no block was cached"
@@ -104,17 +104,17 @@ def cache_figure(data: RunData) -> go.Figure:
 
 
 def swap_figure(data: RunData) -> go.Figure:
-    if not data.rows.shape[0] or not data.rows[:, _STEP_INDEX["swapped_blocks"]].any():
+    if not data.num_steps or not data.steps["swapped_blocks"].any():
         return empty_figure("swap", "none: no request was swapped to the CPU")
     fig = _two_panels(
         "blocks swapped per second (from the change in swapped blocks)",
         "CPU pool in use (all replicas)",
     )
     grid = _grid(data)
-    swapped, _ = cluster_series(data.rows, "swapped_blocks", grid)
+    swapped, _ = cluster_series(data.steps, "swapped_blocks", grid)
     edges = time_bins(data.start_s, data.end_s)
     centers = (edges[:-1] + edges[1:]) / 2
-    out, back = swap_traffic(data.rows, edges)
+    out, back = swap_traffic(data.steps, edges)
     for values, label in ((out, "out to the CPU"), (back, "back in")):
         fig.add_trace(
             go.Scatter(x=f32(centers), y=f32(values), mode="lines", line_shape="hvh", name=label),
@@ -136,7 +136,7 @@ def swap_figure(data: RunData) -> go.Figure:
 
 def load_figure(data: RunData) -> go.Figure:
     """Batch size and queue length: one panel per replica (shared axes)."""
-    replicas = data.replicas or {0: data.rows}
+    replicas = data.replicas or {0: np.arange(data.num_steps)}
     fig = make_subplots(
         rows=len(replicas),
         cols=1,

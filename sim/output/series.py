@@ -1,10 +1,11 @@
-"""Time series for the HTML pages, from the step log's rows and the request table:
+"""Time series for the HTML pages, from the step log's columns and the request table:
 rates in time bins, per-replica step series on a common time grid, the prefix hit rate
 and swap traffic over time. Pure numpy; nothing here draws.
 
 A step row holds its replica's state after the step, from the step's ``time_s`` until
 the replica's next step, so a replica's value at time t is that of its last step at or
-before t (before its first step: 0).
+before t (before its first step: 0). ``steps`` is the step log's columns by name (a
+StepLog's ``columns()``, or steps.csv read back), all of one length.
 """
 
 from __future__ import annotations
@@ -13,14 +14,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from sim.output.steplog import _STEP_INDEX
-
 __all__ = [
     "NUM_BINS",
     "binned_rate",
     "cluster_series",
     "hit_rate_over_time",
-    "replica_rows",
+    "replica_indices",
     "swap_traffic",
     "time_bins",
 ]
@@ -29,13 +28,14 @@ __all__ = [
 NUM_BINS = 120
 
 
-def replica_rows(rows: np.ndarray) -> dict[int, np.ndarray]:
-    """Step rows per replica, each in time order (stable, so equal times keep log order)."""
-    replicas = rows[:, _STEP_INDEX["replica"]].astype(np.int64)
+def replica_indices(steps: Mapping[str, np.ndarray]) -> dict[int, np.ndarray]:
+    """Each replica's steps, as indices into the columns, in time order (stable, so
+    equal times keep log order)."""
+    replicas, times = steps["replica"].astype(np.int64), steps["time_s"]
     result = {}
     for replica in np.unique(replicas).tolist():
-        mine = rows[replicas == replica]
-        result[replica] = mine[np.argsort(mine[:, _STEP_INDEX["time_s"]], kind="stable")]
+        mine = np.flatnonzero(replicas == replica)
+        result[replica] = mine[np.argsort(times[mine], kind="stable")]
     return result
 
 
@@ -70,15 +70,15 @@ def _value_at(
 
 
 def cluster_series(
-    rows: np.ndarray, column: str, grid: np.ndarray, initial: float = 0.0
+    steps: Mapping[str, np.ndarray], column: str, grid: np.ndarray, initial: float = 0.0
 ) -> tuple[np.ndarray, dict[int, np.ndarray]]:
     """``column`` of every replica sampled on ``grid`` (each replica's last step at or
     before each grid time; ``initial`` before its first step): the sum over the
     replicas that have steps, and each one's series."""
-    time, value = _STEP_INDEX["time_s"], _STEP_INDEX[column]
+    time, value = steps["time_s"], steps[column].astype(np.float64)
     per_replica = {
-        replica: _value_at(mine[:, time], mine[:, value], grid, initial)
-        for replica, mine in replica_rows(rows).items()
+        replica: _value_at(time[mine], value[mine], grid, initial)
+        for replica, mine in replica_indices(steps).items()
     }
     total = np.sum(list(per_replica.values()), axis=0) if per_replica else np.zeros_like(grid)
     return total, per_replica
@@ -98,15 +98,17 @@ def hit_rate_over_time(table: Mapping[str, np.ndarray], edges: np.ndarray) -> np
         return np.where(prompt > 0, cached / np.maximum(prompt, 1), np.nan)
 
 
-def swap_traffic(rows: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def swap_traffic(
+    steps: Mapping[str, np.ndarray], edges: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Blocks swapped out and in per second in each bin, all replicas together, from the
     step-to-step change of each replica's ``swapped_blocks`` (a step that swaps blocks
     both out and in shows only their difference)."""
     times, changes = [], []
-    for mine in replica_rows(rows).values():
-        swapped = mine[:, _STEP_INDEX["swapped_blocks"]]
-        times.append(mine[:, _STEP_INDEX["time_s"]])
-        changes.append(np.diff(swapped, prepend=0.0))
+    swapped = steps["swapped_blocks"].astype(np.float64)
+    for mine in replica_indices(steps).values():
+        times.append(steps["time_s"][mine])
+        changes.append(np.diff(swapped[mine], prepend=0.0))
     if not times:
         zero = np.zeros(edges.size - 1)
         return zero, zero

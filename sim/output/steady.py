@@ -115,8 +115,8 @@ def mser_truncation(series: np.ndarray, batch: int = MSER_BATCH) -> int:
 
 def steady_state(
     table: Mapping[str, np.ndarray],
-    steps: np.ndarray,
-    step_columns: Mapping[str, int],
+    step_times: np.ndarray,
+    step_limits: np.ndarray,
     *,
     warmup_requests: int,
     met_slo: np.ndarray,
@@ -124,10 +124,10 @@ def steady_state(
 ) -> dict[str, Any]:
     """The ``steady_state`` section of summary.json (JSON-ready).
 
-    ``table`` is :func:`sim.output.requests.request_table` (rows by arrival), ``steps`` the step
-    log's rows with ``step_columns`` naming their columns, ``met_slo`` a boolean per
-    table row and ``distribution`` the summary's percentile function. Reads its inputs
-    only."""
+    ``table`` is :func:`sim.output.requests.request_table` (rows by arrival),
+    ``step_times`` and ``step_limits`` the step log's ``time_s`` and ``limit`` columns,
+    ``met_slo`` a boolean per table row and ``distribution`` the summary's percentile
+    function. Reads its inputs only."""
     arrival = table["arrival_s"]
     if arrival.shape[0] - warmup_requests < 2 or arrival[-1] <= arrival[warmup_requests]:
         return _too_short_without_window(arrival.shape[0], warmup_requests)
@@ -164,7 +164,7 @@ def steady_state(
         "in_system_mean": float(levels.mean()),
         "mean_e2e_s": float(e2e.mean()) if e2e.size else None,
     }
-    section.update(_limiters(steps, step_columns, start, end))
+    section.update(_limiters(step_times, step_limits, start, end))
     section.update(_verdict(section, residual, warmup_requests))
     return section
 
@@ -181,10 +181,9 @@ def _trend(times: np.ndarray, levels: np.ndarray) -> tuple[float, float]:
     return slope, float(residual.std())
 
 
-def _limiters(steps: np.ndarray, columns: Mapping[str, int], start: float, end: float):
-    """Share of the window's steps by limit, and the dominant one."""
-    times = steps[:, columns["time_s"]]
-    codes = steps[(times >= start) & (times <= end), columns["limit"]].astype(np.int64)
+def _limiters(times: np.ndarray, limits: np.ndarray, start: float, end: float):
+    """Share of the window's steps (started at ``times``) by limit, and the dominant one."""
+    codes = limits[(times >= start) & (times <= end)].astype(np.int64)
     counts = np.bincount(codes, minlength=len(LIMIT_NAMES))
     total = int(counts.sum())
     shares = {name: (int(c) / total if total else None) for name, c in zip(LIMIT_NAMES, counts)}

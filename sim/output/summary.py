@@ -30,7 +30,7 @@ from sim.engine.records import RequestOutcome
 from sim.output.benchmark import DEFAULT_PERCENTILES, benchmark_block
 from sim.output.requests import request_table
 from sim.output.steady import steady_state
-from sim.output.steplog import _STEP_INDEX, KV_SPLIT_COLUMNS, KV_SPLIT_KEYS, StepLog
+from sim.output.steplog import KV_SPLIT_COLUMNS, KV_SPLIT_KEYS, StepLog
 
 
 def summarize(
@@ -92,18 +92,30 @@ def summarize(
         "total_slots": int(total_slots),
         "num_blocks": int(total_slots // block_size),
         "block_size": int(block_size),
-        "kv": _kv_split(steps.as_array(), total_slots, block_size, _max(peak_used_blocks)),
+        "kv": _kv_split(steps.columns(_KV_READS), total_slots, block_size, _max(peak_used_blocks)),
     }
     if cost_model is not None:
         summary["cost_model"] = dict(cost_model)
     summary["steady_state"] = steady_state(
         table,
-        steps.as_array(),
-        _STEP_INDEX,
+        steps.column("time_s"),
+        steps.column("limit"),
         warmup_requests=warmup_requests,
         met_slo=_meets_slo(table, slo_ttft_s, slo_tpot_s),
         distribution=_distribution,
     )
+    # Per replica first (its step columns read once and dropped), so the step log's
+    # columns are not held through the token gaps' percentiles, a long run's largest
+    # transient; the section goes in the summary after the benchmark block all the same.
+    per_replica = None
+    if num_replicas > 1:
+        peaks = peak_used_blocks or [None] * num_replicas
+        columns = steps.columns(("replica", "batch_size", *_KV_READS))
+        per_replica = [
+            _replica_summary(table, columns, r, measured, duration, total_slots, block_size, peak)
+            for r, peak in zip(range(num_replicas), peaks, strict=True)
+        ]
+        del columns
     no_gaps = (np.zeros(0), np.zeros(0, dtype=np.int64))
     summary["benchmark"] = benchmark_block(
         table,
@@ -113,12 +125,8 @@ def summarize(
         met_slo=_meets_slo(table, slo_ttft_s, slo_tpot_s),
         percentiles=metric_percentiles,
     )
-    if num_replicas > 1:
-        peaks = peak_used_blocks or [None] * num_replicas
-        summary["per_replica"] = [
-            _replica_summary(table, steps, r, measured, duration, total_slots, block_size, peak)
-            for r, peak in zip(range(num_replicas), peaks, strict=True)
-        ]
+    if per_replica is not None:
+        summary["per_replica"] = per_replica
     return summary
 
 
@@ -169,12 +177,17 @@ def _prefix_hit_rate(table: Mapping[str, np.ndarray], subset: np.ndarray) -> flo
     return _ratio(table["cached_prompt_tokens"][tried].sum(), table["prompt_tokens"][tried].sum())
 
 
+#: The step log columns _kv_split reads.
+_KV_READS = ("used_blocks", "duration_s", *KV_SPLIT_COLUMNS)
+
+
 def _kv_split(
-    rows: np.ndarray, total_slots: int, block_size: int, peak: int | None
+    columns: Mapping[str, np.ndarray], total_slots: int, block_size: int, peak: int | None
 ) -> dict[str, Any]:
     """Duration-weighted mean of each step's slot split / total_slots, plus the peak in
-    use (``peak`` blocks if given, else the most the step log saw)."""
-    used = rows[:, _STEP_INDEX["used_blocks"]]
+    use (``peak`` blocks if given, else the most the step log saw), from the step log's
+    ``columns``."""
+    used = columns["used_blocks"]
     if peak is None and used.size:
         peak = int(used.max())
     kv: dict[str, Any] = {
@@ -182,10 +195,10 @@ def _kv_split(
         "peak_used_slots": None if peak is None else peak * block_size,
         "peak_used_fraction": None if peak is None else peak * block_size / total_slots,
     }
-    weights = rows[:, _STEP_INDEX["duration_s"]]
+    weights = columns["duration_s"]
     denominator = float(weights.sum()) * total_slots
     for key, column in zip(KV_SPLIT_KEYS, KV_SPLIT_COLUMNS):
-        slots = rows[:, _STEP_INDEX[column]]
+        slots = columns[column].astype(np.float64)  # int32 counts: exact in float64
         # np.sum, not `slots @ weights`: BLAS sums a dot product in an order that depends
         # on its thread count and the CPU's vector width, so the last digits (and the
         # summary's bytes) would differ between machines.
@@ -193,20 +206,19 @@ def _kv_split(
     return kv
 
 
-def _replica_summary(
-    table, steps: StepLog, replica, measured, duration, total_slots, block_size, peak
-):
+def _replica_summary(table, columns, replica, measured, duration, total_slots, block_size, peak):
+    """One replica's figures; ``columns`` are the step log's (StepLog.columns)."""
     mine = table["replica"] == replica
     done = mine & measured & table["finished"]
-    rows = steps.as_array()
-    rows = rows[rows[:, _STEP_INDEX["replica"]] == replica]
+    its_steps = columns["replica"] == replica
+    its_columns = {name: columns[name][its_steps] for name in _KV_READS}
     return {
         "replica": replica,
         "num_finished": int((mine & table["finished"]).sum()),
         "throughput_rps": _rate(done.sum(), duration),
         "throughput_tok_s": _rate(table["output_tokens"][done].sum(), duration),
-        "mean_batch_size": _mean(rows[:, _STEP_INDEX["batch_size"]]),
+        "mean_batch_size": _mean(columns["batch_size"][its_steps]),
         "num_preemptions": int(table["preemptions"][mine].sum()),
         "prefix_hit_rate": _prefix_hit_rate(table, mine),
-        "kv": _kv_split(rows, total_slots, block_size, peak),
+        "kv": _kv_split(its_columns, total_slots, block_size, peak),
     }

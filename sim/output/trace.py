@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.engine.records import LIMIT_NAMES, UNFINISHED_REASON, RequestOutcome
-from sim.output.steplog import _STEP_INDEX, StepLog
+from sim.output.steplog import StepLog
 
 __all__ = [
     "GZIP_THRESHOLD_EVENTS",
@@ -66,6 +66,7 @@ _STEP_ARGS = (
     "num_preempted",
     "limit",
 )
+_STEP_COLUMNS = (*_STEP_ARGS, "used_blocks")
 _CHUNK_LINES = 20_000  # lines joined per write
 _CHUNK_STEPS = 50_000  # step rows formatted at a time
 
@@ -153,14 +154,13 @@ def trace_lines(
 
 
 def _lines(outcomes: Sequence[RequestOutcome], layout, pool_blocks: int) -> Iterator[str]:
-    rows, replicas, bounds, run_end, idle = layout
+    steps, replicas, bounds, run_end, idle = layout
     for r in replicas:
         yield from _metadata(r)
-    for start in range(0, len(rows), _CHUNK_STEPS):
+    for start in range(0, len(steps), _CHUNK_STEPS):
         part = slice(start, start + _CHUNK_STEPS)
-        yield from _step_lines(
-            rows[part], bounds[0][part], bounds[1][part], idle[part], pool_blocks
-        )
+        columns = {name: steps.column(name, part.start, part.stop) for name in _STEP_COLUMNS}
+        yield from _step_lines(columns, bounds[0][part], bounds[1][part], idle[part], pool_blocks)
     for outcome in outcomes:
         yield from _request_lines(outcome, run_end)
 
@@ -172,8 +172,8 @@ def trace_event_count(outcomes: Iterable[RequestOutcome], steps: StepLog) -> int
 
 
 def _event_count(outcomes: Sequence[RequestOutcome], layout) -> int:
-    rows, replicas, _, _, idle = layout
-    count = 6 * len(replicas) + 4 * len(rows) + int(idle.sum())
+    steps, replicas, _, _, idle = layout
+    count = 6 * len(replicas) + 4 * len(steps) + int(idle.sum())
     for o in outcomes:
         if o.rejected_reason and o.rejected_reason != UNFINISHED_REASON:
             count += 1
@@ -187,17 +187,16 @@ def _event_count(outcomes: Sequence[RequestOutcome], layout) -> int:
 
 
 def _layout(outcomes: Sequence[RequestOutcome], steps: StepLog):
-    """(rows, replicas, (step start, end) in ns, run end in ns, idle after each step)."""
-    rows = steps.as_array()
-    replica_col = rows[:, _STEP_INDEX["replica"]].astype(np.int64)
+    """(steps, replicas, (step start, end) in ns, run end in ns, idle after each step)."""
+    replica_col = steps.column("replica").astype(np.int64)
     replicas = sorted(set(replica_col.tolist()) | {o.replica for o in outcomes})
-    bounds = _step_bounds(rows, replica_col)
-    if len(rows):
+    bounds = _step_bounds(steps.column("time_s"), steps.column("duration_s"), replica_col)
+    if len(steps):
         run_end = int(bounds[1].max())
     else:
         run_end = max((_ns(o.arrival_s) for o in outcomes), default=0)
     busy_at_end = {o.replica for o in outcomes if o.rejected_reason == UNFINISHED_REASON}
-    return rows, replicas, bounds, run_end, _idle_after(bounds, replica_col, run_end, busy_at_end)
+    return steps, replicas, bounds, run_end, _idle_after(bounds, replica_col, run_end, busy_at_end)
 
 
 def _metadata(replica: int) -> Iterator[str]:
@@ -214,11 +213,12 @@ def _meta(kind: str, pid: int, tid: int, **args) -> dict:
     return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "ts": 0, "args": args}
 
 
-def _step_bounds(rows: np.ndarray, replica_col: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _step_bounds(
+    time_s: np.ndarray, duration_s: np.ndarray, replica_col: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(start, end) of each step in whole ns; on each replica a step starts no earlier
     than the previous one ends (the engine's start = end - duration can fall an ulp
     before the previous end)."""
-    time_s, duration_s = rows[:, _STEP_INDEX["time_s"]], rows[:, _STEP_INDEX["duration_s"]]
     start = np.rint(time_s * 1e9).astype(np.int64)
     end = np.rint((time_s + duration_s) * 1e9).astype(np.int64)
     for r in np.unique(replica_col):
@@ -241,9 +241,11 @@ def _idle_after(bounds, replica_col, run_end: int, busy_at_end: set[int]) -> np.
     return idle
 
 
-def _step_lines(rows, start, end, idle, pool_blocks: int) -> Iterator[str]:
-    col = {name: rows[:, _STEP_INDEX[name]].astype(np.int64).tolist() for name in _STEP_ARGS}
-    used_fraction = (rows[:, _STEP_INDEX["used_blocks"]] / max(int(pool_blocks), 1)).tolist()
+def _step_lines(columns, start, end, idle, pool_blocks: int) -> Iterator[str]:
+    """The events of a run of steps (``columns``: theirs, by name)."""
+    col = {name: columns[name].tolist() for name in _STEP_ARGS}  # Python ints
+    used = columns["used_blocks"].astype(np.float64)
+    used_fraction = (used / max(int(pool_blocks), 1)).tolist()
     start_us, end_us = (start / 1000).tolist(), (end / 1000).tolist()
     dur_us = ((end - start) / 1000).tolist()
     for i, ts in enumerate(start_us):
