@@ -29,6 +29,22 @@ from sim.engine.view import EngineView
 from sim.workload.request import Request
 
 
+def prompt_allocator(alloc) -> Callable[[int, np.ndarray, int, int], int]:
+    """``allocate(seq_id, prompt, salt, max_new_tokens)`` of a prompt none of whose KV is
+    computed yet: the allocator's unchecked entry where it has one (prompts are the
+    workload's int32 arrays, sequence ids the engine's own count)."""
+    trusted = unchecked_entry(alloc, "allocate_trusted", "allocate")
+    if trusted is not None:
+        return lambda seq_id, tokens, salt, _max_new_tokens: trusted(seq_id, tokens, salt, 0)
+
+    def checked(seq_id: int, tokens: np.ndarray, salt: int, max_new_tokens: int) -> int:
+        return alloc.allocate(
+            seq_id, tokens, salt=salt, max_new_tokens=max_new_tokens, computed_tokens=0
+        )
+
+    return checked
+
+
 class StepPlanner:
     """Composes each step of one replica. Mutates the state (admission moves waiting
     entries to the prefilling set; decodes take slots) and the allocator."""
@@ -56,8 +72,7 @@ class StepPlanner:
         # int64 ids; int32 tokens): the allocator's unchecked entry where it has one.
         trusted = unchecked_entry(self.alloc, "append_batch_trusted", "append_batch")
         self._append_batch = trusted or self.alloc.append_batch
-        # Prompts are the workload's int32 arrays, sequence ids the engine's own count.
-        self._allocate_trusted = unchecked_entry(self.alloc, "allocate_trusted", "allocate")
+        self._allocate = prompt_allocator(self.alloc)
         # Reserving (contiguous) allocators size a request's region from the start
         # (``reserve(prompt, max_new_tokens)``), so they always admit by whole prompt.
         reserving = isinstance(self.alloc, ReservingAllocator)
@@ -293,16 +308,7 @@ class StepPlanner:
         # scheduled (see plan()), never while their KV does not exist yet. A refused
         # allocate changes nothing, so trying it is the cheapest "can allocate?".
         try:
-            if self._allocate_trusted is not None:
-                cached = self._allocate_trusted(state.next_seq_id, tokens, request.tenant, 0)
-            else:
-                cached = self.alloc.allocate(
-                    state.next_seq_id,
-                    tokens,
-                    salt=request.tenant,
-                    max_new_tokens=remaining_out,
-                    computed_tokens=0,
-                )
+            cached = self._allocate(state.next_seq_id, tokens, request.tenant, remaining_out)
         except OutOfBlocks:
             return None
         seq.seq_id = state.next_seq_id
