@@ -53,8 +53,8 @@ class Request:
         self,
         req_id: int,
         arrival_s: float,
-        prompt: np.ndarray | None,
-        output_len: int,
+        prompt: np.ndarray | None = None,
+        output_len: int | None = None,
         tenant: int = 0,
         priority: int = 0,
         prefix_group: int = -1,
@@ -66,9 +66,12 @@ class Request:
         source: PromptSource | None = None,
     ):
         """Raises ValueError unless exactly one of ``prompt`` and ``source`` is given
-        (``source`` with ``prompt_len``)."""
+        (``source`` with ``prompt_len``), or without ``output_len``. (Both have defaults
+        only so that ``dataclasses.replace``, which passes fields by name, works.)"""
         if (prompt is None) == (source is None) or (source is not None and prompt_len is None):
             raise ValueError("a Request needs a prompt, or a source and a prompt_len")
+        if output_len is None:
+            raise ValueError("a Request needs an output_len")
         if prompt is not None:
             source, prompt_len = GivenPrompt(prompt), int(prompt.shape[0])
         values = (req_id, arrival_s, prompt_len, output_len, tenant, priority, prefix_group)

@@ -3,6 +3,7 @@ every process, the sharing the workload describes, and no token array kept per r
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import hashlib
 import os
@@ -105,6 +106,21 @@ def test_a_given_prompt_is_kept_as_given_and_a_request_needs_one_source():
         Request(0, 0.0, None, 3)
     with pytest.raises(ValueError, match="needs a prompt"):
         Request(0, 0.0, tokens, 3, prompt_len=5, source=PromptBook(0, 10, np.ones(1)))
+    with pytest.raises(ValueError, match="needs an output_len"):
+        Request(0, 0.0, tokens)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_replace_keeps_the_prompt(case):
+    """sim/live/observed.py records what the client saw with dataclasses.replace."""
+    given = Request(4, 0.0, np.arange(5, dtype=np.int32), 3, tenant=2)
+    for request in (given, *requests_of(case)[:20]):
+        seen = dataclasses.replace(request, arrival_s=9.0, output_len=7)
+        assert (seen.arrival_s, seen.output_len) == (9.0, 7)
+        assert (seen.req_id, seen.tenant, seen.prompt_len) == (
+            request.req_id, request.tenant, request.prompt_len,
+        )  # fmt: skip
+        assert np.array_equal(seen.prompt, request.prompt)
 
 
 def test_the_book_shares_one_array_per_prefix_group():
