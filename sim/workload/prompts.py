@@ -73,9 +73,6 @@ class PromptBook:
         self._hash_ids = hash_ids
         self._hashed_len = _column(hashed_len)
 
-    def __len__(self) -> int:
-        return len(self._own_len)
-
     def prompt(self, req_id: int) -> np.ndarray:
         """Request ``req_id``'s prompt token ids (a new int32 array on every call; the
         same values on every call and in every process)."""
