@@ -81,6 +81,12 @@ def _tokens_at(states: np.ndarray, positions: np.ndarray, vocab_size: int) -> np
         return _tokens_at(states.reshape(1), positions.reshape(1), vocab_size)[0]
     z = positions.astype(np.uint64) * _GOLDEN
     z = z + states.view(np.uint64)  # int64 bit patterns (the engine's) too
+    return _finish_tokens(z, vocab_size)
+
+
+def _finish_tokens(z: np.ndarray, vocab_size: int) -> np.ndarray:
+    """:func:`_tokens_at` from ``z`` = state + position * golden (a temporary it mixes
+    in place)."""
     z ^= z >> np.uint64(29)
     z *= _MIX1
     z >>= np.uint64(32)
@@ -207,12 +213,17 @@ class PromptStreams:
         self.seed = seed
         self.vocab_size = vocab_size
         self._own_root = _root(seed, _PROMPT_DOMAIN)
+        self._steps = np.zeros(0, np.uint64)  # position * golden, positions 0, 1, ...
 
     def own(self, req_id: int, length: int) -> np.ndarray:
         """The first ``length`` own tokens of request ``req_id``. Seeded in Python
-        integers: for one short stream numpy's per-call overhead would be most of it."""
+        integers and from the kept position steps: for one short stream numpy's
+        per-call overhead would be most of the work."""
         state = _mix64_int(((req_id + _GOLDEN_INT) & _MASK64) ^ self._own_root)
-        return _tokens_at(np.asarray(state, dtype=np.uint64), np.arange(length), self.vocab_size)
+        if self._steps.shape[0] < length:
+            self._steps = np.arange(max(length, 2 * self._steps.shape[0]), dtype=np.uint64)
+            self._steps *= _GOLDEN
+        return _finish_tokens(self._steps[:length] + np.uint64(state), self.vocab_size)
 
     def own_many(self, req_ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """:meth:`own` of each request, concatenated."""

@@ -159,7 +159,8 @@ def _reachable_arrays(roots) -> list[np.ndarray]:
 def test_finished_requests_keep_no_token_arrays():
     """After a run with prefix caching (so the engine builds real prompts), sessions,
     prefix groups and preemptions, what the outcomes reach is a few int32 columns per
-    request and each group's prompt once: nothing that grows with prompt tokens."""
+    request, each group's prompt once and the position steps of the longest prompt (at
+    most twice its length, 8 bytes each): nothing that grows with prompt tokens."""
     path, overrides = CASES["groups+sessions"]
     scenario = load_scenario(ROOT / path, [*overrides, "cache.num_blocks=600"])
     result = simulate(scenario)
@@ -169,8 +170,9 @@ def test_finished_requests_keep_no_token_arrays():
     book = outcomes[0].request.source
     assert all(o.request.source is book for o in outcomes)
     groups = sum(book.group_prompt(group).nbytes for group in range(3))
+    steps = 16 * max(o.request.prompt_len for o in outcomes)
     arrays = _reachable_arrays(outcomes)
     assert arrays  # the walk does reach the book's columns
-    per_request = (sum(a.nbytes for a in arrays) - groups) / len(outcomes)
+    per_request = (sum(a.nbytes for a in arrays) - groups - steps) / len(outcomes)
     assert per_request <= 4 * 4  # own length, output length, previous turn, group
     assert prompt_tokens > 100 * len(outcomes)  # what keeping prompts would have cost
