@@ -4,10 +4,9 @@ refused with one line saying what is too big, instead of dying in numpy mid-run.
 
 The estimate is deliberately rough (within a small factor): bytes per request (the
 engine's and the outputs' bookkeeping; prompts are built when read, not kept, see
-sim/workload/prompts.py), per KV block (the
-token ids the block manager keeps per slot plus per-block arrays), per tenant, priority
-level and shared prompt. The budget is :data:`BUDGET_FRACTION` of physical memory, or
-``PAGESIM_MEMORY_BUDGET_GB`` when set.
+sim/workload/prompts.py), per KV block (the token ids the block manager keeps per slot
+plus per-block arrays), per tenant, priority level and shared prompt. The budget is
+:data:`BUDGET_FRACTION` of physical memory, or ``PAGESIM_MEMORY_BUDGET_GB`` when set.
 """
 
 from __future__ import annotations

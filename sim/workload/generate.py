@@ -50,7 +50,7 @@ from sim.config.workload import (
 from sim.workload.prompts import PromptBook
 from sim.workload.request import Request
 from sim.workload.sampling import arrival_times, sample_lengths
-from sim.workload.tokens import MOONCAKE_BLOCK_TOKENS, PromptStreams
+from sim.workload.tokens import MOONCAKE_BLOCK_TOKENS
 
 
 class ModelLimits(Protocol):
@@ -270,8 +270,6 @@ def _plan_trace(spec, model, num_requests, duration_s) -> _Plan:
 
 def _build_requests(spec, model, plan: _Plan, prefixes, token_seed) -> list[Request]:
     """Requests holding their prompt's length and the book that builds it."""
-    streams = PromptStreams(token_seed, model.vocab_size)
-    group_tokens = [streams.group(g, n) for g, n in enumerate(prefixes)]
     previous = _previous_turn(plan)
     prefix_len = np.asarray(prefixes + [0], dtype=np.int64)[plan.prefix_group]
     if isinstance(spec.arrival, TraceArrival):
@@ -284,7 +282,7 @@ def _build_requests(spec, model, plan: _Plan, prefixes, token_seed) -> list[Requ
             output_len=plan.output_len if spec.sessions is not None else None,
             previous=previous if spec.sessions is not None else None,
             group=plan.prefix_group if prefixes else None,
-            group_tokens=group_tokens,
+            group_len=prefixes,
         )
         prompt_len = _prompt_lengths(plan, previous, prefix_len)
     columns = (plan.arrival_s, plan.output_len, plan.tenant, plan.priority, plan.prefix_group)

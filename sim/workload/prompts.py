@@ -42,10 +42,11 @@ class PromptBook:
 
     ``own_len[i]``: request i's own tokens (past its group's prompt, its history or its
     hash-id blocks). ``previous[i]``: its session's previous turn, -1 for none (None: no
-    sessions). ``group[i]``: its prefix group, -1 for none, whose system prompt is
-    ``group_tokens[group[i]]`` (None: no groups). ``hash_ids[i]`` with ``hashed_len[i]``:
-    a trace row's hash ids and how many of the prompt's tokens their blocks give (None:
-    no trace). Immutable after construction; :meth:`prompt` mutates nothing."""
+    sessions). ``group[i]``: its prefix group, -1 for none, whose system prompt (built
+    once, here) is ``group_len[group[i]]`` tokens long (None: no groups).
+    ``hash_ids[i]`` with ``hashed_len[i]``: a trace row's hash ids and how many of the
+    prompt's tokens their blocks give (None: no trace). Immutable after construction;
+    :meth:`prompt` mutates nothing."""
 
     def __init__(
         self,
@@ -56,7 +57,7 @@ class PromptBook:
         output_len: np.ndarray | None = None,
         previous: np.ndarray | None = None,
         group: np.ndarray | None = None,
-        group_tokens: Sequence[np.ndarray] = (),
+        group_len: Sequence[int] = (),
         hash_ids: Sequence[np.ndarray] | None = None,
         hashed_len: np.ndarray | None = None,
     ):
@@ -67,7 +68,7 @@ class PromptBook:
         self._output_len = _column(output_len)
         self._previous = _column(previous)
         self._group = _column(group)
-        self._group_tokens = tuple(group_tokens)
+        self._group_tokens = tuple(self._streams.group(g, n) for g, n in enumerate(group_len))
         for tokens in self._group_tokens:
             tokens.flags.writeable = False  # shared by every prompt of the group
         self._hash_ids = hash_ids

@@ -126,11 +126,12 @@ def test_replace_keeps_the_prompt(case):
 def test_the_book_shares_one_array_per_prefix_group():
     streams = PromptStreams(1, 1000)
     group = streams.group(0, 8)
-    book = PromptBook(1, 1000, np.array([2, 3]), group=np.array([0, 0]), group_tokens=[group])
+    book = PromptBook(1, 1000, np.array([2, 3]), group=np.array([0, 0]), group_len=[8])
     a, b = book.prompt(0), book.prompt(1)
+    assert book.group_prompt(0) is book.group_prompt(0)  # stored once
     assert np.array_equal(a[:8], group) and np.array_equal(b[:8], group)
     assert np.array_equal(a[8:], streams.own(0, 2)) and np.array_equal(b[8:], streams.own(1, 3))
-    assert not group.flags.writeable
+    assert not book.group_prompt(0).flags.writeable
 
 
 def test_blank_prompts_are_read_only_zeros_of_the_prompt_length():
