@@ -2,11 +2,11 @@
 any folder created: a scenario whose run could not fit in this machine's memory is
 refused with one line saying what is too big, instead of dying in numpy mid-run.
 
-The estimate is deliberately rough (within a small factor): bytes per request (its
-prompt's token ids plus the engine's and the outputs' bookkeeping), per KV block (the
-token ids the block manager keeps per slot plus per-block arrays), per tenant, priority
-level and shared prompt. The budget is :data:`BUDGET_FRACTION` of physical memory, or
-``PAGESIM_MEMORY_BUDGET_GB`` when set.
+The estimate is deliberately rough (within a small factor): bytes per request (the
+engine's and the outputs' bookkeeping; prompts are built when read, not kept, see
+sim/workload/prompts.py), per KV block (the token ids the block manager keeps per slot
+plus per-block arrays), per tenant, priority level and shared prompt. The budget is
+:data:`BUDGET_FRACTION` of physical memory, or ``PAGESIM_MEMORY_BUDGET_GB`` when set.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 #: Fraction of physical memory a run may plan to use.
 BUDGET_FRACTION = 0.5
-#: Bytes a request costs besides its prompt (request, progress, outcome, table rows).
+#: Bytes a request costs (request, prompt-book columns, progress, outcome, table rows).
 BYTES_PER_REQUEST = 1_000
 #: Bytes per KV block besides its token ids (refcount, keys, tables, free list).
 BYTES_PER_BLOCK = 64
@@ -73,17 +73,11 @@ def check_memory(scenario) -> None:
     """Raise OverBudget naming the biggest consumer if the run's estimate is over the
     budget. Pure arithmetic: nothing is allocated."""
     workload, cache = scenario.workload, scenario.cache
-    # Generation cuts every request to the model's length, so no prompt is longer.
-    prompt = min(
-        mean_tokens(workload.input) + mean_tokens(workload.prefix.length),
-        scenario.model.max_model_len,
-    )
-    per_request = BYTES_PER_REQUEST + 4 * prompt
     device, cpu = scenario.kv_pool
     per_block = 4 * cache.block_size + BYTES_PER_BLOCK
     shared = workload.prefix.num_groups * (16 + 4 * mean_tokens(workload.prefix.length))
     parts = {
-        "simulation.num_requests": expected_requests(scenario) * per_request,
+        "simulation.num_requests": expected_requests(scenario) * BYTES_PER_REQUEST,
         "cache.num_blocks": scenario.routing.replicas * device * per_block,
         "cache.num_cpu_blocks": scenario.routing.replicas * cpu * per_block,
         "workload.tenants.count": 16.0 * workload.tenants.count,

@@ -9,6 +9,7 @@ from typing import Protocol
 import numpy as np
 
 from backend.step import Batch
+from sim.workload.request import Request
 
 
 class Executor(Protocol):
@@ -37,4 +38,9 @@ class TokenSource(Protocol):
     def decode_inputs(self, states: np.ndarray, generated: np.ndarray) -> np.ndarray:
         """What each decoding sequence feeds to the step: its newest sampled token
         (``tokens(states, generated - 1)``), int32."""
+        ...
+
+    def prompt(self, request: Request) -> np.ndarray:
+        """The prompt token ids the engine feeds the allocator and executor for
+        ``request`` (held while it is in flight, then dropped)."""
         ...

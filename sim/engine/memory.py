@@ -147,7 +147,8 @@ class Memory:
     def sequence_tokens(self, request: Request, sample: int, generated: int) -> np.ndarray:
         state = np.asarray([self.outputs.stream_state(request.req_id, sample)], dtype=np.int64)
         outputs = self.outputs.tokens(state, np.arange(generated, dtype=np.int64))
-        return np.concatenate([request.prompt, outputs.astype(request.prompt.dtype)])
+        prompt = self.state.prompt_of(request)
+        return np.concatenate([prompt, outputs.astype(prompt.dtype)])
 
     def resume_by_recompute(self, item: SwappedRequest) -> None:
         self.release(item.request, item.prefills, item.decodes)

@@ -71,6 +71,7 @@ class Replica:
         self._cfg = config
         self._steps = steps
         self._on_done = on_done
+        self._tokens = outputs
         self.num_steps = 0
         self._idle_steps = 0  # steps in a row that computed no token (the watchdog)
         self._wake: simpy.Event | None = None
@@ -142,7 +143,8 @@ class Replica:
         if reason:
             self._on_done(progress.outcome(math.nan, 0, reason))
             return
-        seq = PrefillSeq(request, 0, request.prompt, fork_children=request.n - 1)
+        progress.prompt = self._tokens.prompt(request)
+        seq = PrefillSeq(request, 0, progress.prompt, fork_children=request.n - 1)
         self._state.in_flight[request.req_id] = progress
         self._state.waiting.append(WaitingEntry(request, seq))
         if self._wake is not None and not self._wake.triggered:

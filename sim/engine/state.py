@@ -12,6 +12,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from backend.base import Allocator
 from sim.engine.records import RequestOutcome
 from sim.engine.sequences import DecodeSet, PrefillSeq, SwappedRequest, WaitingEntry
@@ -29,6 +31,9 @@ class RequestProgress:
     first_token_s: float = math.nan
     cached_prompt_tokens: int = 0
     preemption_times: list[float] = field(default_factory=list)
+    # The engine's prompt token ids (TokenSource.prompt), held from admission to the
+    # queue until the outcome: a finished request keeps none.
+    prompt: np.ndarray | None = None
 
     def preempted(self, now: float) -> None:
         self.preemption_times.append(now)
@@ -89,6 +94,14 @@ class ReplicaState:
     def seq_ids_of(self, request: Request) -> list[int]:
         prefills = [s.seq_id for s in self.prefilling if s.request is request]
         return prefills + self.decodes.seq_id[self.decodes.req_id == request.req_id].tolist()
+
+    def prompt_of(self, request: Request) -> np.ndarray:
+        """The prompt the engine holds for ``request`` while it is in flight here (what
+        the allocator saw); ``request.prompt`` for any other."""
+        progress = self.in_flight.get(request.req_id)
+        if progress is None or progress.request is not request or progress.prompt is None:
+            return request.prompt
+        return progress.prompt
 
     def running_requests(self) -> list[Request]:
         """Requests with sequences on the device (prefilling or decoding): the

@@ -60,7 +60,8 @@ class EngineView:
 
     def cached_prefix_tokens(self, request: Request) -> int:
         self._state.before_read()
-        return self._state.alloc.cached_prefix_tokens(request.prompt, salt=request.tenant)
+        prompt = self._state.prompt_of(request)
+        return self._state.alloc.cached_prefix_tokens(prompt, salt=request.tenant)
 
     def blocks_held(self, request: Request) -> int:
         self._state.before_read()

@@ -5,21 +5,23 @@
 arrival time with ``req_id`` = index.
 
 Token ids are synthesised so that the prefix cache sees exactly the sharing the workload
-describes and nothing else:
+describes and nothing else, and are built only when read (:mod:`sim.workload.prompts`:
+a request holds its prompt's length and the run's :class:`PromptBook`, no token array):
 
-* a request's own tokens are uniform random ids in ``[0, vocab)`` drawn from the run's
-  generator, so two requests share a full block by accident with probability
+* a request's own tokens are a pure function of (seed, req_id, position), uniform in
+  ``[0, vocab)``, so two requests share a full block by accident with probability
   ``vocab ** -block_size`` (nil);
-* a prefix group's system prompt is drawn once and copied into every request of the group;
+* a prefix group's system prompt is built once and starts every request of the group;
 * a session turn's prompt is the previous turn's prompt, then the previous turn's output
   tokens, then new user tokens;
 * a Mooncake ``hash_id`` stands for one 512-token block whose tokens are a pure function
   of (seed, hash id), so equal hash ids give equal tokens in any request.
 
 Output tokens are a pure function :func:`output_token_ids` of (seed, stream, position):
-the engine calls it to synthesise what each sequence decodes, and the generator calls it
-to build the next session turn, so both agree token for token. The seed is
-``scenario.simulation.seed`` (``token_seed`` of :func:`generate_requests`).
+the engine calls it to synthesise what each sequence decodes, and the prompt book calls
+it to build the next session turn, so both agree token for token. The seed is
+``scenario.simulation.seed`` (``token_seed`` of :func:`generate_requests`); the run's
+generator draws lengths, arrivals and labels only.
 
 Simplification: a session's next turn arrives ``think time`` after the previous turn's
 *arrival*, not after its completion; the engine does not feed completion times back into
@@ -45,15 +47,10 @@ from sim.config.workload import (
     TraceArrival,
     WorkloadSpec,
 )
+from sim.workload.prompts import PromptBook
 from sim.workload.request import Request
 from sim.workload.sampling import arrival_times, sample_lengths
-from sim.workload.tokens import (
-    MOONCAKE_BLOCK_TOKENS,
-    hash_block_tokens,
-    output_stream_states,
-    output_tokens_at,
-    stream_id,
-)
+from sim.workload.tokens import MOONCAKE_BLOCK_TOKENS
 
 
 class ModelLimits(Protocol):
@@ -110,7 +107,7 @@ def generate_requests(
     else:
         prefixes = _prefix_lengths(spec.prefix, model, rng)
         plan = _plan_synthetic(spec, model, rng, num_requests, duration_s, prefixes)
-    return _build_requests(spec, model, plan, prefixes, rng, token_seed)
+    return _build_requests(spec, model, plan, prefixes, token_seed)
 
 
 def _prefix_lengths(prefix: PrefixGroupsSpec, model: ModelLimits, rng) -> list[int]:
@@ -271,34 +268,57 @@ def _plan_trace(spec, model, num_requests, duration_s) -> _Plan:
     return _Plan(arrival[order], own, out, minus_one, minus_one, zeros, zeros, zeros, order)
 
 
-def _build_requests(spec, model, plan: _Plan, prefixes, rng, token_seed) -> list[Request]:
-    vocab = model.vocab_size
-    group_tokens = [rng.integers(0, vocab, size=n, dtype=np.int32) for n in prefixes]
-    hashes = spec.arrival.trace().hash_ids if isinstance(spec.arrival, TraceArrival) else None
-    fresh_len = plan.own_len
-    if hashes is not None:  # only the tokens past a prompt's hash-id blocks are drawn
-        covered = [len(hashes[row]) * MOONCAKE_BLOCK_TOKENS for row in plan.source_row]
-        fresh_len = np.maximum(plan.own_len - np.asarray(covered, dtype=np.int64), 0)
-    own_tokens = rng.integers(0, vocab, size=int(fresh_len.sum()), dtype=np.int32)
-    own_end = np.cumsum(fresh_len).tolist()
-    own_len = fresh_len.tolist()
-    prompt_len = plan.own_len.tolist()
+def _build_requests(spec, model, plan: _Plan, prefixes, token_seed) -> list[Request]:
+    """Requests holding their prompt's length and the book that builds it."""
     previous = _previous_turn(plan)
-    outputs = _previous_outputs(plan, previous, token_seed, vocab)
-    group, prev_list, rows = plan.prefix_group.tolist(), previous.tolist(), plan.source_row
-    prompts: list[np.ndarray] = []
-    for i in range(len(own_len)):
-        own = own_tokens[own_end[i] - own_len[i] : own_end[i]]
-        if hashes is not None:
-            prompt = _hashed_prompt(hashes[rows[i]], prompt_len[i], own, token_seed, vocab)
-        elif prev_list[i] >= 0:
-            prompt = np.concatenate([prompts[prev_list[i]], outputs[i], own])
-        elif group[i] >= 0:
-            prompt = np.concatenate([group_tokens[group[i]], own])
-        else:
-            prompt = own
-        prompts.append(prompt)
-    return [_request(i, plan, prompt, spec.n) for i, prompt in enumerate(prompts)]
+    prefix_len = np.asarray(prefixes + [0], dtype=np.int64)[plan.prefix_group]
+    if isinstance(spec.arrival, TraceArrival):
+        book, prompt_len = _trace_book(spec, model, plan, token_seed), plan.own_len
+    else:
+        book = PromptBook(
+            token_seed,
+            model.vocab_size,
+            plan.own_len,
+            output_len=plan.output_len if spec.sessions is not None else None,
+            previous=previous if spec.sessions is not None else None,
+            group=plan.prefix_group if prefixes else None,
+            group_len=prefixes,
+        )
+        prompt_len = _prompt_lengths(plan, previous, prefix_len)
+    columns = (plan.arrival_s, plan.output_len, plan.tenant, plan.priority, plan.prefix_group)
+    columns += (plan.session, plan.turn)
+    rows = zip(prompt_len.tolist(), *(c.tolist() for c in columns))
+    n = spec.n
+    return [
+        Request(i, a, None, out, ten, pri, grp, ses, turn, n, prompt_len=length, source=book)
+        for i, (length, a, out, ten, pri, grp, ses, turn) in enumerate(rows)
+    ]
+
+
+def _trace_book(spec, model, plan: _Plan, token_seed: int) -> PromptBook:
+    """Mooncake rows' prompts: their hash-id blocks, then own tokens past them."""
+    hashes = spec.arrival.trace().hash_ids
+    if hashes is None:
+        return PromptBook(token_seed, model.vocab_size, plan.own_len)
+    ids = [hashes[row] for row in plan.source_row.tolist()]
+    covered = np.asarray([len(h) * MOONCAKE_BLOCK_TOKENS for h in ids], dtype=np.int64)
+    hashed = np.minimum(plan.own_len, covered)
+    own_len = plan.own_len - hashed
+    return PromptBook(token_seed, model.vocab_size, own_len, hash_ids=ids, hashed_len=hashed)
+
+
+def _prompt_lengths(plan: _Plan, previous: np.ndarray, prefix_len: np.ndarray) -> np.ndarray:
+    """Each prompt's length: its group's prompt, its session's history, its own tokens.
+    A turn's previous turn comes earlier in arrival order, so one pass suffices."""
+    lengths = prefix_len + plan.own_len
+    if previous.max(initial=-1) < 0:
+        return lengths
+    out, own, before = plan.output_len.tolist(), plan.own_len.tolist(), previous.tolist()
+    found = lengths.tolist()
+    for i, p in enumerate(before):
+        if p >= 0:
+            found[i] = found[p] + out[p] + own[i]
+    return np.asarray(found, dtype=np.int64)
 
 
 def _previous_turn(plan: _Plan) -> np.ndarray:
@@ -311,44 +331,3 @@ def _previous_turn(plan: _Plan) -> np.ndarray:
     same = (session[1:] == session[:-1]) & (session[1:] >= 0)
     previous[by_session[1:][same]] = by_session[:-1][same]
     return previous
-
-
-def _previous_outputs(plan: _Plan, previous: np.ndarray, seed: int, vocab: int) -> list:
-    """For each request with a previous turn, that turn's output tokens (sample 0's
-    stream, exactly what the engine will generate for it); one vectorised hash call."""
-    has_previous = np.flatnonzero(previous >= 0)
-    lengths = plan.output_len[previous[has_previous]]
-    # states per stream, then repeated: the same as output_token_ids elementwise
-    states = output_stream_states(seed, stream_id(previous[has_previous], 0))
-    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    positions = np.arange(int(lengths.sum())) - starts
-    tokens = output_tokens_at(np.repeat(states, lengths), positions, vocab)
-    pieces = np.split(tokens, np.cumsum(lengths)[:-1]) if len(lengths) else []
-    outputs: list = [None] * len(previous)
-    for index, piece in zip(has_previous.tolist(), pieces):
-        outputs[index] = piece
-    return outputs
-
-
-def _request(i: int, plan: _Plan, prompt: np.ndarray, n: int) -> Request:
-    return Request(
-        req_id=i,
-        arrival_s=float(plan.arrival_s[i]),
-        prompt=prompt,
-        output_len=int(plan.output_len[i]),
-        tenant=int(plan.tenant[i]),
-        priority=int(plan.priority[i]),
-        prefix_group=int(plan.prefix_group[i]),
-        session=int(plan.session[i]),
-        turn=int(plan.turn[i]),
-        n=n,
-    )
-
-
-def _hashed_prompt(
-    hash_ids: np.ndarray, length: int, rest: np.ndarray, seed: int, vocab: int
-) -> np.ndarray:
-    """A ``length``-token prompt: the hash-id blocks cut to the length, then ``rest``
-    (exactly the tokens past the blocks)."""
-    blocks = hash_block_tokens(seed, hash_ids[: -(-length // MOONCAKE_BLOCK_TOKENS)], vocab)
-    return np.concatenate([blocks[:length], rest])

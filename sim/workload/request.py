@@ -2,27 +2,84 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
 
-@dataclass(frozen=True, eq=False, slots=True)
+class PromptSource(Protocol):
+    """Builds prompts by request id (:class:`~sim.workload.prompts.PromptBook`)."""
+
+    def prompt(self, req_id: int) -> np.ndarray: ...
+
+
+class GivenPrompt:
+    """A prompt given as token ids (a test's, the live server's): kept as given."""
+
+    __slots__ = ("tokens",)
+
+    def __init__(self, tokens: np.ndarray):
+        self.tokens = tokens
+
+    def prompt(self, req_id: int) -> np.ndarray:
+        return self.tokens
+
+
+@dataclass(frozen=True, eq=False, slots=True, init=False)
 class Request:
     """One user request as the workload generates it (immutable; what the engine
-    observes of it is its :class:`~sim.engine.records.RequestOutcome`)."""
+    observes of it is its :class:`~sim.engine.records.RequestOutcome`).
+
+    ``Request(req_id, arrival_s, prompt, output_len, ...)`` keeps the token ids given;
+    a generated request instead passes ``prompt=None`` with ``prompt_len`` and the
+    ``source`` that builds them, so that a request holds no token array: ``prompt``
+    builds a new one on every read (whoever needs it for long keeps it, as the engine
+    does while the request is in flight)."""
 
     req_id: int
     arrival_s: float
-    prompt: np.ndarray  # int32 token ids
+    prompt_len: int
     output_len: int  # true number of tokens to generate (the oracle knows it)
-    tenant: int = 0  # also the prefix-cache salt unless sharing is opted in
-    priority: int = 0  # larger = more important
-    prefix_group: int = -1  # which shared system prompt, -1 = none
-    session: int = -1  # multi-turn session id, -1 = none
-    turn: int = 0
-    n: int = 1  # parallel samples (forked sequences sharing the prompt)
+    tenant: int  # also the prefix-cache salt unless sharing is opted in
+    priority: int  # larger = more important
+    prefix_group: int  # which shared system prompt, -1 = none
+    session: int  # multi-turn session id, -1 = none
+    turn: int
+    n: int  # parallel samples (forked sequences sharing the prompt)
+    source: PromptSource = field(repr=False)
+
+    def __init__(
+        self,
+        req_id: int,
+        arrival_s: float,
+        prompt: np.ndarray | None = None,
+        output_len: int | None = None,
+        tenant: int = 0,
+        priority: int = 0,
+        prefix_group: int = -1,
+        session: int = -1,
+        turn: int = 0,
+        n: int = 1,
+        *,
+        prompt_len: int | None = None,
+        source: PromptSource | None = None,
+    ):
+        """Raises ValueError unless exactly one of ``prompt`` and ``source`` is given
+        (``source`` with ``prompt_len``), or without ``output_len``. (Both have defaults
+        only so that ``dataclasses.replace``, which passes fields by name, works.)"""
+        if (prompt is None) == (source is None) or (source is not None and prompt_len is None):
+            raise ValueError("a Request needs a prompt, or a source and a prompt_len")
+        if output_len is None:
+            raise ValueError("a Request needs an output_len")
+        if prompt is not None:
+            source, prompt_len = GivenPrompt(prompt), int(prompt.shape[0])
+        values = (req_id, arrival_s, prompt_len, output_len, tenant, priority, prefix_group)
+        values += (session, turn, n, source)
+        for name, value in zip(self.__dataclass_fields__, values):
+            object.__setattr__(self, name, value)
 
     @property
-    def prompt_len(self) -> int:
-        return int(self.prompt.shape[0])
+    def prompt(self) -> np.ndarray:
+        """The prompt's int32 token ids (built afresh for a generated request)."""
+        return self.source.prompt(self.req_id)

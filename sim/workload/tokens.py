@@ -1,10 +1,12 @@
 """Deterministic token ids: pure functions of (seed, key, position).
 
 splitmix64 in numpy uint64 arithmetic seeds one state per stream (an output stream of a
-request's sample, or a Mooncake hash id); a lighter per-position mix then gives the
-tokens. The engine synthesises decode tokens with :class:`SyntheticOutputs` and the
-workload builds session turns with :func:`output_token_ids`, so both agree token for
-token.
+request's sample, a request's own prompt tokens, a prefix group's system prompt, or a
+Mooncake hash id); a lighter per-position mix then gives the tokens. The engine
+synthesises decode tokens with :class:`SyntheticOutputs` and the workload builds session
+turns with :func:`output_token_ids`, so both agree token for token. Prompts are built
+from the same functions whenever asked (:mod:`sim.workload.prompts`), so none has to be
+kept.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ _MIX2 = np.uint64(0x94D049BB133111EB)
 # Domains keep the output streams and the hash-id blocks independent of each other.
 _OUTPUT_DOMAIN = 0x6F75747075740000
 _HASH_BLOCK_DOMAIN = 0x68617368626C6B00
+_PROMPT_DOMAIN = 0x70726F6D70740000
+_GROUP_DOMAIN = 0x67726F7570000000
 _MASK64 = (1 << 64) - 1
 
 
@@ -49,6 +53,11 @@ def _mix64_int(z: int) -> int:
     return z ^ (z >> 31)
 
 
+def _root(seed: int, domain: int) -> int:
+    """The state every stream key of (seed, domain) is mixed with."""
+    return _mix64_int((((seed ^ domain) & _MASK64) + _GOLDEN_INT) & _MASK64)
+
+
 def _stream_states(seed: int, domain: int, keys: np.ndarray) -> np.ndarray:
     """One uint64 state per stream key, seeded by (seed, domain)."""
     with np.errstate(over="ignore"):
@@ -72,6 +81,12 @@ def _tokens_at(states: np.ndarray, positions: np.ndarray, vocab_size: int) -> np
         return _tokens_at(states.reshape(1), positions.reshape(1), vocab_size)[0]
     z = positions.astype(np.uint64) * _GOLDEN
     z = z + states.view(np.uint64)  # int64 bit patterns (the engine's) too
+    return _finish_tokens(z, vocab_size)
+
+
+def _finish_tokens(z: np.ndarray, vocab_size: int) -> np.ndarray:
+    """:func:`_tokens_at` from ``z`` = state + position * golden (a temporary it mixes
+    in place)."""
     z ^= z >> np.uint64(29)
     z *= _MIX1
     z >>= np.uint64(32)
@@ -116,9 +131,7 @@ class SyntheticOutputs:
     def __init__(self, seed: int, vocab_size: int):
         self.seed = seed
         self.vocab_size = vocab_size
-        root = np.uint64((seed ^ _OUTPUT_DOMAIN) & _MASK64)
-        with np.errstate(over="ignore"):
-            self._root = int(_mix64_inplace(root + _GOLDEN))
+        self._root = _root(seed, _OUTPUT_DOMAIN)
 
     def stream_state(self, req_id: int, sample: int) -> int:
         """:func:`output_stream_states` of one stream, in Python integers: called once
@@ -133,14 +146,20 @@ class SyntheticOutputs:
     def decode_inputs(self, states: np.ndarray, generated: np.ndarray) -> np.ndarray:
         return _tokens_at(states, generated - 1, self.vocab_size)
 
+    def prompt(self, request) -> np.ndarray:
+        """``request.prompt``, built once for the engine to hold while in flight."""
+        return request.prompt
+
 
 class BlankOutputs:
-    """A token source for runs in which nothing reads decode token ids (a cost model
-    times the steps and the allocator does not hash them): every token is 0, and no
-    stream is seeded. Times, memory and every output file are unchanged."""
+    """A token source for runs in which nothing reads token ids (a cost model times the
+    steps and the allocator does not hash them): every decode and prompt token is 0, no
+    stream is seeded and no prompt is built. Times, memory and every output file are
+    unchanged."""
 
     def __init__(self) -> None:
         self._zeros: dict[tuple[int, ...], np.ndarray] = {}  # by shape, read-only
+        self._prompt_zeros = np.zeros(0, np.int32)  # prompts are read-only views of it
 
     def stream_state(self, req_id: int, sample: int) -> int:
         return 0
@@ -160,9 +179,58 @@ class BlankOutputs:
             zeros.flags.writeable = False
         return zeros
 
+    def prompt(self, request) -> np.ndarray:
+        length = request.prompt_len
+        if self._prompt_zeros.shape[0] < length:
+            self._prompt_zeros = np.zeros(max(length, 2 * self._prompt_zeros.shape[0]), np.int32)
+            self._prompt_zeros.flags.writeable = False
+        return self._prompt_zeros[:length]
+
 
 def hash_block_tokens(seed: int, hash_ids: np.ndarray, vocab_size: int) -> np.ndarray:
     """The concatenated 512-token blocks behind Mooncake ``hash_ids`` (int32)."""
     states = _stream_states(seed, _HASH_BLOCK_DOMAIN, np.asarray(hash_ids, dtype=np.int64))
     positions = np.arange(MOONCAKE_BLOCK_TOKENS)
     return _tokens_at(states[:, None], positions[None, :], vocab_size).reshape(-1)
+
+
+def stream_heads(states: np.ndarray, lengths: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Tokens ``0 .. lengths[i] - 1`` of the stream seeded by ``states[i]``, for every i,
+    concatenated (int32)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    starts = np.cumsum(lengths) - lengths
+    positions = np.arange(int(lengths.sum())) - np.repeat(starts, lengths)
+    return _tokens_at(np.repeat(states, lengths), positions, vocab_size)
+
+
+class PromptStreams:
+    """Where synthetic prompt tokens come from: request ``req_id``'s own tokens are the
+    head of its stream in the prompt domain, prefix group ``g``'s system prompt the head
+    of stream ``g`` in the group domain (both seeded by ``seed``, independent of the
+    output streams). Pure: the same arguments always give the same tokens."""
+
+    def __init__(self, seed: int, vocab_size: int):
+        self.seed = seed
+        self.vocab_size = vocab_size
+        self._own_root = _root(seed, _PROMPT_DOMAIN)
+        self._steps = np.zeros(0, np.uint64)  # position * golden, positions 0, 1, ...
+
+    def own(self, req_id: int, length: int) -> np.ndarray:
+        """The first ``length`` own tokens of request ``req_id``. Seeded in Python
+        integers and from the kept position steps: for one short stream numpy's
+        per-call overhead would be most of the work."""
+        state = _mix64_int(((req_id + _GOLDEN_INT) & _MASK64) ^ self._own_root)
+        if self._steps.shape[0] < length:
+            self._steps = np.arange(max(length, 2 * self._steps.shape[0]), dtype=np.uint64)
+            self._steps *= _GOLDEN
+        return _finish_tokens(self._steps[:length] + np.uint64(state), self.vocab_size)
+
+    def own_many(self, req_ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """:meth:`own` of each request, concatenated."""
+        states = _stream_states(self.seed, _PROMPT_DOMAIN, req_ids)
+        return stream_heads(states, lengths, self.vocab_size)
+
+    def group(self, group: int, length: int) -> np.ndarray:
+        """Prefix group ``group``'s ``length``-token system prompt."""
+        state = _stream_states(self.seed, _GROUP_DOMAIN, np.asarray([group]))
+        return stream_heads(state, [length], self.vocab_size)

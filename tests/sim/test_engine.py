@@ -51,6 +51,9 @@ class Outputs:
     def decode_inputs(self, states, generated):
         return self.tokens(states, generated - 1)
 
+    def prompt(self, request):
+        return request.prompt
+
 
 def request(req_id, arrival, prompt_len, output_len, **kw):
     prompt = np.arange(req_id * 100, req_id * 100 + prompt_len, dtype=np.int32)
