@@ -7,6 +7,8 @@ from typing import Protocol
 
 import numpy as np
 
+from backend.base import as_tokens
+
 
 class PromptSource(Protocol):
     """Builds prompts by request id (:class:`~sim.workload.prompts.PromptBook`)."""
@@ -15,12 +17,15 @@ class PromptSource(Protocol):
 
 
 class GivenPrompt:
-    """A prompt given as token ids (a test's, the live server's): kept as given."""
+    """A prompt given as token ids (a test's, the live server's, a plug-in's), checked
+    once here and kept as a contiguous int32 array: the engine hands it to the
+    allocator's unchecked entry. Raises InvalidRequest (a ValueError) for an empty
+    prompt or ids that are not integers in [0, 2**31 - 1]."""
 
     __slots__ = ("tokens",)
 
     def __init__(self, tokens: np.ndarray):
-        self.tokens = tokens
+        self.tokens = as_tokens(tokens, allow_empty=False)
 
     def prompt(self, req_id: int) -> np.ndarray:
         return self.tokens
@@ -73,7 +78,8 @@ class Request:
         if output_len is None:
             raise ValueError("a Request needs an output_len")
         if prompt is not None:
-            source, prompt_len = GivenPrompt(prompt), int(prompt.shape[0])
+            source = GivenPrompt(prompt)
+            prompt_len = int(source.tokens.shape[0])
         values = (req_id, arrival_s, prompt_len, output_len, tenant, priority, prefix_group)
         values += (session, turn, n, source)
         for name, value in zip(self.__dataclass_fields__, values):
