@@ -6,6 +6,7 @@ run -> requests.csv / steps.csv / summary.json / scenario.json / report.html.
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from collections.abc import Sequence
@@ -129,24 +130,33 @@ def simulate(
         done[outcome.req_id] = outcome
     outcomes = [done[request.req_id] for request in requests]
     pool = replicas[0].alloc
+    engine = {
+        "total_slots": pool.num_blocks * pool.block_size,
+        "num_replicas": len(replicas),
+        "block_size": pool.block_size,
+        # Blocks for the paged manager, slots for contiguous baselines: the fraction and
+        # the slot count are the comparable figures.
+        "peak_used_blocks": [r.alloc.peak_used_blocks for r in replicas],
+        "cost_model": cost_model_report(scenario, executors),
+        "token_gaps": _all_token_gaps(replicas),
+    }
+    num_steps = sum(r.num_steps for r in replicas)
+    forwarded = sum(r.fast_forwarded_steps for r in replicas)
+    # The engine is not read again: free it (and the outcome dict) before the summary's
+    # own peak. SimPy processes and replicas refer to each other, hence the collection;
+    # a million-request run gets back ~100 MiB.
+    done.clear()
+    del env, cluster, router, replicas, executors, pool
+    gc.collect()
     summary = summarize(
         outcomes,
         steps,
-        total_slots=pool.num_blocks * pool.block_size,
         slo_ttft_s=scenario.slo.ttft_s,
         slo_tpot_s=scenario.slo.tpot_s,
         warmup_requests=scenario.simulation.warmup_requests,
-        num_replicas=len(replicas),
-        block_size=pool.block_size,
-        # Blocks for the paged manager, slots for contiguous baselines: the fraction and
-        # the slot count are the comparable figures.
-        peak_used_blocks=[r.alloc.peak_used_blocks for r in replicas],
-        cost_model=cost_model_report(scenario, executors),
-        token_gaps=_all_token_gaps(replicas),
         metric_percentiles=metric_percentiles,
+        **engine,
     )
-    num_steps = sum(r.num_steps for r in replicas)
-    forwarded = sum(r.fast_forwarded_steps for r in replicas)
     wall_s = time.perf_counter() - wall_start
     return RunResult(outcomes, steps, summary, wall_s, num_steps, forwarded)
 
