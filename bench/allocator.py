@@ -85,19 +85,19 @@ def median_phases_us(measure: Callable[[], dict[str, float]]) -> tuple[float, di
     return total, {phase: statistics.median(run[phase] for run in runs) * 1e6 for phase in PHASES}
 
 
-def empty_call_us() -> float:
+def empty_call_us(clock: Callable[[], float] = time.perf_counter) -> float:
     """What one Python method call with one argument costs here (the floor of any
-    per-token API)."""
+    per-token API), by ``clock``."""
 
     class Empty:
         def append(self, token):
             pass
 
     target, calls = Empty(), 200_000
-    start = time.perf_counter()
+    start = clock()
     for _ in range(calls):
         target.append(0)
-    return (time.perf_counter() - start) / calls * 1e6
+    return (clock() - start) / calls * 1e6
 
 
 def shared_prefix() -> float:

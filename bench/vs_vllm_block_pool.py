@@ -78,6 +78,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 
 from backend.blocks import BlockManager  # noqa: E402
+from bench.allocator import empty_call_us  # noqa: E402
 
 NUM_SEQS, SEQ_LEN, BLOCK_SIZE = 1_000, 512, 16
 VLLM_STEP = "vLLM manager decode step"
@@ -206,18 +207,6 @@ def vllm_pool_only(vllm, caching: bool) -> float:
 
 
 # -- the run -------------------------------------------------------------------------------
-def empty_call_us() -> float:
-    class Empty:
-        def append(self, token):
-            pass
-
-    target, calls = Empty(), 200_000
-    start = time.process_time()
-    for _ in range(calls):
-        target.append(0)
-    return (time.process_time() - start) / calls * 1e6
-
-
 def measure(variants: dict, runs: int) -> dict[str, float]:
     """Median us per token step of each variant, the runs interleaved (the order rotates
     each round so that no variant always runs first)."""
@@ -270,7 +259,8 @@ def main(argv: list[str] | None = None) -> None:
                     if name.startswith("pagesim"):
                         ratio = value / figures[reference]
                         print(f"  {name} / {reference}: {ratio:.2f}x")
-    print(f"an empty Python method call: {empty_call_us():.3f} us (the per-token API's floor)")
+    floor = empty_call_us(time.process_time)
+    print(f"an empty Python method call: {floor:.3f} us (the per-token API's floor)")
     if vllm is not None:
         print(f"vLLM source: {vllm.source}")
     print(
