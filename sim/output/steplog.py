@@ -140,10 +140,12 @@ class StepLog:
         values.flags.writeable = False
         return values
 
-    def columns(self, names: Iterable[str] = STEP_COLUMNS) -> StepColumns:
+    def columns(self, names: Iterable[str] = STEP_COLUMNS, *, keep: bool = True) -> StepColumns:
         """``names`` as a mapping of columns, each read on first use and kept by the
-        mapping (not by the log): drop it to free them."""
-        return StepColumns(self, names)
+        mapping (not by the log: drop it to free them); with ``keep=False`` read anew on
+        every use and never kept (a reader that goes through many columns one at a time
+        holds one at a time)."""
+        return StepColumns(self, names, keep=keep)
 
     def as_array(self) -> np.ndarray:
         """Every column as float64, shape (len, len(STEP_COLUMNS)), read-only. A full
@@ -186,18 +188,21 @@ class StepLog:
 
 class StepColumns(Mapping):
     """Columns of a step log by name (read-only arrays, STEP_DTYPES), each read from the
-    log when first asked for and then kept here."""
+    log when first asked for and then kept here (unless ``keep`` is False)."""
 
-    def __init__(self, log: StepLog, names: Iterable[str]) -> None:
-        self._log, self._names = log, tuple(names)
+    def __init__(self, log: StepLog, names: Iterable[str], keep: bool = True) -> None:
+        self._log, self._names, self._keep = log, tuple(names), keep
         self._read: dict[str, np.ndarray] = {}
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self._names:
             raise KeyError(name)
-        if name not in self._read:
-            self._read[name] = self._log.column(name)
-        return self._read[name]
+        column = self._read.get(name)
+        if column is None:
+            column = self._log.column(name)
+            if self._keep:
+                self._read[name] = column
+        return column
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)
