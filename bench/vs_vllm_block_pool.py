@@ -78,7 +78,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 
 from backend.blocks import BlockManager  # noqa: E402
-from bench.allocator import empty_call_us  # noqa: E402
+from bench.allocator import empty_call_us, grow_one_by_one  # noqa: E402
 
 NUM_SEQS, SEQ_LEN, BLOCK_SIZE = 1_000, 512, 16
 VLLM_STEP = "vLLM manager decode step"
@@ -109,17 +109,7 @@ def pagesim_batched(caching: bool) -> float:
 
 def pagesim_per_token(caching: bool) -> float:
     """CPU seconds for the pattern through ``append`` (one call a sequence a step)."""
-    mgr = BlockManager(NUM_SEQS * SEQ_LEN // BLOCK_SIZE, BLOCK_SIZE, enable_prefix_caching=caching)
-    tokens = token_table()
-    start = time.process_time()
-    for seq in range(NUM_SEQS):
-        mgr.allocate(seq, tokens[seq, :1])
-    for step in range(1, SEQ_LEN):
-        for seq in range(NUM_SEQS):
-            mgr.append(seq, tokens[seq, step : step + 1])
-    for seq in range(NUM_SEQS):
-        mgr.free(seq)
-    return time.process_time() - start
+    return grow_one_by_one(caching, time.process_time) * NUM_SEQS * SEQ_LEN
 
 
 # -- vLLM ----------------------------------------------------------------------------------
