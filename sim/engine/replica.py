@@ -219,7 +219,7 @@ class Replica:
                     continue
             else:
                 batch, plan = self._planner.plan()
-                if not (batch.prefills or batch.decode_seq_ids.shape[0] or batch.swap_out):
+                if batch.batch_size == 0 and not batch.swap_out:
                     self._unblock(plan)
                     continue
                 self._watch(batch)
@@ -238,7 +238,7 @@ class Replica:
     def _watch(self, batch: Batch) -> None:
         """A watchdog on progress: a replica whose steps compute no token (only move
         blocks) for MAX_IDLE_STEPS steps in a row is stuck, whatever the cause."""
-        if batch.decode_seq_ids.shape[0] or batch.num_prefill_tokens:
+        if batch.num_decode_tokens or batch.num_prefill_tokens:
             self._idle_steps = 0
             return
         self._idle_steps += 1
@@ -278,15 +278,13 @@ class Replica:
     def _step_record(self, batch: Batch, duration: float, plan: StepPlan) -> StepRecord:
         """The record of a step just applied (memory as it stands after it)."""
         usage = self.alloc.usage(self._next_request_tokens())
-        decodes = batch.decode_seq_ids.shape[0]
-        prefill_tokens = sum(chunk.token_ids.shape[0] for chunk in batch.prefills)
         return StepRecord(
             self.env.now - duration,
             self.index,
             duration,
-            len(batch.prefills) + decodes,  # batch.batch_size, without its second pass
-            prefill_tokens,
-            decodes,
+            batch.batch_size,
+            batch.num_prefill_tokens,
+            batch.num_decode_tokens,
             usage.used_blocks,
             usage.cached_blocks,
             usage.free_blocks,
@@ -295,7 +293,7 @@ class Replica:
             usage.internal_frag_slots,
             usage.external_frag_slots,
             usage.free_slots,
-            self._state.swapped_blocks() if self._state.swapped else 0,
+            self._state.swapped_blocks(),
             len(self._state.waiting),
             plan.num_preempted,
             plan.limit,
