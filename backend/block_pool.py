@@ -96,9 +96,7 @@ class BlockPool:
             self._index.drop(victims)
             blocks = np.concatenate((blocks, np.asarray(victims, dtype=np.int64)))
         self.refcount[blocks] = 1
-        used = self.num_blocks - len(free) - len(self.evictor)  # _update_peak, inlined
-        if used > self.peak_used_blocks:
-            self.peak_used_blocks = used
+        self._update_peak()
         return blocks
 
     def take_one(self) -> int:
