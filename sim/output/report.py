@@ -80,9 +80,7 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "report.html"
-    # Columns are read as each figure asks (a million-request run's log is ~150 MiB of
-    # columns: holding all of them beside the request table set the run's peak).
-    data = RunData(request_table(outcomes), steps.columns(keep=False), summary, cpu_blocks)
+    data = RunData(request_table(outcomes), steps.columns(), summary, cpu_blocks)
     figures = [figure_div(make(data), name) for name, make in FIGURES.items()]
     top = f'<div class="top">\n{_facts_html(scenario, command)}{_summary_html(summary)}</div>\n'
     body = _verdict_html(summary) + top + _per_replica_html(summary) + "\n".join(figures)

@@ -140,12 +140,10 @@ class StepLog:
         values.flags.writeable = False
         return values
 
-    def columns(self, names: Iterable[str] = STEP_COLUMNS, *, keep: bool = True) -> StepColumns:
+    def columns(self, names: Iterable[str] = STEP_COLUMNS) -> StepColumns:
         """``names`` as a mapping of columns, each read on first use and kept by the
-        mapping (not by the log: drop it to free them); with ``keep=False`` read anew on
-        every use and never kept (a reader that goes through many columns one at a time
-        holds one at a time)."""
-        return StepColumns(self, names, keep=keep)
+        mapping (not by the log): drop it to free them."""
+        return StepColumns(self, names)
 
     def as_array(self) -> np.ndarray:
         """Every column as float64, shape (len, len(STEP_COLUMNS)), read-only. A full
@@ -188,21 +186,18 @@ class StepLog:
 
 class StepColumns(Mapping):
     """Columns of a step log by name (read-only arrays, STEP_DTYPES), each read from the
-    log when first asked for and then kept here (unless ``keep`` is False)."""
+    log when first asked for and then kept here."""
 
-    def __init__(self, log: StepLog, names: Iterable[str], keep: bool = True) -> None:
-        self._log, self._names, self._keep = log, tuple(names), keep
+    def __init__(self, log: StepLog, names: Iterable[str]) -> None:
+        self._log, self._names = log, tuple(names)
         self._read: dict[str, np.ndarray] = {}
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self._names:
             raise KeyError(name)
-        column = self._read.get(name)
-        if column is None:
-            column = self._log.column(name)
-            if self._keep:
-                self._read[name] = column
-        return column
+        if name not in self._read:
+            self._read[name] = self._log.column(name)
+        return self._read[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)

@@ -132,15 +132,3 @@ def test_columns_are_read_once_and_read_only():
         columns["queue_len"]
     with pytest.raises(KeyError):
         log.column("end_s")
-
-
-def test_columns_not_kept_are_read_anew_with_the_same_values():
-    log = StepLog()
-    log.record(step(1))
-    columns = log.columns(("used_blocks",), keep=False)
-    first = columns["used_blocks"]
-    log.record(step(2))  # a later read sees the log as it is then
-    again = columns["used_blocks"]
-    assert first is not again
-    assert first.tolist() == [step(1).used_blocks]
-    assert again.tolist() == [step(1).used_blocks, step(2).used_blocks]
