@@ -98,9 +98,9 @@ class StepLog:
 
     def record_rows(self, rows: np.ndarray, ends: np.ndarray) -> None:
         """Append several steps at once: ``rows`` (float, shape (count, len(STEP_COLUMNS)))
-        in STEP_COLUMNS order, one per step, which ended at ``ends``. Raises ValueError
-        if an integer column holds a non-integral value (NaN included) and OverflowError
-        if one is out of its type's range, before recording anything."""
+        in STEP_COLUMNS order, one per step, which ended at ``ends``. Raises OverflowError
+        if an integer column holds a value out of its type's range (or NaN), before
+        recording anything; a float in an integer column is truncated, as in ``record``."""
         rows, ends = np.asarray(rows, dtype=float), np.asarray(ends, dtype=float)
         _check_counts(rows)
         done, count = 0, rows.shape[0]
@@ -207,9 +207,10 @@ class StepColumns(Mapping):
 
 
 def _check_counts(rows: np.ndarray) -> None:
+    """Raise OverflowError unless every count fits its column (NaN does not); a float is
+    truncated when stored, as ``record`` does. One pass: this runs once per stretch."""
     counts = rows[:, _INT_POSITIONS]
-    if not bool((np.trunc(counts) == counts).all()):
-        raise ValueError("a step's count is not an integer")
-    if bool((counts < _INT_LOW).any()) or bool((counts > _INT_HIGH).any()):
-        bad = np.flatnonzero(((counts < _INT_LOW) | (counts > _INT_HIGH)).any(axis=0))[0]
+    fits = (counts >= _INT_LOW) & (counts <= _INT_HIGH)
+    if not fits.all():
+        bad = np.flatnonzero(~fits.all(axis=0))[0]
         raise OverflowError(f"step column {_INT_COLUMNS[bad]!r} out of range for its type")
