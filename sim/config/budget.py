@@ -71,7 +71,9 @@ def expected_requests(scenario) -> float:
 
 def check_memory(scenario) -> None:
     """Raise OverBudget naming the biggest consumer if the run's estimate is over the
-    budget. Pure arithmetic: nothing is allocated."""
+    budget. Pure arithmetic: nothing is allocated. Prompts are held only while their
+    requests are in flight, so they are not counted: the estimate assumes the queue
+    stays short (an overloaded run also holds the prompts of every request waiting)."""
     workload, cache = scenario.workload, scenario.cache
     device, cpu = scenario.kv_pool
     per_block = 4 * cache.block_size + BYTES_PER_BLOCK

@@ -105,7 +105,7 @@ class PromptBook:
         own_len, out_len = self._own_len[turns], self._output_len[turns[:-1]]
         owns = np.split(self._streams.own_many(turns, own_len), np.cumsum(own_len)[:-1])
         states = output_stream_states(self.seed, stream_id(turns[:-1], 0))
-        outs = stream_heads(states, out_len, self.vocab_size).astype(np.int32)
+        outs = stream_heads(states, out_len, self.vocab_size)  # int32 already
         outs = np.split(outs, np.cumsum(out_len)[:-1])
         head = self._head(int(turns[0]))
         pieces = [] if head is None else [head]

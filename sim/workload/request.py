@@ -80,9 +80,20 @@ class Request:
         if prompt is not None:
             source = GivenPrompt(prompt)
             prompt_len = int(source.tokens.shape[0])
-        values = (req_id, arrival_s, prompt_len, output_len, tenant, priority, prefix_group)
-        values += (session, turn, n, source)
-        for name, value in zip(self.__dataclass_fields__, values):
+        values = dict(
+            req_id=req_id,
+            arrival_s=arrival_s,
+            prompt_len=prompt_len,
+            output_len=output_len,
+            tenant=tenant,
+            priority=priority,
+            prefix_group=prefix_group,
+            session=session,
+            turn=turn,
+            n=n,
+            source=source,
+        )
+        for name, value in values.items():  # by name: a new field cannot shift the others
             object.__setattr__(self, name, value)
 
     @property

@@ -112,14 +112,9 @@ def output_token_ids(
 
 
 def output_stream_states(seed: int, stream_ids: np.ndarray) -> np.ndarray:
-    """The uint64 generator state of each output stream: computing it once per sequence
-    lets the engine's decode step call :func:`output_tokens_at` alone (its hot path)."""
+    """The uint64 generator state of each output stream (computed once per stream; the
+    tokens then come from :func:`stream_heads` or a token source's ``tokens``)."""
     return _stream_states(seed, _OUTPUT_DOMAIN, stream_ids)
-
-
-def output_tokens_at(states: np.ndarray, positions: np.ndarray, vocab_size: int) -> np.ndarray:
-    """``output_token_ids`` from precomputed :func:`output_stream_states`."""
-    return _tokens_at(states, positions, vocab_size)
 
 
 class SyntheticOutputs:
