@@ -173,10 +173,10 @@ class StepLog:
         size = len(self)
         if self._sorted == size:
             return
-        ends = self._read("end_s", 0, size)
-        fresh = ends[max(self._sorted - 1, 0) :]  # the rows since the last sort, and one before
+        # the rows since the last sort, and one before: the whole column only to reorder
+        fresh = self._read("end_s", max(self._sorted - 1, 0), size)
         if not bool((fresh[1:] >= fresh[:-1]).all()):
-            order = np.argsort(ends, kind="stable")
+            order = np.argsort(self._read("end_s", 0, size), kind="stable")
             for name in _ROW.names:
                 values = self._read(name, 0, size)[order]
                 for chunk, first, end in self._spans(0, size):
