@@ -64,11 +64,13 @@ class Completion:
             return
         d = self.state.decodes
         generated, token_step = d.generated[:rows], d.token_step[:rows]
-        generated += 1
+        np.add(generated, 1, out=generated)
         self.gaps.tokens(token_step, step)
-        token_step[:] = step
+        token_step.fill(step)
         done = generated >= d.target[:rows]
-        if not done.any():
+        # count_nonzero is a plain C call; ``done.any()`` goes through a Python wrapper,
+        # and most steps finish nothing.
+        if not np.count_nonzero(done):
             return
         if rows < len(d):  # rows joined by this step's prefills are not done
             done = np.concatenate((done, np.zeros(len(d) - rows, dtype=bool)))
