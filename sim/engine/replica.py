@@ -41,6 +41,17 @@ from sim.engine.view import EngineView
 from sim.workload.request import Request
 
 
+def batch_counts(batch: Batch) -> tuple[int, int, int]:
+    """(batch size, prefill tokens, decode tokens) of a step: read once, as the loop,
+    the watchdog and the step record each need them (the prefill count sums the chunks)."""
+    decode_tokens = batch.decode_seq_ids.shape[0]
+    return (
+        len(batch.prefills) + decode_tokens,
+        sum(chunk.token_ids.shape[0] for chunk in batch.prefills),
+        decode_tokens,
+    )
+
+
 class Replica:
     """One serving instance: its own waiting queue, running set, allocator, executor.
 
@@ -214,31 +225,33 @@ class Replica:
                         continue
                     yield from self._wait_until(step.end_s)
                     batch, plan, duration = step.batch, step.plan, step.duration
+                    counts = batch_counts(batch)
                 else:
                     self._count_steps(self._fast.finish())
                     continue
             else:
                 batch, plan = self._planner.plan()
-                if batch.batch_size == 0 and not batch.swap_out:
+                counts = batch_counts(batch)
+                if counts[0] == 0 and not batch.swap_out:
                     self._unblock(plan)
                     continue
-                self._watch(batch)
+                self._watch(counts)
                 duration = check_duration(self._executor.execute(batch))
                 yield self.env.timeout(duration)
             self._completion.apply(plan, self.env.now)
             self._fast.last_duration = duration
             self.num_steps += 1
-            self._steps.record(self._step_record(batch, duration, plan), self.env.now)
+            self._steps.record(self._step_record(counts, duration, plan), self.env.now)
 
     def _wait_until(self, end_s: float):
         """Wait until exactly ``end_s`` (a step's end as stepping one at a time sums it)."""
         while self.env.now < end_s:
             yield self.env.timeout(next_delay(self.env.now, end_s))
 
-    def _watch(self, batch: Batch) -> None:
+    def _watch(self, counts: tuple[int, int, int]) -> None:
         """A watchdog on progress: a replica whose steps compute no token (only move
         blocks) for MAX_IDLE_STEPS steps in a row is stuck, whatever the cause."""
-        if batch.num_decode_tokens or batch.num_prefill_tokens:
+        if counts[1] or counts[2]:
             self._idle_steps = 0
             return
         self._idle_steps += 1
@@ -275,16 +288,17 @@ class Replica:
             self._reject(entry.request, "cannot be admitted even with an empty replica")
 
     # -- records ----------------------------------------------------------------------
-    def _step_record(self, batch: Batch, duration: float, plan: StepPlan) -> StepRecord:
-        """The record of a step just applied (memory as it stands after it)."""
+    def _step_record(
+        self, counts: tuple[int, int, int], duration: float, plan: StepPlan
+    ) -> StepRecord:
+        """The record of a step just applied (memory as it stands after it); ``counts``
+        are the step's ``batch_counts``."""
         usage = self.alloc.usage(self._next_request_tokens())
         return StepRecord(
             self.env.now - duration,
             self.index,
             duration,
-            batch.batch_size,
-            batch.num_prefill_tokens,
-            batch.num_decode_tokens,
+            *counts,
             usage.used_blocks,
             usage.cached_blocks,
             usage.free_blocks,
