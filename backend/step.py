@@ -25,7 +25,7 @@ class PrefillChunk(NamedTuple):
 
     @property
     def num_tokens(self) -> int:
-        return int(self.token_ids.shape[0])
+        return len(self.token_ids)  # a 1-D array: len is its shape[0], and cheaper to read
 
 
 class BatchShape(NamedTuple):
@@ -60,11 +60,11 @@ class Batch(NamedTuple):
 
     @property
     def num_prefill_tokens(self) -> int:
-        return sum(c.num_tokens for c in self.prefills)
+        return sum([len(chunk.token_ids) for chunk in self.prefills]) if self.prefills else 0
 
     @property
     def num_decode_tokens(self) -> int:
-        return int(self.decode_seq_ids.shape[0])
+        return len(self.decode_seq_ids)
 
     def shape(self) -> BatchShape:
         """The step's shape, as cost models take it (``predict(*batch.shape())``)."""
@@ -77,4 +77,4 @@ class Batch(NamedTuple):
 
     @property
     def batch_size(self) -> int:
-        return len(self.prefills) + self.num_decode_tokens
+        return len(self.prefills) + len(self.decode_seq_ids)

@@ -35,8 +35,9 @@ Why this split:
 
 ``bench/costmodel_vs_profiles.py`` measures the layer time against published per-operator
 GPU profiles (Vidur's A100/H100/A40 data). The hot path (:meth:`AnalyticCostModel.execute`)
-costs a few dictionary look-ups: the per-layer time of ``T`` tokens and the LM head of
-``S`` sequences are computed once per distinct count and kept.
+costs a few dictionary look-ups: the per-layer time of ``T`` tokens and the LM head and
+CPU time of ``S`` sequences are computed once per distinct count and kept, and a step's
+parts are summed from a plain tuple (no :class:`StepCost` is built for it).
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ from sim.config.costs import CostParams
 from sim.config.hardware import HardwareSpec, ModelSpec
 from sim.config.pool import _check_tensor_parallel
 from sim.costs.kernels import GpuKernels
+
+# ndarray.sum without its Python-level wrapper (the same integer sum); one call a step.
+_sum = np.add.reduce
 
 #: The per-layer kernels of :meth:`AnalyticCostModel.layer_ops`, in execution order,
 #: named as Vidur's profiles name them (``kv_cache_save`` and ``all_reduce`` apart).
@@ -128,8 +132,14 @@ class AnalyticCostModel:
         block_bytes = block_size * model.kv_bytes_per_token(tp)
         self._s_per_swapped_block = block_bytes / hardware.host_link_bytes_s
         self._s_per_copied_block = 2 * block_bytes / self.kernels.copy_bytes_s()
+        # Scalars every step reads, looked up once (the parameters are frozen).
+        self._layers = model.num_layers
+        self._cpu_step_s = params.cpu_step_overhead_s
+        self._cpu_per_seq_s = params.cpu_per_seq_overhead_s
+        # Per-count parts, kept: a step's dense layers depend only on its token count,
+        # its LM head and CPU time only on its sequence count (and the model, fixed).
         self._dense: dict[int, tuple[float, float, float]] = {}
-        self._lm_head: dict[int, float] = {}
+        self._per_seqs: dict[int, tuple[float, float]] = {}
 
     # -- per layer ----------------------------------------------------------------------
     def layer_ops(self, tokens: int) -> dict[str, float]:
@@ -168,8 +178,21 @@ class AnalyticCostModel:
 
     # -- per step -----------------------------------------------------------------------
     def execute(self, batch: Batch) -> float:
-        """Predicted seconds for ``batch`` (the Executor seam); an empty batch takes 0."""
-        return self.predict(*batch.shape())
+        """Predicted seconds for ``batch`` (the Executor seam); an empty batch takes 0.
+
+        ``predict(*batch.shape())`` bit for bit, read straight from the batch: it is
+        called once a simulated step, so no BatchShape or StepCost is built on the way."""
+        lens, prefills = batch.decode_context_lens, batch.prefills
+        num_decodes = len(lens)
+        chunks = [(chunk.start, len(chunk.token_ids)) for chunk in prefills] if prefills else ()
+        parts = self._parts(
+            chunks,
+            num_decodes,
+            int(_sum(lens)) if num_decodes else 0,
+            len(batch.swap_out) + len(batch.swap_in),
+            len(batch.copies),
+        )
+        return sum(parts)  # as StepCost.total_s sums them
 
     def predict(
         self,
@@ -184,9 +207,7 @@ class AnalyticCostModel:
 
         Raises ValueError for a chunk with a negative start or no tokens. Decode
         lengths are trusted (the engine builds them; checking costs a second pass)."""
-        return self.breakdown(
-            prefill_chunks, decode_context_lens, swap_blocks=swap_blocks, copy_blocks=copy_blocks
-        ).total_s
+        return sum(self._parts_of(prefill_chunks, decode_context_lens, swap_blocks, copy_blocks))
 
     def decode_steps(self, context_lens: np.ndarray, steps: int) -> np.ndarray:
         """Seconds of ``steps`` decode-only steps of one batch (a decode stretch) whose
@@ -194,14 +215,14 @@ class AnalyticCostModel:
         grow by one a step: element i is ``predict([], context_lens + i)`` bit for bit
         (the same IEEE operations in the same order, elementwise)."""
         num = int(context_lens.shape[0])
-        first = self.breakdown([], context_lens)  # the parts that do not change
-        contexts = int(context_lens.sum()) + num * np.arange(steps, dtype=np.int64)
-        decode = self.model.num_layers * self.kernels.decode_attentions(
+        context = int(context_lens.sum()) if num else 0
+        first = self._parts((), num, context, 0, 0)  # the parts that do not change
+        contexts = context + num * np.arange(steps, dtype=np.int64)
+        decode = self._layers * self.kernels.decode_attentions(
             num, contexts, self._kv_bytes_per_layer_token
         )
-        head = 0 + first.linear_s + first.elementwise_s + first.prefill_attention_s
-        tail = (first.lm_head_s, first.allreduce_s, first.data_movement_s, first.cpu_s)
-        total = head + decode
+        linear, elementwise, prefill, _, *tail = first  # tail: LM head to CPU
+        total = 0 + linear + elementwise + prefill + decode
         for part in tail:  # StepCost.total_s sums its fields left to right
             total = total + part
         return total
@@ -215,6 +236,33 @@ class AnalyticCostModel:
         copy_blocks: int = 0,
     ) -> StepCost:
         """Like :meth:`predict`, split by cause."""
+        return StepCost._make(
+            self._parts_of(prefill_chunks, decode_context_lens, swap_blocks, copy_blocks)
+        )
+
+    def _parts_of(
+        self,
+        prefill_chunks: Sequence[tuple[int, int]],
+        decode_context_lens: np.ndarray,
+        swap_blocks: int,
+        copy_blocks: int,
+    ) -> tuple[float, ...]:
+        """:meth:`_parts` of a step given as :meth:`predict` takes it."""
+        num_decodes = int(decode_context_lens.shape[0])
+        decode_context = int(decode_context_lens.sum()) if num_decodes else 0
+        return self._parts(prefill_chunks, num_decodes, decode_context, swap_blocks, copy_blocks)
+
+    def _parts(
+        self,
+        prefill_chunks: Sequence[tuple[int, int]],
+        num_decodes: int,
+        decode_context: int,
+        swap_blocks: int,
+        copy_blocks: int,
+    ) -> tuple[float, ...]:
+        """A step's :class:`StepCost` fields, in order, as a plain tuple (the one place
+        they are computed: breakdown, predict and execute all read them from here).
+        ``decode_context`` is the decodes' context lengths summed."""
         prefill_tokens = 0
         for start, num_tokens in prefill_chunks:
             if start < 0 or num_tokens < 1:
@@ -223,25 +271,32 @@ class AnalyticCostModel:
                     f"got ({start}, {num_tokens})"
                 )
             prefill_tokens += num_tokens
-        num_decodes = int(decode_context_lens.shape[0])
-        decode_context = int(decode_context_lens.sum()) if num_decodes else 0
         num_seqs = len(prefill_chunks) + num_decodes
         data_movement = (
             swap_blocks * self._s_per_swapped_block + copy_blocks * self._s_per_copied_block
         )
         if num_seqs == 0:
-            cpu = self.params.cpu_step_overhead_s if data_movement else 0.0
-            return StepCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, data_movement, cpu)
-        layers = self.model.num_layers
-        linear, elementwise, allreduce = self._dense_s(prefill_tokens + num_decodes)
-        prefill, decode = self.attention_layer(prefill_chunks, num_decodes, decode_context)
-        cpu = self.params.cpu_step_overhead_s + num_seqs * self.params.cpu_per_seq_overhead_s
-        return StepCost(
+            cpu = self._cpu_step_s if data_movement else 0.0
+            return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, data_movement, cpu)
+        layers = self._layers
+        tokens = prefill_tokens + num_decodes
+        linear, elementwise, allreduce = self._dense.get(tokens) or self._dense_s(tokens)
+        lm_head, cpu = self._per_seqs.get(num_seqs) or self._per_seq_s(num_seqs)
+        kernels = self.kernels
+        prefill = (
+            kernels.prefill_attention(prefill_chunks, self._heads, self.model.head_dim)
+            if prefill_chunks
+            else 0.0  # what prefill_attention returns for no chunk
+        )
+        decode = kernels.decode_attention(
+            num_decodes, decode_context, self._kv_bytes_per_layer_token
+        )
+        return (
             linear,
             elementwise,
             layers * prefill,
             layers * decode,
-            self._lm_head_s(num_seqs),
+            lm_head,
             allreduce,
             data_movement,
             cpu,
@@ -261,18 +316,21 @@ class AnalyticCostModel:
             cached = self._dense[tokens] = (linear, elementwise + embedding, allreduce)
         return cached
 
-    def _lm_head_s(self, num_seqs: int) -> float:
-        """Final norm, LM head and sampling for ``num_seqs`` sequences (one position
-        each); computed once per count. Each GPU holds ``vocab / tp`` columns and
-        samples from fp32 logits (read twice: softmax, then top-k/top-p)."""
-        cached = self._lm_head.get(num_seqs)
+    def _per_seq_s(self, num_seqs: int) -> tuple[float, float]:
+        """(LM head, CPU) seconds of a step of ``num_seqs`` sequences; computed once per
+        count. The LM head: final norm, LM head and sampling (one position a sequence).
+        Each GPU holds ``vocab / tp`` columns and samples from fp32 logits (read twice:
+        softmax, then top-k/top-p)."""
+        cached = self._per_seqs.get(num_seqs)
         if cached is None:
             m, k = self.model, self.kernels
             vocab = m.vocab_size // self.tensor_parallel
             logits_bytes = 4 * num_seqs * vocab
-            cached = self._lm_head[num_seqs] = (
+            lm_head = (
                 k.elementwise(2 * num_seqs * m.hidden_size * m.dtype_bytes)
                 + k.gemm(num_seqs, m.hidden_size, vocab)
                 + k.elementwise(2 * logits_bytes)
             )
+            cpu = self._cpu_step_s + num_seqs * self._cpu_per_seq_s
+            cached = self._per_seqs[num_seqs] = (lm_head, cpu)
         return cached

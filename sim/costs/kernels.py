@@ -69,6 +69,12 @@ class GpuKernels:
         self._link_bytes_s = hardware.interconnect_bytes_s * params.interconnect_efficiency
         self._gemm_flops = self.peak_flops * params.gemm_efficiency
         self._attention_flops = self.peak_flops * params.attention_efficiency
+        # The attention kernels run every step: their parameters read once here.
+        self._floor_s = params.kernel_floor_s
+        self._attention_tile = params.attention_tile
+        self._cta_overhead_tiles = params.attention_cta_overhead_tiles
+        self._decode_floor_s = params.decode_attention_floor_s
+        self._decode_seq_tokens = params.decode_seq_overhead_tokens
 
     # -- dense ------------------------------------------------------------------------
     def gemm(self, tokens: int, k: int, n: int) -> float:
@@ -114,24 +120,23 @@ class GpuKernels:
         ``heads`` query heads of ``head_dim`` (module doc). 0 for no chunk."""
         if not chunks:
             return 0.0
-        tile = self.params.attention_tile
-        overhead = self.params.attention_cta_overhead_tiles
+        tile, overhead, ceil = self._attention_tile, self._cta_overhead_tiles, math.ceil
         work = longest = 0.0
         for cached, new in chunks:
-            q_tiles = math.ceil(new / tile)
-            first = math.ceil(cached / tile)
+            q_tiles = ceil(new / tile)
+            first = ceil(cached / tile)
             # q-tile j visits ceil((cached + (j+1) tile) / tile) = first + j + 1 KV tiles,
             # the last one ceil((cached + new) / tile)
-            last = math.ceil((cached + new) / tile)
+            last = ceil((cached + new) / tile)
             visits = (q_tiles - 1) * first + (q_tiles - 1) * q_tiles // 2 + last
             work += visits + overhead * q_tiles
             longest = max(longest, last + overhead)
         tile_flops = 4 * tile * tile * head_dim
         if self.num_sms is None:  # one big processor: only the total work counts
-            return self.params.kernel_floor_s + heads * work * tile_flops / self._attention_flops
+            return self._floor_s + heads * work * tile_flops / self._attention_flops
         tile_on_one_sm_s = tile_flops * self.num_sms / self._attention_flops
         busiest = max(heads * work / self.num_sms, longest)
-        return self.params.kernel_floor_s + busiest * tile_on_one_sm_s
+        return self._floor_s + busiest * tile_on_one_sm_s
 
     def decode_attention(
         self, num_seqs: int, context_tokens: int, kv_bytes_per_token: int
@@ -140,10 +145,8 @@ class GpuKernels:
         ``kv_bytes_per_token`` (K and V of one layer on this GPU). 0 for no sequence."""
         if num_seqs <= 0:
             return 0.0
-        tokens = context_tokens + self.params.decode_seq_overhead_tokens * num_seqs
-        return self.params.decode_attention_floor_s + tokens * kv_bytes_per_token / (
-            self._decode_bytes_s
-        )
+        tokens = context_tokens + self._decode_seq_tokens * num_seqs
+        return self._decode_floor_s + tokens * kv_bytes_per_token / self._decode_bytes_s
 
     def decode_attentions(
         self, num_seqs: int, context_tokens: np.ndarray, kv_bytes_per_token: int
@@ -152,10 +155,8 @@ class GpuKernels:
         the same operations elementwise (so equal bit for bit)."""
         if num_seqs <= 0:
             return np.zeros(context_tokens.shape[0])
-        tokens = context_tokens + self.params.decode_seq_overhead_tokens * num_seqs
-        return self.params.decode_attention_floor_s + tokens * kv_bytes_per_token / (
-            self._decode_bytes_s
-        )
+        tokens = context_tokens + self._decode_seq_tokens * num_seqs
+        return self._decode_floor_s + tokens * kv_bytes_per_token / self._decode_bytes_s
 
     # -- communication ------------------------------------------------------------------
     def allreduce(self, nbytes: float, tensor_parallel: int) -> float:

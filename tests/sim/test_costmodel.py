@@ -233,6 +233,71 @@ def test_more_work_is_never_faster(model, gpu, tp, prefills, decodes, data):
     assert cost.predict(list(prefills), np.array(decodes), swap_blocks=1) > base
 
 
+def batch_of(chunks, contexts, swaps: int = 0, copies: int = 0) -> Batch:
+    """A batch of prefill ``chunks`` ``(start, tokens)``, decodes of ``contexts`` and moves."""
+    moves = tuple(BlockMove(i, i + 1) for i in range(swaps + copies))
+    return Batch(
+        prefills=tuple(
+            PrefillChunk(i, start, np.zeros(n, dtype=np.int32))
+            for i, (start, n) in enumerate(chunks)
+        ),
+        decode_seq_ids=np.arange(len(contexts), dtype=np.int64),
+        decode_context_lens=np.array(contexts, dtype=np.int64),
+        decode_token_ids=np.zeros(len(contexts), dtype=np.int32),
+        copies=moves[swaps:],
+        swap_out=moves[: swaps // 2],
+        swap_in=moves[swaps // 2 : swaps],
+    )
+
+
+step_shapes = st.tuples(
+    st.lists(st.tuples(st.integers(0, 4096), st.integers(1, 512)), max_size=3),
+    st.lists(st.integers(1, 8192), max_size=40),
+    st.integers(0, 3),
+    st.integers(0, 2),
+)
+
+
+@given(st.sampled_from(["tiny", "llama-3-8b", "llama-3-70b"]), tensor_parallel, step_shapes)
+def test_execute_predict_and_breakdown_agree_bit_for_bit(model_name, tp, shape):
+    """execute reads the batch itself (no BatchShape, no StepCost): the same float."""
+    chunks, contexts, swaps, copies = shape
+    model = preset_model(model_name, "h100-sxm", tp)
+    batch = batch_of(chunks, contexts, swaps, copies)
+    seconds = model.execute(batch)
+    assert type(seconds) is float
+    assert seconds.hex() == model.predict(*batch.shape()).hex()
+    total = model.breakdown(*batch.shape()[:2], swap_blocks=swaps, copy_blocks=copies).total_s
+    assert seconds.hex() == total.hex()
+
+
+@given(st.lists(step_shapes, min_size=1, max_size=12))
+def test_cached_parts_are_never_stale(shapes):
+    """The per-count caches (dense layers by tokens, LM head and CPU by sequences) give
+    what a fresh model computes, whatever the model predicted before, and are the
+    model's own: of two models with different parameters used in turn, each gives its
+    own parameters' figures (checked against uncached sums: the CPU term, and the GEMMs
+    of :meth:`layer_ops` in the model's order)."""
+    slow = TOY_PARAMS.model_copy(update={"cpu_per_seq_overhead_s": 1e-2, "kernel_floor_s": 0})
+    models = [
+        (AnalyticCostModel(TINY, TOY_GPU, params=p, block_size=4), p) for p in (TOY_PARAMS, slow)
+    ]
+    gemms = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+    for chunks, contexts, swaps, copies in shapes:
+        batch = batch_of(chunks, contexts, swaps, copies)
+        num_seqs, tokens = len(chunks) + len(contexts), sum(n for _, n in chunks) + len(contexts)
+        for used, params in models:
+            fresh = AnalyticCostModel(TINY, TOY_GPU, params=params, block_size=4)
+            assert used.execute(batch).hex() == fresh.execute(batch).hex()
+            cost = used.breakdown(*batch.shape()[:2])
+            assert cost == fresh.breakdown(*batch.shape()[:2])
+            if num_seqs:
+                cpu = params.cpu_step_overhead_s + num_seqs * params.cpu_per_seq_overhead_s
+                ops = used.layer_ops(tokens)
+                assert cost.cpu_s == cpu
+                assert cost.linear_s == TINY.num_layers * sum(ops[name] for name in gemms)
+
+
 # --- regimes on Llama-3-8B / H100 --------------------------------------------------------
 
 
