@@ -48,9 +48,9 @@ class PrefixIndex:
     """Prefix keys of published blocks and of every live sequence's full blocks.
 
     ``slots`` is the device memory (``[num_blocks, block_size]`` token ids), read only.
-    With ``enabled`` false nothing is ever published and every chain stays empty, but
-    sequences are still registered (``add_sequence`` / ``remove``), so callers need not
-    tell the two cases apart.
+    With ``enabled`` false nothing is hashed or published and no sequence is registered
+    (vLLM hashes nothing without prefix caching either): the block manager then calls
+    none of the sequence methods, and the swap-in queries find nothing published.
     """
 
     def __init__(self, slots: np.ndarray, *, enabled: bool):
@@ -126,6 +126,8 @@ class PrefixIndex:
         sequence's, read from its CPU copy). The run covers only blocks whose KV ``seq``
         has computed (its published ones): the others are still to be computed in place.
         No mutation."""
+        if not self.enabled:
+            return []
         computed = self._chains[seq][: self._published[seq]]
         return self._cached_run(computed, int(self._salts[seq]), rows)
 
@@ -224,7 +226,8 @@ class PrefixIndex:
     def republish(self, seq: int, start: int, table: list[int]) -> None:
         """``seq`` is back on the device in ``table`` (swap-in), its first ``start``
         blocks shared from the cache: publish its other computed full blocks again."""
-        self._publish_blocks(seq, start, self._published[seq], table)
+        if self.enabled:
+            self._publish_blocks(seq, start, self._published[seq], table)
 
     def _publish_blocks(self, seq: int, start: int, stop: int, table: list[int]) -> None:
         """Publish the keys of ``seq``'s full blocks ``start .. stop - 1``."""
@@ -314,7 +317,7 @@ class PrefixIndex:
         """Verify the index against the live sequences: ``tables`` (every live one's
         block table), which of them are ``on_device``, and the tokens each reads back.
         Raises AssertionError naming the break."""
-        live = sorted(tables)
+        live = sorted(tables) if self.enabled else []  # (disabled: none registered)
         assert sorted(self._chains) == live, "key chains vs live sequences"
         assert sorted(self._published) == live, "published counts vs live sequences"
         for seq in live:
@@ -324,7 +327,7 @@ class PrefixIndex:
         keyed = sum(k is not None for k in self._key_of_block)
         assert keyed == len(self._block_of_key), "block -> key map has extra entries"
         if not self.enabled:
-            assert keyed == 0 and all(not chain for chain in self._chains.values())
+            assert keyed == 0, "a disabled index published a key"
             return
         for seq in live:
             chain = self._chain_keys(read_tokens(seq), int(self._salts[seq]))

@@ -129,6 +129,8 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
         its sequences itself): ``seq`` a new non-negative int id, ``tokens`` a non-empty
         1-D int32 array, ``salt`` an int in 64 bits. Unchecked: bad input corrupts the
         state instead of raising. Raises OutOfBlocks (nothing changed) like allocate."""
+        if not self.enable_prefix_caching:
+            return self._allocate_fresh(seq, tokens)
         keys, hits = self._index.lookup(tokens, salt)
         pool = self._pool
         # Hit blocks that are cached-evictable must not be counted as available: this
@@ -153,6 +155,20 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
         self._index.count_lookup(int(tokens.shape[0]), hit_tokens)
         return hit_tokens
 
+    def _allocate_fresh(self, seq: int, tokens: np.ndarray) -> int:
+        """``allocate_trusted`` without a prefix cache: no keys to hash, no hits to look
+        for, nothing to publish or count (vLLM hashes nothing with caching off either);
+        every block is taken fresh. Returns 0 (no token was cached)."""
+        pool, num_tokens = self._pool, tokens.shape[0]
+        needed = -(-num_tokens // self.block_size)
+        pool.require(needed)
+        pool.clock += 1
+        taken = pool.take(needed)
+        self._write_fresh(taken, tokens)
+        pool.token_slots += num_tokens
+        self._seqs.add(seq, taken.tolist(), num_tokens)
+        return 0
+
     def _write_fresh(self, blocks: list[int] | np.ndarray, tokens: np.ndarray) -> None:
         """Write ``tokens`` from slot 0 of ``blocks`` (fresh, empty blocks)."""
         size = self.block_size
@@ -168,7 +184,8 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
         seq = self._seqs.live(seq_id)
         if self._seqs.state[seq] == ON_DEVICE:
             ready = check_count("num_tokens", num_tokens, 0) // self.block_size
-            self._index.publish_through(seq, ready, self._seqs.tables[seq])
+            if self.enable_prefix_caching:  # (else there is nothing to publish)
+                self._index.publish_through(seq, ready, self._seqs.tables[seq])
 
     def cached_prefix_tokens(self, token_ids, *, salt: int = 0) -> int:
         if not self.enable_prefix_caching:
@@ -183,7 +200,8 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
         self._pool.clock += 1
         table = list(self._seqs.tables[parent])
         self._pool.add_references(table)  # a table holds each block once, so no duplicates
-        self._index.fork(parent, child)
+        if self.enable_prefix_caching:  # (a disabled index registers no sequence)
+            self._index.fork(parent, child)
         self._seqs.add(child, table, int(self._seqs.num_tokens[parent]))
         return []
 
@@ -197,7 +215,8 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
             self._cpu_free.put(table)
         else:
             self._pool.release(table, num_tokens)
-        self._index.remove(seq)
+        if self.enable_prefix_caching:
+            self._index.remove(seq)
 
     def evict(self, num_blocks: int = 1) -> list[int]:
         """Reclaim up to ``num_blocks`` cached-evictable blocks, in the eviction policy's

@@ -46,6 +46,8 @@ class SequenceRegistry:
     # -- single ids ------------------------------------------------------------------------
     def state_of(self, seq_id: int) -> int:
         """The state of any value given as a sequence id (DEAD unless it is live)."""
+        if type(seq_id) is int:  # the engine's ids: a plain int is checked by its range
+            return int(self.state[seq_id]) if 0 <= seq_id < self.state.shape[0] else DEAD
         return int(self.state[seq_id]) if indexes(seq_id, self.state.shape[0]) else DEAD
 
     def live(self, seq_id: int) -> int:
@@ -78,7 +80,8 @@ class SequenceRegistry:
 
     def add(self, seq: int, table: list[int], num_tokens: int) -> None:
         """Register new sequence ``seq`` on the device, holding ``table``."""
-        grow_arrays(self, ("state", "num_tokens", "last_block", "_batch_mark"), seq + 1)
+        if seq >= self.state.shape[0]:  # (ids are dense: the arrays rarely grow)
+            grow_arrays(self, ("state", "num_tokens", "last_block", "_batch_mark"), seq + 1)
         self.tables[seq] = table
         self.set_state(seq, ON_DEVICE)
         self.num_tokens[seq] = num_tokens

@@ -36,16 +36,18 @@ class Cluster:
     def arrivals(self, requests: Sequence[Request]):
         """SimPy process: hand each request to a replica at its arrival time."""
         self._requests, self._num_arrived = requests, 0
+        env, replicas = self.env, self.replicas
         for i, request in enumerate(requests):
-            delay = request.arrival_s - self.env.now
+            arrival, now = request.arrival_s, env.now
+            delay = arrival - now
             # now + (arrival - now) can round one ulp below arrival; step up so that no
             # request is ever scheduled before it arrived.
-            while self.env.now + delay < request.arrival_s:
+            while now + delay < arrival:
                 delay = math.nextafter(delay, math.inf)
             if delay > 0:
-                yield self.env.timeout(delay)
+                yield env.timeout(delay)
             self._num_arrived = i + 1
-            self.replicas[self.route(request)].submit(request)
+            replicas[self.route(request)].submit(request)
 
     def route(self, request: Request) -> int:
         """The router's choice for ``request``, checked: an index into the replicas."""

@@ -6,7 +6,6 @@ consumes them; nothing downstream reads the engine's live state.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from enum import IntEnum
 from typing import NamedTuple
 
@@ -65,11 +64,14 @@ STEP_FIELDS = StepRecord._fields
 UNFINISHED_REASON = "unfinished at max_sim_time_s"
 
 
-@dataclass(frozen=True, slots=True)
-class RequestOutcome:
+class RequestOutcome(NamedTuple):
     """What happened to one request: its inputs plus the times and counts the engine
     observed (simulated seconds; NaN for what never happened). A request is finished when
-    ``rejected_reason`` is empty; unfinished ones carry :data:`UNFINISHED_REASON`."""
+    ``rejected_reason`` is empty; unfinished ones carry :data:`UNFINISHED_REASON`.
+
+    Immutable, and a tuple like :class:`StepRecord`: one is made per request, and a
+    frozen dataclass's ``__init__`` (a guarded ``object.__setattr__`` per field) costs
+    several times a tuple's."""
 
     request: Request
     replica: int

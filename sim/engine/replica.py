@@ -167,7 +167,7 @@ class Replica:
         if prompt + out > self._cfg.max_model_len:
             limit = self._cfg.max_model_len
             return f"prompt+output {prompt + out} tokens exceed max_model_len {limit}"
-        if not self._planner.chunking and prompt > self._cfg.max_num_batched_tokens:
+        if prompt > self._cfg.max_num_batched_tokens and not self._planner.chunking:
             return (
                 f"prompt {prompt} tokens exceed max_num_batched_tokens "
                 f"{self._cfg.max_num_batched_tokens} without chunked prefill"
@@ -185,7 +185,7 @@ class Replica:
         # The last sampled token is never written, so KV peaks at prompt + output - 1.
         peak = prompt + max(output - 1, 0)
         shared = prompt // bs if n > 1 else 0  # full prompt blocks are shared by forks
-        return shared + n * (math.ceil(peak / bs) - shared)
+        return shared + n * (-(-peak // bs) - shared)  # (integer ceil: no float division)
 
     # -- departures -----------------------------------------------------------------
     def _reject(self, request: Request, reason: str) -> None:

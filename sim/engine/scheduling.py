@@ -336,4 +336,4 @@ class StepPlanner:
     def blocks_for(self, tokens: int, max_new_tokens: int) -> int:
         if self.reserve is not None:
             return self.reserve(tokens, max_new_tokens)
-        return math.ceil(tokens / self.alloc.block_size)
+        return -(-tokens // self.alloc.block_size)  # (integer ceil: no float division)

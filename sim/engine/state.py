@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,13 +30,13 @@ class RequestProgress:
     first_scheduled_s: float = math.nan
     first_token_s: float = math.nan
     cached_prompt_tokens: int = 0
-    preemption_times: list[float] = field(default_factory=list)
+    preemption_times: tuple[float, ...] = ()  # (a tuple: rarely grown, never built empty)
     # The engine's prompt token ids (TokenSource.prompt), held from admission to the
     # queue until the outcome: a finished request keeps none.
     prompt: np.ndarray | None = None
 
     def preempted(self, now: float) -> None:
-        self.preemption_times.append(now)
+        self.preemption_times += (now,)
 
     def outcome(self, finish_s: float, output_tokens: int, reason: str) -> RequestOutcome:
         return RequestOutcome(
@@ -49,7 +49,7 @@ class RequestProgress:
             len(self.preemption_times),
             output_tokens,
             reason,
-            tuple(self.preemption_times),
+            self.preemption_times,
         )
 
 

@@ -80,21 +80,20 @@ class Request:
         if prompt is not None:
             source = GivenPrompt(prompt)
             prompt_len = int(source.tokens.shape[0])
-        values = dict(
-            req_id=req_id,
-            arrival_s=arrival_s,
-            prompt_len=prompt_len,
-            output_len=output_len,
-            tenant=tenant,
-            priority=priority,
-            prefix_group=prefix_group,
-            session=session,
-            turn=turn,
-            n=n,
-            source=source,
-        )
-        for name, value in values.items():  # by name: a new field cannot shift the others
-            object.__setattr__(self, name, value)
+        # Frozen: fields are set past __setattr__, each by name (a new field cannot shift
+        # the others), one call each (no dict built per request: a run makes millions).
+        set_field = object.__setattr__
+        set_field(self, "req_id", req_id)
+        set_field(self, "arrival_s", arrival_s)
+        set_field(self, "prompt_len", prompt_len)
+        set_field(self, "output_len", output_len)
+        set_field(self, "tenant", tenant)
+        set_field(self, "priority", priority)
+        set_field(self, "prefix_group", prefix_group)
+        set_field(self, "session", session)
+        set_field(self, "turn", turn)
+        set_field(self, "n", n)
+        set_field(self, "source", source)
 
     @property
     def prompt(self) -> np.ndarray:
