@@ -374,7 +374,10 @@ def run_instrumented(case: str, requests: int | None, clock_name: str) -> dict:
 
 def child(case: str, mode: str, requests: int | None) -> dict:
     command = [sys.executable, __file__, "--child", case, mode, str(requests or 0)]
-    out = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    if out.returncode:  # the child's own last line says why (a bad --requests, a moved target)
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        sys.exit(f"step_cost: the {mode} run of {case} failed: {last}")
     figures = json.loads(out.stdout.strip().splitlines()[-1])
     figures["load"] = os.getloadavg()[0]
     return figures

@@ -1,0 +1,41 @@
+"""The measuring scripts in bench/ still run against the code they measure.
+
+bench/step_cost.py wraps engine, allocator and cost-model functions by their dotted
+names; a refactor that moves one must fail here, not the next time someone measures.
+Nothing here asserts on time: only on the accounting's own arithmetic.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GROUPS = ("plan", "allocator", "cost model", "apply", "record", "SimPy + loop remainder")
+
+
+def run_step_cost(*args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(ROOT / "bench" / "step_cost.py"), *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
+
+
+def test_step_cost_accounts_for_the_whole_run():
+    out = run_step_cost("--cases", "default-10k", "--requests", "1000")
+    assert out.returncode == 0, out.stderr
+    for group in GROUPS:
+        assert f"[{group}]" in out.stdout
+    check = re.search(r"check: .* = ([\d.]+) s; the clock around simulate: ([\d.]+) s", out.stdout)
+    assert check, out.stdout
+    rebuilt, measured = map(float, check.groups())
+    assert abs(rebuilt - measured) <= 0.002 + 0.01 * measured
+    shares = re.findall(r"\((\d+)%\)$", out.stdout, flags=re.M)
+    assert len(shares) == 3 and abs(sum(map(int, shares)) - 100) <= 2
+
+
+def test_step_cost_says_why_a_run_failed():
+    # 300 requests is below the default scenario's warm-up: the child's error is the line.
+    out = run_step_cost("--cases", "default-10k", "--requests", "300")
+    assert out.returncode == 1
+    assert "warmup_requests" in out.stderr and "Traceback" not in out.stderr
