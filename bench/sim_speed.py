@@ -76,7 +76,17 @@ def one_run(root: Path, case: str, fast_forward: bool) -> dict:
 def child(root: Path, case: str, fast_forward: bool) -> dict:
     mode = "fast-forward" if fast_forward else "step-by-step"
     command = [sys.executable, __file__, "--root", str(root), "--child", case, mode]
-    out = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT)
+    return child_figures(command, f"the {mode} run of {case}")
+
+
+def child_figures(command: list[str], what: str) -> dict:
+    """Run a measuring child process; its figures are the JSON of its last line, with
+    the 1-minute load average after it. A failed child ends this script with the
+    child's own last line (a bad override, a moved target), not a traceback."""
+    out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    if out.returncode:
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        sys.exit(f"{Path(sys.argv[0]).name}: {what} failed: {last}")
     figures = json.loads(out.stdout.strip().splitlines()[-1])
     figures["load"] = os.getloadavg()[0]
     return figures

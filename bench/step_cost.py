@@ -48,11 +48,10 @@ import inspect
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
-from sim_speed import CASES, ROOT
+from sim_speed import CASES, ROOT, child_figures
 
 # (group, kind) -> "module:Owner.attr" or "module:function"; the label is "Owner.attr" (or
 # "module.function"). Each attribute must be in the owner's own namespace: patching it there
@@ -374,13 +373,7 @@ def run_instrumented(case: str, requests: int | None, clock_name: str) -> dict:
 
 def child(case: str, mode: str, requests: int | None) -> dict:
     command = [sys.executable, __file__, "--child", case, mode, str(requests or 0)]
-    out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
-    if out.returncode:  # the child's own last line says why (a bad --requests, a moved target)
-        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        sys.exit(f"step_cost: the {mode} run of {case} failed: {last}")
-    figures = json.loads(out.stdout.strip().splitlines()[-1])
-    figures["load"] = os.getloadavg()[0]
-    return figures
+    return child_figures(command, f"the {mode} run of {case}")
 
 
 # -- the table ------------------------------------------------------------------------------

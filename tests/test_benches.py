@@ -14,6 +14,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUPS = ("plan", "allocator", "cost model", "apply", "record", "SimPy + loop remainder")
+#: Functions every default run calls on its hot path. The table drops labels never called,
+#: so an engine that stops calling one (a new entry beside it, the old one left behind)
+#: would lose that line, its time silently moving to the caller.
+CALLED = (
+    "StepPlanner.plan",
+    "Growth.append_batch_trusted",
+    "BlockManager.allocate_trusted",
+    "BlockManager.free",
+    "AnalyticCostModel.execute",
+    "Completion.apply_decodes",
+    "StepLog.record",
+)
 
 
 def run_step_cost(*args: str) -> subprocess.CompletedProcess:
@@ -23,15 +35,17 @@ def run_step_cost(*args: str) -> subprocess.CompletedProcess:
 
 def test_step_cost_accounts_for_the_whole_run():
     out = run_step_cost("--cases", "default-10k", "--requests", "1000")
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 0, out.stderr  # every target resolved (a moved one: KeyError)
     for group in GROUPS:
         assert f"[{group}]" in out.stdout
+    labels = {line.split()[0] for line in out.stdout.splitlines() if line.startswith("  ")}
+    assert set(CALLED) <= labels, set(CALLED) - labels
+    # Labels and remainder rebuild the clock around simulate unless a label's group is
+    # missing from the table (it would be measured and not printed).
     check = re.search(r"check: .* = ([\d.]+) s; the clock around simulate: ([\d.]+) s", out.stdout)
     assert check, out.stdout
     rebuilt, measured = map(float, check.groups())
     assert abs(rebuilt - measured) <= 0.002 + 0.01 * measured
-    shares = re.findall(r"\((\d+)%\)$", out.stdout, flags=re.M)
-    assert len(shares) == 3 and abs(sum(map(int, shares)) - 100) <= 2
 
 
 def test_step_cost_says_why_a_run_failed():
