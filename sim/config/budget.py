@@ -62,6 +62,10 @@ def expected_requests(scenario) -> float:
     sim, arrival = scenario.simulation, scenario.workload.arrival
     rate = getattr(arrival, "rate_rps", None)
     counts = []
+    staged = getattr(arrival, "expected_requests", None)
+    if staged is not None:  # a staged load ends with its last stage
+        counts.append(staged)
+        rate = staged / arrival.total_duration_s
     if sim.num_requests is not None:
         counts.append(float(sim.num_requests))
     if sim.duration_s is not None and rate is not None:

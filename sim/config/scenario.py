@@ -27,8 +27,9 @@ was expected / got>``.
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import (
     BeforeValidator,
@@ -116,6 +117,28 @@ class Scenario(StrictModel):
     cost_model: CostModelSpec = Field(default_factory=CostModelSpec)
     """The step-time model when ``backend.kind`` is ``model``: ``analytic``, ``calibrated`` or
     ``profile``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stages_set_the_length(cls, data: Any) -> Any:
+        """A staged arrival without ``num_requests`` or ``duration_s`` runs its stages
+        whole (not the 1,000-request default)."""
+        if not isinstance(data, dict):
+            return data
+        workload, sim = data.get("workload"), data.get("simulation", {})
+        arrival = workload.get("arrival") if isinstance(workload, dict) else None
+        if not (isinstance(arrival, dict) and arrival.get("kind") == "stages"):
+            return data
+        if not isinstance(sim, dict) or "num_requests" in sim or "duration_s" in sim:
+            return data
+        stages = arrival.get("stages")
+        try:
+            total = sum(float(stage["duration_s"]) for stage in stages)
+        except (TypeError, KeyError, ValueError):
+            return data  # the stages' own validation reports what is wrong
+        if not math.isfinite(total) or total <= 0:
+            return data
+        return {**data, "simulation": {**sim, "duration_s": total}}
 
     @model_validator(mode="after")
     def _fits_together(self) -> Scenario:

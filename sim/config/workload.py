@@ -168,6 +168,48 @@ class ConstantArrival(StrictModel):
     """Arrival rate, requests per second (sessions per second with ``workload.sessions``)."""
 
 
+class ArrivalStage(StrictModel):
+    """One stage of a staged load: ``rate_rps`` for ``duration_s`` seconds."""
+
+    rate_rps: float = Field(gt=0, le=1e9)
+    """Mean arrival rate during the stage, requests per second (sessions per second with
+    ``workload.sessions``); at most 1e9."""
+    duration_s: float = Field(gt=0, le=1e9)
+    """How long the stage sends, in seconds; the next stage starts when it ends."""
+
+
+class StagedArrival(StrictModel):
+    """Arrival rates in stages, one after the other (``8 req/s for 600 s, then 20 req/s for
+    600 s``), as load generators run them (inference-perf's ``load.stages``, a rate sweep).
+    Each stage draws its arrivals from ``process`` at its own rate; without ``num_requests``
+    or ``duration_s`` in ``simulation`` the run ends with the last stage."""
+
+    kind: Literal["stages"] = "stages"
+    """Selects staged arrival rates."""
+    process: Literal["poisson", "constant", "gamma"] = "poisson"
+    """How arrivals are spaced within a stage: ``poisson`` (exponential gaps), ``constant`` (evenly
+    spaced, ``1 / rate_rps`` apart, the first at the stage's start) or ``gamma`` (gaps with
+    coefficient of variation ``cv``)."""
+    cv: float = Field(default=1.0, ge=1e-3, le=1e3)
+    """``gamma`` only: coefficient of variation of the gaps (1 is Poisson)."""
+    stages: list[ArrivalStage] = Field(min_length=1, max_length=10_000)
+    """The stages in order, each ``{rate_rps, duration_s}``; at least one."""
+
+    @property
+    def total_duration_s(self) -> float:
+        """Seconds from the first stage's start to the last one's end."""
+        return float(sum(stage.duration_s for stage in self.stages))
+
+    def stage_starts(self) -> np.ndarray:
+        """Each stage's start, seconds from the run's start (float64)."""
+        durations = np.array([stage.duration_s for stage in self.stages], dtype=np.float64)
+        return np.concatenate([[0.0], np.cumsum(durations)[:-1]])
+
+    @property
+    def expected_requests(self) -> float:
+        return float(sum(stage.rate_rps * stage.duration_s for stage in self.stages))
+
+
 class TraceArrival(FileRef):
     """Replay a trace: arrival times and lengths come from the file (``input`` and
     ``output`` of the workload are ignored). Arrival times are seconds from the first
@@ -215,7 +257,7 @@ def _poisson_by_default(value: Any) -> Any:
 
 
 ArrivalSpec = Annotated[
-    PoissonArrival | GammaArrival | ConstantArrival | TraceArrival,
+    PoissonArrival | GammaArrival | ConstantArrival | StagedArrival | TraceArrival,
     Field(discriminator="kind"),
     BeforeValidator(_poisson_by_default),
 ]
@@ -301,7 +343,7 @@ class WorkloadSpec(StrictModel):
 
     arrival: ArrivalSpec = PoissonArrival(rate_rps=1.0)
     """The arrival process: ``poisson`` (the default, also when ``kind`` is left out), ``gamma``,
-    ``constant``, or ``trace`` replay."""
+    ``constant``, ``stages`` (rates that change in steps), or ``trace`` replay."""
     input: LengthDist = PresetLength(name="sharegpt")
     """Prompt length in tokens, after any shared prefix (with sessions: each turn's new tokens): a
     distribution, an integer (fixed) or a preset name (``sharegpt``, ``alpaca``). Requests are

@@ -51,6 +51,14 @@ def _traffic(scenario: Mapping[str, Any]) -> str:
         speed = f", time x{scale:g}" if scale != 1.0 else ""
         return f"trace {arrival.get('format', '')} {arrival.get('path', '')}{speed}".strip()
     unit = "sessions/s" if _get(scenario, "workload.sessions") else "req/s"
+    stages = arrival.get("stages")
+    if kind == "stages" and isinstance(stages, list):
+        steps = ", then ".join(
+            f"{stage.get('rate_rps', 0):g} {unit} for {stage.get('duration_s', 0):g} s"
+            for stage in stages[:6]
+        )
+        more = f", ... ({len(stages)} stages)" if len(stages) > 6 else ""
+        return f"{arrival.get('process', 'poisson')} in stages: {steps}{more}"
     rate = arrival.get("rate_rps")
     text = f"{kind} {rate:g} {unit}" if isinstance(rate, int | float) else str(kind)
     if arrival.get("cv") is not None and kind == "gamma":

@@ -17,6 +17,7 @@ from sim.config.workload import (
     LognormalLength,
     PoissonArrival,
     Role,
+    StagedArrival,
     UniformLength,
 )
 
@@ -63,7 +64,10 @@ def arrival_times(
     spec: Any, rng: np.random.Generator, count: int | None, duration_s: float | None
 ) -> np.ndarray:
     """Arrival instants (s, increasing) of a synthetic process: ``count`` of them, or all
-    before ``duration_s``, whichever ends first. Vectorised in chunks."""
+    before ``duration_s``, whichever ends first. Vectorised in chunks. A staged process
+    also ends with its last stage."""
+    if isinstance(spec, StagedArrival):
+        return _staged_times(spec, rng, count, duration_s)
     if count is not None:
         times = np.cumsum(_gaps(spec, count, rng))
         return times if duration_s is None else times[times < duration_s]
@@ -75,3 +79,32 @@ def arrival_times(
         more = times[-1] + np.cumsum(_gaps(spec, chunk, rng))
         times = np.concatenate([times, more])
     return times[times < duration_s]
+
+
+def _staged_times(
+    spec: StagedArrival, rng: np.random.Generator, count: int | None, duration_s: float | None
+) -> np.ndarray:
+    """Each stage's arrivals at its own rate, offset by its start; ``constant`` stages put
+    their first arrival at the stage's start (as a load generator sending on a fixed
+    interval does), so a stage of ``r`` req/s for ``d`` s sends ``ceil(r d)`` requests."""
+    end = spec.total_duration_s if duration_s is None else min(duration_s, spec.total_duration_s)
+    parts = []
+    for start, stage in zip(spec.stage_starts(), spec.stages, strict=True):
+        if start >= end:
+            break
+        length = min(stage.duration_s, end - start)
+        if spec.process == "constant":
+            sends = int(np.ceil(stage.rate_rps * length - 1e-9))
+            times = np.arange(sends, dtype=np.float64) / stage.rate_rps
+        else:
+            process: Any = (
+                GammaArrival(rate_rps=stage.rate_rps, cv=spec.cv)
+                if spec.process == "gamma"
+                else PoissonArrival(rate_rps=stage.rate_rps)
+            )
+            times = arrival_times(process, rng, None, length)
+        parts.append(start + times[times < length])
+        if count is not None and sum(len(p) for p in parts) >= count:
+            break
+    times = np.concatenate(parts) if parts else np.zeros(0)
+    return times if count is None else times[:count]

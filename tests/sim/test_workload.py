@@ -88,6 +88,50 @@ def test_constant_arrivals_are_evenly_spaced():
     assert np.allclose(np.diff(arrivals), 0.25)
 
 
+def staged(process="poisson", stages=((8.0, 60.0), (20.0, 30.0)), **fields):
+    rows = [{"rate_rps": rate, "duration_s": seconds} for rate, seconds in stages]
+    arrival = {"kind": "stages", "process": process, "stages": rows, **fields}
+    return workload(arrival=arrival, input=4, output=4)
+
+
+def test_staged_constant_arrivals_send_each_stage_at_its_own_interval():
+    requests = generate(staged("constant"), num_requests=None, duration_s=90.0)
+    arrivals = np.array([r.arrival_s for r in requests])
+    first, second = arrivals[arrivals < 60.0], arrivals[arrivals >= 60.0]
+    assert len(first) == 480 and len(second) == 600  # rate x duration each
+    assert first[0] == 0.0 and second[0] == 60.0  # a stage sends at its start
+    assert np.allclose(np.diff(first), 1 / 8) and np.allclose(np.diff(second), 1 / 20)
+
+
+def test_staged_poisson_arrivals_follow_each_stage_rate():
+    spec = staged(stages=((5.0, 2000.0), (50.0, 200.0)))
+    arrivals = np.array([r.arrival_s for r in generate(spec, num_requests=None, duration_s=2200)])
+    assert arrivals.max() < 2200.0
+    assert (arrivals < 2000).sum() == pytest.approx(10_000, rel=0.05)
+    assert (arrivals >= 2000).sum() == pytest.approx(10_000, rel=0.05)
+    gaps = np.diff(arrivals[arrivals < 2000])
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, rel=0.05)
+
+
+def test_staged_arrivals_stop_at_the_request_limit_and_the_duration():
+    assert len(generate(staged("constant"), num_requests=500, duration_s=None)) == 500
+    short = generate(staged("constant"), num_requests=None, duration_s=61.0)
+    assert len(short) == 480 + 20
+
+
+def test_a_staged_scenario_runs_its_stages_whole_by_default():
+    from sim.config.loader import validate_scenario
+
+    stages = [{"rate_rps": 2, "duration_s": 10}, {"rate_rps": 4, "duration_s": 5}]
+    arrival = {"kind": "stages", "process": "constant", "stages": stages}
+    scenario = validate_scenario({"workload": {"arrival": arrival}})
+    assert scenario.simulation.duration_s == 15.0 and scenario.simulation.num_requests is None
+    fixed = validate_scenario(
+        {"workload": {"arrival": arrival}, "simulation": {"num_requests": 7}}
+    )
+    assert fixed.simulation.num_requests == 7 and fixed.simulation.duration_s is None
+
+
 def test_duration_limit_keeps_only_arrivals_inside_it():
     requests = generate(workload(input=4, output=4), num_requests=None, duration_s=300.0)
     assert max(r.arrival_s for r in requests) < 300.0
