@@ -126,9 +126,7 @@ def test_a_staged_scenario_runs_its_stages_whole_by_default():
     arrival = {"kind": "stages", "process": "constant", "stages": stages}
     scenario = validate_scenario({"workload": {"arrival": arrival}})
     assert scenario.simulation.duration_s == 15.0 and scenario.simulation.num_requests is None
-    fixed = validate_scenario(
-        {"workload": {"arrival": arrival}, "simulation": {"num_requests": 7}}
-    )
+    fixed = validate_scenario({"workload": {"arrival": arrival}, "simulation": {"num_requests": 7}})
     assert fixed.simulation.num_requests == 7 and fixed.simulation.duration_s is None
 
 
