@@ -186,10 +186,12 @@ class StagedArrival(StrictModel):
 
     kind: Literal["stages"] = "stages"
     """Selects staged arrival rates."""
-    process: Literal["poisson", "constant", "gamma"] = "poisson"
-    """How arrivals are spaced within a stage: ``poisson`` (exponential gaps), ``constant`` (evenly
-    spaced, ``1 / rate_rps`` apart, the first at the stage's start) or ``gamma`` (gaps with
-    coefficient of variation ``cv``)."""
+    process: Literal["poisson", "poisson-count", "constant", "gamma"] = "poisson"
+    """How arrivals are spaced within a stage: ``poisson`` (exponential gaps), ``poisson-count``
+    (exactly ``int(rate_rps x duration_s)`` arrivals with exponential gaps scaled to end at the
+    stage's end: inference-perf's ``constant`` load), ``constant`` (evenly spaced, ``1 /
+    rate_rps`` apart, the first at the stage's start) or ``gamma`` (gaps with coefficient of
+    variation ``cv``)."""
     cv: float = Field(default=1.0, ge=1e-3, le=1e3)
     """``gamma`` only: coefficient of variation of the gaps (1 is Poisson)."""
     stages: list[ArrivalStage] = Field(min_length=1, max_length=10_000)
@@ -322,6 +324,22 @@ class PrefixGroupsSpec(StrictModel):
     system prompt, in [0, 1]."""
 
 
+class PromptPoolSpec(StrictModel):
+    """A finite set of ``distinct`` prompts that requests reuse whole, as benchmark
+    clients cycle through a fixed prompt list (inference-perf's ``shared_prefix`` data:
+    ``num_groups x num_prompts_per_group`` prompts sent in turn). Entry ``e``'s own
+    tokens and length are drawn once; with prefix groups it carries group ``e mod
+    num_groups``'s system prompt. A repeated prompt is token for token the same, so a
+    prefix cache can hit all of it."""
+
+    distinct: int = Field(ge=1, le=10_000_000)
+    """How many distinct prompts there are (own tokens after any system prompt)."""
+    order: Literal["cycle", "uniform"] = "cycle"
+    """``cycle``: request k sends entry ``perm[k mod distinct]`` of one shuffled order (a client
+    walking its prompt list again and again); ``uniform``: each request picks an entry at
+    random."""
+
+
 class SessionsSpec(StrictModel):
     """Multi-turn sessions: the arrival process starts sessions; each has ``turns``
     turns, ``think_time_s`` apart (fixed, or exponential with that mean)."""
@@ -354,6 +372,9 @@ class WorkloadSpec(StrictModel):
     or a preset name."""
     prefix: PrefixGroupsSpec = PrefixGroupsSpec()
     """Shared system prompts, for prefix caching: how many, how long and how often used."""
+    prompts: PromptPoolSpec | None = None
+    """A finite set of distinct prompts reused whole (a benchmark client's prompt list); null
+    (default): every request's own tokens are its own. Not with sessions or a trace."""
     sessions: SessionsSpec | None = None
     """Multi-turn conversations; null (default): every request stands alone."""
     n: int = Field(default=1, ge=1, lt=STREAM_STRIDE)
@@ -372,4 +393,8 @@ class WorkloadSpec(StrictModel):
             self.sessions is not None or self.prefix.num_groups > 0
         ):
             raise ValueError("trace replay does not combine with sessions or prefix groups")
+        if self.prompts is not None and (
+            self.sessions is not None or isinstance(self.arrival, TraceArrival)
+        ):
+            raise ValueError("a prompt pool (prompts) does not combine with sessions or a trace")
         return self

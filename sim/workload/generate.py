@@ -72,6 +72,7 @@ class _Plan(NamedTuple):
     tenant: np.ndarray
     priority: np.ndarray
     source_row: np.ndarray  # trace row, -1 for synthetic requests
+    entry: np.ndarray  # prompt-pool entry, -1 without a pool
 
 
 def generate_requests(
@@ -133,6 +134,10 @@ def _plan_synthetic(spec, model, rng, num_requests, duration_s, prefixes) -> _Pl
     unit = np.repeat(np.arange(units), turns)
     turn = np.arange(len(unit)) - np.repeat(np.cumsum(turns) - turns, turns)
     own = _paired_lengths(spec, len(unit), rng)
+    entry = np.full(len(unit), -1, dtype=np.int64)
+    if spec.prompts is not None:
+        entry, group, entry_len = _pool_entries(spec, units, rng)
+        own = (entry_len[entry], own[1])
     # group -1 (no prefix) indexes the trailing 0
     prefix_len = np.asarray(prefixes + [0], dtype=np.int64)[group[unit]]
     own_len, output_len, keep = _clip(own[0], own[1], prefix_len, turn, model.max_model_len)
@@ -141,9 +146,25 @@ def _plan_synthetic(spec, model, rng, num_requests, duration_s, prefixes) -> _Pl
         keep &= arrival < duration_s
     session = unit if spec.sessions is not None else np.full(len(unit), -1, dtype=np.int64)
     columns = (arrival, own_len, output_len, group[unit], session, turn, tenant[unit])
-    columns += (priority[unit], np.full(len(unit), -1, dtype=np.int64))
+    columns += (priority[unit], np.full(len(unit), -1, dtype=np.int64), entry)
     plan = _Plan(*(c[keep] for c in columns))
     return _sorted_prefix(plan, num_requests)
+
+
+def _pool_entries(spec: WorkloadSpec, size: int, rng):
+    """(entry per request, its prefix group, each entry's own length) of a prompt pool:
+    entry e belongs to group e mod num_groups (-1 without groups); lengths are drawn once
+    per entry, so a repeated prompt is the same prompt."""
+    pool = spec.prompts
+    entry_len = sample_lengths(spec.input, pool.distinct, rng, "input")
+    if pool.order == "cycle":
+        order = rng.permutation(pool.distinct)
+        entry = order[np.arange(size) % pool.distinct]
+    else:
+        entry = rng.integers(0, pool.distinct, size=size)
+    groups = spec.prefix.num_groups
+    group = entry % groups if groups else np.full(size, -1, dtype=np.int64)
+    return entry.astype(np.int64), group.astype(np.int64), entry_len
 
 
 def _pick_groups(prefix: PrefixGroupsSpec, size: int, rng) -> np.ndarray:
@@ -265,7 +286,9 @@ def _plan_trace(spec, model, num_requests, duration_s) -> _Plan:
     size = len(order)
     minus_one = np.full(size, -1, dtype=np.int64)
     zeros = np.zeros(size, dtype=np.int64)
-    return _Plan(arrival[order], own, out, minus_one, minus_one, zeros, zeros, zeros, order)
+    return _Plan(
+        arrival[order], own, out, minus_one, minus_one, zeros, zeros, zeros, order, minus_one
+    )
 
 
 def _build_requests(spec, model, plan: _Plan, prefixes, token_seed) -> list[Request]:
@@ -283,6 +306,7 @@ def _build_requests(spec, model, plan: _Plan, prefixes, token_seed) -> list[Requ
             previous=previous if spec.sessions is not None else None,
             group=plan.prefix_group if prefixes else None,
             group_len=prefixes,
+            own_key=plan.entry if spec.prompts is not None else None,
         )
         prompt_len = _prompt_lengths(plan, previous, prefix_len)
     columns = (plan.arrival_s, plan.output_len, plan.tenant, plan.priority, plan.prefix_group)

@@ -45,7 +45,8 @@ class PromptBook:
     sessions). ``group[i]``: its prefix group, -1 for none, whose system prompt (built
     once, here) is ``group_len[group[i]]`` tokens long (None: no groups).
     ``hash_ids[i]`` with ``hashed_len[i]``: a trace row's hash ids and how many of the
-    prompt's tokens their blocks give (None: no trace). Immutable after construction;
+    prompt's tokens their blocks give (None: no trace). ``own_key[i]``: the prompt-pool
+    entry whose own tokens request i sends (None: each request its own). Immutable after construction;
     :meth:`prompt` mutates nothing."""
 
     def __init__(
@@ -60,6 +61,7 @@ class PromptBook:
         group_len: Sequence[int] = (),
         hash_ids: Sequence[np.ndarray] | None = None,
         hashed_len: np.ndarray | None = None,
+        own_key: np.ndarray | None = None,
     ):
         self.seed = seed
         self.vocab_size = vocab_size
@@ -73,6 +75,7 @@ class PromptBook:
             tokens.flags.writeable = False  # shared by every prompt of the group
         self._hash_ids = hash_ids
         self._hashed_len = _column(hashed_len)
+        self._own_key = _column(own_key)
 
     def prompt(self, req_id: int) -> np.ndarray:
         """Request ``req_id``'s prompt token ids (a new int32 array on every call; the
@@ -81,7 +84,8 @@ class PromptBook:
             return self._hashed(req_id)
         if self._previous is not None and self._previous[req_id] >= 0:
             return self._turn(req_id)
-        own = self._streams.own(req_id, int(self._own_len[req_id]))
+        key = req_id if self._own_key is None else int(self._own_key[req_id])
+        own = self._streams.own(key, int(self._own_len[req_id]))
         head = self._head(req_id)
         return own if head is None else np.concatenate([head, own])
 

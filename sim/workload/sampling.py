@@ -96,6 +96,8 @@ def _staged_times(
         if spec.process == "constant":
             sends = int(np.ceil(stage.rate_rps * length - 1e-9))
             times = np.arange(sends, dtype=np.float64) / stage.rate_rps
+        elif spec.process == "poisson-count":
+            times = _fixed_count_times(stage, length, rng)
         else:
             process: Any = (
                 GammaArrival(rate_rps=stage.rate_rps, cv=spec.cv)
@@ -108,3 +110,19 @@ def _staged_times(
             break
     times = np.concatenate(parts) if parts else np.zeros(0)
     return times if count is None else times[:count]
+
+
+def _fixed_count_times(stage: Any, length: float, rng: np.random.Generator) -> np.ndarray:
+    """``int(rate x duration)`` arrivals whose exponential gaps are scaled to sum to the
+    stage's duration (the last one at its end), cut at ``length`` when the run ends
+    first: inference-perf's ``constant`` load timer."""
+    count = int(stage.rate_rps * stage.duration_s)
+    if count == 0:
+        return np.zeros(0)
+    times = np.cumsum(rng.exponential(1.0, count))
+    times *= stage.duration_s / times[-1]
+    # The last one a hair (1 ns a second) before the end: the stage's end is the next
+    # stage's start, and a run's duration keeps only arrivals strictly before it, also
+    # once the stage's start is added.
+    times[-1] = stage.duration_s * (1 - 1e-9)
+    return times[times < length]

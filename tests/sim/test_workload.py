@@ -113,6 +113,15 @@ def test_staged_poisson_arrivals_follow_each_stage_rate():
     assert gaps.std() / gaps.mean() == pytest.approx(1.0, rel=0.05)
 
 
+def test_staged_poisson_count_arrivals_send_exactly_rate_times_duration():
+    requests = generate(staged("poisson-count"), num_requests=None, duration_s=90.0)
+    arrivals = np.array([r.arrival_s for r in requests])
+    assert (arrivals < 60).sum() == 480 and (arrivals >= 60).sum() == 600
+    assert 59.99 < arrivals[arrivals < 60].max() < 60.0 and arrivals.max() < 90.0
+    gaps = np.diff(arrivals[arrivals < 60])
+    assert 0.8 < gaps.std() / gaps.mean() < 1.2  # exponential gaps, not even ones
+
+
 def test_staged_arrivals_stop_at_the_request_limit_and_the_duration():
     assert len(generate(staged("constant"), num_requests=500, duration_s=None)) == 500
     short = generate(staged("constant"), num_requests=None, duration_s=61.0)
@@ -128,6 +137,33 @@ def test_a_staged_scenario_runs_its_stages_whole_by_default():
     assert scenario.simulation.duration_s == 15.0 and scenario.simulation.num_requests is None
     fixed = validate_scenario({"workload": {"arrival": arrival}, "simulation": {"num_requests": 7}})
     assert fixed.simulation.num_requests == 7 and fixed.simulation.duration_s is None
+
+
+def test_a_prompt_pool_reuses_whole_prompts_in_a_cycle():
+    spec = workload(prefix={"num_groups": 3, "length": 20}, prompts={"distinct": 6},
+                    input={"kind": "uniform", "min": 5, "max": 50}, output=4)  # fmt: skip
+    requests = generate(spec, num_requests=24)
+    prompts = [tuple(r.prompt.tolist()) for r in requests]
+    assert len(set(prompts)) == 6
+    assert prompts[:6] == prompts[6:12] == prompts[18:24]  # one shuffled order, repeated
+    heads = {p[:20] for p in prompts}
+    assert len(heads) == 3  # entry e carries group e mod 3's system prompt
+    for request, prompt in zip(requests, prompts):
+        assert len(prompt) == request.prompt_len
+        assert prompt[:20] == tuple(requests[0].source.group_prompt(request.prefix_group))
+
+
+def test_a_uniform_prompt_pool_picks_entries_at_random():
+    spec = workload(prompts={"distinct": 5, "order": "uniform"}, input=8, output=4)
+    prompts = [tuple(r.prompt.tolist()) for r in generate(spec, num_requests=400)]
+    counts = sorted(prompts.count(p) for p in set(prompts))
+    assert len(counts) == 5 and counts[0] > 50  # each entry ~80 times
+    assert prompts[:5] != prompts[5:10]
+
+
+def test_a_prompt_pool_does_not_combine_with_sessions():
+    with pytest.raises(ValueError, match="prompt pool"):
+        workload(prompts={"distinct": 5}, sessions={"turns": 2})
 
 
 def test_duration_limit_keeps_only_arrivals_inside_it():
