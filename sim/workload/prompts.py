@@ -46,8 +46,8 @@ class PromptBook:
     once, here) is ``group_len[group[i]]`` tokens long (None: no groups).
     ``hash_ids[i]`` with ``hashed_len[i]``: a trace row's hash ids and how many of the
     prompt's tokens their blocks give (None: no trace). ``own_key[i]``: the prompt-pool
-    entry whose own tokens request i sends (None: each request its own). Immutable after construction;
-    :meth:`prompt` mutates nothing."""
+    entry whose own tokens request i sends (None: each request its own). Immutable after
+    construction; :meth:`prompt` mutates nothing."""
 
     def __init__(
         self,
