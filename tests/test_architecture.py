@@ -27,6 +27,7 @@ LAYERS = (
     {"sim.run"},  # scenario -> run -> outputs
     {"sim.hil", "sim.sweep"},  # validation against the real backend; sweeps and capacity
     {"sim.live"},  # live endpoints: observe one, serve one, compare and calibrate with them
+    {"sim.recorded"},  # recorded runs of real engines: import, replay, compare, calibrate
     {"sim.cli"},  # the commands
 )
 LAYER_OF = {group: i for i, layer in enumerate(LAYERS) for group in layer}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sim.cli import info, live
+from sim.cli import info, live, recorded
 from sim.cli.check import add_check_command
 from sim.cli.common import OneLineParser, add_scenario_options, dispatch
 from sim.cli.run import cmd_compare, cmd_run, metric_percentiles, trace_format
@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_commands(sub)
     add_check_command(sub)
     live.add_commands(sub)
+    recorded.add_commands(sub)
     add_sweep_commands(sub)
     return parser
 

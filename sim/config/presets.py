@@ -121,6 +121,34 @@ MODEL_SOURCES: dict[str, str] = {
 }
 
 
+#: The config.json files in scenarios/models/ that are not presets: file stem -> (the
+#: HuggingFace repository whose config.json it is, where this copy was taken from).
+#: ``pagesim import-run`` finds a recorded run's model here by its repository name.
+SHIPPED_CONFIGS: dict[str, tuple[str, str]] = {
+    "llama-2-7b": ("meta-llama/Llama-2-7b-hf", "inference-sim/training@ed5c1d2 model_configs/"),
+    "llama-2-70b": ("meta-llama/Llama-2-70b-hf", "inference-sim/training@ed5c1d2 model_configs/"),
+    "codellama-34b-instruct": (
+        "codellama/CodeLlama-34b-Instruct-hf",
+        "inference-sim/training@ed5c1d2 model_configs/",
+    ),
+    "llama-3.1-8b": ("meta-llama/Llama-3.1-8B", "casys-kaist/LLMServingSim@5daddb2 configs/model/"),
+    "qwen3-32b": ("Qwen/Qwen3-32B", "casys-kaist/LLMServingSim@5daddb2 configs/model/"),
+}
+
+
+def shipped_config_for(repository: str) -> str | None:
+    """The stem of the shipped config.json of a HuggingFace repository (case-insensitive;
+    presets' repositories included), None if none is shipped."""
+    wanted = repository.strip().lower()
+    for stem, (repo, _) in SHIPPED_CONFIGS.items():
+        if repo.lower() == wanted:
+            return stem
+    for preset, repo in MODEL_SOURCES.items():
+        if repo.lower() == wanted:
+            return preset
+    return None
+
+
 # --- hardware presets ---------------------------------------------------------------------
 # Capacities are the datasheet's decimal GB (the usable figure nvidia-smi shows is a few
 # percent higher, so this errs on the small side). Links are one direction: the datasheets

@@ -1,8 +1,9 @@
-"""Trace replay: the Azure LLM inference CSV layout and the Mooncake JSONL layout.
+"""Trace replay: the Azure LLM inference CSV layout, the Mooncake JSONL layout and
+pagesim's own request JSONL (what ``pagesim import-run`` writes).
 
 Each loader returns a :class:`Trace` of arrival offsets (seconds from the first row),
 input and output lengths and, for Mooncake, the ``hash_ids`` of each prompt's 512-token
-blocks. A malformed row raises :class:`TraceError` naming ``file:line: column``: a
+blocks; for pagesim's own, which rows send the same prompt. A malformed row raises :class:`TraceError` naming ``file:line: column``: a
 timestamp that is not finite (or lies so far from the others that the offset is not), a
 token count or hash id that is negative or beyond int64, a file that is not UTF-8.
 Rows need not be in time order (requests are sorted by arrival). Parsed traces are
@@ -35,6 +36,7 @@ class Trace(NamedTuple):
     input_len: np.ndarray  # int64
     output_len: np.ndarray  # int64
     hash_ids: tuple[np.ndarray, ...] | None  # per row, int64 (Mooncake only)
+    prompt_id: np.ndarray | None = None  # int64 per row: equal ids, equal prompts; -1 none
 
 
 def load_trace(path: str | Path, fmt: str) -> Trace:
@@ -48,21 +50,27 @@ def load_trace(path: str | Path, fmt: str) -> Trace:
 
 @functools.lru_cache(maxsize=8)
 def _cached_trace(path: str, mtime_ns: int, fmt: str) -> Trace:
-    parsers = {"azure-csv": _parse_azure, "mooncake-jsonl": _parse_mooncake}
+    parsers = {
+        "azure-csv": _parse_azure,
+        "mooncake-jsonl": _parse_mooncake,
+        "requests-jsonl": _parse_requests,
+    }
     if fmt not in parsers:
         raise TraceError(f"{path}: unknown trace format {fmt!r}")
     with reading(path, TraceError):
-        times, lines, inputs, outputs, hashes = parsers[fmt](path)
+        times, lines, inputs, outputs, hashes, *prompt_id = parsers[fmt](path)
     if not times:
         raise TraceError(f"{path}: no rows")
     arrival = np.asarray(times, dtype=np.float64)
     with np.errstate(over="ignore"):  # an overflow is reported by _check_offsets
         arrival -= arrival.min()
-    _check_offsets(path, arrival, lines, "TIMESTAMP" if fmt == "azure-csv" else "timestamp")
+    column = {"azure-csv": "TIMESTAMP", "mooncake-jsonl": "timestamp"}.get(fmt, "arrival_s")
+    _check_offsets(path, arrival, lines, column)
     arrays = [arrival, np.asarray(inputs, np.int64), np.asarray(outputs, np.int64)]
+    arrays += [np.asarray(prompt_id[0], np.int64)] if prompt_id else []
     for array in arrays:
         array.setflags(write=False)
-    return Trace(*arrays, hashes)
+    return Trace(*arrays[:3], hashes, *arrays[3:])
 
 
 def _check_offsets(path: str, arrival: np.ndarray, lines: list[int], column: str) -> None:
@@ -164,6 +172,56 @@ def _parse_mooncake(path: str):
             outputs.append(_count(path, line_no, "output_length", row.get("output_length")))
             hashes.append(_hash_ids(path, line_no, row.get("hash_ids", [])))
     return times, lines, inputs, outputs, tuple(hashes)
+
+
+def _parse_requests(path: str):
+    """pagesim's own request trace (what ``pagesim import-run`` writes): one JSON object a
+    line, ``arrival_s`` (seconds, any origin), ``input_tokens``, ``output_tokens`` and an
+    optional ``prompt`` (a string or integer): rows with the same ``prompt`` send the same
+    prompt, token for token, and so must have the same ``input_tokens``."""
+    times: list[float] = []
+    lines: list[int] = []
+    inputs: list[int] = []
+    outputs: list[int] = []
+    ids: list[int] = []
+    known: dict[Any, tuple[int, int, int]] = {}  # prompt -> (id, input tokens, first line)
+    with open(path, encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            row = _json_object(path, line_no, line)
+            times.append(_seconds(path, line_no, row.get("arrival_s")))
+            lines.append(line_no)
+            inputs.append(_count(path, line_no, "input_tokens", row.get("input_tokens")))
+            outputs.append(_count(path, line_no, "output_tokens", row.get("output_tokens")))
+            ids.append(_prompt_id(path, line_no, row.get("prompt"), inputs[-1], known))
+    return times, lines, inputs, outputs, None, ids
+
+
+def _seconds(path: str, line_no: int, value: Any) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value):
+        raise TraceError(f"{path}:{line_no}: arrival_s: expected a finite number of seconds, "
+                         f"got {_shown(value)}")  # fmt: skip
+    return float(value)
+
+
+def _prompt_id(path: str, line_no: int, value: Any, tokens: int, known: dict) -> int:
+    if value is None:
+        return -1
+    if isinstance(value, bool) or not isinstance(value, str | int) or len(str(value)) > 200:
+        raise TraceError(f"{path}:{line_no}: prompt: expected a string or integer key of at "
+                         f"most 200 characters, got {_shown(value)}")  # fmt: skip
+    key = (type(value).__name__, value)
+    if key not in known:
+        known[key] = (len(known), tokens, line_no)
+    number, first_tokens, first_line = known[key]
+    if first_tokens != tokens:
+        raise TraceError(
+            f"{path}:{line_no}: input_tokens: prompt {_shown(value)} has {tokens} tokens here "
+            f"and {first_tokens} on line {first_line}; equal prompts have equal lengths"
+        )
+    return number
 
 
 def _json_object(path: str, line_no: int, line: str) -> dict:

@@ -219,10 +219,12 @@ class TraceArrival(FileRef):
 
     kind: Literal["trace"] = "trace"
     """Selects replaying a trace file: arrival times and lengths come from it."""
-    format: Literal["azure-csv", "mooncake-jsonl"]
-    """``azure-csv`` (Azure LLM inference trace: TIMESTAMP, ContextTokens, GeneratedTokens) or
+    format: Literal["azure-csv", "mooncake-jsonl", "requests-jsonl"]
+    """``azure-csv`` (Azure LLM inference trace: TIMESTAMP, ContextTokens, GeneratedTokens),
     ``mooncake-jsonl`` (timestamp in ms, input_length, output_length, and the hash_ids of
-    512-token prompt blocks)."""
+    512-token prompt blocks) or ``requests-jsonl`` (pagesim's own, as ``pagesim import-run``
+    writes it: arrival_s, input_tokens, output_tokens and an optional prompt key; rows with
+    the same key send the same prompt)."""
     path: str
     """The trace file, relative to the scenario file."""
     time_scale: float = Field(default=1.0, gt=0)

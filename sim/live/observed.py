@@ -129,11 +129,14 @@ def observed_summary(scenario, requests, attempts, result, options, percentiles)
 
 
 def write_observed(out: Path, scenario, requests, result: ReplayResult, summary, *,
-                   html: bool, force: bool, argv) -> Path:  # fmt: skip
-    """Write the observed run's folder all at once (sim.run.folders.atomic_folder)."""
+                   html: bool, force: bool, argv, extra=None) -> Path:  # fmt: skip
+    """Write the observed run's folder all at once (sim.run.folders.atomic_folder);
+    ``extra(folder)``, if given, adds files of its own (an imported run's replay)."""
     outcomes = [outcome_of(r, a) for r, a in zip(requests, result.attempts, strict=True)]
     steps = StepLog(1)
     with atomic_folder(out, force=force) as partial:
+        if extra is not None:
+            extra(partial)
         write_outputs(partial, outcomes, steps, summary)
         scenario_json = scenario.model_dump(mode="json")
         (partial / "scenario.json").write_text(

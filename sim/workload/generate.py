@@ -323,7 +323,15 @@ def _trace_book(spec, model, plan: _Plan, token_seed: int) -> PromptBook:
     """Mooncake rows' prompts: their hash-id blocks, then own tokens past them."""
     hashes = spec.arrival.trace().hash_ids
     if hashes is None:
-        return PromptBook(token_seed, model.vocab_size, plan.own_len)
+        prompt_id = spec.arrival.trace().prompt_id
+        if prompt_id is None:
+            return PromptBook(token_seed, model.vocab_size, plan.own_len)
+        # equal keys, equal own tokens; a row without a key is its own prompt (keys past
+        # every shared one)
+        ids = prompt_id[plan.source_row]
+        unique = np.int64(prompt_id.max(initial=-1) + 1) + np.arange(len(ids), dtype=np.int64)
+        keys = np.where(ids >= 0, ids, unique)
+        return PromptBook(token_seed, model.vocab_size, plan.own_len, own_key=keys)
     ids = [hashes[row] for row in plan.source_row.tolist()]
     covered = np.asarray([len(h) * MOONCAKE_BLOCK_TOKENS for h in ids], dtype=np.int64)
     hashed = np.minimum(plan.own_len, covered)

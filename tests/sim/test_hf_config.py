@@ -21,7 +21,12 @@ from sim.cli import main
 from sim.config.errors import ScenarioError
 from sim.config.hardware import ModelSpec
 from sim.config.loader import load_scenario, validate_scenario
-from sim.config.presets import MODEL_PRESETS, MODEL_SOURCES
+from sim.config.presets import (
+    MODEL_PRESETS,
+    MODEL_SOURCES,
+    SHIPPED_CONFIGS,
+    shipped_config_for,
+)
 from sim.run.build import analytic_executor
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,8 +80,29 @@ def error_of(folder: Path, config, **model_fields) -> str:
 
 
 def test_every_preset_has_a_shipped_config_and_a_source():
-    assert {p.stem for p in MODELS.glob("*.json")} == set(MODEL_PRESETS) == set(MODEL_SOURCES)
+    presets = {p.stem for p in MODELS.glob("*.json")} - set(SHIPPED_CONFIGS)
+    assert presets == set(MODEL_PRESETS) == set(MODEL_SOURCES)
     assert set(EXTRAS) == set(MODEL_PRESETS)
+
+
+#: The shipped non-preset configs, read: (params in billions, layers, KV heads, max len).
+SHIPPED_SHAPES = {
+    "llama-2-7b": (6.74, 32, 32, 4096),
+    "llama-2-70b": (68.98, 80, 8, 4096),
+    "codellama-34b-instruct": (33.74, 48, 8, 16384),
+    "llama-3.1-8b": (8.03, 32, 8, 131072),
+    "qwen3-32b": (32.76, 64, 8, 40960),
+}
+
+
+@pytest.mark.parametrize("stem", sorted(SHIPPED_CONFIGS))
+def test_a_shipped_config_reads_as_its_model(stem):
+    raw = {"model": {"config": f"models/{stem}.json"}, "hardware": "h200", "tensor_parallel": 8}
+    model = validate_scenario(raw, base_dir=ROOT / "scenarios").model
+    params, layers, kv_heads, max_len = SHIPPED_SHAPES[stem]
+    assert round(model.num_params / 1e9, 2) == params
+    assert (model.num_layers, model.num_kv_heads, model.max_model_len) == (layers, kv_heads, max_len)
+    assert shipped_config_for(SHIPPED_CONFIGS[stem][0].upper()) == stem
 
 
 @pytest.mark.parametrize("preset", sorted(MODEL_PRESETS))

@@ -1,0 +1,62 @@
+"""Recorded runs of real engines: import them, replay them, compare with them.
+
+* :func:`import_run` reads a recorded run (a format's module each: ``inference_perf``,
+  ``lifecycle``, ``vllm_bench``, ``sglang_bench``) and writes its observed run folder with
+  the scenario that replays it (:mod:`.folder`).
+* :mod:`.stages` compares a simulation with a recorded run stage by stage.
+* :mod:`.calibrate` fits the analytic model's physical efficiencies to recorded runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sim.recorded.run import EngineConfig, RecordedRun, RecordError
+
+__all__ = ["FORMATS", "RecordError", "import_run", "read_recorded"]
+
+FORMATS = ("inference-perf", "lifecycle", "vllm-bench", "sglang-bench")
+
+
+def read_recorded(fmt: str, path: Path, *, engine: EngineConfig, model: str | None,
+                  hardware: str | None, metadata: Path | None = None,
+                  prompts: Path | None = None) -> RecordedRun:  # fmt: skip
+    """The recorded run at ``path`` in format ``fmt``; RecordError (one line) if it
+    cannot be read as that format."""
+    if not path.exists():
+        raise RecordError(f"{path}: no such file or folder")
+    if fmt == "inference-perf":
+        from sim.recorded import inference_perf
+
+        return inference_perf.read_run(path, engine=engine, model=model, hardware=hardware)
+    if fmt == "lifecycle":
+        from sim.recorded import lifecycle
+
+        return lifecycle.read_run(path, engine=engine, model=model, hardware=hardware,
+                                  metadata=metadata, prompts=prompts)  # fmt: skip
+    if fmt in ("vllm-bench", "sglang-bench"):
+        from sim.recorded import bench_json
+
+        return bench_json.read_run(path, fmt, engine=engine, model=model, hardware=hardware,
+                                   metadata=metadata)  # fmt: skip
+    raise RecordError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+def import_run(fmt: str, path: Path, out: Path, *, model: str | None = None,
+               hardware: str | None = None, engine_args: Path | None = None,
+               metadata: Path | None = None, prompts: Path | None = None,
+               force: bool = False, html: bool = True, argv=None) -> dict[str, Any]:  # fmt: skip
+    """Read the recorded run and write its folder at ``out``; returns its summary.
+    Raises RecordError (one line) for a bad file, an unknown model or GPU."""
+    from sim.recorded.engine_args import read_engine_args
+    from sim.recorded.folder import import_folder
+    from sim.recorded.models import resolve_hardware_name, resolve_model_source
+
+    engine = read_engine_args(engine_args) if engine_args is not None else EngineConfig()
+    run = read_recorded(fmt, path, engine=engine, model=model, hardware=hardware,
+                        metadata=metadata, prompts=prompts)  # fmt: skip
+    source = resolve_model_source(model or run.model)
+    gpu = resolve_hardware_name(hardware or run.hardware)
+    return import_folder(out, run, model=source, hardware=gpu, force=force, argv=argv,
+                         html=html)  # fmt: skip

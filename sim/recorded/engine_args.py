@@ -1,0 +1,179 @@
+"""An engine's arguments as pagesim's scenario settings.
+
+Takes vLLM's argument names (``max_num_seqs``, ``--max-num-batched-tokens``, ...: dashes
+or underscores, with or without the leading ``--``) from a file or a recorded run's
+metadata, fills what was not recorded with the engine's own defaults, and gives the
+scenario sections that replay it:
+
+=============================  =====================================================
+vLLM argument                  scenario field
+=============================  =====================================================
+max_num_seqs                   scheduler.max_num_seqs
+max_num_batched_tokens         scheduler.max_num_batched_tokens
+enable_chunked_prefill         scheduler.chunked_prefill (V1 default: on)
+max_model_len                  model.max_model_len
+block_size                     cache.block_size (default 16)
+enable_prefix_caching          cache.prefix_caching (V1 default: on)
+gpu_memory_utilization         cache.gpu_memory_utilization (default 0.9): the pool is
+                               derived from memory as vLLM does (sim.config.pool)
+num_gpu_blocks (logged)        cache.num_blocks = N - 1: vLLM keeps block 0 as its null
+                               block, so N - 1 hold KV
+tensor_parallel_size           tensor_parallel
+dtype                          model.dtype_bytes (auto: the config's torch_dtype)
+kv_cache_dtype                 noted: pagesim keeps KV in the model's dtype
+=============================  =====================================================
+
+vLLM V1 schedules without a watermark (``scheduler.watermark: 0``) and preempts the
+request scheduled last (recompute), as pagesim's ``last-arrived`` victim does.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from sim.recorded.files import read_json, read_yaml
+from sim.recorded.run import EngineConfig, RecordError
+
+#: vLLM's argument names (and the aliases recorded runs use) -> EngineConfig fields.
+_NAMES = {
+    "max_num_seqs": "max_num_seqs",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "max_model_len": "max_model_len",
+    "block_size": "block_size",
+    "enable_prefix_caching": "enable_prefix_caching",
+    "enable_chunked_prefill": "enable_chunked_prefill",
+    "tensor_parallel_size": "tensor_parallel_size",
+    "tensor_parallelism": "tensor_parallel_size",
+    "tp": "tensor_parallel_size",
+    "dtype": "dtype",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "num_gpu_blocks": "num_gpu_blocks",
+    "num_gpu_blocks_override": "num_gpu_blocks",
+    "version": "version",
+    "engine": "engine",
+    "cpu_offload_gib": "cpu_offload_gib",
+}
+_INTS = {"max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
+         "tensor_parallel_size", "num_gpu_blocks"}  # fmt: skip
+_BOOLS = {"enable_prefix_caching", "enable_chunked_prefill"}
+_DTYPE_BYTES = {"float16": 2, "half": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
+                "float32": 4, "float": 4, "fp32": 4}  # fmt: skip
+#: Keys of a recorded run's metadata that are not engine arguments (ignored, not errors).
+_IGNORED = {"model", "served_model_name", "host", "port", "app", "tokenizer"}
+
+
+def _key(name: str) -> str:
+    return name.lstrip("-").replace("-", "_").lower()
+
+
+def engine_config(values: dict[str, Any], where: str) -> EngineConfig:
+    """An EngineConfig from argument names and values; RecordError naming the argument
+    for an unknown name or a value of the wrong kind."""
+    fields: dict[str, Any] = {}
+    for name, value in values.items():
+        key = _key(str(name))
+        if key in _IGNORED:
+            continue
+        if key not in _NAMES:
+            known = ", ".join(sorted(k for k in _NAMES if "_" in k))
+            raise RecordError(f"{where}: {name}: not an engine argument pagesim maps ({known})")
+        fields[_NAMES[key]] = _value(_NAMES[key], value, where, str(name))
+    return EngineConfig(**fields)
+
+
+def _value(field: str, value: Any, where: str, name: str) -> Any:
+    if value is None:
+        return None
+    if field in _INTS:
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1 << 40:
+            raise RecordError(f"{where}: {name}: expected a positive integer, got {value!r}")
+        return value
+    if field in _BOOLS:
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        if not isinstance(value, bool):
+            raise RecordError(f"{where}: {name}: expected true or false, got {value!r}")
+        return value
+    if field in ("gpu_memory_utilization", "cpu_offload_gib"):
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not ok or not math.isfinite(value) or value <= 0:
+            raise RecordError(f"{where}: {name}: expected a positive number, got {value!r}")
+        if field == "gpu_memory_utilization" and value > 1:
+            raise RecordError(f"{where}: {name}: expected a fraction in (0, 1], got {value!r}")
+        return float(value)
+    if not isinstance(value, str) or len(value) > 100:
+        raise RecordError(f"{where}: {name}: expected a short string, got {value!r}"[:200])
+    return value
+
+
+def read_engine_args(path: Path) -> EngineConfig:
+    """An EngineConfig from a YAML or JSON file of engine arguments (a mapping)."""
+    values = read_json(path) if path.suffix == ".json" else read_yaml(path)
+    if not isinstance(values, dict):
+        raise RecordError(f"{path}: expected a mapping of engine arguments")
+    return engine_config(values, str(path))
+
+
+def merged(base: EngineConfig, override: EngineConfig) -> EngineConfig:
+    """``base`` with every field ``override`` sets."""
+    fields = {k: v for k, v in override.__dict__.items() if v is not None}
+    if override.engine == "vllm" and "engine" in fields and base.engine != "vllm":
+        fields.pop("engine")  # the dataclass default is not a choice
+    return EngineConfig(**{**base.__dict__, **fields})
+
+
+def scenario_sections(engine: EngineConfig) -> tuple[dict[str, Any], list[str]]:
+    """The scenario fields replaying ``engine`` (module doc table) and notes on what was
+    a default or is not modelled."""
+    notes: list[str] = []
+    cache: dict[str, Any] = {
+        "block_size": engine.block_size or 16,
+        "prefix_caching": True if engine.enable_prefix_caching is None
+        else engine.enable_prefix_caching,
+    }  # fmt: skip
+    if engine.num_gpu_blocks is not None:
+        if engine.num_gpu_blocks < 2:
+            raise RecordError(f"num_gpu_blocks: expected at least 2, got {engine.num_gpu_blocks}")
+        cache["num_blocks"] = engine.num_gpu_blocks - 1
+        notes.append(f"KV pool: the logged {engine.num_gpu_blocks} blocks less vLLM's null block")
+    else:
+        cache["gpu_memory_utilization"] = engine.gpu_memory_utilization or 0.9
+        notes.append(
+            f"KV pool derived from gpu_memory_utilization {cache['gpu_memory_utilization']:g} "
+            "(no logged num_gpu_blocks)"
+        )
+    scheduler: dict[str, Any] = {"watermark": 0.0}
+    for field, key in (("max_num_seqs", "max_num_seqs"),
+                       ("max_num_batched_tokens", "max_num_batched_tokens")):  # fmt: skip
+        value = getattr(engine, field)
+        if value is None:
+            notes.append(f"{field} not recorded: pagesim's default")
+        else:
+            scheduler[key] = value
+    if engine.enable_chunked_prefill is not None:
+        scheduler["chunked_prefill"] = engine.enable_chunked_prefill
+    sections: dict[str, Any] = {"cache": cache, "scheduler": scheduler}
+    if engine.tensor_parallel_size:
+        sections["tensor_parallel"] = engine.tensor_parallel_size
+    if engine.kv_cache_dtype not in (None, "auto"):
+        notes.append(f"kv_cache_dtype {engine.kv_cache_dtype}: KV is kept in the model dtype")
+    if engine.cpu_offload_gib:
+        notes.append(
+            f"CPU KV offloading ({engine.cpu_offload_gib:g} GiB) is not modelled: only "
+            "what the GPU pool holds is cached"
+        )
+    return sections, notes
+
+
+def dtype_bytes(engine: EngineConfig) -> int | None:
+    """Bytes per weight element for ``engine.dtype`` (None: auto, the config's)."""
+    if engine.dtype in (None, "auto"):
+        return None
+    if engine.dtype not in _DTYPE_BYTES:
+        raise RecordError(f"dtype: expected one of {', '.join(_DTYPE_BYTES)}, got {engine.dtype!r}")
+    return _DTYPE_BYTES[engine.dtype]

@@ -1,0 +1,198 @@
+"""A per-request lifecycle JSONL: ``pagesim import-run lifecycle FILE``.
+
+One JSON object a line, a request each, with the engine's own timestamps (vLLM's
+``RequestStateStats`` as its ``EngineCoreEvent`` records them; LLMServingSim's
+``bench/`` runner writes exactly these):
+
+=====================  =======================================================  ========
+field                  meaning                                                  needed
+=====================  =======================================================  ========
+queued_ts              the engine queued it (its arrival on the engine clock)   yes
+first_token_ts         its first output token                                   yes
+last_token_ts          its last output token                                    yes
+input_toks             prompt tokens (``prompt_tokens`` also read)              yes
+output_toks            output tokens (``output_tokens`` also read)              yes
+scheduled_ts           first scheduled (queueing = scheduled - queued)          no
+arrival_time           the client's wall-clock send (epoch): recorded, unused   no
+request_id             carried into observed.csv's detail                       no
+error                  a failure's kind ('' or absent: success)                 no
+=====================  =======================================================  ========
+
+Clocks: ``queued_ts``, ``scheduled_ts``, ``first_token_ts`` and ``last_token_ts`` are one
+monotonic clock of the engine process; ``arrival_time`` is the client's wall clock and
+is not mixed with them. Arrivals are the queued times shifted so the first is 0, so TTFT
+is first token - queued (what the engine adds; the client's HTTP and tokenisation are
+outside it) and E2E is last token - queued.
+
+Beside the file, an optional ``meta.json`` (or ``--metadata FILE``) gives the engine:
+``vllm_version``, ``engine_kwargs`` (vLLM's argument names) and ``kv_cache``
+(``num_gpu_blocks``, ``block_size``, ``gpu_memory_utilization``,
+``enable_prefix_caching``), and ``hardware.device_name``; and ``--prompts FILE`` (a JSONL
+of the same requests in order with ``input_tok_ids``) gives prompt identity: requests
+with equal token ids send the same prompt. Without token ids every prompt is its own
+(a shared prefix shorter than the prompt is not recovered).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.recorded.engine_args import engine_config, merged
+from sim.recorded.files import count, number, read_json, read_json_lines, sha256_of
+from sim.recorded.run import EngineConfig, RecordedRequests, RecordedRun, RecordError
+
+_ALIASES = {"input_toks": ("input_toks", "prompt_tokens", "input_tokens"),
+            "output_toks": ("output_toks", "output_tokens", "completion_tokens")}  # fmt: skip
+
+#: GPU names as CUDA reports them -> pagesim's hardware presets (the first match wins).
+DEVICE_NAMES = (
+    ("RTX PRO 6000 Blackwell Server", "rtx-pro-6000-server"),
+    ("RTX PRO 6000 Blackwell", "rtx-pro-6000"),
+    ("RTX 4090", "rtx-4090"),
+    ("RTX 5090", "rtx-5090"),
+    ("RTX 6000 Ada", "rtx-6000-ada"),
+    ("L40S", "l40s"),
+    ("L40", "l40"),
+    ("A10G", "a10g"),
+    ("L4", "l4"),
+    ("A40", "a40"),
+    ("H100 80GB HBM3", "h100-sxm"),
+    ("H100 PCIe", "h100-pcie"),
+    ("H100 NVL", "h100-nvl"),
+    ("H200", "h200"),
+    ("H20", "h20"),
+    ("GH200", "gh200"),
+    ("B200", "b200"),
+    ("A100-SXM4-80GB", "a100-80gb"),
+    ("A100-SXM4-40GB", "a100-40gb"),
+    ("MI300X", "mi300x"),
+)
+
+
+def hardware_preset(device_name: str | None) -> str | None:
+    """The preset for a CUDA device name (``NVIDIA GeForce RTX 4090`` -> ``rtx-4090``)."""
+    if not device_name:
+        return None
+    for fragment, preset in DEVICE_NAMES:
+        if fragment.lower() in device_name.lower():
+            return preset
+    return None
+
+
+def read_run(path: Path, *, engine: EngineConfig, model: str | None, hardware: str | None,
+             metadata: Path | None = None, prompts: Path | None = None) -> RecordedRun:  # fmt: skip
+    """The recorded run in lifecycle JSONL ``path`` (module doc)."""
+    files = {str(path): sha256_of(path)}
+    rows = [(line, row) for line, row in read_json_lines(path)]
+    if not rows:
+        raise RecordError(f"{path}: no requests")
+    meta_path = metadata or (path.parent / "meta.json")
+    meta: dict[str, Any] = {}
+    notes = []
+    if meta_path.is_file():
+        files[str(meta_path)] = sha256_of(meta_path)
+        meta = read_json(meta_path)
+        if not isinstance(meta, dict):
+            raise RecordError(f"{meta_path}: expected a JSON object")
+    elif metadata is not None:
+        raise RecordError(f"{metadata}: missing")
+    recorded = _engine_of(meta, str(meta_path))
+    keys = _prompt_keys(prompts, len(rows), files) if prompts else None
+    requests = _requests(rows, str(path), keys)
+    notes.append(
+        "arrivals are the engine's queued times (first at 0): TTFT and E2E count from the "
+        "engine queueing the request, not from the client's send"
+    )
+    if keys is None:
+        notes.append("no prompt token ids (--prompts): every prompt is its own")
+    device = ((meta.get("hardware") or {}).get("device_name")) if meta else None
+    return RecordedRun(
+        format="lifecycle", source=str(path),
+        model=model or meta.get("model") or (meta.get("engine_kwargs") or {}).get("model"),
+        hardware=hardware or hardware_preset(device), engine=merged(recorded, engine),
+        requests=requests, notes=tuple(notes), files=files,
+    )  # fmt: skip
+
+
+def _engine_of(meta: dict[str, Any], where: str) -> EngineConfig:
+    if not meta:
+        return EngineConfig()
+    values = dict(meta.get("engine_kwargs") or {})
+    for key in ("data_parallel_size", "enable_expert_parallel", "seed"):
+        if values.pop(key, None) not in (None, 1, False) and key != "seed":
+            raise RecordError(f"{where}: engine_kwargs.{key}: data/expert parallelism is not "
+                              "replayed (one replica, tensor parallel only)")  # fmt: skip
+    kv = meta.get("kv_cache") or {}
+    for key in ("num_gpu_blocks", "block_size", "gpu_memory_utilization", "enable_prefix_caching"):
+        if kv.get(key) is not None:
+            values[key] = kv[key]
+    if meta.get("vllm_version"):
+        values["version"] = str(meta["vllm_version"])
+    return engine_config(values, where)
+
+
+def _field(row: dict, name: str, where: str) -> Any:
+    for alias in _ALIASES.get(name, (name,)):
+        if alias in row:
+            return row[alias]
+    raise RecordError(f"{where}: {name}: missing")
+
+
+def _requests(rows: list[tuple[int, Any]], path: str, keys) -> RecordedRequests:
+    queued, first, end, prompt, output, errors = [], [], [], [], [], []
+    for line, row in rows:
+        where = f"{path}:{line}"
+        if not isinstance(row, dict):
+            raise RecordError(f"{where}: expected a JSON object")
+        error = row.get("error") or ""
+        if not isinstance(error, str):
+            raise RecordError(f"{where}: error: expected a string")
+        q = number(_field(row, "queued_ts", where), where, "queued_ts", low=None)
+        ok = not error
+        f = _time(row, "first_token_ts", where, required=ok)
+        e = _time(row, "last_token_ts", where, required=ok)
+        if ok and not q <= f <= e:
+            raise RecordError(f"{where}: first_token_ts: expected queued_ts <= first_token_ts "
+                              f"<= last_token_ts, got {q!r}, {f!r}, {e!r}")  # fmt: skip
+        queued.append(q)
+        first.append(f)
+        end.append(e)
+        prompt.append(count(_field(row, "input_toks", where), where, "input_toks"))
+        output.append(count(_field(row, "output_toks", where), where, "output_toks"))
+        errors.append(error[:80])
+    origin = min(queued)
+    shift = lambda values: np.asarray(values, dtype=np.float64) - origin  # noqa: E731
+    return RecordedRequests(
+        shift(queued), shift(first), shift(end), np.asarray(prompt, dtype=np.int64),
+        np.asarray(output, dtype=np.int64), np.full(len(rows), -1, dtype=np.int64),
+        tuple(errors), tuple(keys) if keys else ("",) * len(rows), None,
+    )  # fmt: skip
+
+
+def _time(row: dict, name: str, where: str, *, required: bool) -> float:
+    if row.get(name) is None and not required:
+        return math.nan
+    return number(_field(row, name, where), where, name, low=None)
+
+
+def _prompt_keys(path: Path, expected: int, files: dict[str, str]) -> list[str]:
+    """A digest of each request's ``input_tok_ids``, in order."""
+    files[str(path)] = sha256_of(path)
+    keys = []
+    for line, row in read_json_lines(path):
+        ids = row.get("input_tok_ids") if isinstance(row, dict) else None
+        if not isinstance(ids, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 1 << 31 for t in ids
+        ):
+            raise RecordError(f"{path}:{line}: input_tok_ids: expected a list of token ids")
+        digest = hashlib.blake2b(np.asarray(ids, dtype=np.int64).tobytes(), digest_size=12)
+        keys.append(digest.hexdigest())
+    if len(keys) != expected:
+        raise RecordError(f"{path}: {len(keys)} prompts for {expected} requests; give the "
+                          "workload file the run was made from")  # fmt: skip
+    return keys

@@ -1,0 +1,86 @@
+"""The scenario that replays a recorded run: the same requests, engine and deployment.
+
+* The workload: a ``requests-jsonl`` trace of the recorded requests (send times, prompt
+  and output lengths, and which of them sent the same prompt) when they were recorded
+  one by one; otherwise the client generator's own settings (:attr:`RecordedRun.workload`:
+  staged arrival rates, the prompt pool and shared prefixes), re-drawn with the seed.
+* The engine: its arguments mapped by :mod:`sim.recorded.engine_args`.
+* The model: a config.json copied beside the scenario (``model.json``), or a preset.
+* The GPU: the hardware preset the run names or the import was given.
+
+A successful request's output length is what the engine generated (the format's module
+says how it was counted); a failed one keeps what it streamed (at least 1 token).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.recorded.engine_args import dtype_bytes, scenario_sections
+from sim.recorded.run import RecordedRun, RecordError
+
+TRACE_FILE = "requests.jsonl"
+MODEL_FILE = "model.json"
+
+
+def replay_scenario(run: RecordedRun, *, name: str, model: dict[str, Any] | str,
+                    hardware: str | dict[str, Any]) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
+    """(scenario mapping, notes) replaying ``run``; ``model`` is a preset name or a
+    ``model`` section (``{config: model.json, ...}``)."""
+    sections, notes = scenario_sections(run.engine)
+    model_section: Any = model
+    if isinstance(model, dict):
+        model_section = dict(model)
+        if run.engine.max_model_len:
+            model_section["max_model_len"] = run.engine.max_model_len
+        width = dtype_bytes(run.engine)
+        if width is not None:
+            model_section["dtype_bytes"] = width
+    scenario: dict[str, Any] = {
+        "name": name,
+        "description": f"replay of the {run.format} run {run.source}",
+        "model": model_section,
+        "hardware": hardware,
+        **sections,
+    }
+    if run.requests is not None:
+        scenario["workload"] = {
+            "arrival": {"kind": "trace", "format": "requests-jsonl", "path": TRACE_FILE}
+        }
+        scenario["simulation"] = {"num_requests": None, "seed": 0}
+    elif run.workload is not None:
+        scenario["workload"] = run.workload
+        scenario["simulation"] = {"seed": 0}
+    else:
+        raise RecordError(f"{run.source}: neither per-request records nor a workload to replay")
+    return scenario, notes
+
+
+def trace_rows(run: RecordedRun) -> list[str]:
+    """The ``requests-jsonl`` lines of the recorded requests (send order)."""
+    requests = run.requests
+    assert requests is not None
+    order = np.argsort(requests.send_s, kind="stable")
+    keys: dict[tuple[str, int], int] = {}  # a text counted to two lengths is two prompts
+    rows = []
+    for i in order.tolist():
+        row: dict[str, Any] = {
+            "arrival_s": round(float(requests.send_s[i]), 9),
+            "input_tokens": max(1, int(requests.prompt_tokens[i])),
+            "output_tokens": max(1, int(requests.output_tokens[i])),
+        }
+        key = requests.prompt_key[i]
+        if key:
+            row["prompt"] = keys.setdefault((key, row["input_tokens"]), len(keys))
+        rows.append(json.dumps(row))
+    return rows
+
+
+def write_trace(folder: Path, run: RecordedRun) -> Path:
+    path = folder / TRACE_FILE
+    path.write_text("\n".join(trace_rows(run)) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,124 @@
+"""A recorded run of a real serving engine, as every importer returns it.
+
+An importer (one module per format) reads what a benchmark client or an engine wrote and
+returns a :class:`RecordedRun`: the engine's settings, the model and GPU it ran on, and
+either each request's timings (:class:`RecordedRequests`) or only the per-stage figures
+the client published (:class:`StageFigures`), or both. Nothing here knows a format.
+
+Times are seconds. Request times are on the run's own clock, shifted so the first send
+is 0 (each format's module says which clock it read and how it is aligned).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+#: The latency metrics a recorded run may carry, each with its mean and quantiles.
+METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s")
+QUANTILES = ("mean", "p50", "p90", "p99")
+
+
+class RecordError(ValueError):
+    """A recorded file that cannot be read as its format says; the message is one line:
+    ``file:line: field: expected ...``."""
+
+
+class RecordedRequests(NamedTuple):
+    """Per-request columns (float64 seconds, int64 counts; NaN or -1 where not recorded).
+
+    ``send_s``: when the client sent it; ``first_token_s`` / ``end_s``: its first token
+    and its end; ``prompt_tokens`` / ``output_tokens``: lengths as the engine counted
+    them where the format says so; ``cached_tokens``: prompt tokens the engine reported
+    cached (-1 unknown); ``error``: '' for a success, else the failure's kind;
+    ``prompt_key``: an identity of the prompt's text ('' unknown), equal for equal
+    prompts; ``token_times``: per request, every token's arrival (None if not recorded)."""
+
+    send_s: np.ndarray
+    first_token_s: np.ndarray
+    end_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    cached_tokens: np.ndarray
+    error: tuple[str, ...]
+    prompt_key: tuple[str, ...]
+    token_times: tuple[np.ndarray, ...] | None
+
+    @property
+    def count(self) -> int:
+        return int(self.send_s.shape[0])
+
+
+@dataclass(frozen=True)
+class StageFigures:
+    """What a client published for one load stage (or the whole run: ``index`` -1):
+    ``latency[metric][quantile]`` in seconds (metric in :data:`METRICS`, quantile in
+    :data:`QUANTILES`; absent where not published), the requests sent and failed, the
+    asked rate and duration, and the throughputs."""
+
+    index: int
+    rate_rps: float | None
+    duration_s: float | None
+    sent: int
+    failed: int
+    latency: dict[str, dict[str, float]]
+    throughput_rps: float | None = None
+    output_tok_s: float | None = None
+    prompt_tokens_p50: float | None = None
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The engine settings a replay needs, in vLLM's names (None: not recorded, the
+    engine's default applies; :mod:`sim.recorded.engine_args` fills those in)."""
+
+    engine: str = "vllm"
+    version: str | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None
+    block_size: int | None = None
+    enable_prefix_caching: bool | None = None
+    enable_chunked_prefill: bool | None = None
+    tensor_parallel_size: int | None = None
+    dtype: str | None = None
+    kv_cache_dtype: str | None = None
+    gpu_memory_utilization: float | None = None
+    num_gpu_blocks: int | None = None
+    """As the engine logged it ("# GPU blocks: N"); vLLM keeps one of them as its null
+    block, so N - 1 hold KV."""
+    cpu_offload_gib: float | None = None
+
+
+@dataclass(frozen=True)
+class RecordedRun:
+    """One recorded run: where it came from, the deployment, and what it measured.
+
+    ``workload`` is the scenario ``workload`` section that regenerates its requests when
+    they were not recorded one by one (a client's generator settings), else None (the
+    replay is a trace of ``requests``). ``notes`` say what was converted or assumed."""
+
+    format: str
+    source: str
+    model: str | None
+    hardware: str | None
+    engine: EngineConfig
+    requests: RecordedRequests | None = None
+    stages: tuple[StageFigures, ...] = ()
+    summary: StageFigures | None = None
+    workload: dict[str, Any] | None = None
+    request_timeout_s: float | None = None
+    notes: tuple[str, ...] = ()
+    files: dict[str, str] = field(default_factory=dict)
+    """Each file read -> its sha256, so a corpus entry names exactly what it came from."""
+
+
+def finite_or_none(value: Any) -> float | None:
+    """A finite float, or None for anything else (a missing or non-numeric figure)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
