@@ -30,10 +30,16 @@ def add_commands(subparsers) -> None:
     cmd.add_argument("--hardware", help="GPU preset (pagesim list hardware)")
     cmd.add_argument("--engine-args", metavar="FILE",
                      help="YAML/JSON of engine arguments the run did not record")  # fmt: skip
-    cmd.add_argument("--metadata", metavar="FILE",
-                     help="lifecycle / vllm-bench: the run's metadata (default: meta.json beside)")
-    cmd.add_argument("--prompts", metavar="FILE",
-                     help="lifecycle: the workload JSONL with input_tok_ids (prompt identity)")
+    cmd.add_argument(
+        "--metadata",
+        metavar="FILE",
+        help="lifecycle / vllm-bench: the run's metadata (default: meta.json beside)",
+    )
+    cmd.add_argument(
+        "--prompts",
+        metavar="FILE",
+        help="lifecycle: the workload JSONL with input_tok_ids (prompt identity)",
+    )
     cmd.add_argument("--force", action="store_true", help="replace the run in --out")
     cmd.add_argument("--no-report", action="store_true", help="skip report.html")
     cmd.add_argument("--quiet", action="store_true", help="no table")
@@ -41,9 +47,8 @@ def add_commands(subparsers) -> None:
 
 
 def cmd_import_run(args) -> int:
-    from sim.recorded import RecordError, import_run
-
     from sim.cli.common import output_file
+    from sim.recorded import RecordError, import_run
 
     out = Path(args.out)
     output_file(out, "--out")

@@ -82,12 +82,14 @@ class CostParams(StrictModel):
     """Floor, in seconds, of the decode attention in a layer: a split-KV kernel and the kernel
     merging its partial results (Vidur's A100 FlashInfer profiles: 10 us for one sequence of 160
     tokens)."""
-    interconnect_efficiency: Fraction = 0.8
-    """Fraction of the interconnect's bandwidth a ring all-reduce reaches: nccl-tests bus bandwidth
-    232 of 300 GB/s on 8 x A100 and ~370 of 450 on 8 x H100 (NCCL maintainers, nccl-tests#212)."""
-    allreduce_latency_s: Seconds = 1e-5
-    """Start-up latency, in seconds, of one small all-reduce inside a CUDA graph: ~6 us on two H100
-    (NVIDIA/nccl#1259); vLLM's custom all-reduce is of that order."""
+    interconnect_efficiency: Fraction | None = None
+    """Fraction of the link's one-direction bandwidth an all-reduce's bus bandwidth reaches; null:
+    what nccl-tests measured on that kind of link at that group size (sim.config.links: 0.68-0.79
+    over NVLink, 0.39-0.61 over PCIe with P2P, 0.47 through host memory)."""
+    allreduce_latency_s: Seconds | None = None
+    """Latency, in seconds, of one small all-reduce; null: the measured figure of the link and group
+    size (sim.config.links: ~5 us over NVLink with vLLM's custom kernel in a CUDA graph, 5-25 us
+    over PCIe, 9-39 us through host memory)."""
     cpu_step_overhead_s: Seconds = 5e-4
     """CPU seconds per step not hidden behind the GPU (schedule, prepare inputs, process outputs):
     a vLLM 0.27 engine loop profiled at 541 us per step amortised

@@ -14,11 +14,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from sim.config.arrivals import ArrivalSpec
 from sim.config.hints import did_you_mean
-from sim.config.workload import (
-    ArrivalSpec,
-    LengthDist,
-)
+from sim.config.workload import LengthDist
 
 
 class ScenarioError(ValueError):

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_serializer, model_validator
 
+from sim.config.links import LinkKind
 from sim.config.schema import StrictModel
 
 DtypeName = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
@@ -135,6 +136,9 @@ class ModelSpec(StrictModel):
 #: ModelSpec fields a dump leaves out while they are null (what only a config.json gives).
 _EXTRAS = frozenset({"config", "rope_theta", "rope_scaling", "sliding_window"})
 
+#: HardwareSpec fields a dump leaves out while they are null (measured on some cards only).
+_HARDWARE_EXTRAS = frozenset({"gemm_efficiency", "attention_efficiency", "link"})
+
 
 class HardwareSpec(StrictModel):
     """One accelerator's datasheet figures (dense, no sparsity), plus two measured ones
@@ -163,6 +167,33 @@ class HardwareSpec(StrictModel):
     sustained_bandwidth_fraction: float = Field(default=0.9, gt=0.0, le=1.0)
     """Sustained over datasheet bandwidth of a read-bound streaming kernel, in (0, 1]: 0.86 to 0.98
     measured on A100, H100, H200 and A40; 0.9 where nobody has measured."""
+    gemm_efficiency: float | None = Field(default=None, gt=0.0, le=1.0)
+    """Measured best dense GEMM throughput over ``flops`` (cuBLAS at its best shape, in (0, 1]),
+    where this card has been measured; null: ``cost_model.params.gemm_efficiency``. A set
+    ``cost_model.params.gemm_efficiency`` wins over it."""
+    attention_efficiency: float | None = Field(default=None, gt=0.0, le=1.0)
+    """Measured FlashAttention main-loop throughput over ``flops``, where this card has been
+    measured; null: ``cost_model.params.attention_efficiency`` (which, set, wins)."""
+    link: LinkKind | None = None
+    """What connects the GPUs of a tensor-parallel group (sim.config.links): ``nvlink``,
+    ``pcie-p2p`` (PCIe with peer-to-peer), ``pcie-host`` (PCIe through host memory: GeForce
+    cards), ``xgmi`` (AMD Infinity Fabric) or ``network`` (GPUs in different nodes). Null:
+    ``nvlink`` when ``interconnect_bytes_s`` is above ``host_link_bytes_s``, else
+    ``pcie-p2p``."""
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unset_figures(self, handler) -> dict[str, Any]:
+        # The measured figures only some cards have: a preset without them dumps exactly
+        # the fields it always had (scenario.json byte for byte).
+        data = handler(self)
+        return {k: v for k, v in data.items() if k not in _HARDWARE_EXTRAS or v is not None}
+
+    @property
+    def link_kind(self) -> LinkKind:
+        """:attr:`link`, or the kind its bandwidths imply."""
+        if self.link is not None:
+            return self.link
+        return "nvlink" if self.interconnect_bytes_s > self.host_link_bytes_s else "pcie-p2p"
 
     @property
     def sustained_bandwidth_bytes_s(self) -> float:

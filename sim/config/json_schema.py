@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from sim.config.arrivals import PoissonArrival
 from sim.config.hardware import HardwareSpec, ModelSpec
 from sim.config.presets import HARDWARE_PRESETS, MODEL_PRESETS
 from sim.config.scenario import Scenario
@@ -36,13 +37,7 @@ from sim.config.sections import (
     SchedulerSpec,
     policy_registry,
 )
-from sim.config.workload import (
-    LENGTH_PRESETS,
-    PoissonArrival,
-    PrefixGroupsSpec,
-    SessionsSpec,
-    WorkloadSpec,
-)
+from sim.config.workload import LENGTH_PRESETS, PrefixGroupsSpec, SessionsSpec, WorkloadSpec
 
 __all__ = ["JSON_SCHEMA_DIALECT", "scenario_json_schema"]
 

@@ -38,6 +38,7 @@ from pydantic import (
     model_validator,
 )
 
+from sim.config.arrivals import TraceArrival
 from sim.config.budget import OverBudget, check_memory
 from sim.config.costs import CostModelSpec
 from sim.config.errors import error_at
@@ -56,10 +57,7 @@ from sim.config.sections import (
     SimulationSpec,
     SLOSpec,
 )
-from sim.config.workload import (
-    TraceArrival,
-    WorkloadSpec,
-)
+from sim.config.workload import WorkloadSpec
 
 ResolvedModel = Annotated[ModelSpec, BeforeValidator(expand_model)]
 

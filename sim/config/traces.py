@@ -3,9 +3,10 @@ pagesim's own request JSONL (what ``pagesim import-run`` writes).
 
 Each loader returns a :class:`Trace` of arrival offsets (seconds from the first row),
 input and output lengths and, for Mooncake, the ``hash_ids`` of each prompt's 512-token
-blocks; for pagesim's own, which rows send the same prompt. A malformed row raises :class:`TraceError` naming ``file:line: column``: a
-timestamp that is not finite (or lies so far from the others that the offset is not), a
-token count or hash id that is negative or beyond int64, a file that is not UTF-8.
+blocks; for pagesim's own, which rows send the same prompt. A malformed row raises
+:class:`TraceError` naming ``file:line: column``: a timestamp that is not finite (or lies
+so far from the others that the offset is not), a token count or hash id that is negative
+or beyond int64, a file that is not UTF-8.
 Rows need not be in time order (requests are sorted by arrival). Parsed traces are
 cached by (path, modification time).
 """

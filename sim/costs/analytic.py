@@ -50,6 +50,7 @@ import numpy as np
 from backend.step import Batch
 from sim.config.costs import CostParams
 from sim.config.hardware import HardwareSpec, ModelSpec
+from sim.config.links import CUDA_GRAPH_MAX_TOKENS
 from sim.config.pool import _check_tensor_parallel
 from sim.costs.kernels import GpuKernels
 
@@ -161,7 +162,8 @@ class AnalyticCostModel:
             "mlp_act": k.elementwise(act_bytes),
             "mlp_down_proj": k.gemm(t, self._mlp, h),
             "add": k.streaming(3 * t * h * b),
-            "all_reduce": 2 * k.allreduce(t * h * b, self.tensor_parallel),
+            "all_reduce": 2
+            * k.allreduce(t * h * b, self.tensor_parallel, graphed=t <= CUDA_GRAPH_MAX_TOKENS),
         }
 
     def attention_layer(

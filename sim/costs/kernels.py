@@ -31,8 +31,11 @@ uses them.
   sequence for its page-table walk, query load and output write) at
   ``decode_attention_efficiency``, after a floor of ``decode_attention_floor_s`` (a
   split-KV kernel plus the kernel merging its partial results).
-* **All-reduce** (tensor parallelism): a ring moves ``2 (tp-1)/tp`` of the message over
-  the interconnect at ``interconnect_efficiency`` after ``allreduce_latency_s``.
+* **All-reduce** (tensor parallelism): ``2 (tp-1)/tp`` of the message at the bus
+  bandwidth nccl-tests measured on the hardware's kind of link, after that link's
+  latency (:mod:`sim.config.links`; ``interconnect_efficiency`` and
+  ``allreduce_latency_s`` override them); outside a CUDA graph vLLM's custom kernel pays
+  its eager floor.
 
 Each constant's source is on its field of :class:`sim.config.costs.CostParams`. Immutable;
 every method is pure.
@@ -47,6 +50,13 @@ import numpy as np
 
 from sim.config.costs import CostParams
 from sim.config.hardware import HardwareSpec
+from sim.config.links import (
+    EAGER_LATENCY_S,
+    LINKS,
+    busbw_fraction,
+    link_bytes_s,
+    link_latency_s,
+)
 
 
 class GpuKernels:
@@ -66,9 +76,13 @@ class GpuKernels:
         self._elementwise_bytes_s = (
             hardware.sustained_bandwidth_bytes_s * params.elementwise_efficiency
         )
-        self._link_bytes_s = hardware.interconnect_bytes_s * params.interconnect_efficiency
-        self._gemm_flops = self.peak_flops * params.gemm_efficiency
-        self._attention_flops = self.peak_flops * params.attention_efficiency
+        self._link = hardware.link_kind
+        self._link_bandwidth = link_bytes_s(
+            self._link, hardware.interconnect_bytes_s, hardware.host_link_bytes_s
+        )
+        peak = self.peak_flops
+        self._gemm_flops = peak * _measured(params, hardware, "gemm_efficiency")
+        self._attention_flops = peak * _measured(params, hardware, "attention_efficiency")
         # The attention kernels run every step: their parameters read once here.
         self._floor_s = params.kernel_floor_s
         self._attention_tile = params.attention_tile
@@ -159,12 +173,30 @@ class GpuKernels:
         return self._decode_floor_s + tokens * kv_bytes_per_token / self._decode_bytes_s
 
     # -- communication ------------------------------------------------------------------
-    def allreduce(self, nbytes: float, tensor_parallel: int) -> float:
-        """A ring all-reduce of ``nbytes`` over ``tensor_parallel`` GPUs (0 for one)."""
+    def allreduce(self, nbytes: float, tensor_parallel: int, *, graphed: bool = True) -> float:
+        """An all-reduce of ``nbytes`` over ``tensor_parallel`` GPUs (0 for one) on the
+        hardware's link (sim.config.links); ``graphed`` False: outside a CUDA graph, where
+        vLLM's custom kernel pays its eager floor."""
         if tensor_parallel <= 1:
             return 0.0
+        params, link = self.params, self._link
+        latency = params.allreduce_latency_s
+        if latency is None:
+            latency = link_latency_s(link, tensor_parallel)
+            if not graphed and LINKS[link].custom_kernel:
+                latency += EAGER_LATENCY_S
+        fraction = params.interconnect_efficiency or busbw_fraction(link, tensor_parallel)
         ring = 2 * (tensor_parallel - 1) / tensor_parallel * nbytes
-        return self.params.allreduce_latency_s + ring / self._link_bytes_s
+        return latency + ring / (self._link_bandwidth * fraction)
+
+
+def _measured(params: CostParams, hardware: HardwareSpec, field: str) -> float:
+    """An efficiency: the scenario's own setting, else the card's measured figure, else
+    the default of :class:`CostParams`."""
+    measured = getattr(hardware, field)
+    if field in params.model_fields_set or measured is None:
+        return getattr(params, field)
+    return measured
 
 
 def _smooth_max(a: float, b: float, p: float) -> float:

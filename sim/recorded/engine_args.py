@@ -69,6 +69,11 @@ def _key(name: str) -> str:
     return name.lstrip("-").replace("-", "_").lower()
 
 
+def is_engine_argument(name: str) -> bool:
+    """Whether ``name`` (any spelling) is an argument :func:`engine_config` maps."""
+    return _key(name) in _NAMES
+
+
 def engine_config(values: dict[str, Any], where: str) -> EngineConfig:
     """An EngineConfig from argument names and values; RecordError naming the argument
     for an unknown name or a value of the wrong kind."""

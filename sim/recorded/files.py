@@ -52,13 +52,14 @@ def read_json(path: Path) -> Any:
         raise RecordError(f"{where}: not JSON: {getattr(err, 'msg', err)}") from None
 
 
-def read_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
-    """(line number, value) of every non-blank line of a JSON-lines file."""
+def read_json_lines(path: Path, *, finite: bool = True) -> Iterator[tuple[int, Any]]:
+    """(line number, value) of every non-blank line of a JSON-lines file; ``finite``
+    False lets NaN and Infinity through (SGLang's client writes them)."""
     for number, line in enumerate(_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            yield number, parse_json(line)
+            yield number, parse_json(line, finite=finite)
         except ValueError as err:
             raise RecordError(f"{path}:{number}: not JSON: {getattr(err, 'msg', err)}") from None
 

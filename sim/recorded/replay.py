@@ -27,8 +27,9 @@ TRACE_FILE = "requests.jsonl"
 MODEL_FILE = "model.json"
 
 
-def replay_scenario(run: RecordedRun, *, name: str, model: dict[str, Any] | str,
-                    hardware: str | dict[str, Any]) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
+def replay_scenario(
+    run: RecordedRun, *, name: str, model: dict[str, Any] | str, hardware: str | dict[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
     """(scenario mapping, notes) replaying ``run``; ``model`` is a preset name or a
     ``model`` section (``{config: model.json, ...}``)."""
     sections, notes = scenario_sections(run.engine)

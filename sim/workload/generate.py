@@ -38,13 +38,13 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from sim.config.arrivals import TraceArrival
 from sim.config.tables import load_length_table
 from sim.config.workload import (
     CategoricalSpec,
     EmpiricalLength,
     PrefixGroupsSpec,
     SessionsSpec,
-    TraceArrival,
     WorkloadSpec,
 )
 from sim.workload.prompts import PromptBook

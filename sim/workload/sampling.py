@@ -8,16 +8,14 @@ from typing import Any
 
 import numpy as np
 
+from sim.config.arrivals import GammaArrival, PoissonArrival, StagedArrival
 from sim.config.tables import load_length_table
 from sim.config.workload import (
     LENGTH_PRESETS,
     EmpiricalLength,
     FixedLength,
-    GammaArrival,
     LognormalLength,
-    PoissonArrival,
     Role,
-    StagedArrival,
     UniformLength,
 )
 

@@ -101,7 +101,8 @@ def test_a_shipped_config_reads_as_its_model(stem):
     model = validate_scenario(raw, base_dir=ROOT / "scenarios").model
     params, layers, kv_heads, max_len = SHIPPED_SHAPES[stem]
     assert round(model.num_params / 1e9, 2) == params
-    assert (model.num_layers, model.num_kv_heads, model.max_model_len) == (layers, kv_heads, max_len)
+    shape = (model.num_layers, model.num_kv_heads, model.max_model_len)
+    assert shape == (layers, kv_heads, max_len)
     assert shipped_config_for(SHIPPED_CONFIGS[stem][0].upper()) == stem
 
 

@@ -157,3 +157,32 @@ def test_decode_gemv_on_a100_streams_weights_near_the_measured_rate():
     k = GpuKernels(A100, CostParams(), dtype_bytes=2)
     assert k.gemm(1, 4096, 28672) == pytest.approx(142e-6, rel=0.10)
     assert math.isfinite(k.gemm(4096, 4096, 28672))
+
+
+def test_allreduce_uses_the_measured_figures_of_the_link():
+    """With no override, an all-reduce over NVLink costs vLLM's custom-kernel latency and
+    the nccl-tests bus bandwidth fraction; over PCIe through host memory far more; and
+    outside a CUDA graph the custom kernel's eager floor is added."""
+    from sim.config.links import EAGER_LATENCY_S, busbw_fraction, link_latency_s
+
+    params = CostParams()
+    nvlink = GpuKernels(H100, params, dtype_bytes=2)
+    size = 2 * 8192 * 4096  # 2 MiB of bf16 activations
+    ring = 2 * 1 / 2 * size
+    expected = link_latency_s("nvlink", 2) + ring / (450e9 * busbw_fraction("nvlink", 2))
+    assert nvlink.allreduce(size, 2) == pytest.approx(expected)
+    assert nvlink.allreduce(size, 2, graphed=False) == pytest.approx(expected + EAGER_LATENCY_S)
+    geforce = GpuKernels(HARDWARE_PRESETS["rtx-4090"], params, dtype_bytes=2)
+    assert geforce.allreduce(size, 2) > 20 * nvlink.allreduce(size, 2)
+    assert geforce.allreduce(size, 2, graphed=False) == geforce.allreduce(size, 2)  # NCCL
+    # 8 GPUs over PCIe pay more latency per call than 2 (NCCL's ring beyond 2 GPUs)
+    pcie = GpuKernels(HARDWARE_PRESETS["l40s"], params, dtype_bytes=2)
+    assert pcie.allreduce(64, 8) > 4 * pcie.allreduce(64, 2)
+
+
+def test_a_scenario_efficiency_wins_over_the_cards_measured_one():
+    l40s = HARDWARE_PRESETS["l40s"]
+    measured = GpuKernels(l40s, CostParams(), dtype_bytes=2)
+    chosen = GpuKernels(l40s, CostParams(gemm_efficiency=0.5), dtype_bytes=2)
+    assert measured._gemm_flops == pytest.approx(l40s.peak_flops(2) * 0.743)
+    assert chosen._gemm_flops == pytest.approx(l40s.peak_flops(2) * 0.5)

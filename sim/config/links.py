@@ -1,0 +1,104 @@
+"""How the GPUs of a tensor-parallel group are connected, and what an all-reduce costs
+over each kind of link, from published nccl-tests and vLLM all-reduce measurements.
+
+An all-reduce of ``S`` bytes over ``n`` GPUs takes ``latency(n) + 2 (n - 1) / n x S /
+busbw(n)``: nccl-tests defines its bus bandwidth so that this holds for a ring, and the
+measured busbw of each kind of link is a fraction of that link's one-direction bandwidth
+(NVLink: ``HardwareSpec.interconnect_bytes_s``; PCIe: ``host_link_bytes_s``; across nodes:
+one 400 Gb/s NIC per GPU). Latency and fraction are given at 2 and 8 GPUs and
+interpolated linearly in ``n`` between them (held beyond).
+
+* ``nvlink``: NVLink/NVSwitch. vLLM's custom all-reduce inside a CUDA graph: 4.2, 4.6,
+  4.6 us for 2 KiB on 2, 4, 8 H100 SXM and 4.9 to 5.6 us on A100 SXM (NVIDIA
+  ai-dynamo/aiconfigurator, systems/data/{h100_sxm,a100_sxm}/comm/vllm, custom all-reduce
+  perf). nccl-tests ring busbw 318 of 450 GB/s on 2 H100 and 368 on 8
+  (aiconfigurator h100_sxm comm/nccl 2.29.2; togethercomputer/together-nccl-tests H100
+  all_reduce_ring.out), 193 of 300 on 2 A100 and 232 on 8 (aiconfigurator; Azure
+  AI-benchmarking-guide ND A100 v4).
+* ``pcie-p2p``: PCIe with peer-to-peer (datacenter and workstation cards). Two GPUs keep
+  vLLM's custom all-reduce (4.2 us on 2 RTX PRO 6000 Server, 5.3 us on 2 L40S, 2 KiB);
+  more than two PCIe-only GPUs fall back to NCCL (vLLM custom_all_reduce.py: "not
+  supported on more than two PCIe-only GPUs"), 24.6 us at 512 B on 8 RTX PRO 6000
+  Server. busbw 20.1 of 32 GB/s on 2 L40S (PCIe 4) and 38.6 of 64 on 2 RTX PRO 6000
+  Server (PCIe 5), 24.7 of 64 on 8 (aiconfigurator l40s and rtx_pro_6000_server
+  comm/nccl).
+* ``pcie-host``: PCIe without peer-to-peer (GeForce cards, whose driver disables it):
+  vLLM's P2P check fails, NCCL stages through host memory. 8 RTX 4090 on the stock
+  driver: busbw 15.0 GB/s of 32, 38.8 us for 8 B (nccl-tests output in
+  tinygrad/open-gpu-kernel-modules' README); 2 RTX 4090: 9.0 us.
+* ``xgmi``: AMD Instinct's Infinity Fabric mesh, one 64 GB/s link per pair of GPUs
+  (``interconnect_bytes_s`` is all seven, 448 GB/s): RCCL all-reduce busbw 47.7 GB/s on 2
+  MI300X (one link) and 316.8 on 8 (Azure ND MI300X v5; ml-engineering network tables);
+  the ~45 us small-message latency is read off RCCL's 1 KiB bus bandwidth (an estimate).
+* ``network``: GPUs in different nodes, one 400 Gb/s NIC each: 42.6 of 50 GB/s
+  point-to-point over NDR InfiniBand (together-nccl-tests B200 collective scaling
+  report), ~46-48 us for small all-reduces over 2 nodes (NVIDIA/nccl#1244, 2 x 8 H20).
+
+Outside CUDA graphs (vLLM captures steps of up to 512 tokens) vLLM's all-reduce has an
+eager floor of ~20 us on H100 and H200 and ~44 us on A100 (aiconfigurator, eager mode):
+:data:`EAGER_LATENCY_S` is added to the latency of a larger step's all-reduces on an
+``nvlink`` or ``pcie-p2p`` link that uses the custom kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+LinkKind = Literal["nvlink", "pcie-p2p", "pcie-host", "xgmi", "network"]
+
+#: One 400 Gb/s NIC per GPU, one direction, bytes per second (NDR InfiniBand, RoCE).
+NIC_BYTES_S = 50e9
+
+#: Extra latency, seconds, of an all-reduce outside a CUDA graph with vLLM's custom
+#: kernel (its eager floor, ~20 us on H100/H200, less the ~5 us in a graph).
+EAGER_LATENCY_S = 15e-6
+
+#: Steps of more tokens than this run outside CUDA graphs (vLLM's default largest
+#: captured batch, compilation_config max_capture_size 512).
+CUDA_GRAPH_MAX_TOKENS = 512
+
+
+class LinkModel(NamedTuple):
+    """One kind of link: latency (seconds) and busbw fraction at 2 and 8 GPUs, which
+    bandwidth it is a fraction of, and whether vLLM's custom all-reduce runs on it."""
+
+    latency_2_s: float
+    latency_8_s: float
+    busbw_fraction_2: float
+    busbw_fraction_8: float
+    bandwidth: Literal["interconnect", "host", "nic"]
+    custom_kernel: bool
+
+
+LINKS: dict[str, LinkModel] = {
+    "nvlink": LinkModel(4.5e-6, 5e-6, 0.68, 0.79, "interconnect", True),
+    "pcie-p2p": LinkModel(5e-6, 24.6e-6, 0.61, 0.39, "host", True),
+    "pcie-host": LinkModel(9e-6, 38.8e-6, 0.47, 0.47, "host", False),
+    "xgmi": LinkModel(45e-6, 45e-6, 0.106, 0.707, "interconnect", False),
+    "network": LinkModel(47e-6, 47e-6, 0.85, 0.85, "nic", False),
+}
+
+
+def _between(at_2: float, at_8: float, gpus: int) -> float:
+    share = min(max((gpus - 2) / 6, 0.0), 1.0)
+    return at_2 + (at_8 - at_2) * share
+
+
+def link_latency_s(kind: str, gpus: int) -> float:
+    """Latency of one small all-reduce over ``gpus`` GPUs on a ``kind`` link."""
+    model = LINKS[kind]
+    return _between(model.latency_2_s, model.latency_8_s, gpus)
+
+
+def busbw_fraction(kind: str, gpus: int) -> float:
+    """Measured bus bandwidth over the link's one-direction bandwidth, at ``gpus``."""
+    model = LINKS[kind]
+    return _between(model.busbw_fraction_2, model.busbw_fraction_8, gpus)
+
+
+def link_bytes_s(kind: str, interconnect_bytes_s: float, host_link_bytes_s: float) -> float:
+    """The one-direction bandwidth a ``kind`` link's busbw is a fraction of."""
+    source = LINKS[kind].bandwidth
+    if source == "interconnect":
+        return interconnect_bytes_s
+    return host_link_bytes_s if source == "host" else NIC_BYTES_S
