@@ -167,13 +167,13 @@ def test_allreduce_uses_the_measured_figures_of_the_link():
 
     params = CostParams()
     nvlink = GpuKernels(H100, params, dtype_bytes=2)
-    size = 2 * 8192 * 4096  # 2 MiB of bf16 activations
+    size = 2 * 8192 * 4096  # 64 MiB: 8,192 tokens of a 4,096-wide bf16 residual
     ring = 2 * 1 / 2 * size
     expected = link_latency_s("nvlink", 2) + ring / (450e9 * busbw_fraction("nvlink", 2))
     assert nvlink.allreduce(size, 2) == pytest.approx(expected)
     assert nvlink.allreduce(size, 2, graphed=False) == pytest.approx(expected + EAGER_LATENCY_S)
     geforce = GpuKernels(HARDWARE_PRESETS["rtx-4090"], params, dtype_bytes=2)
-    assert geforce.allreduce(size, 2) > 20 * nvlink.allreduce(size, 2)
+    assert geforce.allreduce(size, 2) > 15 * nvlink.allreduce(size, 2)
     assert geforce.allreduce(size, 2, graphed=False) == geforce.allreduce(size, 2)  # NCCL
     # 8 GPUs over PCIe pay more latency per call than 2 (NCCL's ring beyond 2 GPUs)
     pcie = GpuKernels(HARDWARE_PRESETS["l40s"], params, dtype_bytes=2)
