@@ -40,6 +40,8 @@ def add_commands(subparsers) -> None:
         metavar="FILE",
         help="lifecycle: the workload JSONL with input_tok_ids (prompt identity)",
     )
+    cmd.add_argument("--source", help="how the run's origin is named in its folder (default: "
+                     "PATH), e.g. a repository, commit and path")  # fmt: skip
     cmd.add_argument("--force", action="store_true", help="replace the run in --out")
     cmd.add_argument("--no-report", action="store_true", help="skip report.html")
     cmd.add_argument("--quiet", action="store_true", help="no table")
@@ -47,20 +49,21 @@ def add_commands(subparsers) -> None:
 
 
 def cmd_import_run(args) -> int:
-    from sim.cli.common import output_file
     from sim.recorded import RecordError, import_run
+    from sim.run.folders import check_target
 
     out = Path(args.out)
-    output_file(out, "--out")
-    if out.exists() and not args.force:
-        raise UsageError(f"--out: {out} already exists (--force replaces it)")
+    try:
+        check_target(out, force=args.force)
+    except ValueError as err:  # FolderExists included
+        raise UsageError(f"--out: {err}") from None
     try:
         summary = import_run(
             args.format, Path(args.path), out, model=args.model, hardware=args.hardware,
             engine_args=Path(args.engine_args) if args.engine_args else None,
             metadata=Path(args.metadata) if args.metadata else None,
             prompts=Path(args.prompts) if args.prompts else None,
-            force=args.force, html=not args.no_report,
+            force=args.force, html=not args.no_report, source=args.source,
         )  # fmt: skip
     except RecordError as err:
         raise UsageError(str(err)) from None

@@ -94,6 +94,11 @@ class CostParams(StrictModel):
     """CPU seconds per step not hidden behind the GPU (schedule, prepare inputs, process outputs):
     a vLLM 0.27 engine loop profiled at 541 us per step amortised
     (openfabric-systems/simllm#204)."""
+    cpu_overlap: bool = False
+    """The engine prepares step N+1 on the CPU while the GPU runs step N (vLLM's async
+    scheduling: default since v0.12, vllm#27614; the resolved config of a vLLM 0.19 run shows
+    ``async_scheduling=True``), so a step takes max(GPU, CPU) instead of their sum; off: the
+    CPU work of each step adds to its GPU time (vLLM before 0.12, and pagesim's default)."""
     cpu_per_seq_overhead_s: Seconds = 12e-6
     """CPU seconds per sequence in the step: the same study's scheduler cost, 12.7 us per running
     request at the cap."""

@@ -137,7 +137,9 @@ class ModelSpec(StrictModel):
 _EXTRAS = frozenset({"config", "rope_theta", "rope_scaling", "sliding_window"})
 
 #: HardwareSpec fields a dump leaves out while they are null (measured on some cards only).
-_HARDWARE_EXTRAS = frozenset({"gemm_efficiency", "attention_efficiency", "link"})
+_HARDWARE_EXTRAS = frozenset(
+    {"cuda_memory_bytes", "streaming_fraction", "gemm_efficiency", "attention_efficiency", "link"}
+)
 
 
 class HardwareSpec(StrictModel):
@@ -155,6 +157,10 @@ class HardwareSpec(StrictModel):
     """Datasheet memory (HBM) bandwidth, bytes per second."""
     mem_capacity_bytes: PositiveInt
     """Device memory in bytes (the datasheet's decimal GB)."""
+    cuda_memory_bytes: PositiveInt | None = None
+    """Device memory as CUDA reports it (``cudaMemGetInfo``'s total, nvidia-smi's MiB), a few
+    percent above the datasheet's decimal GB: what vLLM sizes its KV pool from (x
+    ``gpu_memory_utilization``). Null: ``mem_capacity_bytes``."""
     host_link_bytes_s: PositiveFloat
     """Host to device bandwidth, one direction, bytes per second (PCIe or NVLink-C2C); prices KV
     swap."""
@@ -167,6 +173,11 @@ class HardwareSpec(StrictModel):
     sustained_bandwidth_fraction: float = Field(default=0.9, gt=0.0, le=1.0)
     """Sustained over datasheet bandwidth of a read-bound streaming kernel, in (0, 1]: 0.86 to 0.98
     measured on A100, H100, H200 and A40; 0.9 where nobody has measured."""
+    streaming_fraction: float | None = Field(default=None, gt=0.0, le=1.0)
+    """Measured bandwidth of a weight-streaming GEMV (a large linear layer at one token) over the
+    datasheet bandwidth, in (0, 1], where this card has been measured; null:
+    ``sustained_bandwidth_fraction`` x ``cost_model.params.memory_efficiency`` (which, set,
+    wins)."""
     gemm_efficiency: float | None = Field(default=None, gt=0.0, le=1.0)
     """Measured best dense GEMM throughput over ``flops`` (cuBLAS at its best shape, in (0, 1]),
     where this card has been measured; null: ``cost_model.params.gemm_efficiency``. A set

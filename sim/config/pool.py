@@ -64,7 +64,9 @@ def kv_pool_blocks(
 ) -> int:
     """Number of KV blocks of ``block_size`` tokens the TP group can hold.
 
-    Per GPU: ``capacity x gpu_memory_utilization - weights / tp - activation reserve``,
+    Per GPU: ``memory x gpu_memory_utilization - weights / tp - activation reserve``, the
+    memory as CUDA reports it where known (``HardwareSpec.cuda_memory_bytes``, as vLLM
+    reads it), else the datasheet's,
     divided by one block's per-GPU shard. Every GPU holds its shard of every block, so
     this is also the group's pool size. The reserve defaults to
     :func:`default_activation_reserve_bytes`; the ``1 - gpu_memory_utilization`` headroom
@@ -81,7 +83,7 @@ def kv_pool_blocks(
         activation_reserve_bytes = default_activation_reserve_bytes(model, tensor_parallel)
     if activation_reserve_bytes < 0:
         raise ValueError(f"activation_reserve_bytes must be >= 0, got {activation_reserve_bytes}")
-    usable = hardware.mem_capacity_bytes * gpu_memory_utilization
+    usable = (hardware.cuda_memory_bytes or hardware.mem_capacity_bytes) * gpu_memory_utilization
     weights = model.weight_bytes / tensor_parallel
     free = usable - weights - activation_reserve_bytes
     block_bytes = block_size * model.kv_bytes_per_token(tensor_parallel)

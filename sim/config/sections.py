@@ -233,6 +233,11 @@ class SchedulerSpec(StrictModel):
     """Fraction of device blocks, in [0, 1), kept free when admitting a new request so running
     sequences have room to grow (vLLM's watermark); waived on an empty replica and for resumed
     requests."""
+    async_scheduling: bool = False
+    """The engine schedules each step while the one before it runs (vLLM's async scheduling, default
+    since v0.12): a request that arrives while a step runs is first scheduled in the step after
+    the next, one step later than a synchronous engine takes it. ``cost_model.params.cpu_overlap``
+    is its timing side."""
     admission: Choice = Field(default="whole-prompt", validate_default=True)
     """When a waiting request's prompt may start: ``whole-prompt`` (its whole prompt's KV must fit
     now, as in vLLM) or ``first-chunk`` (only the first chunk must fit, later chunks take blocks

@@ -250,6 +250,10 @@ class WorkloadSpec(StrictModel):
     or a preset name."""
     prefix: PrefixGroupsSpec = PrefixGroupsSpec()
     """Shared system prompts, for prefix caching: how many, how long and how often used."""
+    request_timeout_s: float | None = Field(default=None, gt=0)
+    """Seconds after its arrival at which the client gives up on a request not finished by then
+    (benchmark clients do: aiohttp's default total timeout is 300 s); the engine aborts it and
+    frees its KV, and it counts as failed. Null (default): clients wait as long as it takes."""
     prompts: PromptPoolSpec | None = None
     """A finite set of distinct prompts reused whole (a benchmark client's prompt list); null
     (default): every request's own tokens are its own. Not with sessions or a trace."""

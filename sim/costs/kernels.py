@@ -70,6 +70,11 @@ class GpuKernels:
         self.peak_flops = hardware.peak_flops(dtype_bytes)
         self.num_sms = hardware.num_sms
         self._stream_bytes_s = hardware.sustained_bandwidth_bytes_s * params.memory_efficiency
+        if (
+            hardware.streaming_fraction is not None
+            and "memory_efficiency" not in params.model_fields_set
+        ):
+            self._stream_bytes_s = hardware.mem_bandwidth_bytes_s * hardware.streaming_fraction
         self._decode_bytes_s = (
             hardware.sustained_bandwidth_bytes_s * params.decode_attention_efficiency
         )

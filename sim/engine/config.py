@@ -20,6 +20,8 @@ class EngineConfig:
     chunked_prefill: bool = True
     watermark_blocks: int = 0  # blocks kept free when admitting new requests
     max_model_len: int = 8192
+    async_scheduling: bool = False  # arrivals during a step wait one more step
+    request_timeout_s: float | None = None  # the client gives up (sim/engine/deadlines.py)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from backend.base import Allocator
 from backend.step import Batch
 from sim.engine.completion import Completion
 from sim.engine.config import EngineConfig, ReplicaPolicies
+from sim.engine.deadlines import TIMED_OUT, Deadlines, abort
 from sim.engine.executor import Executor, TokenSource
 from sim.engine.guard import MAX_IDLE_STEPS, PolicyFailure, StuckRun, check_duration
 from sim.engine.memory import Memory
@@ -100,6 +101,7 @@ class Replica:
         )  # fmt: skip
         self._fast = FastForward(parts, fast_forward)
         self.horizon: Callable[[], float] = lambda: math.inf  # set by the cluster
+        self._deadlines = Deadlines(config.request_timeout_s)
         self._in_flight: InFlight | None = None  # the step a cut stretch left running
         self._state.before_read = self.settle
         self.process = env.process(self._loop())
@@ -157,7 +159,14 @@ class Replica:
         progress.prompt = self._tokens.prompt(request)
         seq = PrefillSeq(request, 0, progress.prompt, fork_children=request.n - 1)
         self._state.in_flight[request.req_id] = progress
-        self._state.waiting.append(WaitingEntry(request, seq))
+        self._deadlines.add(request)
+        entry = WaitingEntry(request, seq)
+        if self._cfg.async_scheduling and self._wake is None:
+            # A step is running, and the next one is already scheduled (vLLM's async
+            # scheduling plans a step while the one before it runs).
+            self._state.arriving.append(entry)
+            return
+        self._state.waiting.append(entry)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
@@ -211,12 +220,14 @@ class Replica:
     # -- the loop ---------------------------------------------------------------------
     def _loop(self):
         while True:
+            if not self._state.has_work() and self._state.has_arrivals():
+                self._state.promote_arrivals(all_of_them=True)
             if not self._state.has_work():
                 self._wake = self.env.event()
                 yield self._wake
                 self._wake = None
                 continue
-            if self._fast.begin(self.env.now, self.horizon) is not None:
+            if self._fast.begin(self.env.now, self._stretch_horizon) is not None:
                 try:
                     yield from self._wait_until(self._fast.current.end_s)
                 except simpy.Interrupt:  # cut short by settle(): one step may be running
@@ -228,6 +239,7 @@ class Replica:
                     counts = batch_counts(batch)
                 else:
                     self._count_steps(self._fast.finish())
+                    self._expire()
                     continue
             else:
                 batch, plan = self._planner.plan()
@@ -239,9 +251,24 @@ class Replica:
                 duration = check_duration(self._executor.execute(batch))
                 yield self.env.timeout(duration)
             self._completion.apply(plan, self.env.now)
+            self._expire()
+            if self._state.has_arrivals():
+                self._state.promote_arrivals()
             self._fast.last_duration = duration
             self.num_steps += 1
             self._steps.record(self._step_record(counts, duration, plan), self.env.now)
+
+    def _stretch_horizon(self) -> float:
+        """A stretch ends by the next arrival or the next client deadline."""
+        return min(self.horizon(), self._deadlines.next_s())
+
+    def _expire(self) -> None:
+        """Abort the requests whose clients gave up by now (sim/engine/deadlines.py)."""
+        for req_id in self._deadlines.due(self.env.now, self._state):
+            progress = self._state.in_flight.pop(req_id)
+            generated = abort(self._memory, progress.request)
+            reason = TIMED_OUT.format(timeout=self._deadlines.timeout_s)
+            self._on_done(progress.outcome(math.nan, generated, reason))
 
     def _wait_until(self, end_s: float):
         """Wait until exactly ``end_s`` (a step's end as stepping one at a time sums it)."""

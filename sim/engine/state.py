@@ -63,6 +63,10 @@ class ReplicaState:
     def __init__(self, allocator: Allocator):
         self.alloc = allocator
         self.waiting: deque[WaitingEntry] = deque()
+        # Async scheduling (EngineConfig.async_scheduling): arrivals during the step in
+        # progress, and those of the step before, which the next plan may not see yet.
+        self.arriving: list[WaitingEntry] = []
+        self.ready: list[WaitingEntry] = []
         self.prefilling: list[PrefillSeq] = []
         self.decodes = DecodeSet()
         self.swapped: deque[SwappedRequest] = deque()
@@ -76,6 +80,21 @@ class ReplicaState:
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.prefilling or len(self.decodes) or self.swapped)
+
+    def has_arrivals(self) -> bool:
+        """Requests queued but not yet visible to the scheduler (async scheduling)."""
+        return bool(self.arriving or self.ready)
+
+    def promote_arrivals(self, *, all_of_them: bool = False) -> None:
+        """A step ended: the arrivals of the step before it join the queue, those of the
+        step that ended become next; ``all_of_them``: every arrival joins (an engine
+        with nothing in flight schedules at once)."""
+        self.waiting.extend(self.ready)
+        self.ready = self.arriving
+        self.arriving = []
+        if all_of_them:
+            self.waiting.extend(self.ready)
+            self.ready = []
 
     def is_idle(self) -> bool:
         """No sequence running, prefilling or swapped out (the queue may hold some)."""

@@ -128,7 +128,13 @@ class FastForward:
         planned past it wastes work, one cut after fewer than MIN_STEPS costs more than
         it saves. Either way the results are the same."""
         state, d = self.state, self.state.decodes
-        if not self.enabled or state.waiting or state.prefilling or not len(d):
+        if (
+            not self.enabled
+            or state.waiting
+            or state.prefilling
+            or not len(d)
+            or (state.arriving or state.ready)
+        ):
             return None
         if state.swapped and not self.parts.memory.swap_in_stays_blocked():
             return None  # a swapped request may come back: a decision, not a stretch

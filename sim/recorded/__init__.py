@@ -46,9 +46,12 @@ def read_recorded(fmt: str, path: Path, *, engine: EngineConfig, model: str | No
 def import_run(fmt: str, path: Path, out: Path, *, model: str | None = None,
                hardware: str | None = None, engine_args: Path | None = None,
                metadata: Path | None = None, prompts: Path | None = None,
-               force: bool = False, html: bool = True, argv=None) -> dict[str, Any]:  # fmt: skip
+               force: bool = False, html: bool = True, argv=None,
+               source: str | None = None) -> dict[str, Any]:  # fmt: skip
     """Read the recorded run and write its folder at ``out``; returns its summary.
-    Raises RecordError (one line) for a bad file, an unknown model or GPU."""
+    ``source`` names where the run came from (default: ``path``); the files read are
+    named relative to it. Raises RecordError (one line) for a bad file, an unknown model
+    or GPU."""
     from sim.recorded.engine_args import read_engine_args
     from sim.recorded.folder import import_folder
     from sim.recorded.models import resolve_hardware_name, resolve_model_source
@@ -56,7 +59,23 @@ def import_run(fmt: str, path: Path, out: Path, *, model: str | None = None,
     engine = read_engine_args(engine_args) if engine_args is not None else EngineConfig()
     run = read_recorded(fmt, path, engine=engine, model=model, hardware=hardware,
                         metadata=metadata, prompts=prompts)  # fmt: skip
-    source = resolve_model_source(model or run.model)
+    run = _named(run, path, source)
+    model_source = resolve_model_source(model or run.model)
     gpu = resolve_hardware_name(hardware or run.hardware)
-    return import_folder(out, run, model=source, hardware=gpu, force=force, argv=argv,
+    return import_folder(out, run, model=model_source, hardware=gpu, force=force, argv=argv,
                          html=html)  # fmt: skip
+
+
+def _named(run: RecordedRun, path: Path, source: str | None) -> RecordedRun:
+    """``run`` with its source named ``source`` and its files relative to ``path``'s
+    folder (so a run folder does not hold the importing machine's paths)."""
+    import dataclasses
+
+    base = path if path.is_dir() else path.parent
+    files = {}
+    for name, digest in run.files.items():
+        try:
+            files[str(Path(name).resolve().relative_to(base.resolve()))] = digest
+        except ValueError:
+            files[Path(name).name] = digest
+    return dataclasses.replace(run, source=source or str(path), files=files)

@@ -24,7 +24,9 @@ kv_cache_dtype                 noted: pagesim keeps KV in the model's dtype
 =============================  =====================================================
 
 vLLM V1 schedules without a watermark (``scheduler.watermark: 0``) and preempts the
-request scheduled last (recompute), as pagesim's ``last-arrived`` victim does.
+request scheduled last (recompute), as pagesim's ``last-arrived`` victim does. From
+vLLM 0.12 it schedules asynchronously by default: ``scheduler.async_scheduling`` and
+``cost_model.params.cpu_overlap``.
 """
 
 from __future__ import annotations
@@ -163,6 +165,14 @@ def scenario_sections(engine: EngineConfig) -> tuple[dict[str, Any], list[str]]:
     if engine.enable_chunked_prefill is not None:
         scheduler["chunked_prefill"] = engine.enable_chunked_prefill
     sections: dict[str, Any] = {"cache": cache, "scheduler": scheduler}
+    if _async_scheduling(engine):
+        scheduler["async_scheduling"] = True
+        sections["cost_model"] = {"params": {"cpu_overlap": True}}
+        notes.append(
+            f"vLLM {engine.version}: async scheduling (default since 0.12, vllm#27614): a "
+            "step is planned while the one before it runs (arrivals wait a step) and the "
+            "CPU's work hides behind the GPU's"
+        )
     if engine.tensor_parallel_size:
         sections["tensor_parallel"] = engine.tensor_parallel_size
     if engine.kv_cache_dtype not in (None, "auto"):
@@ -182,3 +192,15 @@ def dtype_bytes(engine: EngineConfig) -> int | None:
     if engine.dtype not in _DTYPE_BYTES:
         raise RecordError(f"dtype: expected one of {', '.join(_DTYPE_BYTES)}, got {engine.dtype!r}")
     return _DTYPE_BYTES[engine.dtype]
+
+
+def _async_scheduling(engine: EngineConfig) -> bool:
+    """Whether the engine's version schedules asynchronously by default (vLLM >= 0.12)."""
+    if engine.engine != "vllm" or not engine.version:
+        return False
+    parts = engine.version.lstrip("v").split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return False
+    return (major, minor) >= (0, 12)

@@ -47,7 +47,7 @@ def import_folder(out: Path, run: RecordedRun, *, model: str | Path, hardware: A
         section: Any = str(model)
         if isinstance(model, Path):
             shutil.copyfile(model, stage / MODEL_FILE)
-            section = {"config": MODEL_FILE}
+            section = {"config": MODEL_FILE, "name": _model_name(run, model)}
         raw, notes = replay_scenario(run, name=out.name, model=section, hardware=hardware)
         if run.requests is not None:
             write_trace(stage, run)
@@ -63,6 +63,12 @@ def import_folder(out: Path, run: RecordedRun, *, model: str | Path, hardware: A
         if run.requests is not None:
             return _per_request(out, run, scenario, block, copy_inputs, force, argv, html)
         return _aggregate(out, run, scenario, block, copy_inputs, force, argv)
+
+
+def _model_name(run: RecordedRun, config: Path) -> str:
+    """The model's label in the replay: its repository's last part, or the file's stem."""
+    name = (run.model or "").rstrip("/").split("/")[-1]
+    return name or config.stem
 
 
 def _header(run: RecordedRun, notes: list[str]) -> str:
@@ -165,6 +171,7 @@ def recorded_block(run: RecordedRun, notes: list[str]) -> dict[str, Any]:
         "files": run.files,
         "engine": {k: v for k, v in dataclasses.asdict(run.engine).items() if v is not None},
         "request_timeout_s": run.request_timeout_s,
+        "clock": run.clock,
         "stages": [dataclasses.asdict(stage) for stage in run.stages],
         "summary": dataclasses.asdict(run.summary) if run.summary is not None else None,
         "notes": [*run.notes, *notes],

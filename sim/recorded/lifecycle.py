@@ -115,7 +115,7 @@ def read_run(path: Path, *, engine: EngineConfig, model: str | None, hardware: s
         format="lifecycle", source=str(path),
         model=model or meta.get("model") or (meta.get("engine_kwargs") or {}).get("model"),
         hardware=hardware or hardware_preset(device), engine=merged(recorded, engine),
-        requests=requests, notes=tuple(notes), files=files,
+        requests=requests, clock="engine", notes=tuple(notes), files=files,
     )  # fmt: skip
 
 

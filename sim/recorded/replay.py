@@ -58,6 +58,8 @@ def replay_scenario(
         scenario["simulation"] = {"seed": 0}
     else:
         raise RecordError(f"{run.source}: neither per-request records nor a workload to replay")
+    if run.request_timeout_s is not None:
+        scenario["workload"] = {**scenario["workload"], "request_timeout_s": run.request_timeout_s}
     return scenario, notes
 
 

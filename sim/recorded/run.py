@@ -111,6 +111,9 @@ class RecordedRun:
     summary: StageFigures | None = None
     workload: dict[str, Any] | None = None
     request_timeout_s: float | None = None
+    clock: str = "client"
+    """Where the request times were read: ``client`` (a benchmark client: TTFT and E2E
+    include the HTTP front end) or ``engine`` (the engine's own timestamps)."""
     notes: tuple[str, ...] = ()
     files: dict[str, str] = field(default_factory=dict)
     """Each file read -> its sha256, so a corpus entry names exactly what it came from."""

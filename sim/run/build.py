@@ -148,6 +148,8 @@ def engine_config(scenario, allocator: Allocator) -> EngineConfig:
         chunked_prefill=sched.chunked_prefill,
         watermark_blocks=int(sched.watermark * allocator.num_blocks),
         max_model_len=scenario.model.max_model_len,
+        async_scheduling=sched.async_scheduling,
+        request_timeout_s=scenario.workload.request_timeout_s,
     )
 
 

@@ -506,3 +506,21 @@ def test_layer_time_is_within_the_target_of_published_a100_measurements():
         errors.setdefault(key[0], []).append(abs(error))
     for regime, values in errors.items():
         assert sum(values) / len(values) <= 0.10, regime
+
+
+def test_with_cpu_overlap_a_step_takes_the_longer_of_gpu_and_cpu():
+    model_spec, gpu = MODEL_PRESETS["llama-3-8b"], HARDWARE_PRESETS["h100-sxm"]
+    serial = AnalyticCostModel(model_spec, gpu, params=CostParams(cpu_step_overhead_s=0.02))
+    overlap = AnalyticCostModel(
+        model_spec, gpu, params=CostParams(cpu_step_overhead_s=0.02, cpu_overlap=True)
+    )
+    small, big = np.full(4, 100), np.full(256, 4000)
+    for lens in (small, big):
+        parts = serial.breakdown([], lens)
+        hidden = overlap.breakdown([], lens)
+        assert parts.total_s == pytest.approx(parts.gpu_s + parts.cpu_s)
+        assert hidden.total_s == pytest.approx(max(parts.gpu_s, parts.cpu_s))
+        assert overlap.predict([], lens) == hidden.total_s
+    # the 20 ms of CPU outlasts a 4-sequence step and hides under a 256 x 4k one
+    assert overlap.predict([], small) == pytest.approx(0.02 + 4 * 12e-6)  # + per sequence
+    assert overlap.breakdown([], big).cpu_s == 0.0

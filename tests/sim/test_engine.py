@@ -253,3 +253,26 @@ def test_every_step_is_recorded_and_the_horizon_leaves_outcomes_for_the_rest():
     assert (never_arrived.request, never_arrived.output_tokens) == (late, 0)
     assert running.rejected_reason == never_arrived.rejected_reason == "stopped"
     assert np.isnan(never_arrived.first_scheduled_s) and np.isnan(running.finish_s)
+
+
+def test_async_scheduling_takes_an_arrival_one_step_later():
+    """vLLM's async scheduling plans step k+1 while step k runs: a request arriving during
+    a step is first scheduled in the step after the next (here at t=3, not t=2), while an
+    idle engine takes an arrival at once (the first request, at t=0)."""
+    first, second = request(0, 0.0, 4, 6), request(1, 1.5, 4, 2)
+    logs = {}
+    for asynchronous in (False, True):
+        alloc = BlockManager(num_blocks=16, block_size=4)
+        config = EngineConfig(max_model_len=4096, async_scheduling=asynchronous)
+        _, done, _ = run([first, second], alloc, config)
+        logs[asynchronous] = [done.of(r).first_scheduled_s for r in (first, second)]
+        alloc.check_invariants()
+    assert logs[False] == [0.0, 2.0]
+    assert logs[True] == [0.0, 3.0]
+
+
+def test_async_scheduling_an_idle_engine_takes_every_arrival_at_once():
+    reqs = [request(i, 5.0, 4, 2) for i in range(3)]
+    alloc = BlockManager(num_blocks=16, block_size=4)
+    _, done, _ = run(reqs, alloc, EngineConfig(max_model_len=4096, async_scheduling=True))
+    assert [done.of(r).first_scheduled_s for r in reqs] == [5.0, 5.0, 5.0]

@@ -47,6 +47,18 @@ def test_step_by_step_writes_the_pinned_outputs(name):
         ),
         ("scenarios/policies/preemption-swap.yaml", ["simulation.num_requests=200"], 0.3),
         ("scenarios/policies/routing-multi-turn.yaml", ["simulation.num_requests=300"], 0.3),
+        # vLLM's async scheduling: arrivals wait a step, the CPU hides behind the GPU
+        (
+            "scenarios/default.yaml",
+            [
+                "simulation.num_requests=1000",
+                "routing.replicas=8",
+                "workload.arrival.rate_rps=40",
+                "scheduler.async_scheduling=true",
+                "cost_model.params.cpu_overlap=true",
+            ],
+            0.5,
+        ),
     ],
 )
 def test_fast_forward_engages(path, sets, share):
@@ -80,9 +92,14 @@ def outcome_key(outcome) -> tuple:
     )
 
 
-@given(raw=scenarios(), horizon=st.sampled_from([1e6, 1e6, 0.02, 0.2, 1.0]))
-def test_fast_forward_equals_step_by_step(raw, horizon):
+@given(
+    raw=scenarios(),
+    horizon=st.sampled_from([1e6, 1e6, 0.02, 0.2, 1.0]),
+    asynchronous=st.booleans(),
+)
+def test_fast_forward_equals_step_by_step(raw, horizon, asynchronous):
     raw["simulation"]["max_sim_time_s"] = horizon
+    raw.setdefault("scheduler", {})["async_scheduling"] = asynchronous
     scenario = validate_scenario(raw)
     forwarded = simulate(scenario)
     event(f"fast-forwarded: {forwarded.fast_forwarded_steps > 0}")
@@ -96,10 +113,15 @@ def test_fast_forward_equals_step_by_step(raw, horizon):
         ["scenarios/default.yaml", "scenarios/long-context.yaml", "scenarios/tiny.yaml"]
     ),
     tensor_parallel=st.sampled_from([1, 2]),
+    overlap=st.booleans(),
 )
-def test_cost_model_stretch_equals_its_steps(contexts, steps, path, tensor_parallel):
-    """decode_steps gives each step's predict() bit for bit (analytic and calibrated)."""
-    scenario = load_scenario(path, [f"tensor_parallel={tensor_parallel}"])
+def test_cost_model_stretch_equals_its_steps(contexts, steps, path, tensor_parallel, overlap):
+    """decode_steps gives each step's predict() bit for bit (analytic, with or without
+    the CPU hidden behind the GPU, and calibrated)."""
+    overrides = [f"tensor_parallel={tensor_parallel}", f"cost_model.params.cpu_overlap={overlap}"]
+    if overlap:  # a CPU cost some steps hide and some do not
+        overrides.append("cost_model.params.cpu_step_overhead_s=0.004")
+    scenario = load_scenario(path, overrides)
     lens = np.array(contexts, dtype=np.int64)
     analytic = analytic_executor(scenario)
     coefficients = {name: 1e-6 * (i + 1) for i, name in enumerate(FEATURES)}

@@ -205,3 +205,28 @@ def test_the_backends_llama_3_8b_shape_matches_the_preset():
     from backend.paged.shape import LLAMA3_8B, ModelShape
 
     assert ModelShape.from_spec(MODEL_PRESETS["llama-3-8b"]) == LLAMA3_8B
+
+
+# vLLM 0.15.1's "GPU KV cache size: N tokens" on H100 SXM (gpu_memory_utilization 0.9,
+# max_num_batched_tokens 2048, block 16) for three of the recorded runs' models, as
+# inference-sim/sim-to-real-accuracy-validation@b73e491 tests/test_kv_cache_extractor.py
+# quotes its log lines. pagesim sizes the pool from the memory CUDA reports, as vLLM does.
+VLLM_KV_TOKENS = {
+    ("llama-2-7b", 1): 119_408,
+    ("codellama-34b-instruct", 2): 425_648,
+    ("llama-2-70b", 4): 501_712,
+}
+
+
+@pytest.mark.parametrize("model, tp", sorted(VLLM_KV_TOKENS))
+def test_the_kv_pool_is_sized_as_vllm_sizes_it(model, tp):
+    from pathlib import Path
+
+    from sim.config.loader import validate_scenario
+
+    scenarios = Path(__file__).resolve().parents[2] / "scenarios"
+    raw = {"model": {"config": f"models/{model}.json"}, "hardware": "h100-sxm",
+           "tensor_parallel": tp, "scheduler": {"max_num_seqs": 128}}  # fmt: skip
+    scenario = validate_scenario(raw, base_dir=scenarios)
+    tokens = scenario.kv_pool.device_blocks * scenario.cache.block_size
+    assert tokens == pytest.approx(VLLM_KV_TOKENS[(model, tp)], rel=0.03)
