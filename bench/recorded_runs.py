@@ -54,13 +54,14 @@ def recorded_figures(run: Path, summary: dict):
     return figures(read_requests_csv(run / "requests.csv"), [(-1, -float("inf"), float("inf"))])
 
 
-def replay(run: Path, overrides: tuple[str, ...] = (), calibration: dict | None = None,
+def replay(run: Path, overrides: tuple[str, ...] = (), calibration: Path | None = None,
            client_shift: float = CLIENT_OVERHEAD_S) -> dict:  # fmt: skip
-    """Simulate one corpus run and compare it with its recording (a picklable result)."""
+    """Simulate one corpus run and compare it with its recording (a picklable result);
+    ``calibration``: a calibration file the run's scenario takes."""
     summary = json.loads((run / "summary.json").read_text())
     settings = list(overrides)
-    if calibration:
-        settings += [f"{key}={value!r}" for key, value in calibration.items()]
+    if calibration is not None:
+        settings.append(f"calibration={calibration}")
     scenario = load_scenario(str(run / "scenario.yaml"), settings)
     cpu = time.process_time()
     result = simulate(scenario)
@@ -105,6 +106,8 @@ def print_table(results: list[dict], label: str) -> None:
         )
         mape = "-" if r["mape"] is None else f"{100 * r['mape']:.1f}%"
         print(f"{r['run']:<32}{r['gpu']:<20}{r['tp']:>3}{mape:>8}{cells}   {_worst(r)}")
+        if r.get("note"):
+            print(f"{'':<4}{r['note']}")
     for gpu in sorted({r["gpu"] for r in results}) + ["all"]:
         mapes = [r["mape"] for r in results if r["mape"] is not None and gpu in ("all", r["gpu"])]
         if not mapes:

@@ -86,3 +86,75 @@ def _table(summary: dict) -> str:
     lines.append(f"requests {summary.get('num_requests')}, failed {summary.get('num_rejected')}")
     lines += [f"note: {note}" for note in recorded.get("notes", [])]
     return "\n".join(lines)
+
+
+def is_recorded(run: str) -> bool:
+    """Whether ``run`` is a folder ``pagesim import-run`` wrote (its summary names a
+    recorded run)."""
+    import json
+
+    path = Path(run) / "summary.json"
+    try:
+        return "recorded" in json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+
+
+def cmd_calibrate_recorded(args) -> int:
+    """``pagesim calibrate --observed RUN [RUN...]`` on recorded runs of one GPU: the
+    physical figures fitted (sim.recorded.calibrate), written as a calibration file, with
+    the error on ``--holdout`` runs."""
+    import shlex
+    import sys
+
+    from sim.cli.common import output_file
+    from sim.recorded.calibrate import fit_runs, run_info, write_calibration
+    from sim.run.folders import atomic_file
+
+    if args.max_evaluations < 1:
+        raise UsageError("--max-evaluations: expected at least 1")
+    runs = [Path(r) for r in args.observed]
+    holdout = [Path(r) for r in args.holdout]
+    missing = [str(r) for r in holdout if not is_recorded(str(r))]
+    if missing:
+        raise UsageError(f"--holdout: {missing[0]}: not a recorded run (pagesim import-run)")
+    gpu = run_info(runs[0])["gpu"]
+    out = output_file(args.out or f"{gpu}-calibration.yaml", "--out")
+    try:
+        fit = fit_runs(runs, max_evaluations=args.max_evaluations)
+    except ValueError as err:
+        raise UsageError(f"--observed: {err}") from None
+    with atomic_file(out) as partial:
+        write_calibration(fit, run_info(runs[0])["hardware"], partial, shlex.join(sys.argv))
+    print(_fit_table(fit))
+    if holdout:
+        print(_holdout_table(holdout, out, fit.client_overhead_s))
+    print(f"wrote {out} (a scenario takes it as calibration: {out})")
+    return 0
+
+
+def _fit_table(fit) -> str:
+    lines = [f"fitted on {len(fit.runs)} run(s): {', '.join(fit.runs)}"]
+    lines += [f"  left out {name}: {why}" for name, why in fit.left_out.items()]
+    lines += [f"  {name:<30} {value:.4g}" for name, value in fit.values.items()]
+    lines.append(f"  {'client overhead (ms)':<30} {1e3 * fit.client_overhead_s:.1f}")
+    lines += [f"  not identified: {name}: {why}" for name, why in fit.not_identified.items()]
+    lines.append(f"mean |log error| over every figure: {fit.loss_before:.3f} -> "
+                 f"{fit.loss_after:.3f} ({fit.evaluations} evaluations)")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _holdout_table(runs, calibration: Path, shift: float) -> str:
+    from sim.recorded.calibrate import simulate_run
+    from sim.recorded.stages import compare, figures
+
+    lines = ["held out (whole runs):"]
+    for run in runs:
+        for label, path in (("datasheet", None), ("calibrated", calibration)):
+            recorded, requests, windows, timeout = simulate_run(run, path, None)
+            simulated = figures(requests, windows, timeout_s=timeout,
+                                shift_s=shift if path else 0.0)  # fmt: skip
+            mape = compare(recorded, simulated)["mape"]
+            shown = "n/a" if mape is None else f"{100 * mape:.1f}%"
+            lines.append(f"  {run.name:<32} {label:<11} MAPE {shown}")
+    return "\n".join(lines)

@@ -76,8 +76,21 @@ def _add_profile(sub) -> None:
 def _add_calibrate(sub) -> None:
     cmd = sub.add_parser("calibrate", help="fit the calibrated cost model to a profile CSV")
     cmd.add_argument("profile", nargs="?", help="CSV written by `pagesim profile`")
-    cmd.add_argument("--observed", metavar="RUN", help="fit to a `pagesim observe` run instead")
-    cmd.add_argument("--out", default="calibration.json", help="(default calibration.json)")
+    cmd.add_argument(
+        "--observed", metavar="RUN", nargs="+",
+        help="fit to a `pagesim observe` run instead, or to recorded runs of one GPU "
+        "(`pagesim import-run` folders): their physical figures, as a calibration file",
+    )  # fmt: skip
+    cmd.add_argument("--holdout", metavar="RUN", nargs="+", default=[],
+                     help="recorded runs to report the fit's error on, not to fit")  # fmt: skip
+    cmd.add_argument(
+        "--max-evaluations",
+        type=int,
+        default=40,
+        help="recorded runs: how many simulations of the runs the fit may spend",
+    )
+    cmd.add_argument("--out", help="(default calibration.json; recorded runs: "
+                     "<gpu>-calibration.yaml)")  # fmt: skip
     cmd.add_argument(
         "--statistic",
         default="min_s",
@@ -232,8 +245,19 @@ def cmd_calibrate(args) -> int:
         raise UsageError("give a profile CSV or --observed RUN (one of them)")
     if args.observed is not None:
         from sim.cli.observed import cmd_calibrate_observed
+        from sim.cli.recorded import cmd_calibrate_recorded, is_recorded
 
+        if all(is_recorded(run) for run in args.observed):
+            return cmd_calibrate_recorded(args)
+        if len(args.observed) > 1:
+            raise UsageError(
+                "--observed: several runs are fitted together only when each is a "
+                "recorded run (pagesim import-run); give one `pagesim observe` run"
+            )
+        args.observed = args.observed[0]
+        args.out = args.out or "calibration.json"
         return cmd_calibrate_observed(args)
+    args.out = args.out or "calibration.json"
     output_file(args.out, "--out")
     fitted = _calibrate(args.profile, args.out, args.statistic)
     print(format_calibration(fitted))

@@ -35,6 +35,7 @@ from pydantic import (
     BeforeValidator,
     Field,
     PrivateAttr,
+    ValidationInfo,
     model_validator,
 )
 
@@ -42,8 +43,10 @@ from sim.config.arrivals import TraceArrival
 from sim.config.budget import OverBudget, check_memory
 from sim.config.costs import CostModelSpec
 from sim.config.errors import error_at
+from sim.config.files import resolve_existing_file
 from sim.config.hardware import HardwareSpec, ModelSpec
 from sim.config.hf_config import expand_model
+from sim.config.overrides import apply_overrides, read_overrides
 from sim.config.pool import KVPool
 from sim.config.presets import expand_preset
 from sim.config.schema import StrictModel
@@ -88,6 +91,11 @@ class Scenario(StrictModel):
     hardware: ResolvedHardware = Field(default="h100-sxm", validate_default=True)
     """One GPU of a replica (every GPU of a tensor-parallel group is alike): a preset name, full
     datasheet figures, or ``{preset: NAME, ...}`` with some fields overridden."""
+    calibration: str | None = None
+    """A hardware calibration file (``pagesim calibrate --observed RUN [RUN...]`` writes one):
+    its fitted figures (sustained bandwidth, GEMM efficiency, link, CPU) replace the hardware
+    preset's and the cost model's defaults; the scenario's own explicit settings win. Relative
+    to the scenario file. Null: datasheets and published measurements only."""
     tensor_parallel: int = Field(default=1, ge=1)
     """GPUs per replica that split every layer (vLLM's ``--tensor-parallel-size``): weights and KV
     heads are sharded over them and each step pays their all-reduces. Must divide
@@ -115,6 +123,21 @@ class Scenario(StrictModel):
     cost_model: CostModelSpec = Field(default_factory=CostModelSpec)
     """The step-time model when ``backend.kind`` is ``model``: ``analytic``, ``calibrated`` or
     ``profile``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _calibrated_hardware(cls, data: Any, info: ValidationInfo) -> Any:
+        """The figures of the ``calibration`` file under the scenario's own."""
+        if not isinstance(data, dict) or data.get("calibration") is None:
+            return data
+        name = data["calibration"]
+        if not isinstance(name, str):
+            raise error_at("calibration", "expected the path of a calibration file")
+        try:
+            path = resolve_existing_file(name, info)
+            return apply_overrides(data, read_overrides(path))
+        except ValueError as err:
+            raise error_at("calibration", str(err)) from None
 
     @model_validator(mode="before")
     @classmethod

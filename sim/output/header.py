@@ -70,7 +70,12 @@ def _length(scenario: Mapping[str, Any]) -> str:
     requests = _get(scenario, "simulation.num_requests")
     duration = _get(scenario, "simulation.duration_s")
     warmup = _get(scenario, "simulation.warmup_requests", 0)
-    text = f"{requests:,} requests" if requests else f"{duration:g} s of arrivals"
+    if requests:
+        text = f"{requests:,} requests"
+    elif duration:
+        text = f"{duration:g} s of arrivals"
+    else:
+        text = "the whole trace"
     return text + (f", the first {warmup:,} as warm-up" if warmup else "")
 
 

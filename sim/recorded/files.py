@@ -22,10 +22,14 @@ MAX_FILE_BYTES = 2 << 30
 
 
 def sha256_of(path: Path) -> str:
+    """The file's sha256 (hex); RecordError (one line) if it cannot be read."""
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
+    try:
+        with _checked(path).open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError as err:
+        raise RecordError(f"{path}: cannot read: {err.strerror or err}") from None
     return digest.hexdigest()
 
 

@@ -345,12 +345,14 @@ def _requests(records: Any, where: str, out_len: int | None):
 
 
 def _paired(stamps: np.ndarray) -> bool:
-    """Whether a stream's times come two a line pair: every second gap far shorter."""
+    """Whether a stream's times come two a line pair (an event's data line, then its blank
+    line microseconds later): every gap from a data line to its blank one far shorter
+    than the gaps between events."""
     gaps = np.diff(stamps)
     if gaps.size < 4:
         return False
-    odd, even = gaps[1::2], gaps[0::2]
-    return bool(np.median(odd) < 0.05 * max(np.median(even), 1e-12))
+    within, between = gaps[0::2], gaps[1::2]
+    return bool(np.median(within) < 0.05 * max(np.median(between), 1e-12))
 
 
 def _prompt_key(request: Any) -> str:

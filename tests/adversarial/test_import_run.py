@@ -1,0 +1,156 @@
+"""``pagesim import-run`` given hostile files: one line naming the file, the line and the
+field, exit code 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.adversarial.cli import one_line_error, run_cases
+from tests.recorded.fixtures import inference_perf_folder, lifecycle_folder, vllm_bench
+
+
+def _lifecycle(folder: Path, edit) -> tuple[list[str], list[str]]:
+    source = lifecycle_folder(folder / "run")
+    path = source / "requests.jsonl"
+    culprits = edit(path, source)
+    return ["import-run", "lifecycle", str(path), "--out", str(folder / "out")], culprits
+
+
+def _row_edit(change, culprit):
+    def edit(path, source):
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        change(rows[2])
+        path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        return ["requests.jsonl:3", culprit]
+
+    return edit
+
+
+def _text(content, *culprits):
+    def edit(path, source):
+        path.write_text(content)
+        return ["requests.jsonl", *culprits]
+
+    return edit
+
+
+def _inference_perf(folder: Path, edit) -> tuple[list[str], list[str]]:
+    source = inference_perf_folder(folder / "run")
+    culprits = edit(source)
+    return ["import-run", "inference-perf", str(source), "--out", str(folder / "out"),
+            "--hardware", "h100-sxm", "--model", "meta-llama/Llama-2-7b-hf"], culprits  # fmt: skip
+
+
+def _replace(name, content, *culprits):
+    def edit(source):
+        (source / name).write_text(content)
+        return [name, *culprits]
+
+    return edit
+
+
+def _vllm(folder: Path, extra, culprits, *options) -> tuple[list[str], list[str]]:
+    path = vllm_bench(folder / "result.json", **extra)
+    return ["import-run", "vllm-bench", str(path), "--out", str(folder / "out"),
+            *options], culprits  # fmt: skip
+
+
+CASES = {
+    "lifecycle: truncated line": lambda f: _lifecycle(
+        f, _text('{"queued_ts": 1, "inp', "not JSON")
+    ),
+    "lifecycle: empty file": lambda f: _lifecycle(f, _text("", "no requests")),
+    "lifecycle: negative count": lambda f: _lifecycle(
+        f, _row_edit(lambda r: r.update(output_toks=-3), "output_toks")
+    ),
+    "lifecycle: huge count": lambda f: _lifecycle(
+        f, _row_edit(lambda r: r.update(input_toks=10**30), "input_toks")
+    ),
+    "lifecycle: NaN time": lambda f: _lifecycle(
+        f,
+        _text(
+            '{"queued_ts": NaN, "first_token_ts": 1, "last_token_ts": 2, "input_toks": 1, '
+            '"output_toks": 1}\n',
+            "requests.jsonl:1",
+        ),  # fmt: skip
+    ),
+    "lifecycle: first token before queued": lambda f: _lifecycle(
+        f, _row_edit(lambda r: r.update(first_token_ts=0.0), "first_token_ts")
+    ),
+    "lifecycle: missing field": lambda f: _lifecycle(
+        f, _row_edit(lambda r: r.pop("last_token_ts"), "last_token_ts")
+    ),
+    "lifecycle: bad metadata": lambda f: _lifecycle(
+        f, lambda path, source: ((source / "meta.json").write_text("[1, 2"), ["meta.json"])[1]
+    ),
+    "lifecycle: unknown engine argument": lambda f: _lifecycle(
+        f,
+        lambda path, source: (
+            (source / "meta.json").write_text(json.dumps({"engine_kwargs": {"warp_drive": 9}})),
+            ["meta.json", "warp_drive"],
+        )[1],
+    ),
+    "lifecycle: not UTF-8": lambda f: _lifecycle(
+        f, lambda path, source: (path.write_bytes(b'{"a": "\xff\xfe"}\n'), ["requests.jsonl"])[1]
+    ),
+    "lifecycle: a folder as the file": lambda f: _lifecycle(
+        f, lambda path, source: (path.unlink(), path.mkdir(), ["requests.jsonl"])[2]
+    ),
+    "inference-perf: no config": lambda f: _inference_perf(
+        f, lambda s: ((s / "config.yaml").unlink(), ["config.yaml"])[1]
+    ),
+    "inference-perf: broken stage JSON": lambda f: _inference_perf(
+        f, _replace("stage_0_lifecycle_metrics.json", '{"load_summary": {', "not JSON")
+    ),
+    "inference-perf: stage count mismatch": lambda f: _inference_perf(
+        f, lambda s: ((s / "stage_1_lifecycle_metrics.json").unlink(), ["load.stages"])[1]
+    ),
+    "inference-perf: unknown load type": lambda f: _inference_perf(
+        f,
+        _replace(
+            "config.yaml",
+            "load: {type: tidal, stages: [{rate: 1, duration: 1}]}\ndata: {type: shared_prefix}\n",
+            "load.type",
+        ),  # fmt: skip
+    ),
+    "inference-perf: zero rate": lambda f: _inference_perf(
+        f,
+        _replace(
+            "config.yaml",
+            "load: {type: constant, stages: [{rate: 0, duration: 1}]}\n"
+            "data: {type: shared_prefix}\n",
+            "load.stages[0].rate",
+        ),  # fmt: skip
+    ),
+    "inference-perf: unknown model": lambda f: (
+        _inference_perf(f, lambda s: [])[0][:-1] + ["no-such/model"],
+        ["no-such/model"],
+    ),
+    "vllm-bench: no per-request lists": lambda f: _vllm(
+        f, {"ttfts": None}, ["result.json", "ttfts", "--save-detailed"], "--hardware", "h100-sxm"
+    ),
+    "vllm-bench: lists of different lengths": lambda f: _vllm(
+        f, {"itls": [[0.1]]}, ["result.json", "itls"], "--hardware", "h100-sxm"
+    ),
+    "vllm-bench: negative ttft": lambda f: _vllm(
+        f, {"ttfts": [-1.0, 0.1, 0.0]}, ["result.json", "ttfts[0]"]
+    ),
+    "vllm-bench: unknown hardware": lambda f: _vllm(
+        f, {}, ["hardware", "h100-sxn", "h100-sxm"], "--hardware", "h100-sxn"
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    return run_cases(CASES, lambda: tmp_path_factory.mktemp("case"))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_hostile_recorded_runs_end_in_one_line(outcomes, name):
+    outcome = outcomes[name]
+    assert one_line_error(outcome.result, *outcome.culprits) == ""
+    assert outcome.after == outcome.before  # nothing written

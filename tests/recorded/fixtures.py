@@ -1,0 +1,127 @@
+"""Small recorded runs of each format, written by hand for the tests (the shapes of the
+real files, documented in each importer's module)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+
+def latency_table(mean: float) -> dict[str, float]:
+    return {"mean": mean, "median": mean, "p90": 1.2 * mean, "p99": 1.5 * mean}
+
+
+def inference_perf_stage(count: int, rate: float, *, failed: int = 0, tpot: float = 0.004,
+                         itl_median: float = 3e-5) -> dict:  # fmt: skip
+    """A stage_N_lifecycle_metrics.json as inference-perf (e8e0aa9) writes it."""
+    return {
+        "load_summary": {
+            "count": count,
+            "send_duration": count / rate,
+            "requested_rate": rate,
+            "achieved_rate": rate,
+        },  # fmt: skip
+        "successes": {
+            "count": count - failed,
+            "latency": {
+                "request_latency": latency_table(2.0),
+                "time_to_first_token": latency_table(0.03),
+                "time_per_output_token": latency_table(tpot),
+                "inter_token_latency": {**latency_table(tpot), "median": itl_median},
+            },
+            "throughput": {"requests_per_sec": rate, "output_tokens_per_sec": 200 * rate},
+            "prompt_len": {"median": 575.0, "mean": 575.0},
+            "output_len": {"median": 249.0},
+        },
+        "failures": {"count": failed},
+    }
+
+
+def inference_perf_folder(folder: Path, *, failed: int = 0, per_request: list | None = None,
+                          stages=((8.0, 60), (20.0, 60))) -> Path:  # fmt: skip
+    """A report folder: config.yaml, one stage file per stage, a summary."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {
+        "data": {"type": "shared_prefix", "shared_prefix": {
+            "num_groups": 10, "num_prompts_per_group": 10, "system_prompt_len": 100,
+            "question_len": 447, "output_len": 248}},
+        "load": {"type": "constant", "stages": [{"rate": r, "duration": d} for r, d in stages]},
+        "server": {"type": "vllm", "model_name": "meta-llama/Llama-2-7b-hf", "ignore_eos": True},
+    }  # fmt: skip
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    for i, (rate, duration) in enumerate(stages):
+        stage = inference_perf_stage(int(rate * duration), rate, failed=failed if i else 0)
+        (folder / f"stage_{i}_lifecycle_metrics.json").write_text(json.dumps(stage))
+    total = sum(int(r * d) for r, d in stages)
+    (folder / "summary_lifecycle_metrics.json").write_text(
+        json.dumps(inference_perf_stage(total, 10.0, failed=failed))
+    )
+    if per_request is not None:
+        (folder / "per_request_lifecycle_metrics.json").write_text(json.dumps(per_request))
+    return folder
+
+
+def inference_perf_request(start: float, prompt: str, tokens: int, step: float = 0.01) -> dict:
+    """One per-request record with line timestamps (two per token, then [DONE])."""
+    times = []
+    t = start + 0.03
+    for _ in range(tokens):
+        times += [t, t + 2e-6]
+        t += step
+    times += [t - step + 1e-4, t - step + 1.02e-4]
+    return {
+        "start_time": start, "end_time": times[-1] + 0.002,
+        "request": json.dumps({"prompt": prompt, "max_tokens": tokens}),
+        "response": "...", "info": {"input_tokens": 575, "output_tokens": tokens - 3,
+                                    "output_token_times": times},
+        "error": None,
+    }  # fmt: skip
+
+
+def lifecycle_folder(folder: Path, *, blocks: int | None = 2588, rows: int = 6) -> Path:
+    """requests.jsonl and meta.json as LLMServingSim's bench runner writes them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for i in range(rows):
+        queued = 100.0 + 0.5 * i
+        lines.append(json.dumps({
+            "request_id": f"bench-{i}", "input_toks": 300 + 10 * i, "output_toks": 20,
+            "arrival_time": 1.7e9 + i, "queued_ts": queued, "scheduled_ts": queued + 0.001,
+            "first_token_ts": queued + 0.05, "last_token_ts": queued + 0.05 + 19 * 0.012,
+        }))  # fmt: skip
+    (folder / "requests.jsonl").write_text("\n".join(lines) + "\n")
+    meta = {
+        "model": "meta-llama/Llama-3.1-8B", "vllm_version": "0.19.0",
+        "engine_kwargs": {"model": "meta-llama/Llama-3.1-8B", "tensor_parallel_size": 1,
+                          "data_parallel_size": 1, "enable_expert_parallel": False,
+                          "max_num_seqs": 64, "max_num_batched_tokens": 2048,
+                          "max_model_len": 32768, "dtype": "bfloat16", "seed": 42},
+        "hardware": {"device_name": "NVIDIA GeForce RTX 4090"},
+    }  # fmt: skip
+    if blocks is not None:
+        meta["kv_cache"] = {"num_gpu_blocks": blocks, "block_size": 16,
+                            "gpu_memory_utilization": 0.9,
+                            "enable_prefix_caching": True}  # fmt: skip
+    (folder / "meta.json").write_text(json.dumps(meta))
+    return folder
+
+
+def vllm_bench(path: Path, *, start_times: bool = True, **extra) -> Path:
+    """A ``vllm bench serve --save-result --save-detailed`` result of three requests."""
+    result = {
+        "date": "20260921-101502", "backend": "openai", "model_id": "meta-llama/Llama-3.1-8B",
+        "num_prompts": 3, "tensor_parallel_size": "1", "gpu": "NVIDIA H100 80GB HBM3",
+        "request_rate": 2.0, "burstiness": 1.0, "max_concurrency": None, "duration": 1.35,
+        "completed": 2, "failed": 1,
+        "input_lens": [512, 498, 530], "output_lens": [4, 4, 0],
+        "ttfts": [0.0712, 0.0655, 0.0], "itls": [[0.0121, 0.0119, 0.0123], [0.0118, 0.024], []],
+        "generated_texts": ["a", "b", ""],
+        "errors": ["", "", "Traceback ...\nConnectionResetError: reset by peer"],
+    }  # fmt: skip
+    if start_times:
+        result["start_times"] = [353399.70, 353400.11, 353400.93]
+    result.update(extra)
+    path.write_text(json.dumps(result))
+    return path

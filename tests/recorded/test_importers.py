@@ -1,0 +1,154 @@
+"""``pagesim import-run``: each format read as its module documents, the folder it
+writes (what observe writes, plus the replay), and the conversions it notes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from sim.cli import main
+from sim.config.loader import load_scenario
+from sim.recorded import RecordError, import_run
+from tests.recorded.fixtures import (
+    inference_perf_folder,
+    inference_perf_request,
+    lifecycle_folder,
+    vllm_bench,
+)
+
+
+def summary_of(out):
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_inference_perf_aggregates_become_a_replayable_folder(tmp_path):
+    source = inference_perf_folder(tmp_path / "run" / "results")
+    out = tmp_path / "imported"
+    summary = import_run("inference-perf", tmp_path / "run", out, hardware="h100-sxm",
+                         model="meta-llama/Llama-2-7b-hf", html=False)  # fmt: skip
+    recorded = summary["recorded"]
+    assert [s["index"] for s in recorded["stages"]] == [0, 1]
+    assert recorded["clock"] == "client" and recorded["request_timeout_s"] == 300.0
+    # per-line timestamps (ITL median far below its mean): TPOT scaled by (2N+1)/(N-1)
+    tpot = recorded["stages"][0]["latency"]["tpot_s"]["mean"]
+    assert tpot == pytest.approx(0.004 * 497 / 247)
+    assert "itl_s" not in recorded["stages"][0]["latency"]
+    assert set(recorded["files"]) == {
+        "results/config.yaml", "results/stage_0_lifecycle_metrics.json",
+        "results/stage_1_lifecycle_metrics.json", "results/summary_lifecycle_metrics.json",
+    }  # fmt: skip
+    assert all(len(digest) == 64 for digest in recorded["files"].values())
+    assert source.is_dir()
+    scenario = load_scenario(str(out / "scenario.yaml"))
+    arrival = scenario.workload.arrival
+    assert arrival.kind == "stages" and arrival.process == "poisson-count"
+    assert [(s.rate_rps, s.duration_s) for s in arrival.stages] == [(8.0, 60), (20.0, 60)]
+    assert scenario.workload.prompts.distinct == 100 and scenario.workload.prefix.num_groups == 10
+    assert scenario.workload.input.value == 475  # 575 measured less the 100-token system prompt
+    assert scenario.workload.output.value == 248 and scenario.workload.request_timeout_s == 300
+    assert scenario.model.name == "Llama-2-7b-hf" and scenario.model.num_kv_heads == 32
+    assert (out / "requests.csv").read_text().count("\n") == 1  # aggregates: a header only
+
+
+def test_inference_perf_per_request_records_become_a_trace(tmp_path):
+    records = [inference_perf_request(1000.0 + i, f"prompt {i % 2}", 5) for i in range(4)]
+    inference_perf_folder(tmp_path / "run", per_request=records, stages=((4.0, 1),))
+    out = tmp_path / "imported"
+    import_run("inference-perf", tmp_path / "run", out, hardware="h100-sxm",
+               model="meta-llama/Llama-2-7b-hf", html=False)  # fmt: skip
+    rows = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert [r["arrival_s"] for r in rows] == [0.0, 1.0, 2.0, 3.0]
+    assert [r["prompt"] for r in rows] == [0, 1, 0, 1]  # equal texts, equal prompt keys
+    assert {r["output_tokens"] for r in rows} == {248}  # ignore_eos: what was asked
+    tokens = [line.split(",") for line in (out / "tokens.csv").read_text().splitlines()[1:]]
+    first = [float(t[2]) for t in tokens if t[0] == "0"]
+    assert len(first) == 5  # one time a token: the blank SSE lines and [DONE] dropped
+    assert np.allclose(np.diff(first), 0.01)
+
+
+def test_lifecycle_jsonl_with_its_metadata(tmp_path):
+    folder = lifecycle_folder(tmp_path / "vllm")
+    out = tmp_path / "imported"
+    summary = import_run("lifecycle", folder / "requests.jsonl", out, html=False)
+    assert summary["recorded"]["clock"] == "engine"
+    assert summary["num_requests"] == 6 and summary["num_rejected"] == 0
+    assert summary["ttft_s"]["p50"] == pytest.approx(0.05)
+    assert summary["tpot_s"]["mean"] == pytest.approx(0.012)
+    raw = yaml.safe_load((out / "scenario.yaml").read_text())
+    assert raw["hardware"] == "rtx-4090"  # from the CUDA device name
+    assert raw["cache"]["num_blocks"] == 2587  # vLLM's null block left out
+    assert raw["scheduler"] == {
+        "watermark": 0.0,
+        "max_num_seqs": 64,
+        "max_num_batched_tokens": 2048,
+        "async_scheduling": True,
+    }
+    assert raw["cost_model"] == {"params": {"cpu_overlap": True}}  # vLLM 0.19
+    assert raw["model"]["max_model_len"] == 32768 and raw["model"]["dtype_bytes"] == 2
+    rows = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert [r["arrival_s"] for r in rows] == [0.5 * i for i in range(6)]
+    assert [r["input_tokens"] for r in rows] == [300 + 10 * i for i in range(6)]
+    assert main(["run", str(out / "scenario.yaml"), "--out", str(tmp_path / "sim"), "--quiet",
+                 "--no-report"]) == 0  # fmt: skip
+
+
+def test_lifecycle_prompts_give_prompt_identity(tmp_path):
+    folder = lifecycle_folder(tmp_path / "vllm", rows=3)
+    prompts = tmp_path / "workload.jsonl"
+    prompts.write_text("\n".join(json.dumps({"input_tok_ids": ids}) for ids in
+                                 ([1, 2, 3], [4, 5], [1, 2, 3])))  # fmt: skip
+    # equal ids counted to different lengths are taken as different prompts
+    import_run("lifecycle", folder / "requests.jsonl", tmp_path / "a", prompts=prompts,
+               html=False)  # fmt: skip
+    keys = [json.loads(line)["prompt"] for line in (tmp_path / "a" / "requests.jsonl").open()]
+    assert keys == [0, 1, 2]
+    out = tmp_path / "b"
+    rows = [json.loads(line) for line in (folder / "requests.jsonl").read_text().splitlines()]
+    for row in rows:
+        row["input_toks"] = 300
+    (folder / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    import_run("lifecycle", folder / "requests.jsonl", out, prompts=prompts, html=False)
+    keys = [json.loads(line)["prompt"] for line in (out / "requests.jsonl").open()]
+    assert keys == [0, 1, 0]
+
+
+def test_vllm_bench_with_start_times_and_a_failure(tmp_path):
+    out = tmp_path / "imported"
+    summary = import_run("vllm-bench", vllm_bench(tmp_path / "result.json"), out, html=False)
+    assert summary["num_rejected"] == 1
+    assert summary["rejected_reasons"] == {"ConnectionResetError: reset by peer": 1}
+    rows = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert [r["arrival_s"] for r in rows] == pytest.approx([0.0, 0.41, 1.23])
+    assert json.loads((out / "scenario.json").read_text())["hardware"]["name"] == "h100-sxm"
+    attempts = (out / "observed.csv").read_text().splitlines()[1:]
+    end = float(attempts[0].split(",")[4])
+    assert end == pytest.approx(0.0712 + 0.0121 + 0.0119 + 0.0123)
+
+
+def test_vllm_bench_without_send_times_regenerates_the_process(tmp_path):
+    path = vllm_bench(tmp_path / "r.json", start_times=False, num_prompts=3)
+    summary = import_run("vllm-bench", path, tmp_path / "a", html=False)
+    assert any("regenerated at 2 req/s" in n for n in summary["recorded"]["notes"])
+    rows = [json.loads(x) for x in (tmp_path / "a" / "requests.jsonl").read_text().split("\n")
+            if x]  # fmt: skip
+    assert rows[0]["arrival_s"] == 0.0 and rows[-1]["arrival_s"] > 0
+    closed = vllm_bench(tmp_path / "c.json", start_times=False, max_concurrency=2)
+    with pytest.raises(RecordError, match="max_concurrency"):
+        import_run("vllm-bench", closed, tmp_path / "b", html=False)
+
+
+def test_sglang_bench_lines_with_infinity(tmp_path):
+    line = {"backend": "sglang", "request_rate": float("inf"), "input_lens": [100, 200],
+            "output_lens": [3, 3], "ttfts": [0.05, 0.06], "itls": [[0.01, 0.01], [0.01, 0.02]],
+            "errors": ["", ""]}  # fmt: skip
+    path = tmp_path / "bench.jsonl"
+    path.write_text(json.dumps({"backend": "sglang", "request_rate": 1.0}) + "\n"
+                    + json.dumps(line) + "\n")  # fmt: skip
+    assert "Infinity" in path.read_text()
+    summary = import_run("sglang-bench", path, tmp_path / "a", hardware="l40s",
+                         model="meta-llama/Llama-3.1-8B", html=False)  # fmt: skip
+    assert summary["num_requests"] == 2
+    assert any("request_rate inf" in n for n in summary["recorded"]["notes"])
