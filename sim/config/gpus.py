@@ -88,7 +88,9 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
         sustained_bandwidth_fraction=0.93,
     ),
     # NVIDIA L4 Tensor Core GPU datasheet (24GB GDDR6): 300 GB/s, PCIe Gen4 x16 64 GB/s,
-    # no NVLink (tensor parallelism goes over PCIe)
+    # no NVLink (tensor parallelism goes over PCIe). At 72 W its clock drops under load:
+    # torch.matmul best 70.89 TFLOPS (0.586; zzc0721/torch-performance-test-data@9d82827
+    # database.md).
     "l4": HardwareSpec(
         name="l4",
         flops={
@@ -103,6 +105,7 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
         host_link_bytes_s=32 * _GB,
         interconnect_bytes_s=32 * _GB,
         num_sms=58,
+        gemm_efficiency=0.586,
     ),
     # NVIDIA A40 datasheet (48GB GDDR6): 696 GB/s, 149.7 TFLOPS dense BF16/FP16 tensor
     # (299.4 with sparsity), 37.4 FP32, PCIe Gen4 x16 64 GB/s, NVLink bridge 112.5 GB/s

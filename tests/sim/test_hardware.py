@@ -172,7 +172,7 @@ def test_hardware_presets_are_ordered_like_their_datasheets():
 # peak x gemm_efficiency must give it back (the figures are not tuned to anything else).
 MEASURED_GEMM_TFLOPS = {
     "l40s": 269.15, "rtx-4090": 173.3, "rtx-pro-6000": 418.0, "rtx-pro-6000-server": 417.3,
-    "a10g": 69.47, "b200": 1745, "h20": 142.3, "gh200": 828.6, "mi300x": 708,
+    "a10g": 69.47, "l4": 70.89, "b200": 1745, "h20": 142.3, "gh200": 828.6, "mi300x": 708,
 }  # fmt: skip
 
 
