@@ -292,7 +292,8 @@ def write_calibration(fit: Fit, hardware: dict[str, Any], path: Path, command: s
     path.write_text(yaml.safe_dump(sections, sort_keys=False))
 
 
-def leave_one_out(runs: Sequence[Path], replay: Callable, *, jobs: int = 1) -> list[dict]:
+def leave_one_out(runs: Sequence[Path], replay: Callable, *, jobs: int = 1,
+                  max_evaluations: int = 16, stage_s: float = 60.0) -> list[dict]:  # fmt: skip
     """For each run: fit on the other runs of its GPU, replay it with that fit (``replay(run,
     overrides, calibration_path, client_shift)`` as bench/recorded_runs.py gives it)."""
     by_gpu: dict[str, list[Path]] = {}
@@ -302,7 +303,8 @@ def leave_one_out(runs: Sequence[Path], replay: Callable, *, jobs: int = 1) -> l
     for run in runs:
         others = [r for r in by_gpu[run_info(run)["gpu"]] if r != run]
         try:
-            fit = fit_runs(others, jobs=jobs)
+            fit = fit_runs(others, jobs=jobs, max_evaluations=max_evaluations,
+                           stage_s=stage_s)  # fmt: skip
         except ValueError as err:
             result = replay(run)
             result["note"] = f"not calibrated: {err}" if others else "no other run of this GPU"
