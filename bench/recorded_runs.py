@@ -38,6 +38,7 @@ from sim.recorded.stages import (  # noqa: E402
     from_table,
     read_requests_csv,
     recorded_stages,
+    series_means,
     stage_windows,
 )
 from sim.run.runner import simulate  # noqa: E402
@@ -73,9 +74,11 @@ def replay(run: Path, overrides: tuple[str, ...] = (), calibration: Path | None 
     if len(simulated) > 1 and not recorded_stages(summary):
         simulated = simulated[:1]
     comparison = compare(recorded_figures(run, summary), simulated)
+    series = block.get("series")
+    means = series_means(result.steps, series) if series else None
     return {"run": run.name, "gpu": scenario.hardware.name, "model": scenario.model.name,
             "tp": scenario.tensor_parallel, "cpu_s": cpu, "steps": result.num_steps,
-            **comparison}  # fmt: skip
+            "series": means, **comparison}  # fmt: skip
 
 
 def _headline(result: dict) -> dict[str, float]:
@@ -119,6 +122,18 @@ def print_table(results: list[dict], label: str) -> None:
               f"({worst['run']})")  # fmt: skip
 
 
+def print_series(results: list[dict]) -> None:
+    """Step level, where the engine logged a time series: time-averaged running and
+    waiting requests and generated tokens a second, recorded against simulated."""
+    rows = [r for r in results if r.get("series")]
+    if not rows:
+        return
+    print("\nstep level (the engine's own time series, time-averaged): recorded / simulated")
+    for r in rows:
+        cells = "  ".join(f"{name} {a:,.1f} / {b:,.1f}" for name, (a, b) in r["series"].items())
+        print(f"  {r['run']:<32}{cells}")
+
+
 def print_detail(result: dict) -> None:
     print(f"\n{result['run']} ({result['gpu']}, {result['model']}, tp {result['tp']}): "
           f"{result['steps']:,} steps in {result['cpu_s']:.1f} s CPU")  # fmt: skip
@@ -154,6 +169,7 @@ def main() -> int:
         f"{time.perf_counter() - wall:.0f} s, load average {load:.2f} at the start"
     )
     print_table(results, "uncalibrated (datasheets and published measurements only)")
+    print_series(results)
     if args.detail:
         for result in results:
             print_detail(result)

@@ -175,4 +175,5 @@ def recorded_block(run: RecordedRun, notes: list[str]) -> dict[str, Any]:
         "stages": [dataclasses.asdict(stage) for stage in run.stages],
         "summary": dataclasses.asdict(run.summary) if run.summary is not None else None,
         "notes": [*run.notes, *notes],
+        "series": run.series,
     }

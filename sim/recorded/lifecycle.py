@@ -24,7 +24,9 @@ is not mixed with them. Arrivals are the queued times shifted so the first is 0,
 is first token - queued (what the engine adds; the client's HTTP and tokenisation are
 outside it) and E2E is last token - queued.
 
-Beside the file, an optional ``meta.json`` (or ``--metadata FILE``) gives the engine:
+Beside the file, an optional ``timeseries.csv`` (the engine's running and waiting
+requests and generated tokens each second) is kept for the step-level comparison, and an
+optional ``meta.json`` (or ``--metadata FILE``) gives the engine:
 ``vllm_version``, ``engine_kwargs`` (vLLM's argument names) and ``kv_cache``
 (``num_gpu_blocks``, ``block_size``, ``gpu_memory_utilization``,
 ``enable_prefix_caching``), and ``hardware.device_name``; and ``--prompts FILE`` (a JSONL
@@ -110,13 +112,38 @@ def read_run(path: Path, *, engine: EngineConfig, model: str | None, hardware: s
     )
     if keys is None:
         notes.append("no prompt token ids (--prompts): every prompt is its own")
+    series = _series(path.parent / "timeseries.csv", files)
     device = ((meta.get("hardware") or {}).get("device_name")) if meta else None
     return RecordedRun(
         format="lifecycle", source=str(path),
         model=model or meta.get("model") or (meta.get("engine_kwargs") or {}).get("model"),
         hardware=hardware or hardware_preset(device), engine=merged(recorded, engine),
-        requests=requests, clock="engine", notes=tuple(notes), files=files,
+        requests=requests, clock="engine", notes=tuple(notes), series=series, files=files,
     )  # fmt: skip
+
+
+def _series(path: Path, files: dict[str, str]) -> dict[str, list[float]] | None:
+    """LLMServingSim's ``timeseries.csv`` beside the file (``t, prompt_throughput,
+    gen_throughput, running, waiting, kv_cache_pct`` each second), when there is one."""
+    import csv
+
+    if not path.is_file():
+        return None
+    files[str(path)] = sha256_of(path)
+    columns = {"t": "t", "running": "running", "waiting": "waiting", "gen_tok_s": "gen_throughput"}
+    series: dict[str, list[float]] = {name: [] for name in columns}
+    with open(path, encoding="utf-8", newline="") as handle:
+        for line, row in enumerate(csv.DictReader(handle), start=2):
+            for name, column in columns.items():
+                series[name].append(number(_float(row.get(column)), f"{path}:{line}", column))
+    return series
+
+
+def _float(text: Any) -> Any:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return text
 
 
 def _engine_of(meta: dict[str, Any], where: str) -> EngineConfig:

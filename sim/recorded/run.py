@@ -115,6 +115,9 @@ class RecordedRun:
     """Where the request times were read: ``client`` (a benchmark client: TTFT and E2E
     include the HTTP front end) or ``engine`` (the engine's own timestamps)."""
     notes: tuple[str, ...] = ()
+    series: dict[str, list[float]] | None = None
+    """The engine's own time series where it logged one (``t`` in seconds and, at each,
+    ``running`` and ``waiting`` requests and ``gen_tok_s`` generated tokens a second)."""
     files: dict[str, str] = field(default_factory=dict)
     """Each file read -> its sha256, so a corpus entry names exactly what it came from."""
 

@@ -146,7 +146,8 @@ def recorded_stages(summary: dict[str, Any]) -> list[StageFigures]:
 
 
 __all__ = ["CLIENT_OVERHEAD_S", "COMPARED", "METRICS", "Requests", "compare", "figures",
-           "from_table", "read_requests_csv", "recorded_stages", "stage_windows"]  # fmt: skip
+           "from_table", "read_requests_csv", "recorded_stages", "series_means",
+           "stage_windows"]  # fmt: skip
 
 
 def read_requests_csv(path) -> Requests:
@@ -164,3 +165,25 @@ def read_requests_csv(path) -> Requests:
     rejected = np.array([row["rejected_reason"] != "" for row in rows], dtype=bool)
     finish = np.where(rejected, np.nan, floats("finish_s"))
     return Requests(floats("arrival_s"), floats("first_token_s"), finish, floats("output_tokens"))
+
+
+def series_means(steps, recorded: dict[str, list[float]]) -> dict[str, tuple[float, float]]:
+    """The time-averaged running and waiting requests and generated tokens a second, over
+    the span the recorded series covers: ``{name: (recorded, simulated)}``. ``steps`` is
+    a run's StepLog (one replica)."""
+    t = np.asarray(recorded["t"], dtype=np.float64)
+    start = steps.column("time_s")
+    duration = steps.column("duration_s")
+    end = min(float(t.max()), float((start + duration).max())) if len(start) else 0.0
+    inside = start < end
+    weights = np.minimum(duration, np.maximum(end - start, 0.0))[inside]
+    out = {}
+    for name, column in (("running", "batch_size"), ("waiting", "queue_len")):
+        values = steps.column(column)[inside].astype(np.float64)
+        simulated = float(np.average(values, weights=weights)) if weights.sum() else 0.0
+        real = np.asarray(recorded[name], dtype=np.float64)[t <= end]
+        out[name] = (float(real.mean()) if real.size else 0.0, simulated)
+    tokens = steps.column("num_decode_tokens")[inside].sum()
+    out["gen_tok_s"] = (float(np.mean(np.asarray(recorded["gen_tok_s"])[t <= end])),
+                        float(tokens / end) if end else 0.0)  # fmt: skip
+    return out

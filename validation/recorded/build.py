@@ -123,7 +123,7 @@ def _copy_llmservingsim(root: Path, folder: str, workload: str, run_id: str) -> 
     if root.resolve() == COPIES.resolve():
         return target
     target.mkdir(parents=True, exist_ok=True)
-    for name in ("requests.jsonl", "meta.json"):
+    for name in ("requests.jsonl", "meta.json", "timeseries.csv"):
         shutil.copyfile(root / folder / name, target / name)
     return target
 
