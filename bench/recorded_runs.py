@@ -150,10 +150,18 @@ def main() -> int:
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--calibrated", choices=("loo",), help="also leave-one-out calibrated")
     parser.add_argument("--detail", action="store_true", help="every figure of every stage")
-    parser.add_argument("--fit-evaluations", type=int, default=16,
-                        help="--calibrated: simulations each fit may spend (default 16)")
-    parser.add_argument("--fit-stage-s", type=float, default=60.0,
-                        help="--calibrated: seconds of each stage simulated while fitting")
+    parser.add_argument(
+        "--fit-evaluations",
+        type=int,
+        default=16,
+        help="--calibrated: simulations each fit may spend (default 16)",
+    )
+    parser.add_argument(
+        "--fit-stage-s",
+        type=float,
+        default=60.0,
+        help="--calibrated: seconds of each stage simulated while fitting",
+    )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
     runs = sorted(p for p in CORPUS.iterdir() if (p / "scenario.yaml").is_file())
