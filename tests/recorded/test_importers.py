@@ -152,3 +152,21 @@ def test_sglang_bench_lines_with_infinity(tmp_path):
                          model="meta-llama/Llama-3.1-8B", html=False)  # fmt: skip
     assert summary["num_requests"] == 2
     assert any("request_rate inf" in n for n in summary["recorded"]["notes"])
+
+
+def test_validate_observed_times_a_client_timed_run_as_its_client(tmp_path):
+    inference_perf_folder(tmp_path / "run", stages=((2.0, 20),))
+    out = tmp_path / "imported"
+    import_run("inference-perf", tmp_path / "run", out, hardware="h100-sxm",
+               model="meta-llama/Llama-2-7b-hf", html=False)  # fmt: skip
+    assert summary_of(out)["throughput_tok_s"] is None  # the client's re-tokenised count
+    report_dir = tmp_path / "validation"
+    assert main(["validate", str(out / "scenario.yaml"), "--observed", str(out), "--out",
+                 str(report_dir), "--no-report"]) == 0  # fmt: skip
+    report = json.loads((report_dir / "validation.json").read_text())
+    simulated = summary_of(report_dir / "simulated")
+    for metric in ("ttft_s", "e2e_s"):
+        shown = report["metrics"][f"{metric}.p50"]["simulated"]
+        assert shown == pytest.approx(simulated[metric]["p50"] + 0.011)
+    tpot = report["metrics"]["tpot_s.p50"]["simulated"]
+    assert tpot == pytest.approx(simulated["tpot_s"]["p50"])  # not shifted
