@@ -106,6 +106,10 @@ def run_points(
                 on_result(outcomes)
     finally:
         bar.close()
+        if on_result is not None:
+            # An interrupt between a folder landing and its row being written would
+            # leave the table one point short; write it once more on the way out.
+            on_result(outcomes)
     return outcomes
 
 

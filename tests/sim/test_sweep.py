@@ -59,6 +59,13 @@ def files_of(folder: Path) -> dict[str, bytes]:
     }
 
 
+def finished_points(out: Path) -> list[Path]:
+    runs = out / "runs"
+    if not runs.is_dir():
+        return []
+    return [p for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")]
+
+
 def rows(out: Path) -> list[dict[str, str]]:
     with open(out / "points.csv", newline="") as f:
         return list(csv.DictReader(f))
@@ -205,13 +212,12 @@ def test_an_interrupted_sweep_resumes_without_losing_or_repeating_a_point(tmp_pa
         text=True,
         preexec_fn=default_sigint,
     )  # (see test_run_folders)
+    # Wait for a *finished* point: an unfinished one lives in a dot-folder that the
+    # interrupt removes, so signalling while only that exists would leave nothing done.
     deadline = time.time() + 60
-    while (
-        time.time() < deadline
-        and not (out / "runs").is_dir()
-        or not any(p.is_dir() for p in (out / "runs").iterdir())
-    ):
+    while time.time() < deadline and not finished_points(out):
         time.sleep(0.05)
+    assert finished_points(out), "no point finished within 60 s"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
