@@ -9,7 +9,12 @@ in the order the mode calls them (each at most once per step):
 * ``step.admit(only=None, beyond_budget=False)``: waiting requests are admitted, in the
   scheduler's order, into what is left of the token budget; ``only(request)`` may
   restrict which, and ``beyond_budget`` admits past a spent budget (those prompts run
-  in the next steps).
+  in the next steps);
+* ``step.running()``: instead of the first two, every running sequence in the order it
+  was admitted gets its decode token or its next prompt chunk from the budget, as vLLM
+  V1's running loop does (a long chunk early in the list can leave later decodes
+  waiting a step; a miss preempts the victim policy's pick, and a victim that had not
+  had its turn loses it).
 
 A mode also says whether prompts may be cut into chunks (``chunks_prompts``; the
 scenario's ``scheduler.chunked_prefill`` must allow it too). Without chunking a prompt is
@@ -24,6 +29,8 @@ The modes users compare (Vidur models several of them as replica schedulers):
   first and the decodes wait a step.
 * ``decode-first``: decodes every step; new prompts only into the budget the decodes
   leave, whole (no chunking).
+* ``vllm-v1`` (vLLM V1's ``Scheduler.schedule``): the running sequences in admission
+  order, then, only if that preempted nothing, new prompts.
 * ``static`` (request-level batching, as in FasterTransformer or early TGI): a batch of
   up to ``max_num_seqs`` requests (as memory allows) is formed when the replica is
   empty and runs until all its requests finish; nothing new is admitted meanwhile (a
@@ -50,6 +57,11 @@ class StepBuilder(Protocol):
 
     def running_prefills(self) -> None: ...
 
+    def running(self) -> None:
+        """Decodes and running prompt chunks together, in admission order (instead of
+        ``decodes()`` and ``running_prefills()``)."""
+        ...
+
     def admit(
         self, only: Callable[[RequestInfo], bool] | None = None, beyond_budget: bool = False
     ) -> list[RequestInfo]:
@@ -66,6 +78,11 @@ class StepBuilder(Protocol):
     @property
     def replica_empty(self) -> bool:
         """No sequence running, prefilling or swapped out on this replica."""
+        ...
+
+    @property
+    def preempted(self) -> bool:
+        """Whether planning this step has preempted a request so far."""
         ...
 
 
@@ -117,6 +134,21 @@ class DecodeFirst(Mixed):
     mixed step without chunking."""
 
     chunks_prompts = False
+
+
+@BATCHING.register("vllm-v1")
+class VllmV1:
+    """vLLM V1's step: running requests first, in the order they were admitted (decodes
+    and prompt chunks share the budget in that order), then new prompts, but not in a
+    step that had to preempt (vllm/v1/core/sched/scheduler.py, ``schedule``)."""
+
+    chunks_prompts = True
+    decode_stretches = True  # nothing waiting or prefilling: the running loop is decodes
+
+    def compose(self, step: StepBuilder) -> None:
+        step.running()
+        if not step.preempted:
+            step.admit()
 
 
 @BATCHING.register("static")

@@ -63,6 +63,16 @@ class LastArrived:
         return max(running, key=arrival)  # the latest arrival (then highest id)
 
 
+@VICTIMS.register("last-admitted")
+class LastAdmitted:
+    """The request admitted (or resumed) most recently, the tail of vLLM V1's running
+    list (``self.running.pop()``): not the last to arrive once a preempted request has
+    come back."""
+
+    def pick(self, running, view):
+        return max(running, key=view.admission_order)
+
+
 @VICTIMS.register("lowest-priority")
 class LowestPriority:
     """The lowest-priority request first (vLLM's priority mode); ties: last arrived."""

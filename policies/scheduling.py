@@ -6,11 +6,11 @@ returns the order to try them in. The engine admits in that order until the toke
 budget, the sequence cap or the KV pool runs out; it stops at the first entry that does
 not fit, so a large request at the head is not starved by smaller ones behind it.
 
-Every policy here keeps resumed entries first, in the queue's own order: they were
-running and hold progress (generated tokens), and the engine put them at the front on
-purpose. Only fresh entries are reordered, by a sort key whose last elements are the
-arrival time and the request id, so every order is deterministic. Each ``order`` call is
-one O(n log n) sort at worst.
+Every policy here but ``strict-priority`` (vLLM's own priority queue) keeps resumed
+entries first, in the queue's own order: they were running and hold progress (generated
+tokens), and the engine put them at the front on purpose. Only fresh entries are
+reordered, by a sort key whose last elements are the arrival time and the request id,
+so every order is deterministic. Each ``order`` call is one O(n log n) sort at worst.
 """
 
 from __future__ import annotations
@@ -103,6 +103,20 @@ class PriorityWithAging:
 
     def order(self, waiting, view):
         return fixed_key_order(waiting, self._keys)
+
+
+@SCHEDULERS.register("strict-priority")
+class StrictPriority:
+    """Highest priority first, then earliest arrival, preempted requests included
+    (vLLM V1's priority queue: a preempted request goes back into the heap under its
+    own priority and arrival, not to the front). No aging: a low priority can starve."""
+
+    def __init__(self):
+        self._keys = FixedKeys(lambda r: (-r.priority, *arrival(r)))
+
+    def order(self, waiting, view):
+        self._keys.forget_all_but(waiting)
+        return sorted(waiting, key=lambda entry: self._keys(entry.request))
 
 
 @SCHEDULERS.register("shortest-prompt-first")

@@ -42,6 +42,7 @@ from pydantic import (
 from sim.config.arrivals import TraceArrival
 from sim.config.budget import OverBudget, check_memory
 from sim.config.costs import CostModelSpec
+from sim.config.engines import apply_engine_profile, profile_of
 from sim.config.errors import error_at
 from sim.config.files import resolve_existing_file
 from sim.config.hardware import HardwareSpec, ModelSpec
@@ -49,16 +50,14 @@ from sim.config.hf_config import expand_model
 from sim.config.overrides import apply_overrides, read_overrides
 from sim.config.pool import KVPool
 from sim.config.presets import expand_preset
+from sim.config.run_sections import BackendSpec, SimulationSpec, SLOSpec
 from sim.config.schema import StrictModel
 from sim.config.sections import (
-    BackendSpec,
     CacheSpec,
     EvictionSpec,
     PreemptionSpec,
     RoutingSpec,
     SchedulerSpec,
-    SimulationSpec,
-    SLOSpec,
 )
 from sim.config.workload import WorkloadSpec
 
@@ -141,6 +140,12 @@ class Scenario(StrictModel):
 
     @model_validator(mode="before")
     @classmethod
+    def _engine_profile(cls, data: Any) -> Any:
+        """The defaults of ``scheduler.engine``'s profile under the scenario's own."""
+        return apply_engine_profile(data)
+
+    @model_validator(mode="before")
+    @classmethod
     def _stages_set_the_length(cls, data: Any) -> Any:
         """A staged arrival without ``num_requests`` or ``duration_s`` runs its stages
         whole (not the 1,000-request default)."""
@@ -173,8 +178,13 @@ class Scenario(StrictModel):
             blocks = self.cache.device_blocks(self.model, self.hardware, self.tensor_parallel)
         except ValueError as err:
             raise error_at("tensor_parallel", str(err)) from None
-        if blocks < 1:
-            raise error_at("cache.num_blocks", f"expected at least one block, got {blocks}")
+        reserved = profile_of(self.scheduler.engine).rules.reserved_blocks
+        if blocks - reserved < 1:
+            usable = f" ({reserved} reserved by scheduler.engine)" if reserved else ""
+            raise error_at(
+                "cache.num_blocks", f"expected at least one usable block{usable}, got {blocks}"
+            )
+        blocks -= reserved
         sched = self.scheduler
         if sched.max_num_batched_tokens < sched.max_num_seqs:
             raise error_at(

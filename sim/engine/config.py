@@ -22,6 +22,9 @@ class EngineConfig:
     max_model_len: int = 8192
     async_scheduling: bool = False  # arrivals during a step wait one more step
     request_timeout_s: float | None = None  # the client gives up (sim/engine/deadlines.py)
+    long_prefill_token_threshold: int = 0  # most prompt tokens a step gives one request
+    same_step_prefix_hits: bool = False  # a scheduled chunk's blocks hit in its own step
+    watermark_for_resumed: bool = False  # the watermark holds for resumed requests too
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,12 @@ class Replica:
     def num_swaps_out(self) -> int:
         return self._state.num_swaps_out
 
+    @property
+    def state(self) -> ReplicaState:
+        """The live state, for readers that record decisions (the parity replay's
+        executor); never mutated from outside the replica's parts."""
+        return self._state
+
     def has_work(self) -> bool:
         """Anything queued, running or swapped out."""
         return self._state.has_work()

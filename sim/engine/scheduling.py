@@ -11,7 +11,7 @@ slots are allocated when its request is admitted (prefix-cache hits come back fr
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 
@@ -21,8 +21,9 @@ from sim.engine.config import EngineConfig, ReplicaPolicies
 from sim.engine.executor import TokenSource
 from sim.engine.guard import PolicyFailure, brief
 from sim.engine.memory import Memory
+from sim.engine.offers import batching_accepts, offered
 from sim.engine.records import Limit
-from sim.engine.sequences import Moves, PrefillSeq, StepPlan, WaitingEntry
+from sim.engine.sequences import Moves, PrefillSeq, StepPlan
 from sim.engine.state import ReplicaState
 from sim.engine.step_builder import StepBuilder
 from sim.engine.view import EngineView
@@ -83,6 +84,10 @@ class StepPlanner:
         self.first_chunk_admission = (
             not self.admission.whole_prompt and self.reserve is None and self.chunking
         )
+        self.whole_sequence = self.first_chunk_admission and getattr(
+            self.admission, "whole_sequence_must_fit", False
+        )
+        self.prefill_cap = 0  # long_prefill_token_threshold in force this step (0: none)
 
     @property
     def unlogged_preemptions(self) -> bool:
@@ -93,6 +98,10 @@ class StepPlanner:
         """The next step's batch and what to apply when its time has passed."""
         plan = StepPlan()
         moves = Moves()
+        # vLLM caps a prompt's share only when another request could use the budget.
+        state = self.state
+        others = state.num_running_seqs() + len(state.waiting) > 1
+        self.prefill_cap = self.cfg.long_prefill_token_threshold if others else 0
         self.memory.swap_in_waiting(moves)
         step = StepBuilder(self, plan, moves)
         self.batching.compose(step)
@@ -150,9 +159,25 @@ class StepPlanner:
                 if self.first_chunk_admission:
                     continue  # out of blocks for this one; others may still fit
                 break
-            plan.chunks.append((seq, take))
+            self.take_chunk(plan, seq, take)
             budget -= take
         return budget
+
+    def take_chunk(self, plan: StepPlan, seq: PrefillSeq, take: int) -> None:
+        """``take`` tokens of ``seq`` run this step (their slots are held). With
+        same-step prefix hits (vLLM) its full blocks are offered to lookups now, so a
+        request admitted later in this step hits them; else once the step is planned."""
+        plan.chunks.append((seq, take))
+        if self.cfg.same_step_prefix_hits:
+            self.alloc.mark_computed(seq.seq_id, seq.computed + take)
+
+    def hold_chunk(self, seq: PrefillSeq, take: int) -> None:
+        """Hold the slots of ``seq``'s next ``take`` tokens (the caller checked that
+        the blocks are free)."""
+        missing = seq.computed + take - seq.held
+        if missing > 0:
+            self.alloc.append(seq.seq_id, seq.tokens[seq.held : seq.held + missing])
+            seq.held += missing
 
     def hold_slots(self, seq: PrefillSeq, take: int) -> int:
         """Make the allocator hold slots for the next ``take`` tokens of ``seq``; returns
@@ -170,7 +195,10 @@ class StepPlanner:
 
     def chunk_size(self, seq: PrefillSeq, budget: int, plan: StepPlan) -> int:
         """Prompt tokens of ``seq`` to compute this step (0: none)."""
-        return self.whole_prompt_size(seq.tokens.shape[0] - seq.computed, budget, plan)
+        remaining = seq.tokens.shape[0] - seq.computed
+        if self.prefill_cap and self.chunking:
+            remaining = min(remaining, self.prefill_cap)
+        return self.whole_prompt_size(remaining, budget, plan)
 
     def whole_prompt_size(self, remaining: int, budget: int, plan: StepPlan) -> int:
         """Tokens of a prompt with ``remaining`` to compute that this step takes: up to
@@ -204,11 +232,11 @@ class StepPlanner:
             return [], budget  # (before asking the scheduler to order a long queue)
         admitted = []
         plan.asked_scheduler = True
-        for entry in self.offered(waiting, admitted):
+        for entry in offered(self.scheduler, self.view, waiting, admitted):
             plan.limit = self.admission_limit(budget, beyond_budget)
             if plan.limit != Limit.NONE:
                 break
-            if only is not None and not self.batching_accepts(only, entry.request):
+            if only is not None and not batching_accepts(only, entry.request):
                 plan.limit = Limit.POLICY  # the batching mode holds the rest back
                 plan.held_by = "scheduler.batching"
                 break
@@ -217,14 +245,15 @@ class StepPlanner:
             if not whole:
                 plan.limit = Limit.TOKEN_BUDGET  # a whole prompt waits for a later step
                 break
-            if self.admit(seq, max(budget, 0)) is None:
+            share = min(budget, self.prefill_cap) if self.prefill_cap else budget
+            if self.admit(seq, max(share, 0)) is None:
                 # Head of line does not fit now: wait, do not let others jump it.
                 plan.limit = Limit.KV_BLOCKS
                 break
             admitted.append(entry)
             take = self.chunk_size(seq, budget, plan) if budget > 0 else 0
             if take:
-                plan.chunks.append((seq, take))
+                self.take_chunk(plan, seq, take)
                 budget -= take
         for entry in admitted:
             waiting.remove(entry)
@@ -232,43 +261,6 @@ class StepPlanner:
             plan.limit = Limit.POLICY  # the scheduler offered no more of the queue
             plan.held_by = "scheduler.policy"
         return [entry.request for entry in admitted], budget
-
-    def offered(self, waiting, admitted: list) -> Iterator[WaitingEntry]:
-        """The scheduler's order, checked as it is used: only waiting entries, each once
-        (the queue itself, as FCFS returns it, needs no check)."""
-        order = self.scheduler.order(waiting, self.view)
-        if order is waiting:
-            yield from waiting
-            return
-        try:
-            entries = iter(order)
-        except TypeError:
-            raise PolicyFailure(
-                "scheduler.policy", "order()", f"returned {brief(order)}, not the waiting entries"
-            ) from None
-        while True:
-            try:
-                entry = next(entries)
-            except StopIteration:
-                return
-            except Exception as err:  # a lazy order failing part-way (a generator)
-                problem = f"raised {type(err).__name__}: {err}"
-                raise PolicyFailure("scheduler.policy", "order()", problem) from err
-            if not isinstance(entry, WaitingEntry) or entry not in waiting:
-                problem = f"returned {brief(entry)}, which is not a waiting entry"
-                raise PolicyFailure("scheduler.policy", "order()", problem)
-            if any(entry is done for done in admitted):
-                problem = f"returned request {entry.request.req_id} twice"
-                raise PolicyFailure("scheduler.policy", "order()", problem)
-            yield entry
-
-    @staticmethod
-    def batching_accepts(only: Callable[[Request], bool], request: Request) -> bool:
-        try:
-            return bool(only(request))
-        except Exception as err:  # the batching mode's own filter
-            problem = f"raised {type(err).__name__}: {err}"
-            raise PolicyFailure("scheduler.batching", "admit(only=...)", problem) from err
 
     def fits_whole(self, seq: PrefillSeq, budget: int, plan: StepPlan) -> bool:
         """Without chunking: whether ``seq``'s whole uncached prompt runs this step."""
@@ -292,10 +284,14 @@ class StepPlanner:
         total = seq.tokens.shape[0]
         remaining_out = request.output_len - seq.generated
         tokens = seq.tokens
-        # The watermark is waived for resumed requests and on an empty replica.
-        watermark = not seq.resumed and state.num_running_seqs() > 0
+        # The watermark is waived on an empty replica and (but for vLLM) for resumed
+        # requests.
+        resumed_exempt = seq.resumed and not self.cfg.watermark_for_resumed
+        watermark = not resumed_exempt and state.num_running_seqs() > 0
         if self.first_chunk_admission or watermark:
             cached = self.alloc.cached_prefix_tokens(seq.tokens, salt=request.tenant)
+            if self.whole_sequence and not self.sequence_fits(seq, cached, watermark):
+                return None
             if self.first_chunk_admission:
                 tokens = seq.tokens[: self.first_tokens(total, cached, budget)]
             if watermark:
@@ -323,6 +319,16 @@ class StepPlanner:
             progress.first_scheduled_s = self.view.now
         state.prefilling.append(seq)
         return cached
+
+    def sequence_fits(self, seq: PrefillSeq, cached: int, watermark: bool) -> bool:
+        """Whether all of ``seq``'s blocks (``cached`` tokens of it hit) are free now,
+        with the watermark's headroom if it applies (vLLM's full-sequence check)."""
+        if not self.alloc.can_allocate(seq.tokens, salt=seq.request.tenant):
+            return False
+        if not watermark or not self.cfg.watermark_blocks:
+            return True
+        needed = self.blocks_for(seq.tokens.shape[0] - cached, 0)
+        return self.state.available_blocks() - needed >= self.cfg.watermark_blocks
 
     def first_tokens(self, total: int, cached: int, budget: int) -> int:
         """The admission policy's share of a prompt to allocate now, checked."""

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sim.engine.running_order import schedule_running
 from sim.engine.sequences import Moves, StepPlan
 from sim.workload.request import Request
 
@@ -29,6 +30,7 @@ class StepBuilder:
         self._budget = planner.cfg.max_num_batched_tokens
         self.decode_arrays = self._NO_DECODES
         self._done: set[str] = set()
+        self._preemptions_before = planner.state.num_preemptions
 
     def _once(self, move: str) -> None:
         if move in self._done:
@@ -44,6 +46,13 @@ class StepBuilder:
         self._once("running_prefills")
         self._budget = self._planner.schedule_running_prefills(self._plan, self._budget)
 
+    def running(self) -> None:
+        self._once("decodes")  # (it is both moves: neither may follow it)
+        self._once("running_prefills")
+        self._budget, self.decode_arrays = schedule_running(
+            self._planner, self._plan, self._moves, self._budget
+        )
+
     def admit(
         self, only: Callable[[Request], bool] | None = None, beyond_budget: bool = False
     ) -> list[Request]:
@@ -56,6 +65,10 @@ class StepBuilder:
     @property
     def has_prefill_chunks(self) -> bool:
         return bool(self._plan.chunks)
+
+    @property
+    def preempted(self) -> bool:
+        return self._planner.state.num_preemptions != self._preemptions_before
 
     @property
     def replica_empty(self) -> bool:

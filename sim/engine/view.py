@@ -63,6 +63,12 @@ class EngineView:
         prompt = self._state.prompt_of(request)
         return self._state.alloc.cached_prefix_tokens(prompt, salt=request.tenant)
 
+    def admission_order(self, request: Request) -> int:
+        # Sequence ids are numbered at admission, so a request's oldest live one orders
+        # its admissions (a resumed request gets new ones).
+        seq_ids = self._state.seq_ids_of(request)
+        return min(seq_ids) if seq_ids else -1
+
     def blocks_held(self, request: Request) -> int:
         self._state.before_read()
         return self._blocks_by_request().get(request.req_id, 0)

@@ -25,6 +25,7 @@ from policies.registry import Registry, UnknownPolicy
 from policies.scheduling import SCHEDULERS
 from sim.config.allocators import construct
 from sim.config.costs import CostParams
+from sim.config.engines import profile_of
 from sim.config.errors import ScenarioError
 from sim.costs.analytic import AnalyticCostModel
 from sim.costs.calibrated import CalibratedCostModel, CalibrationError, load, shape_mismatch
@@ -142,6 +143,7 @@ def analytic_executor(scenario) -> AnalyticCostModel:
 
 def engine_config(scenario, allocator: Allocator) -> EngineConfig:
     sched = scenario.scheduler
+    rules = profile_of(sched.engine).rules
     return EngineConfig(
         max_num_seqs=sched.max_num_seqs,
         max_num_batched_tokens=sched.max_num_batched_tokens,
@@ -150,6 +152,9 @@ def engine_config(scenario, allocator: Allocator) -> EngineConfig:
         max_model_len=scenario.model.max_model_len,
         async_scheduling=sched.async_scheduling,
         request_timeout_s=scenario.workload.request_timeout_s,
+        long_prefill_token_threshold=sched.long_prefill_token_threshold,
+        same_step_prefix_hits=rules.same_step_prefix_hits,
+        watermark_for_resumed=rules.watermark_for_resumed,
     )
 
 

@@ -1,0 +1,171 @@
+"""vLLM V1's running loop (``StepBuilder.running``): every running sequence, in the
+order it was admitted, takes its decode token or its next prompt chunk from the step's
+token budget, and a sequence whose blocks cannot be allocated preempts the victim
+policy's pick (the tail of the running list under ``last-admitted``) until it fits or
+is the victim itself.
+
+Order matters only when budget or memory runs short: a long chunk early in the list can
+use up the budget of later decodes, and blocks go to earlier sequences first. So the
+step takes one of two paths with the same result: when every sequence's share fits in
+the free blocks, the allocations are made at once (the decodes in one vectorised
+``append_batch``); otherwise sequence by sequence, preempting as vLLM does.
+Sequence ids are numbered at admission, so ascending ids are the running list's order.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from backend.base import OutOfBlocks
+from sim.engine.sequences import Moves, PrefillSeq, StepPlan
+
+if TYPE_CHECKING:
+    from sim.engine.scheduling import StepPlanner
+
+#: (sequence id, its prefill, or None for a decode row), in the running list's order
+Entry = tuple[int, PrefillSeq | None]
+
+
+def schedule_running(planner: StepPlanner, plan: StepPlan, moves: Moves, budget: int):
+    """Plan the running sequences' share of the step. Mutates the state (preemptions,
+    the decode rows' order: the scheduled ones first), the allocator and ``plan``.
+    Returns the budget left and the decode arrays (ids, contexts, input tokens)."""
+    state = planner.state
+    if not state.prefilling:
+        # Decodes only: each takes one token of a budget that holds them all
+        # (max_num_batched_tokens >= max_num_seqs), and tail preemption until the rest
+        # fit is what vLLM's one-by-one loop ends with too.
+        arrays = planner.schedule_decodes(plan, moves)
+        return budget - plan.decode_rows, arrays
+    entries = sorted(
+        [(s.seq_id, s) for s in state.prefilling] + [(i, None) for i in state.decodes.seq_id],
+        key=lambda entry: entry[0],
+    )
+    shares = _shares(planner, plan, entries, budget)
+    if _blocks_needed(planner, shares) <= state.available_blocks():
+        chunks = [(seq, take) for _, seq, take in shares if seq is not None]
+        for seq, take in chunks:
+            planner.hold_chunk(seq, take)
+        decoded = np.fromiter((sid for sid, seq, _ in shares if seq is None), np.int64)
+        _append_decodes(planner, moves, decoded)
+    else:
+        chunks, decoded = _one_by_one(planner, plan, moves, entries, budget)
+    for seq, take in chunks:
+        planner.take_chunk(plan, seq, take)
+    budget -= sum(take for _, take in chunks) + len(decoded)
+    return budget, _decode_arrays(planner, plan, decoded)
+
+
+def _shares(planner: StepPlanner, plan: StepPlan, entries: list[Entry], budget: int):
+    """(sequence id, prefill or None, tokens) each entry gets of the budget, in order,
+    if nothing is preempted."""
+    shares = []
+    for seq_id, seq in entries:
+        if budget <= 0:
+            break
+        take = 1 if seq is None else planner.chunk_size(seq, budget, plan)
+        if take:
+            shares.append((seq_id, seq, take))
+            budget -= take
+    return shares
+
+
+def _blocks_needed(planner: StepPlanner, shares) -> int:
+    alloc, state = planner.alloc, planner.state
+    size = alloc.block_size
+    context = dict(zip(state.decodes.seq_id.tolist(), state.decodes.context.tolist()))
+    needed = 0
+    for seq_id, seq, take in shares:
+        if seq is None:
+            needed += context[seq_id] % size == 0
+        else:
+            needed += _chunk_blocks(seq, take, size)
+    return needed
+
+
+def _chunk_blocks(seq: PrefillSeq, take: int, size: int) -> int:
+    """Blocks ``seq`` needs beyond those it holds to compute its next ``take`` tokens."""
+    end = seq.computed + take
+    return max(0, -(-end // size) - -(-seq.held // size))
+
+
+def _append_decodes(planner: StepPlanner, moves: Moves, seq_ids: np.ndarray) -> None:
+    """One slot for the newest token of each decode in ``seq_ids``. Raises
+    OutOfBlocks (nothing changed) when they do not all fit."""
+    if not seq_ids.shape[0]:
+        return
+    d = planner.state.decodes
+    rows = np.flatnonzero(np.isin(d.seq_id, seq_ids))
+    tokens = planner.outputs.decode_inputs(d.stream[rows], d.generated[rows])
+    moves.copies.extend(planner._append_batch(d.seq_id[rows], tokens))
+
+
+def _one_by_one(planner: StepPlanner, plan, moves, entries: list[Entry], budget: int):
+    """vLLM's loop when memory runs short: allocate in order, preempting on a miss.
+    Returns the chunks and the decoded sequence ids."""
+    state = planner.state
+    chunks: dict[int, tuple[PrefillSeq, int]] = {}
+    decoded: dict[int, int] = {}  # sequence id -> 1, in scheduling order
+    live = _live_ids(state)
+    for seq_id, seq in entries:
+        if budget <= 0:
+            break
+        if seq_id not in live:
+            continue  # preempted earlier in this loop
+        take = 1 if seq is None else planner.chunk_size(seq, budget, plan)
+        if not take:
+            continue
+        while not _allocate_one(planner, moves, seq_id, seq, take):
+            planner.memory.make_room(moves)
+            now_live = _live_ids(state)
+            for gone in live - now_live:  # a victim already scheduled gives its share back
+                if gone in chunks:
+                    budget += chunks.pop(gone)[1]
+                elif decoded.pop(gone, None) is not None:
+                    budget += 1
+            live = now_live
+            if seq_id not in live:
+                break  # it was the victim itself
+        if seq_id not in live:
+            continue
+        if seq is None:
+            decoded[seq_id] = 1
+        else:
+            chunks[seq_id] = (seq, take)
+        budget -= take
+    return list(chunks.values()), np.fromiter(decoded, np.int64)
+
+
+def _live_ids(state) -> set[int]:
+    return {s.seq_id for s in state.prefilling} | set(state.decodes.seq_id.tolist())
+
+
+def _allocate_one(planner: StepPlanner, moves, seq_id: int, seq, take: int) -> bool:
+    if seq is not None:
+        if _chunk_blocks(seq, take, planner.alloc.block_size) > planner.state.available_blocks():
+            return False
+        planner.hold_chunk(seq, take)
+        return True
+    try:
+        _append_decodes(planner, moves, np.asarray([seq_id], dtype=np.int64))
+    except OutOfBlocks:
+        return False
+    return True
+
+
+def _decode_arrays(planner: StepPlanner, plan: StepPlan, decoded: np.ndarray):
+    """Move the decoded rows first (apply reads the first ``plan.decode_rows``), count
+    their new token in their context, and return (ids, contexts, input tokens)."""
+    d = planner.state.decodes
+    mask = np.isin(d.seq_id, decoded)
+    if not mask.all():
+        d.extend(d.take(~mask))  # the others after them, in their order
+    rows = plan.decode_rows = int(decoded.shape[0])
+    if not rows:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, np.zeros(0, dtype=np.int32)
+    tokens = planner.outputs.decode_inputs(d.stream[:rows], d.generated[:rows])
+    d.context[:rows] += 1
+    return d.seq_id[:rows].copy(), d.context[:rows].copy(), tokens

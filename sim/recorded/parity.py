@@ -1,0 +1,286 @@
+"""Step-for-step parity with a real engine's scheduler: recorded decisions of vLLM's own
+V1 scheduler (``tests/parity/vllm-<version>/*.json``, written by bench/parity/record.py)
+replayed through pagesim's ``vllm-v1`` engine profile.
+
+A record holds one seeded stream (requests with their arrival, prompt and output
+length), the scheduler's settings, a step-time function both sides share
+(``step + tokens * T + seqs * S``: T tokens and S requests scheduled) and, for every
+step, what the real scheduler decided: tokens scheduled per request, requests
+preempted, requests newly scheduled and the prefix-cache hit each started from, free
+blocks after scheduling, requests finished. :func:`replay` builds the same stream as a
+scenario with ``scheduler.engine: vllm-v1``, serves it on one replica whose executor
+records the same facts and prices each step with the same function, and
+:func:`compare` finds the first step where the two differ.
+
+Prompts are stored as segments ``[key, length]`` expanding to
+``1 + ((key * 1_000_003 + i) * 2_654_435_761) % 32_000``; the k-th sampled token of
+the j-th request is ``32_001 + (j * 7_777_777 + k * 97) % 30_000``, as the recorder
+feeds them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import simpy
+
+from policies.routing import ROUTERS
+from sim.config import Scenario
+from sim.engine import Cluster, Replica
+from sim.run.build import build_allocator, engine_config, policy_context, replica_policies
+from sim.workload.request import Request
+
+FORMAT = "pagesim-parity"
+TIME_TOLERANCE_S = 1e-9  # the same float expression on both sides; allow a last-bit slip
+
+
+def segment_tokens(segments: list[list[int]]) -> np.ndarray:
+    parts = [
+        (1 + ((key * 1_000_003 + np.arange(length, dtype=np.int64)) * 2_654_435_761) % 32_000)
+        for key, length in segments
+    ]
+    return np.concatenate(parts).astype(np.int32)
+
+
+class RecordedOutputs:
+    """The sampled tokens the recorder fed vLLM (a TokenSource)."""
+
+    def __init__(self, index_of: dict[int, int]):
+        self.index_of = index_of  # pagesim req_id -> the request's position in the stream
+
+    def stream_state(self, req_id: int, sample: int) -> int:
+        return self.index_of[req_id]
+
+    def tokens(self, states: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        return (32_001 + (states * 7_777_777 + positions * 97) % 30_000).astype(np.int32)
+
+    def decode_inputs(self, states: np.ndarray, generated: np.ndarray) -> np.ndarray:
+        return self.tokens(states, generated - 1)
+
+    def prompt(self, request: Request) -> np.ndarray:
+        return request.prompt
+
+
+@dataclass
+class Replayed:
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    request_times: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+class RecordingExecutor:
+    """Prices each step with the record's function and notes what the step holds."""
+
+    def __init__(self, coefficients: dict[str, float], names: dict[int, str]):
+        self.c = coefficients
+        self.names = names  # pagesim req_id -> the record's request id
+        self.replica: Replica | None = None
+        self.steps: list[dict[str, Any]] = []
+        self._seen: set[int] = set()  # sequence ids scheduled before
+        self._preemptions: dict[int, int] = {}
+
+    def execute(self, batch) -> float:
+        state = self.replica.state
+        request_of = {s.seq_id: s.request.req_id for s in state.prefilling}
+        request_of.update(zip(state.decodes.seq_id.tolist(), state.decodes.req_id.tolist()))
+        scheduled: dict[str, int] = {}
+        new, hits = [], {}
+        for chunk in batch.prefills:
+            name = self.names[request_of[chunk.seq_id]]
+            scheduled[name] = chunk.num_tokens
+            if chunk.seq_id not in self._seen:
+                new.append(name)
+                hits[name] = chunk.start
+        for seq_id in batch.decode_seq_ids.tolist():
+            scheduled[self.names[request_of[seq_id]]] = 1
+        self._seen.update(request_of)
+        tokens, seqs = sum(scheduled.values()), len(scheduled)
+        seconds = self.c["step"] + self.c["tokens"] * tokens + self.c["seqs"] * seqs
+        now = self.replica.env.now
+        self.steps.append(
+            {
+                "t_start": now,
+                "t_end": now + seconds,
+                "scheduled": scheduled,
+                "preempted": self._new_preemptions(state),
+                "new": new,
+                "prefix_hits": hits,
+                "free_blocks": state.alloc.available_blocks(),
+                "finished": [],
+            }
+        )
+        return seconds
+
+    def _new_preemptions(self, state) -> list[str]:
+        preempted = []
+        for req_id, progress in state.in_flight.items():
+            count = len(progress.preemption_times)
+            if count != self._preemptions.get(req_id, 0):
+                preempted.append(self.names[req_id])
+                self._preemptions[req_id] = count
+        return preempted
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    record = json.loads(Path(path).read_text())
+    if record.get("format") != FORMAT:
+        raise ValueError(f"{path}: format: expected {FORMAT!r}, got {record.get('format')!r}")
+    return record
+
+
+def scenario_of(record: dict[str, Any]) -> Scenario:
+    """The record's scheduler settings as a pagesim scenario under ``vllm-v1``."""
+    cfg = record["config"]
+    scheduler = {
+        "engine": "vllm-v1",
+        "policy": cfg.get("policy", "fcfs"),
+        "max_num_seqs": cfg["max_num_seqs"],
+        "max_num_batched_tokens": cfg["max_num_batched_tokens"],
+        "long_prefill_token_threshold": cfg.get("long_prefill_token_threshold", 0),
+        "async_scheduling": bool(cfg.get("async_scheduling", False)),
+    }
+    return Scenario.model_validate(
+        {
+            "name": record["stream"],
+            "model": {"preset": "llama-3-8b", "max_model_len": cfg["max_model_len"]},
+            "cache": {
+                "block_size": cfg["block_size"],
+                "num_blocks": cfg["num_gpu_blocks"],
+                "prefix_caching": bool(cfg["enable_prefix_caching"]),
+            },
+            "scheduler": scheduler,
+            "simulation": {"num_requests": len(record["requests"])},
+        }
+    )
+
+
+def stream_requests(record: dict[str, Any]) -> tuple[list[Request], dict[int, str], dict]:
+    """The record's requests (ids ranked as vLLM compares its string ids, so that
+    ties in priority and arrival break alike), their names and stream positions."""
+    rows = record["requests"]
+    rank = {name: i for i, name in enumerate(sorted(row["id"] for row in rows))}
+    requests, names, index_of = [], {}, {}
+    for j, row in enumerate(rows):
+        req_id = rank[row["id"]]
+        names[req_id], index_of[req_id] = row["id"], j
+        requests.append(
+            Request(
+                req_id=req_id,
+                arrival_s=float(row["arrival_s"]),
+                prompt=segment_tokens(row["prompt"]),
+                output_len=int(row["max_tokens"]),
+                priority=-int(row.get("priority", 0)),  # vLLM: lower value first
+                n=int(row.get("n", 1)),
+            )
+        )
+    requests.sort(key=lambda r: r.arrival_s)  # (stable: list order within a time)
+    return requests, names, index_of
+
+
+def replay(record: dict[str, Any]) -> Replayed:
+    """Serve the record's stream under pagesim's ``vllm-v1`` profile."""
+    scenario = scenario_of(record)
+    requests, names, index_of = stream_requests(record)
+    context = policy_context(scenario, requests, replica=0)
+    allocator = build_allocator(scenario, context)
+    executor = RecordingExecutor(record["step_time"], names)
+    env = simpy.Environment()
+    done = []
+    replica = Replica(
+        env,
+        0,
+        allocator,
+        executor,
+        replica_policies(scenario, context),
+        engine_config(scenario, allocator),
+        RecordedOutputs(index_of),
+        _NoSteps(),
+        done.append,
+        fast_forward=False,
+    )
+    executor.replica = replica
+    cluster = Cluster(env, [replica], ROUTERS.get("round-robin")())
+    env.process(cluster.arrivals(requests))
+    env.run()
+    result = Replayed(steps=executor.steps)
+    ends = {step["t_end"]: step for step in executor.steps}
+    for outcome in done:
+        name = names[outcome.request.req_id]
+        ends[outcome.finish_s]["finished"].append(name)
+        result.request_times[name] = {
+            "arrival_s": outcome.request.arrival_s,
+            "first_token_s": outcome.first_token_s,
+            "finished_s": outcome.finish_s,
+            "num_preemptions": outcome.num_preemptions,
+        }
+    return result
+
+
+class _NoSteps:
+    def record(self, step, end_s=None) -> None:
+        pass
+
+    def record_rows(self, rows, ends) -> None:
+        pass
+
+
+DECISIONS = ("scheduled", "preempted", "new", "prefix_hits", "free_blocks", "finished")
+
+
+def _same(field_name: str, ours, theirs) -> bool:
+    if field_name in ("preempted", "new", "finished"):
+        return sorted(ours) == sorted(theirs)
+    return ours == theirs
+
+
+def step_difference(index: int, ours: dict, theirs: dict) -> str | None:
+    """What differs in one step (None: the same decisions at the same times)."""
+    problems = [
+        f"{name}: pagesim {ours[name]!r}, vllm {theirs[name]!r}"
+        for name in DECISIONS
+        if not _same(name, ours[name], theirs[name])
+    ]
+    for name in ("t_start", "t_end"):
+        if not math.isclose(ours[name], theirs[name], rel_tol=0, abs_tol=TIME_TOLERANCE_S):
+            problems.append(f"{name}: pagesim {ours[name]!r}, vllm {theirs[name]!r}")
+    if not problems:
+        return None
+    return f"step {index} (t={theirs['t_start']:.6f}): " + "; ".join(problems)
+
+
+@dataclass
+class Parity:
+    steps: int  # steps the real scheduler took
+    identical: int  # leading steps identical (the replay diverges after them)
+    first_difference: str | None
+    requests_differing: int
+
+    @property
+    def ok(self) -> bool:
+        return self.first_difference is None and self.requests_differing == 0
+
+
+def compare(record: dict[str, Any], replayed: Replayed) -> Parity:
+    theirs = record["steps"]
+    first = None
+    identical = 0
+    for index, (ours_step, their_step) in enumerate(zip(replayed.steps, theirs)):
+        first = step_difference(index, ours_step, their_step)
+        if first is not None:
+            break
+        identical += 1
+    if first is None and len(replayed.steps) != len(theirs):
+        first = f"steps: pagesim took {len(replayed.steps)}, vllm {len(theirs)}"
+    differing = 0
+    for name, times in record["request_times"].items():
+        ours = replayed.request_times.get(name)
+        if ours is None or any(
+            not math.isclose(ours[k], times[k], rel_tol=0, abs_tol=TIME_TOLERANCE_S)
+            for k in ("first_token_s", "finished_s")
+        ):
+            differing += 1
+    return Parity(len(theirs), identical, first, differing)
