@@ -21,7 +21,9 @@ decisions of the real scheduler by ``tests/parity/``:
 * a watermark of 0, applied (when set) to resumed requests too, whenever anything runs;
 * a chunk's full blocks are offered to prefix lookups as soon as it is scheduled, so a
   request admitted later in the same step hits them;
-* block 0 is vLLM's null block: one usable block fewer than ``cache.num_blocks``.
+* block 0 is vLLM's null block: one usable block fewer than ``cache.num_blocks``;
+* ``n > 1`` fans out into n requests with one prefill each (vllm/v1/engine/
+  parallel_sampling.py), the later ones hitting the first one's prompt blocks.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ class EngineRules:
     watermark_for_resumed: bool = False
     #: Blocks of the pool the engine never hands out (vLLM's null block).
     reserved_blocks: int = 0
+    #: ``n > 1`` runs as n requests, each prefilled (vLLM V1's parent-request fan-out),
+    #: not one prefill whose samples fork.
+    fan_out_samples: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,10 @@ PROFILES: dict[str, EngineProfile] = {
         preemption={"victim": "last-admitted", "mode": "recompute"},
         priority_preemption={"victim": "lowest-priority", "mode": "recompute"},
         rules=EngineRules(
-            same_step_prefix_hits=True, watermark_for_resumed=True, reserved_blocks=1
+            same_step_prefix_hits=True,
+            watermark_for_resumed=True,
+            reserved_blocks=1,
+            fan_out_samples=True,
         ),
     ),
 }

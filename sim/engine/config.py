@@ -25,6 +25,7 @@ class EngineConfig:
     long_prefill_token_threshold: int = 0  # most prompt tokens a step gives one request
     same_step_prefix_hits: bool = False  # a scheduled chunk's blocks hit in its own step
     watermark_for_resumed: bool = False  # the watermark holds for resumed requests too
+    fan_out_samples: bool = False  # n > 1: one request per sample, each prefilled (vLLM V1)
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,10 @@ class Memory:
             problem = f"returned {brief(victim)}, which is not one of the running requests"
             raise PolicyFailure("preemption.victim", "pick()", problem)
         state.in_flight[victim.req_id].preempted(self.view.now)
+        if self.cfg.fan_out_samples and len(state.seq_ids_of(victim)) > 1:
+            # Each sample is a request of its own (vLLM V1): only the newest one goes.
+            self.release(victim, *self.detach_newest(victim))
+            return
         swap = moves is not None and self.swap(victim, view)
         if not (swap and self.try_swap_out(victim, moves)):
             self.release(victim, *self.detach(victim))

@@ -35,7 +35,7 @@ from sim.engine.guard import MAX_IDLE_STEPS, PolicyFailure, StuckRun, check_dura
 from sim.engine.memory import Memory
 from sim.engine.records import RequestOutcome, StepRecord
 from sim.engine.scheduling import StepPlanner
-from sim.engine.sequences import PrefillSeq, StepPlan, WaitingEntry
+from sim.engine.sequences import StepPlan, new_entries
 from sim.engine.state import ReplicaState, RequestProgress
 from sim.engine.stretch import FastForward, InFlight, StepSink, StretchParts, next_delay
 from sim.engine.view import EngineView
@@ -163,16 +163,15 @@ class Replica:
             self._on_done(progress.outcome(math.nan, 0, reason))
             return
         progress.prompt = self._tokens.prompt(request)
-        seq = PrefillSeq(request, 0, progress.prompt, fork_children=request.n - 1)
         self._state.in_flight[request.req_id] = progress
         self._deadlines.add(request)
-        entry = WaitingEntry(request, seq)
+        entries = new_entries(request, progress.prompt, fan_out=self._cfg.fan_out_samples)
         if self._cfg.async_scheduling and self._wake is None:
             # A step is running, and the next one is already scheduled (vLLM's async
             # scheduling plans a step while the one before it runs).
-            self._state.arriving.append(entry)
+            self._state.arriving.extend(entries)
             return
-        self._state.waiting.append(entry)
+        self._state.waiting.extend(entries)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 

@@ -150,3 +150,12 @@ class Moves:
 def seq_ids(prefills: list[PrefillSeq], decodes: dict[str, np.ndarray]) -> list[int]:
     """Sequence ids of detached prefills and decode rows (as ``DecodeSet.take`` returns)."""
     return [s.seq_id for s in prefills] + decodes["seq_id"].tolist()
+
+
+def new_entries(request: Request, prompt: np.ndarray, *, fan_out: bool) -> list[WaitingEntry]:
+    """The waiting entries of a new request: one prefill whose samples fork when it is
+    done, or with ``fan_out`` (vLLM V1) one independent entry per sample, each with its
+    own prefill (the later ones hit the first one's blocks)."""
+    if fan_out and request.n > 1:
+        return [WaitingEntry(request, PrefillSeq(request, k, prompt)) for k in range(request.n)]
+    return [WaitingEntry(request, PrefillSeq(request, 0, prompt, fork_children=request.n - 1))]

@@ -64,10 +64,10 @@ class EngineView:
         return self._state.alloc.cached_prefix_tokens(prompt, salt=request.tenant)
 
     def admission_order(self, request: Request) -> int:
-        # Sequence ids are numbered at admission, so a request's oldest live one orders
-        # its admissions (a resumed request gets new ones).
+        # Sequence ids are numbered at admission (a resumed request gets new ones), so a
+        # request's newest live one orders it (with fanned-out samples, its newest sample).
         seq_ids = self._state.seq_ids_of(request)
-        return min(seq_ids) if seq_ids else -1
+        return max(seq_ids) if seq_ids else -1
 
     def blocks_held(self, request: Request) -> int:
         self._state.before_read()

@@ -50,11 +50,13 @@ def segment_tokens(segments: list[list[int]]) -> np.ndarray:
 class RecordedOutputs:
     """The sampled tokens the recorder fed vLLM (a TokenSource)."""
 
-    def __init__(self, index_of: dict[int, int]):
+    def __init__(self, index_of: dict[int, int], fanned: set[int]):
         self.index_of = index_of  # pagesim req_id -> the request's position in the stream
+        self.fanned = fanned  # requests with n > 1 (children j * 16 + k)
 
     def stream_state(self, req_id: int, sample: int) -> int:
-        return self.index_of[req_id]
+        j = self.index_of[req_id]
+        return j * 16 + sample if req_id in self.fanned else j
 
     def tokens(self, states: np.ndarray, positions: np.ndarray) -> np.ndarray:
         return (32_001 + (states * 7_777_777 + positions * 97) % 30_000).astype(np.int32)
@@ -82,22 +84,26 @@ class RecordingExecutor:
         self.steps: list[dict[str, Any]] = []
         self._seen: set[int] = set()  # sequence ids scheduled before
         self._preemptions: dict[int, int] = {}
+        self._live: dict[int, tuple[str, int, bool]] = {}  # (name, request, last step)
 
     def execute(self, batch) -> float:
         state = self.replica.state
-        request_of = {s.seq_id: s.request.req_id for s in state.prefilling}
-        request_of.update(zip(state.decodes.seq_id.tolist(), state.decodes.req_id.tolist()))
+        name_of = {s.seq_id: self.name(s.request, s.sample) for s in state.prefilling}
+        d = state.decodes
+        requests = {r.req_id: r for r in state.running_requests()}
+        for seq_id, req_id, sample in zip(d.seq_id.tolist(), d.req_id.tolist(), d.sample.tolist()):
+            name_of[seq_id] = self.name(requests[req_id], sample)
         scheduled: dict[str, int] = {}
         new, hits = [], {}
         for chunk in batch.prefills:
-            name = self.names[request_of[chunk.seq_id]]
+            name = name_of[chunk.seq_id]
             scheduled[name] = chunk.num_tokens
             if chunk.seq_id not in self._seen:
                 new.append(name)
                 hits[name] = chunk.start
         for seq_id in batch.decode_seq_ids.tolist():
-            scheduled[self.names[request_of[seq_id]]] = 1
-        self._seen.update(request_of)
+            scheduled[name_of[seq_id]] = 1
+        self._seen.update(name_of)
         tokens, seqs = sum(scheduled.values()), len(scheduled)
         seconds = self.c["step"] + self.c["tokens"] * tokens + self.c["seqs"] * seqs
         now = self.replica.env.now
@@ -106,23 +112,60 @@ class RecordingExecutor:
                 "t_start": now,
                 "t_end": now + seconds,
                 "scheduled": scheduled,
-                "preempted": self._new_preemptions(state),
+                "preempted": self._new_preemptions(state, name_of),
                 "new": new,
                 "prefix_hits": hits,
                 "free_blocks": state.alloc.available_blocks(),
                 "finished": [],
             }
         )
+        self._remember_live(state, name_of, batch)
         return seconds
 
-    def _new_preemptions(self, state) -> list[str]:
+    def name(self, request: Request, sample: int) -> str:
+        """The record's id of one sample (vLLM names a child ``parent#k``)."""
+        name = self.names[request.req_id]
+        return f"{name}#{sample}" if request.n > 1 else name
+
+    def _new_preemptions(self, state, name_of: dict[int, str]) -> list[str]:
+        """Who was preempted since the last step: requests whose count grew; of a
+        fanned-out one, the samples that left the device without finishing."""
         preempted = []
         for req_id, progress in state.in_flight.items():
             count = len(progress.preemption_times)
-            if count != self._preemptions.get(req_id, 0):
+            if count == self._preemptions.get(req_id, 0):
+                continue
+            self._preemptions[req_id] = count
+            if progress.request.n == 1:
                 preempted.append(self.names[req_id])
-                self._preemptions[req_id] = count
+                continue
+            live = set(name_of.values())
+            preempted += [
+                name
+                for seq_id, (name, owner, last) in self._live.items()
+                if owner == req_id and not last and name not in live
+            ]
         return preempted
+
+    def _remember_live(self, state, name_of: dict[int, str], batch) -> None:
+        """The sequences on the device as this step runs, and whether it is their last."""
+        last = set()
+        d = state.decodes
+        for seq_id, generated, target in zip(
+            d.seq_id.tolist(), d.generated.tolist(), d.target.tolist()
+        ):
+            if generated + 1 >= target:
+                last.add(seq_id)
+        for chunk in batch.prefills:
+            seq = next(s for s in state.prefilling if s.seq_id == chunk.seq_id)
+            done = chunk.start + chunk.num_tokens == seq.tokens.shape[0]
+            if done and seq.generated + 1 >= seq.request.output_len:
+                last.add(seq.seq_id)
+        owners = {s.seq_id: s.request.req_id for s in state.prefilling}
+        owners.update(zip(d.seq_id.tolist(), d.req_id.tolist()))
+        self._live = {
+            seq_id: (name, owners[seq_id], seq_id in last) for seq_id, name in name_of.items()
+        }
 
 
 def read_record(path: Path) -> dict[str, Any]:
@@ -142,6 +185,7 @@ def scenario_of(record: dict[str, Any]) -> Scenario:
         "max_num_batched_tokens": cfg["max_num_batched_tokens"],
         "long_prefill_token_threshold": cfg.get("long_prefill_token_threshold", 0),
         "async_scheduling": bool(cfg.get("async_scheduling", False)),
+        "watermark": float(cfg.get("watermark", 0.0)),
     }
     return Scenario.model_validate(
         {
@@ -197,7 +241,7 @@ def replay(record: dict[str, Any]) -> Replayed:
         executor,
         replica_policies(scenario, context),
         engine_config(scenario, allocator),
-        RecordedOutputs(index_of),
+        RecordedOutputs(index_of, {r.req_id for r in requests if r.n > 1}),
         _NoSteps(),
         done.append,
         fast_forward=False,
@@ -276,7 +320,7 @@ def compare(record: dict[str, Any], replayed: Replayed) -> Parity:
     if first is None and len(replayed.steps) != len(theirs):
         first = f"steps: pagesim took {len(replayed.steps)}, vllm {len(theirs)}"
     differing = 0
-    for name, times in record["request_times"].items():
+    for name, times in parent_times(record["request_times"]).items():
         ours = replayed.request_times.get(name)
         if ours is None or any(
             not math.isclose(ours[k], times[k], rel_tol=0, abs_tol=TIME_TOLERANCE_S)
@@ -284,3 +328,18 @@ def compare(record: dict[str, Any], replayed: Replayed) -> Parity:
         ):
             differing += 1
     return Parity(len(theirs), identical, first, differing)
+
+
+def parent_times(times: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Per-request times with a fanned-out request's children (``parent#k``) folded
+    into their parent: its first token is the first child's, its finish the last's."""
+    parents: dict[str, dict[str, float]] = {}
+    for name, row in times.items():
+        parent = name.split("#")[0]
+        if parent not in parents:
+            parents[parent] = dict(row)
+            continue
+        merged = parents[parent]
+        merged["first_token_s"] = min(merged["first_token_s"], row["first_token_s"])
+        merged["finished_s"] = max(merged["finished_s"], row["finished_s"])
+    return parents

@@ -148,13 +148,15 @@ def engine_config(scenario, allocator: Allocator) -> EngineConfig:
         max_num_seqs=sched.max_num_seqs,
         max_num_batched_tokens=sched.max_num_batched_tokens,
         chunked_prefill=sched.chunked_prefill,
-        watermark_blocks=int(sched.watermark * allocator.num_blocks),
+        # (vLLM counts its null block in the pool the watermark is a fraction of)
+        watermark_blocks=int(sched.watermark * (allocator.num_blocks + rules.reserved_blocks)),
         max_model_len=scenario.model.max_model_len,
         async_scheduling=sched.async_scheduling,
         request_timeout_s=scenario.workload.request_timeout_s,
         long_prefill_token_threshold=sched.long_prefill_token_threshold,
         same_step_prefix_hits=rules.same_step_prefix_hits,
         watermark_for_resumed=rules.watermark_for_resumed,
+        fan_out_samples=rules.fan_out_samples,
     )
 
 

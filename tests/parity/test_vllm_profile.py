@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 
 from sim.config import Scenario
 from sim.recorded.parity import replay
+from sim.workload.request import Request
 
 BASE = {
     "format": "pagesim-parity",
@@ -151,3 +153,29 @@ def test_strict_priority_admits_by_priority_and_puts_preempted_requests_back_in_
     steps = replay(record(rows, policy="priority", max_num_seqs=1)).steps
     order = [s["new"][0] for s in steps if s["new"]]
     assert order == ["r1", "r2", "r0"]  # vLLM: the lower value first
+
+
+def test_parallel_samples_fan_out_into_requests_that_hit_the_first_ones_prompt():
+    rec = record([{"arrival_s": 0.0, "prompt": [[4, 170]], "max_tokens": 3, "n": 3}])
+    replayed = replay(rec)
+    first = replayed.steps[0]
+    assert first["new"] == ["r0#0", "r0#1", "r0#2"]
+    assert first["prefix_hits"] == {"r0#0": 0, "r0#1": 160, "r0#2": 160}
+    assert first["scheduled"] == {"r0#0": 170, "r0#1": 10, "r0#2": 10}
+    assert replayed.steps[1]["scheduled"] == {"r0#0": 1, "r0#1": 1, "r0#2": 1}
+    assert replayed.request_times["r0"]["finished_s"] == replayed.steps[2]["t_end"]
+
+
+def test_the_victim_is_the_running_lists_tail_not_the_last_arrival():
+    from policies.preemption import VICTIMS
+
+    class View:  # r0 arrived first but was resumed last: it is the tail
+        def admission_order(self, request):
+            return {0: 9, 1: 3, 2: 5}[request.req_id]
+
+    running = [
+        Request(req_id=i, arrival_s=float(i), prompt=np.ones(4, np.int32), output_len=2)
+        for i in range(3)
+    ]
+    assert VICTIMS.get("last-admitted")().pick(running, View()).req_id == 0
+    assert VICTIMS.get("last-arrived")().pick(running, View()).req_id == 2
