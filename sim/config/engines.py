@@ -45,6 +45,9 @@ class EngineRules:
     #: ``n > 1`` runs as n requests, each prefilled (vLLM V1's parent-request fan-out),
     #: not one prefill whose samples fork.
     fan_out_samples: bool = False
+    #: With async scheduling, a sequence that finished in the step just ended frees its
+    #: blocks only after the next step is planned (that plan was made before its output).
+    async_frees_lag: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ PROFILES: dict[str, EngineProfile] = {
             watermark_for_resumed=True,
             reserved_blocks=1,
             fan_out_samples=True,
+            async_frees_lag=True,
         ),
     ),
 }

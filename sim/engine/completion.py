@@ -39,6 +39,24 @@ class Completion:
         # Tokens computed per tenant, kept only for policies that ask (fair share).
         self.served = served_tokens
         self.gaps = TokenGaps()
+        # vLLM's async scheduling plans the next step before this one's output is in:
+        # a finished sequence's blocks are freed only after that plan (lagging_frees).
+        self.lag_frees = False
+        self.lagging: list[int] = []
+
+    def release(self, seq_id: int) -> None:
+        """A finished sequence's blocks go back to the pool (now, or after the next plan
+        when frees lag)."""
+        if self.lag_frees:
+            self.lagging.append(seq_id)
+        else:
+            self.alloc.free(seq_id)
+
+    def release_lagging(self) -> None:
+        """Free the sequences that finished before the step just planned."""
+        for seq_id in self.lagging:
+            self.alloc.free(seq_id)
+        self.lagging.clear()
 
     def apply(self, plan: StepPlan, now: float) -> None:
         """Apply the step that just ended at ``now`` (the replica's next step index)."""
@@ -76,7 +94,7 @@ class Completion:
             done = np.concatenate((done, np.zeros(len(d) - rows, dtype=bool)))
         finished = d.take(done)
         for seq_id, req_id in zip(finished["seq_id"].tolist(), finished["req_id"].tolist()):
-            self.alloc.free(seq_id)
+            self.release(seq_id)
             self.sample_done(req_id, now)
 
     def complete_prefill(self, seq: PrefillSeq, now: float, step: int, new_rows: list) -> None:
@@ -92,7 +110,7 @@ class Completion:
         samples = [seq.sample] + [seq.sample + 1 + i for i in range(seq.fork_children)]
         if generated >= request.output_len:
             # Every sample's only token came from these logits: nothing left to fork.
-            self.alloc.free(seq.seq_id)
+            self.release(seq.seq_id)
             for _ in samples:
                 self.sample_done(request.req_id, now)
             return

@@ -26,6 +26,7 @@ class EngineConfig:
     same_step_prefix_hits: bool = False  # a scheduled chunk's blocks hit in its own step
     watermark_for_resumed: bool = False  # the watermark holds for resumed requests too
     fan_out_samples: bool = False  # n > 1: one request per sample, each prefilled (vLLM V1)
+    async_frees_lag: bool = False  # async: a finished sequence frees after the next plan
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,7 @@ class Replica:
         self._completion = Completion(
             self._state, self._memory, outputs, self._finished, policies.served_tokens
         )
+        self._completion.lag_frees = config.async_frees_lag
         parts = StretchParts(
             index, self._state, self._planner, self._memory, self._completion.gaps, executor,
             outputs, policies, steps,
@@ -224,15 +225,17 @@ class Replica:
 
     # -- the loop ---------------------------------------------------------------------
     def _loop(self):
+        lagging = self._completion.lagging
         while True:
             if not self._state.has_work() and self._state.has_arrivals():
                 self._state.promote_arrivals(all_of_them=True)
             if not self._state.has_work():
+                self._completion.release_lagging()  # nothing in flight: its output is in
                 self._wake = self.env.event()
                 yield self._wake
                 self._wake = None
                 continue
-            if self._fast.begin(self.env.now, self._stretch_horizon) is not None:
+            if not lagging and self._fast.begin(self.env.now, self._stretch_horizon) is not None:
                 try:
                     yield from self._wait_until(self._fast.current.end_s)
                 except simpy.Interrupt:  # cut short by settle(): one step may be running
@@ -250,10 +253,12 @@ class Replica:
                 batch, plan = self._planner.plan()
                 counts = batch_counts(batch)
                 if counts[0] == 0 and not batch.swap_out:
+                    self._completion.release_lagging()
                     self._unblock(plan)
                     continue
                 self._watch(counts)
                 duration = check_duration(self._executor.execute(batch))
+                self._completion.release_lagging()
                 yield self.env.timeout(duration)
             self._completion.apply(plan, self.env.now)
             self._expire()

@@ -151,10 +151,11 @@ class RecordingExecutor:
         """The sequences on the device as this step runs, and whether it is their last."""
         last = set()
         d = state.decodes
+        scheduled = set(batch.decode_seq_ids.tolist())
         for seq_id, generated, target in zip(
             d.seq_id.tolist(), d.generated.tolist(), d.target.tolist()
         ):
-            if generated + 1 >= target:
+            if seq_id in scheduled and generated + 1 >= target:
                 last.add(seq_id)
         for chunk in batch.prefills:
             seq = next(s for s in state.prefilling if s.seq_id == chunk.seq_id)
@@ -166,6 +167,7 @@ class RecordingExecutor:
         self._live = {
             seq_id: (name, owners[seq_id], seq_id in last) for seq_id, name in name_of.items()
         }
+        self.steps[-1]["finished"] = [name_of[seq_id] for seq_id in sorted(last)]
 
 
 def read_record(path: Path) -> dict[str, Any]:
@@ -251,10 +253,8 @@ def replay(record: dict[str, Any]) -> Replayed:
     env.process(cluster.arrivals(requests))
     env.run()
     result = Replayed(steps=executor.steps)
-    ends = {step["t_end"]: step for step in executor.steps}
     for outcome in done:
         name = names[outcome.request.req_id]
-        ends[outcome.finish_s]["finished"].append(name)
         result.request_times[name] = {
             "arrival_s": outcome.request.arrival_s,
             "first_token_s": outcome.first_token_s,

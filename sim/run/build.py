@@ -157,6 +157,7 @@ def engine_config(scenario, allocator: Allocator) -> EngineConfig:
         same_step_prefix_hits=rules.same_step_prefix_hits,
         watermark_for_resumed=rules.watermark_for_resumed,
         fan_out_samples=rules.fan_out_samples,
+        async_frees_lag=rules.async_frees_lag and sched.async_scheduling,
     )
 
 
