@@ -91,8 +91,9 @@ class ReplicaView(Protocol):
     def blocks_held(self, request: RequestInfo) -> int: ...
 
     def admission_order(self, request: RequestInfo) -> int:
-        """Grows with the time ``request`` was last admitted or resumed here (the order
-        of vLLM's running list); -1 for a request not running."""
+        """Grows with the time ``request``'s newest running sequence was admitted,
+        resumed or forked here (the order of vLLM's running list); -1 for a request not
+        running."""
         ...
 
     def generated_tokens(self, request: RequestInfo) -> int:

@@ -187,6 +187,16 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
             if self.enable_prefix_caching:  # (else there is nothing to publish)
                 self._index.publish_through(seq, ready, self._seqs.tables[seq])
 
+    def unpublish_last_block(self, seq_id: int) -> None:
+        """Withdraw ``seq_id``'s last block from the prefix cache if it is full and this
+        sequence published it: an engine that registers a block only once the token
+        filling it is known (vLLM's async scheduling) never registered it when the
+        sequence is preempted first. Call just before freeing the sequence."""
+        seq = self._seqs.live(seq_id)
+        held = int(self._seqs.num_tokens[seq])
+        if self.enable_prefix_caching and held and held % self.block_size == 0:
+            self._index.unpublish_last(seq, self._seqs.tables[seq][-1])
+
     def cached_prefix_tokens(self, token_ids, *, salt: int = 0) -> int:
         if not self.enable_prefix_caching:
             return 0

@@ -103,6 +103,12 @@ class Memory:
 
     def release(self, request: Request, prefills, decodes) -> None:
         """Free detached sequences (on the device or swapped out) and re-queue them."""
+        if self.cfg.async_frees_lag and len(decodes["seq_id"]):
+            # vLLM registers a decode-filled block once the token filling it is known, a
+            # step after it ran: a sequence preempted before then never registered it.
+            unpublish = getattr(self.alloc, "unpublish_last_block", None)
+            for seq_id in decodes["seq_id"].tolist() if unpublish else ():
+                unpublish(seq_id)
         for seq_id in seq_ids(prefills, decodes):
             self.alloc.free(seq_id)
         self.requeue_for_recompute(request, prefills, decodes)
