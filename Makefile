@@ -47,3 +47,26 @@ bench: $(TEST_STAMP)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .hypothesis
+
+# Re-record vLLM's real v1 scheduler decisions for the parity tests:
+#   make parity VLLM=0.33.0
+# Builds its own venv outside pagesim's (vllm --no-deps on a CPU torch); never
+# needed by `make run` or `make test`, which replay the committed JSON files.
+VLLM ?= 0.33.0
+PARITY_VENV := /tmp/pagesim-vllm-$(VLLM)
+PARITY_STAMP := $(PARITY_VENV)/.parity-installed
+
+$(PARITY_STAMP): bench/parity/requirements-vllm.txt
+	test -x $(PARITY_VENV)/bin/python || $(PY) -m venv $(PARITY_VENV)
+	$(PARITY_VENV)/bin/pip install -q --upgrade pip
+	$(if $(TORCH_WHEEL),$(PARITY_VENV)/bin/pip install -q $(TORCH_WHEEL),$(PARITY_VENV)/bin/pip install -q torch==2.13.0)
+	$(PARITY_VENV)/bin/pip install -q --no-deps vllm==$(VLLM)
+	$(PARITY_VENV)/bin/pip install -q -r bench/parity/requirements-vllm.txt \
+	  "$$($(PARITY_VENV)/bin/python -c "import importlib.metadata as m; print(next(r.split(';')[0].strip() for r in m.requires('vllm') if r.startswith('transformers')))")"
+	touch $@
+
+parity: $(PARITY_STAMP)
+	VLLM_TARGET_DEVICE=cpu $(PARITY_VENV)/bin/python bench/parity/record.py \
+	  --vllm-version $(VLLM) --out tests/parity/vllm-$(VLLM)
+
+.PHONY: parity

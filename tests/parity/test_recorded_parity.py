@@ -35,7 +35,7 @@ def test_vllm_v1_profile_makes_the_recorded_decisions(path):
 
 
 def test_a_changed_decision_is_reported_at_its_step():
-    record = read_record(PINNED[0])
+    record = read_record(HERE / f"vllm-{VLLM_VERSION}" / "burst_shared_prefix.json")
     replayed = replay(record)
     tampered = copy.deepcopy(record)
     step = tampered["steps"][len(tampered["steps"]) // 2]
