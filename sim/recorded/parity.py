@@ -227,13 +227,33 @@ def stream_requests(record: dict[str, Any]) -> tuple[list[Request], dict[int, st
     return requests, names, index_of
 
 
-def replay(record: dict[str, Any]) -> Replayed:
-    """Serve the record's stream under pagesim's ``vllm-v1`` profile."""
+class StepTime:
+    """The record's step-time function alone (no notes: for timing pagesim itself)."""
+
+    def __init__(self, coefficients: dict[str, float]):
+        self.c = coefficients
+
+    def execute(self, batch) -> float:
+        tokens = batch.decode_seq_ids.shape[0] + sum(c.num_tokens for c in batch.prefills)
+        seqs = batch.decode_seq_ids.shape[0] + len(batch.prefills)
+        return self.c["step"] + self.c["tokens"] * tokens + self.c["seqs"] * seqs
+
+    def decode_steps(self, context_lens: np.ndarray, steps: int) -> np.ndarray:
+        """A decode stretch: every step schedules each decode's one token."""
+        rows = int(context_lens.shape[0])
+        return np.full(steps, self.c["step"] + self.c["tokens"] * rows + self.c["seqs"] * rows)
+
+
+def replay(record: dict[str, Any], *, notes: bool = True) -> Replayed:
+    """Serve the record's stream under pagesim's ``vllm-v1`` profile; without
+    ``notes`` the steps are only timed, not noted (what a plain run costs)."""
     scenario = scenario_of(record)
     requests, names, index_of = stream_requests(record)
     context = policy_context(scenario, requests, replica=0)
     allocator = build_allocator(scenario, context)
-    executor = RecordingExecutor(record["step_time"], names)
+    executor = (
+        RecordingExecutor(record["step_time"], names) if notes else StepTime(record["step_time"])
+    )
     env = simpy.Environment()
     done = []
     replica = Replica(
@@ -246,13 +266,13 @@ def replay(record: dict[str, Any]) -> Replayed:
         RecordedOutputs(index_of, {r.req_id for r in requests if r.n > 1}),
         _NoSteps(),
         done.append,
-        fast_forward=False,
+        fast_forward=not notes,  # (noting every step needs them one by one)
     )
-    executor.replica = replica
+    executor.replica = replica  # (a StepTime ignores it)
     cluster = Cluster(env, [replica], ROUTERS.get("round-robin")())
     env.process(cluster.arrivals(requests))
     env.run()
-    result = Replayed(steps=executor.steps)
+    result = Replayed(steps=getattr(executor, "steps", []))
     for outcome in done:
         name = names[outcome.request.req_id]
         result.request_times[name] = {
