@@ -278,6 +278,18 @@ def watermark_pressure(b: _Builder) -> dict:
     return {"num_gpu_blocks": 250, "watermark": 0.05, "max_num_batched_tokens": 512}
 
 
+def large_batch(b: _Builder) -> dict:
+    """A full engine: 256 running requests most steps (the batch serving engineers run),
+    where the scheduler's per-request cost shows."""
+    for t in b.poisson_times(800, 400.0):
+        b.add(
+            t,
+            [[1 + b.rng.randint(0, 7), 64], [b.unique_key(), b.rng.randint(16, 192)]],
+            b.rng.randint(150, 400),
+        )
+    return {"num_gpu_blocks": 20000, "max_num_seqs": 256}
+
+
 # name -> (seed, builder)
 STREAMS = {
     "burst_shared_prefix": (11, burst_shared_prefix),
@@ -295,6 +307,7 @@ STREAMS = {
     "async_basic": (91, async_basic),
     "async_pressure": (92, async_pressure),
     "watermark_pressure": (101, watermark_pressure),
+    "large_batch": (111, large_batch),
 }
 
 

@@ -39,18 +39,22 @@ def schedule_running(planner: StepPlanner, plan: StepPlan, moves: Moves, budget:
         # fit is what vLLM's one-by-one loop ends with too.
         arrays = planner.schedule_decodes(plan, moves)
         return budget - plan.decode_rows, arrays
-    entries = sorted(
-        [(s.seq_id, s) for s in state.prefilling] + [(i, None) for i in state.decodes.seq_id],
-        key=lambda entry: entry[0],
-    )
-    shares = _shares(planner, plan, entries, budget)
-    if _blocks_needed(planner, shares) <= state.available_blocks():
-        chunks = [(seq, take) for _, seq, take in shares if seq is not None]
+    d = state.decodes
+    order = np.argsort(d.seq_id, kind="stable")  # decode rows in the running list's order
+    chunks, decoded_rows = _shares(planner, plan, order, budget)
+    size = planner.alloc.block_size
+    needed = int(np.count_nonzero(d.context[decoded_rows] % size == 0))
+    needed += sum(_chunk_blocks(seq, take, size) for seq, take in chunks)
+    if needed <= state.available_blocks():
         for seq, take in chunks:
             planner.hold_chunk(seq, take)
-        decoded = np.fromiter((sid for sid, seq, _ in shares if seq is None), np.int64)
+        decoded = d.seq_id[decoded_rows]
         _append_decodes(planner, moves, decoded)
     else:
+        entries = sorted(
+            [(s.seq_id, s) for s in state.prefilling] + [(i, None) for i in d.seq_id.tolist()],
+            key=lambda entry: entry[0],
+        )
         chunks, decoded = _one_by_one(planner, plan, moves, entries, budget)
     for seq, take in chunks:
         planner.take_chunk(plan, seq, take)
@@ -58,31 +62,26 @@ def schedule_running(planner: StepPlanner, plan: StepPlan, moves: Moves, budget:
     return budget, _decode_arrays(planner, plan, decoded)
 
 
-def _shares(planner: StepPlanner, plan: StepPlan, entries: list[Entry], budget: int):
-    """(sequence id, prefill or None, tokens) each entry gets of the budget, in order,
-    if nothing is preempted."""
-    shares = []
-    for seq_id, seq in entries:
-        if budget <= 0:
-            break
-        take = 1 if seq is None else planner.chunk_size(seq, budget, plan)
+def _shares(planner: StepPlanner, plan: StepPlan, order: np.ndarray, budget: int):
+    """What the running list gets of the budget if nothing is preempted: the prompt
+    chunks ((prefill, tokens), in order) and the decode rows that get their token (a
+    prefix of ``order``, the rows in the running list's order). Python work per
+    prefill, not per decode: the decodes between two prefills take one token each."""
+    d = planner.state.decodes
+    ids = d.seq_id[order]
+    chunks = []
+    before = 0  # decodes (in order) ahead of the current prefill
+    for seq in sorted(planner.state.prefilling, key=lambda s: s.seq_id):
+        ahead = int(np.searchsorted(ids, seq.seq_id))
+        if budget <= ahead - before:
+            return chunks, order[: before + max(budget, 0)]
+        budget -= ahead - before
+        before = ahead
+        take = planner.chunk_size(seq, budget, plan)
         if take:
-            shares.append((seq_id, seq, take))
+            chunks.append((seq, take))
             budget -= take
-    return shares
-
-
-def _blocks_needed(planner: StepPlanner, shares) -> int:
-    alloc, state = planner.alloc, planner.state
-    size = alloc.block_size
-    context = dict(zip(state.decodes.seq_id.tolist(), state.decodes.context.tolist()))
-    needed = 0
-    for seq_id, seq, take in shares:
-        if seq is None:
-            needed += context[seq_id] % size == 0
-        else:
-            needed += _chunk_blocks(seq, take, size)
-    return needed
+    return chunks, order[: before + max(0, min(budget, ids.shape[0] - before))]
 
 
 def _chunk_blocks(seq: PrefillSeq, take: int, size: int) -> int:
