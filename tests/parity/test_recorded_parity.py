@@ -47,3 +47,19 @@ def test_a_changed_decision_is_reported_at_its_step():
     parity = compare(tampered, replayed)
     assert parity.identical == len(tampered["steps"]) // 2
     assert "scheduled: pagesim" in parity.first_difference and name in parity.first_difference
+
+
+@pytest.mark.parametrize(
+    "stream, same",
+    [
+        ("burst_shared_prefix", True),  # no rule that changed between the versions
+        ("kv_pressure_small_budget", False),  # 0.11 admits on the chunk alone
+        ("watermark_pressure", False),  # 0.11 has no watermark
+        ("mixed_long_short_threshold", False),  # 0.11 caps a lone long prompt too
+    ],
+)
+def test_an_older_vllm_differs_exactly_where_its_rules_do(stream, same):
+    """The check is sensitive to the rules themselves: 0.11.0's recordings match the
+    0.33.0 profile only on streams that none of the changed rules touch."""
+    record = read_record(HERE / "vllm-0.11.0" / f"{stream}.json")
+    assert (compare(record, replay(record)).first_difference is None) == same
