@@ -53,7 +53,7 @@ def run(batching: str, *, rate: float = 200.0, num_requests: int = 300, **schedu
 
 
 def test_every_mode_is_registered():
-    assert BATCHING.names() == ["decode-first", "mixed", "prefill-first", "static"]
+    assert BATCHING.names() == ["decode-first", "mixed", "prefill-first", "static", "vllm-v1"]
 
 
 def test_mixed_steps_hold_prefills_and_decodes_together():
