@@ -86,6 +86,11 @@ def profile_of(name: str) -> EngineProfile:
     return PROFILES[name]
 
 
+#: What ``scheduler.engine`` is when a scenario does not say: users compare pagesim with
+#: vLLM, so vLLM's rules (figures measured before 2026-12-03 used ``pagesim``).
+DEFAULT_ENGINE = "vllm-v1"
+
+
 def apply_engine_profile(data: Any) -> Any:
     """The scenario's raw ``data`` with its engine profile's defaults filled in where
     the scenario says nothing; anything malformed is left for validation to report.
@@ -93,10 +98,13 @@ def apply_engine_profile(data: Any) -> Any:
     (``strict-priority``)."""
     if not isinstance(data, dict):
         return data
-    sched = data.get("scheduler")
-    if not isinstance(sched, dict) or sched.get("engine") not in PROFILES:
+    sched = data.get("scheduler", {})
+    if not isinstance(sched, dict):
         return data
-    profile = PROFILES[sched["engine"]]
+    engine = sched.get("engine", DEFAULT_ENGINE)
+    if engine not in PROFILES:
+        return data
+    profile = PROFILES[engine]
     if not profile.checked_against:
         return data
     sched = {**profile.scheduler, **sched}

@@ -214,9 +214,10 @@ class CacheSpec(StrictModel):
 class SchedulerSpec(StrictModel):
     """Which waiting request runs next, what one step may hold, and a step's limits."""
 
-    engine: Literal["pagesim", "vllm-v1"] = "pagesim"
-    """Whose scheduling rules the replicas follow: ``pagesim`` (the simulator's own) or
-    ``vllm-v1``, vLLM V1's scheduler step for step (pinned to the version it is checked
+    engine: Literal["pagesim", "vllm-v1"] = "vllm-v1"
+    """Whose scheduling rules the replicas follow: ``vllm-v1`` (default), vLLM V1's scheduler
+    step for step, or ``pagesim``, the simulator's own (mixed batching, whole-prompt admission,
+    the last arrival preempted, a 1 % watermark): ``vllm-v1`` (pinned to the version it is checked
     against, sim/config/engines.py): it sets the batching mode, admission, victim and watermark
     this section and ``preemption`` leave unset, offers a scheduled chunk's blocks to prefix
     lookups in the same step, and keeps vLLM's null block out of the pool."""
@@ -241,8 +242,9 @@ class SchedulerSpec(StrictModel):
     decodes (vLLM's chunked prefill); off: a prompt is prefilled in one step."""
     watermark: float = Field(default=0.01, ge=0, lt=1)
     """Fraction of device blocks, in [0, 1), kept free when admitting a new request so running
-    sequences have room to grow (vLLM's watermark); waived on an empty replica and for resumed
-    requests."""
+    sequences have room to grow (vLLM's watermark); waived on an empty replica and, under the
+    ``pagesim`` engine, for resumed requests. The ``vllm-v1`` engine (the default) sets 0, as vLLM
+    does."""
     async_scheduling: bool = False
     """The engine schedules each step while the one before it runs (vLLM's async scheduling, default
     since v0.12): a request that arrives while a step runs is first scheduled in the step after
@@ -251,12 +253,14 @@ class SchedulerSpec(StrictModel):
     admission: Choice = Field(default="whole-prompt", validate_default=True)
     """When a waiting request's prompt may start: ``whole-prompt`` (its whole prompt's KV must fit
     now, as in vLLM) or ``first-chunk`` (only the first chunk must fit, later chunks take blocks
-    as they run; paged pools with chunked prefill only). A name, or ``{policy: NAME, params:
-    {...}}``."""
+    as they run; paged pools with chunked prefill only) or ``whole-sequence`` (the whole
+    sequence must fit, only the chunk is allocated: vLLM V1, what the default ``vllm-v1`` engine
+    sets). A name, or ``{policy: NAME, params: {...}}``."""
     batching: Choice = Field(default="mixed", validate_default=True)
     """What one step may hold: ``mixed`` (decodes, prompt chunks and new prompts share the token
-    budget), ``prefill-first``, ``decode-first`` or ``static`` (request-level batching). A name,
-    or ``{policy: NAME, params: {...}}``."""
+    budget), ``prefill-first``, ``decode-first``, ``static`` (request-level batching) or
+    ``vllm-v1`` (vLLM V1's step, what the default ``vllm-v1`` engine sets). A name, or
+    ``{policy: NAME, params: {...}}``."""
 
     @field_validator("policy")
     @classmethod
@@ -281,8 +285,9 @@ class PreemptionSpec(StrictModel):
     and come back; needs ``cache.cpu_swap_gib`` or ``cache.num_cpu_blocks``). A name, or
     ``{policy: NAME, params: {...}}``."""
     victim: str = Field(default="last-arrived", validate_default=True)
-    """Which running request is preempted when a step needs a block and the free list is empty (vLLM
-    preempts the last arrived): a registered victim policy or a plug-in."""
+    """Which running request is preempted when a step needs a block and the free list is empty: a
+    registered victim policy or a plug-in. The default ``vllm-v1`` engine sets ``last-admitted``
+    (the tail of vLLM's running list; ``lowest-priority`` under ``scheduler.policy: priority``)."""
     params: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments of the victim policy's constructor."""
 

@@ -16,16 +16,17 @@ block_size                     cache.block_size (default 16)
 enable_prefix_caching          cache.prefix_caching (V1 default: on)
 gpu_memory_utilization         cache.gpu_memory_utilization (default 0.9): the pool is
                                derived from memory as vLLM does (sim.config.pool)
-num_gpu_blocks (logged)        cache.num_blocks = N - 1: vLLM keeps block 0 as its null
-                               block, so N - 1 hold KV
+num_gpu_blocks (logged)        cache.num_blocks = N: vLLM keeps block 0 as its null
+                               block, so N - 1 hold KV (the vllm-v1 profile's rule)
 tensor_parallel_size           tensor_parallel
 dtype                          model.dtype_bytes (auto: the config's torch_dtype)
 kv_cache_dtype                 noted: pagesim keeps KV in the model's dtype
 =============================  =====================================================
 
-vLLM V1 schedules without a watermark (``scheduler.watermark: 0``) and preempts the
-request scheduled last (recompute), as pagesim's ``last-arrived`` victim does. From
-vLLM 0.12 it schedules asynchronously by default: ``scheduler.async_scheduling`` and
+A vLLM run replays under vLLM's own scheduling rules (``scheduler.engine: vllm-v1``:
+no watermark, the running list's tail preempted by recompute, whole-sequence admission,
+the null block), other engines' under pagesim's with no watermark. From vLLM 0.12 it
+schedules asynchronously by default: ``scheduler.async_scheduling`` and
 ``cost_model.params.cpu_overlap``.
 """
 
@@ -146,7 +147,9 @@ def scenario_sections(engine: EngineConfig) -> tuple[dict[str, Any], list[str]]:
     if engine.num_gpu_blocks is not None:
         if engine.num_gpu_blocks < 2:
             raise RecordError(f"num_gpu_blocks: expected at least 2, got {engine.num_gpu_blocks}")
-        cache["num_blocks"] = engine.num_gpu_blocks - 1
+        # The vllm-v1 engine profile keeps vLLM's null block out of the pool itself.
+        vllm = engine.engine == "vllm"
+        cache["num_blocks"] = engine.num_gpu_blocks if vllm else engine.num_gpu_blocks - 1
         notes.append(f"KV pool: the logged {engine.num_gpu_blocks} blocks less vLLM's null block")
     else:
         cache["gpu_memory_utilization"] = engine.gpu_memory_utilization or 0.9
@@ -154,7 +157,12 @@ def scenario_sections(engine: EngineConfig) -> tuple[dict[str, Any], list[str]]:
             f"KV pool derived from gpu_memory_utilization {cache['gpu_memory_utilization']:g} "
             "(no logged num_gpu_blocks)"
         )
-    scheduler: dict[str, Any] = {"watermark": 0.0}
+    # vLLM's runs replay under vLLM's scheduling rules; others under pagesim's own, with
+    # no watermark (neither engine keeps one by default).
+    scheduler: dict[str, Any] = {
+        "engine": "vllm-v1" if engine.engine == "vllm" else "pagesim",
+        "watermark": 0.0,
+    }
     for field, key in (("max_num_seqs", "max_num_seqs"),
                        ("max_num_batched_tokens", "max_num_batched_tokens")):  # fmt: skip
         value = getattr(engine, field)

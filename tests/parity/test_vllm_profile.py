@@ -59,9 +59,13 @@ def test_selecting_the_profile_sets_vllms_rules_and_explicit_settings_win():
         }
     )
     assert mine.scheduler.watermark == 0.05 and mine.preemption.victim == "most-blocks"
-    plain = Scenario.model_validate({"cache": {"num_blocks": 100}})
-    assert plain.scheduler.engine == "pagesim" and plain.kv_pool.device_blocks == 100
-    assert plain.scheduler.batching.policy == "mixed" and plain.scheduler.watermark == 0.01
+    default = Scenario.model_validate({"cache": {"num_blocks": 100}})
+    assert default.scheduler.engine == "vllm-v1" and default.kv_pool.device_blocks == 99
+    own = Scenario.model_validate(
+        {"scheduler": {"engine": "pagesim"}, "cache": {"num_blocks": 100}}
+    )
+    assert own.kv_pool.device_blocks == 100 and own.preemption.victim == "last-arrived"
+    assert own.scheduler.batching.policy == "mixed" and own.scheduler.watermark == 0.01
 
 
 def test_a_burst_sharing_a_prefix_hits_blocks_scheduled_earlier_in_the_same_step():

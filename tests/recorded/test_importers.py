@@ -79,8 +79,10 @@ def test_lifecycle_jsonl_with_its_metadata(tmp_path):
     assert summary["tpot_s"]["mean"] == pytest.approx(0.012)
     raw = yaml.safe_load((out / "scenario.yaml").read_text())
     assert raw["hardware"] == "rtx-4090"  # from the CUDA device name
-    assert raw["cache"]["num_blocks"] == 2587  # vLLM's null block left out
+    assert raw["cache"]["num_blocks"] == 2588  # as logged; the vllm-v1 profile keeps
+    assert load_scenario(out / "scenario.yaml").kv_pool.device_blocks == 2587  # its null block
     assert raw["scheduler"] == {
+        "engine": "vllm-v1",
         "watermark": 0.0,
         "max_num_seqs": 64,
         "max_num_batched_tokens": 2048,
