@@ -287,16 +287,6 @@ class PrefixIndex:
             self._salt_of_block[newly] = self._salts[owners]
             self._pos_of_block[newly] = positions
 
-    def unpublish_last(self, seq: int, block: int) -> None:
-        """Withdraw the key of ``block``, ``seq``'s newest published block, if ``seq``
-        published it (nothing else changes: the sequence is about to be freed)."""
-        chain = self._chains[seq]
-        if not chain or self._published[seq] != len(chain):
-            return
-        if self._block_of_key.get(chain[-1]) == block:
-            self.drop([block])
-            self._published[seq] -= 1
-
     def drop(self, blocks: list[int]) -> None:
         """The pool evicted ``blocks`` (each published): forget their keys, in order."""
         for block in blocks:

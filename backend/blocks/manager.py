@@ -195,7 +195,11 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
         seq = self._seqs.live(seq_id)
         held = int(self._seqs.num_tokens[seq])
         if self.enable_prefix_caching and held and held % self.block_size == 0:
-            self._index.unpublish_last(seq, self._seqs.tables[seq][-1])
+            last = self._seqs.tables[seq][-1]
+            # Only a block this sequence alone holds (a decode's own); it is freed next,
+            # so its published count need not change.
+            if self._index.is_keyed(last) and self._pool.refcount[last] == 1:
+                self._index.drop([last])
 
     def cached_prefix_tokens(self, token_ids, *, salt: int = 0) -> int:
         if not self.enable_prefix_caching:

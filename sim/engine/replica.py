@@ -31,13 +31,14 @@ from sim.engine.completion import Completion
 from sim.engine.config import EngineConfig, ReplicaPolicies
 from sim.engine.deadlines import TIMED_OUT, Deadlines, abort
 from sim.engine.executor import Executor, TokenSource
-from sim.engine.guard import MAX_IDLE_STEPS, PolicyFailure, StuckRun, check_duration
+from sim.engine.guard import MAX_IDLE_STEPS, StuckRun, check_duration
 from sim.engine.memory import Memory
 from sim.engine.records import RequestOutcome, StepRecord
 from sim.engine.scheduling import StepPlanner
 from sim.engine.sequences import StepPlan, new_entries
 from sim.engine.state import ReplicaState, RequestProgress
 from sim.engine.stretch import FastForward, InFlight, StepSink, StretchParts, next_delay
+from sim.engine.unblock import unblock
 from sim.engine.view import EngineView
 from sim.workload.request import Request
 
@@ -250,11 +251,18 @@ class Replica:
                     self._expire()
                     continue
             else:
+                preemptions = self._state.num_preemptions
                 batch, plan = self._planner.plan()
                 counts = batch_counts(batch)
                 if counts[0] == 0 and not batch.swap_out:
-                    self._completion.release_lagging()
-                    self._unblock(plan)
+                    if lagging or self._state.num_preemptions != preemptions:
+                        # Plan again, the next record carrying this plan's preemptions: after
+                        # the frees of the step in flight (vLLM: its output is in), or, when
+                        # this plan preempted and so admitted nothing (vLLM), admitting now.
+                        self._planner.carry_preemptions(plan)
+                        self._completion.release_lagging()
+                    else:
+                        unblock(self._state, self._memory, plan, self._reject)
                     continue
                 self._watch(counts)
                 duration = check_duration(self._executor.execute(batch))
@@ -297,32 +305,6 @@ class Replica:
                 f"replica {self.index}: {MAX_IDLE_STEPS:,} steps in a row computed no token "
                 f"(only swaps and copies) at t={self.env.now:.6g} s: the run is stuck"
             )
-
-    def _unblock(self, plan: StepPlan) -> None:
-        """Nothing could be scheduled although work is queued: with nothing running,
-        the head of the queue can never be admitted, so it is rejected (liveness) —
-        unless a policy held it back, which is that policy's failure, not the request's."""
-        state = self._state
-        running = state.prefilling or len(state.decodes)
-        if state.prefilling and not len(state.decodes):
-            # First-chunk admission let partial prompts fill the pool: free some. There
-            # is no step to log it in, so the next step's record carries it.
-            self._memory.make_room(None)
-            return
-        if state.swapped and not running:
-            # Bring one swapped request back by recompute instead of waiting forever.
-            self._memory.resume_by_recompute(state.swapped.popleft())
-            return
-        if state.waiting and not running:
-            if not plan.asked_scheduler:
-                problem = "asked for no admissions with an empty replica and requests waiting"
-                raise PolicyFailure("scheduler.batching", "compose()", problem)
-            if plan.held_by:
-                waiting = len(state.waiting)
-                problem = f"admitted none of the {waiting} waiting requests to an empty replica"
-                raise PolicyFailure(plan.held_by, "order()", problem)
-            entry = state.waiting.popleft()
-            self._reject(entry.request, "cannot be admitted even with an empty replica")
 
     # -- records ----------------------------------------------------------------------
     def _step_record(

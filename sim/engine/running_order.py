@@ -43,7 +43,8 @@ def schedule_running(planner: StepPlanner, plan: StepPlan, moves: Moves, budget:
     order = np.argsort(d.seq_id, kind="stable")  # decode rows in the running list's order
     chunks, decoded_rows = _shares(planner, plan, order, budget)
     size = planner.alloc.block_size
-    needed = int(np.count_nonzero(d.context[decoded_rows] % size == 0))
+    # (the allocator counts copy-on-write of a shared last block too, as after a fork)
+    needed = planner.alloc.blocks_needed_for_batch(d.seq_id[decoded_rows])
     needed += sum(_chunk_blocks(seq, take, size) for seq, take in chunks)
     if needed <= state.available_blocks():
         for seq, take in chunks:

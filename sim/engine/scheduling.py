@@ -94,6 +94,10 @@ class StepPlanner:
         """Preemptions made since the last step's record (the next record carries them)."""
         return self.state.num_preemptions != self._logged_preemptions
 
+    def carry_preemptions(self, plan: StepPlan) -> None:
+        """``plan`` is dropped unrun: its preemptions go to the next step's record."""
+        self._logged_preemptions -= plan.num_preempted
+
     def plan(self) -> tuple[Batch, StepPlan]:
         """The next step's batch and what to apply when its time has passed."""
         plan = StepPlan()
@@ -172,8 +176,7 @@ class StepPlanner:
             self.alloc.mark_computed(seq.seq_id, seq.computed + take)
 
     def hold_chunk(self, seq: PrefillSeq, take: int) -> None:
-        """Hold the slots of ``seq``'s next ``take`` tokens (the caller checked that
-        the blocks are free)."""
+        """Hold the slots of ``seq``'s next ``take`` tokens (whose blocks are free)."""
         missing = seq.computed + take - seq.held
         if missing > 0:
             self.alloc.append(seq.seq_id, seq.tokens[seq.held : seq.held + missing])

@@ -126,6 +126,9 @@ def scenarios(draw) -> dict:
     }
     max_num_seqs = draw(st.sampled_from([1, 2, 4, 16]))
     scheduler = {
+        # vLLM's rules (the default) or pagesim's own; vLLM's null block needs a second one
+        "engine": draw(st.sampled_from(["vllm-v1", "pagesim"] if num_blocks > 1 else ["pagesim"])),
+        "async_scheduling": draw(st.booleans()),
         "policy": draw(st.sampled_from(SCHEDULERS.names())),
         "max_num_seqs": max_num_seqs,
         # The schema asks for a budget that lets every running sequence decode.
@@ -312,6 +315,7 @@ def test_swapped_forks_do_not_livelock():
     request was swapped out and in every step forever (a Livelock here)."""
     raw = tiny_raw(arrival={"kind": "constant", "rate_rps": 1000}, input=8, output=8, n=3)
     raw["cache"] = {"block_size": 4, "num_blocks": 8, "num_cpu_blocks": 64}
+    raw["scheduler"] = {"engine": "pagesim"}  # samples fork (vllm-v1 fans them out)
     raw["preemption"] = {"mode": "swap"}
     raw["simulation"]["num_requests"] = 2
     run = simulate_observed(validate_scenario(raw))

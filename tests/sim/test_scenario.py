@@ -49,9 +49,12 @@ def test_a_three_line_scenario_gets_the_documented_defaults(tmp_path):
     assert (s.tensor_parallel, s.cache.block_size, s.cache.num_blocks) == (1, 16, None)
     assert (s.cache.allocator, s.cache.prefix_caching) == ("paged", False)
     assert (s.scheduler.policy, s.scheduler.max_num_seqs) == ("fcfs", 256)
-    assert (s.scheduler.max_num_batched_tokens, s.scheduler.watermark) == (8192, 0.01)
+    # vLLM V1's rules (scheduler.engine: vllm-v1, the default)
+    assert (s.scheduler.engine, s.scheduler.batching.policy) == ("vllm-v1", "vllm-v1")
+    assert (s.scheduler.max_num_batched_tokens, s.scheduler.watermark) == (8192, 0.0)
     assert s.scheduler.chunked_prefill is True
-    assert (s.preemption.mode.policy, s.preemption.victim) == ("recompute", "last-arrived")
+    assert s.scheduler.admission.policy == "whole-sequence"
+    assert (s.preemption.mode.policy, s.preemption.victim) == ("recompute", "last-admitted")
     assert (s.eviction.policy, s.routing.router, s.routing.replicas) == ("lru", "round-robin", 1)
     assert (s.slo.ttft_s, s.slo.tpot_s) == (2.0, 0.2)
     assert (s.simulation.num_requests, s.simulation.seed) == (1000, 0)
@@ -74,13 +77,16 @@ def test_presets_explicit_shapes_and_preset_overrides_resolve():
 def test_pool_size_explicit_or_derived_from_memory():
     s = validate_scenario({"model": "opt-13b", "hardware": "a100-40gb"})
     derived = kv_pool_blocks(MODEL_PRESETS["opt-13b"], HARDWARE_PRESETS["a100-40gb"])
-    assert s.cache.device_blocks(s.model, s.hardware, 1) == derived == s.kv_pool.device_blocks
+    # vLLM's null block (the default vllm-v1 engine) holds no KV
+    assert s.cache.device_blocks(s.model, s.hardware, 1) == derived == s.kv_pool.device_blocks + 1
     s = validate_scenario({"cache": {"num_blocks": 77, "gpu_memory_utilization": 0.5}})
-    assert s.cache.device_blocks(s.model, s.hardware, 1) == 77 == s.kv_pool.device_blocks
+    assert s.cache.device_blocks(s.model, s.hardware, 1) == 77 == s.kv_pool.device_blocks + 1
     # The pool is sized once, at validation; the allocator is built from that figure.
-    assert build_allocator(s).num_blocks == 77
+    assert build_allocator(s).num_blocks == 76
+    own = validate_scenario({"scheduler": {"engine": "pagesim"}, "cache": {"num_blocks": 77}})
+    assert own.kv_pool.device_blocks == build_allocator(own).num_blocks == 77
     s = validate_scenario({"tensor_parallel": 2, "cache": {"cpu_swap_gib": 4}})
-    assert s.kv_pool == (s.cache.device_blocks(s.model, s.hardware, 2), 4096)
+    assert s.kv_pool == (s.cache.device_blocks(s.model, s.hardware, 2) - 1, 4096)
 
 
 def test_cpu_blocks_from_gib_or_explicit():

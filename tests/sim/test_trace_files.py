@@ -4,9 +4,10 @@ trace whose non-finite times reach requests.csv."""
 
 from __future__ import annotations
 
+import csv
 import json
+import math
 
-import numpy as np
 import pytest
 
 from sim.cli import main
@@ -138,7 +139,9 @@ def test_the_largest_int64_counts_are_accepted_and_clipped_to_the_model(tmp_path
     code = main(["run", str(trace_scenario(tmp_path, "t.csv", trace.read_text())), "--out",
                  str(out), "--quiet", "--no-report"])  # fmt: skip
     assert code == 0
-    assert np.isfinite(np.genfromtxt(out / "requests.csv", delimiter=",", names=True)["arrival_s"])
+    with open(out / "requests.csv", newline="") as f:
+        (row,) = csv.DictReader(f)  # (a rejected reason may hold a comma: csv quotes it)
+    assert math.isfinite(float(row["arrival_s"]))
 
 
 def test_a_time_scale_that_makes_arrivals_infinite_is_refused(tmp_path):
