@@ -183,3 +183,18 @@ def test_the_victim_is_the_running_lists_tail_not_the_last_arrival():
     ]
     assert VICTIMS.get("last-admitted")().pick(running, View()).req_id == 0
     assert VICTIMS.get("last-arrived")().pick(running, View()).req_id == 2
+
+
+def test_a_preempted_request_goes_back_under_its_own_priority_not_to_the_front():
+    # r1 (low priority) is preempted; r2 (high), waiting since before, fits the blocks
+    # that frees and is admitted the step after, while r1 (which does not fit yet)
+    # waits: pagesim's own priority policy would keep the resumed r1 first and block r2.
+    rows = [
+        {"arrival_s": 0.0, "prompt": [[j, 60]], "max_tokens": 200, "priority": 5} for j in range(2)
+    ]
+    rows.append({"arrival_s": 0.6, "prompt": [[9, 100]], "max_tokens": 4, "priority": 0})
+    rec = record(rows, num_gpu_blocks=21, enable_prefix_caching=False, policy="priority")
+    steps = replay(rec).steps
+    preempting = next(i for i, s in enumerate(steps) if s["preempted"])
+    assert steps[preempting]["preempted"] == ["r1"]
+    assert steps[preempting + 1]["new"] == ["r2"]
