@@ -94,9 +94,8 @@ class StepPlanner:
         """Preemptions made since the last step's record (the next record carries them)."""
         return self.state.num_preemptions != self._logged_preemptions
 
-    def carry_preemptions(self, plan: StepPlan) -> None:
-        """``plan`` is dropped unrun: its preemptions go to the next step's record."""
-        self._logged_preemptions -= plan.num_preempted
+    def carry_preemptions(self, plan: StepPlan) -> None:  # (plan dropped unrun: its
+        self._logged_preemptions -= plan.num_preempted  # preemptions go to the next record)
 
     def plan(self) -> tuple[Batch, StepPlan]:
         """The next step's batch and what to apply when its time has passed."""
@@ -114,8 +113,9 @@ class StepPlanner:
             PrefillChunk(s.seq_id, s.computed, s.tokens[s.computed : s.computed + n])
             for s, n in plan.chunks
         )
-        for seq, take in plan.chunks:
-            self.alloc.mark_computed(seq.seq_id, seq.computed + take)
+        if not self.cfg.same_step_prefix_hits:  # (else take_chunk published them already)
+            for seq, take in plan.chunks:
+                self.alloc.mark_computed(seq.seq_id, seq.computed + take)
         # Preemptions made while planning, and any made between steps (see Replica.unblock).
         preemptions = self.state.num_preemptions
         plan.num_preempted = preemptions - self._logged_preemptions

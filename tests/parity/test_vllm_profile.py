@@ -40,6 +40,22 @@ def record(requests, **config):
     return rec
 
 
+def urgent_behind_a_full_pool(low: int, low_priority: int, urgent_at: float, urgent_len: int):
+    """``low`` low-priority long decodes fill a 20-block pool (no prefix cache); a
+    high-priority request arrives at ``urgent_at`` when it does not fit. Returns the
+    steps and the index of the first step that preempted."""
+    rows = [
+        {"arrival_s": 0.0, "prompt": [[j, 60]], "max_tokens": 200, "priority": low_priority}
+        for j in range(low)
+    ]
+    rows.append(
+        {"arrival_s": urgent_at, "prompt": [[9, urgent_len]], "max_tokens": 4, "priority": 0}
+    )
+    rec = record(rows, num_gpu_blocks=21, enable_prefix_caching=False, policy="priority")
+    steps = replay(rec).steps
+    return steps, next(i for i, s in enumerate(steps) if s["preempted"])
+
+
 def test_selecting_the_profile_sets_vllms_rules_and_explicit_settings_win():
     chosen = Scenario.model_validate(
         {"scheduler": {"engine": "vllm-v1"}, "cache": {"num_blocks": 100}}
@@ -121,15 +137,8 @@ def test_admission_needs_the_whole_sequence_free_but_allocates_only_the_chunk():
 
 
 def test_no_request_is_admitted_in_a_step_that_preempted():
-    # Three low-priority requests fill the pool; a high-priority one that arrived when it
-    # did not fit would fit in the blocks the preemption frees, but waits a step.
-    rows = [
-        {"arrival_s": 0.0, "prompt": [[j, 60]], "max_tokens": 200, "priority": 1} for j in range(3)
-    ]
-    rows.append({"arrival_s": 0.3, "prompt": [[9, 40]], "max_tokens": 2, "priority": 0})
-    rec = record(rows, num_gpu_blocks=21, enable_prefix_caching=False, policy="priority")
-    steps = replay(rec).steps
-    preempting = next(i for i, s in enumerate(steps) if s["preempted"])
+    # The urgent request would fit in the blocks the preemption frees, but waits a step.
+    steps, preempting = urgent_behind_a_full_pool(3, 1, urgent_at=0.3, urgent_len=40)
     assert steps[preempting]["preempted"] == ["r2"]  # the lowest priority, last arrived
     assert steps[preempting]["free_blocks"] >= 3  # r3's three blocks were free
     assert not steps[preempting]["new"]
@@ -146,17 +155,6 @@ def test_long_prefill_token_threshold_caps_a_prompt_only_beside_others(threshold
     assert steps[0]["scheduled"]["r0"] == cap
     alone = replay(record(rows[:1], long_prefill_token_threshold=threshold)).steps
     assert alone[0]["scheduled"] == {"r0": 512}  # nobody to starve: the whole budget
-
-
-def test_strict_priority_admits_by_priority_and_puts_preempted_requests_back_in_order():
-    rows = [
-        {"arrival_s": 0.0, "prompt": [[1, 40]], "max_tokens": 4, "priority": 5},
-        {"arrival_s": 0.0, "prompt": [[2, 40]], "max_tokens": 4, "priority": 0},
-        {"arrival_s": 0.0, "prompt": [[3, 40]], "max_tokens": 4, "priority": 2},
-    ]
-    steps = replay(record(rows, policy="priority", max_num_seqs=1)).steps
-    order = [s["new"][0] for s in steps if s["new"]]
-    assert order == ["r1", "r2", "r0"]  # vLLM: the lower value first
 
 
 def test_parallel_samples_fan_out_into_requests_that_hit_the_first_ones_prompt():
@@ -189,12 +187,6 @@ def test_a_preempted_request_goes_back_under_its_own_priority_not_to_the_front()
     # r1 (low priority) is preempted; r2 (high), waiting since before, fits the blocks
     # that frees and is admitted the step after, while r1 (which does not fit yet)
     # waits: pagesim's own priority policy would keep the resumed r1 first and block r2.
-    rows = [
-        {"arrival_s": 0.0, "prompt": [[j, 60]], "max_tokens": 200, "priority": 5} for j in range(2)
-    ]
-    rows.append({"arrival_s": 0.6, "prompt": [[9, 100]], "max_tokens": 4, "priority": 0})
-    rec = record(rows, num_gpu_blocks=21, enable_prefix_caching=False, policy="priority")
-    steps = replay(rec).steps
-    preempting = next(i for i, s in enumerate(steps) if s["preempted"])
+    steps, preempting = urgent_behind_a_full_pool(2, 5, urgent_at=0.6, urgent_len=100)
     assert steps[preempting]["preempted"] == ["r1"]
     assert steps[preempting + 1]["new"] == ["r2"]
