@@ -11,9 +11,16 @@ analytic one.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from sim.config.errors import error_at
 from sim.config.files import FileRef, resolve_existing_dir, resolve_existing_file
@@ -27,6 +34,15 @@ Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
 
 
 Seconds = Annotated[float, Field(ge=0.0)]
+
+#: Fraction of the dense tensor peak vLLM's fused MoE GEMMs sustain on their padded rows,
+#: and of the sustained bandwidth at which they read the touched experts' weights. Both
+#: fitted (3.0 % MAPE, 1 to 1,536 tokens) to one published table: vLLM's
+#: benchmark_moe.py for Mixtral-8x7B, bf16, H100 SXM, TP 2, tuned config (vllm#24700);
+#: checked on other models, GPUs and element sizes by bench/moe_vs_measurements.py
+#: (validation/moe-kernels/fused_moe.csv).
+MOE_GEMM_EFFICIENCY = 0.7
+MOE_MEMORY_EFFICIENCY = 0.94
 
 
 class CostParams(StrictModel):
@@ -102,6 +118,19 @@ class CostParams(StrictModel):
     cpu_per_seq_overhead_s: Seconds = 12e-6
     """CPU seconds per sequence in the step: the same study's scheduler cost, 12.7 us per running
     request at the cap."""
+    moe_gemm_efficiency: Fraction | None = None
+    """Fraction of the dense tensor peak the fused grouped MoE GEMMs (vLLM's Triton
+    ``fused_moe``) sustain on their padded rows; null: :data:`MOE_GEMM_EFFICIENCY`."""
+    moe_memory_efficiency: Fraction | None = None
+    """Fraction of the sustained bandwidth at which the fused MoE GEMMs read the touched
+    experts' weights; null: :data:`MOE_MEMORY_EFFICIENCY`."""
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unset_moe(self, handler) -> dict[str, Any]:
+        # Parameters a dense model never reads: a scenario that does not set them dumps
+        # exactly the fields it always had.
+        data = handler(self)
+        return {k: v for k, v in data.items() if not k.startswith("moe_") or v is not None}
 
 
 #: pagesim preset -> Vidur's device and model directory names (its repository's names).

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import Field, PositiveFloat, PositiveInt, model_serializer, model_validator
 
 from sim.config.links import LinkKind
+from sim.config.moe import MoESpec
 from sim.config.schema import StrictModel
 
 DtypeName = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
@@ -70,6 +71,10 @@ class ModelSpec(StrictModel):
     """Sliding-window attention span in tokens, as a config.json gives it (null: full attention, or
     a window the config switches off). Carried, not modelled: the KV cache keeps every token of a
     sequence, as it does for the mistral-7b preset."""
+    moe: MoESpec | None = None
+    """Mixture-of-experts layers (sim.config.moe): routed experts, top-k, expert width, shared
+    experts and the layers that stay dense; read from a Mixtral, Qwen2-MoE or Qwen3-MoE
+    config.json. Null: a dense model (every layer's MLP is ``intermediate_size`` wide)."""
 
     @model_serializer(mode="wrap")
     def _leave_out_unset_extras(self, handler) -> dict[str, Any]:
@@ -84,6 +89,15 @@ class ModelSpec(StrictModel):
             raise ValueError(
                 f"num_heads ({self.num_heads}) must be a multiple of "
                 f"num_kv_heads ({self.num_kv_heads})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _some_layer_has_experts(self) -> ModelSpec:
+        if self.moe is not None and self.moe.dense_layers >= self.num_layers:
+            raise ValueError(
+                f"moe.dense_layers ({self.moe.dense_layers}) must be fewer than num_layers "
+                f"({self.num_layers}): a model without MoE layers has no moe section"
             )
         return self
 
@@ -102,14 +116,40 @@ class ModelSpec(StrictModel):
         return self.hidden_size * (q_out + 2 * kv_out) + q_out * self.hidden_size
 
     @property
+    def mlp_matrices(self) -> int:
+        """Weight matrices of one (dense or expert) MLP: gate, up, down; or up, down."""
+        return 3 if self.mlp == "swiglu" else 2
+
+    @property
     def mlp_params_per_layer(self) -> int:
-        matrices = 3 if self.mlp == "swiglu" else 2
-        return matrices * self.hidden_size * self.intermediate_size
+        """A dense layer's MLP weights."""
+        return self.mlp_matrices * self.hidden_size * self.intermediate_size
+
+    @property
+    def dense_mlp_layers(self) -> int:
+        """Layers with a dense MLP (all of them in a dense model)."""
+        return self.num_layers if self.moe is None else self.moe.dense_layers
 
     @property
     def layer_linear_params(self) -> int:
-        """Matmul weights of all decoder layers (attention + MLP), no LM head."""
-        return self.num_layers * (self.attention_params_per_layer + self.mlp_params_per_layer)
+        """Matmul weights of all decoder layers (attention + MLP, every expert and the
+        routers), no LM head."""
+        mlp = self.dense_mlp_layers * self.mlp_params_per_layer
+        if self.moe is not None:
+            moe_layers = self.moe.moe_layers(self.num_layers)
+            mlp += moe_layers * self.moe.layer_params(self.hidden_size, self.mlp_matrices)
+        return self.num_layers * self.attention_params_per_layer + mlp
+
+    @property
+    def active_layer_linear_params(self) -> int:
+        """Matmul weights one token multiplies in all decoder layers: the routed top-k,
+        not every expert (:attr:`layer_linear_params` for a dense model)."""
+        if self.moe is None:
+            return self.layer_linear_params
+        moe_layers = self.moe.moe_layers(self.num_layers)
+        active = self.moe.active_layer_params(self.hidden_size, self.mlp_matrices)
+        dense = self.dense_mlp_layers * self.mlp_params_per_layer
+        return self.num_layers * self.attention_params_per_layer + dense + moe_layers * active
 
     @property
     def lm_head_params(self) -> int:
@@ -129,12 +169,13 @@ class ModelSpec(StrictModel):
 
     @property
     def linear_flops_per_token(self) -> int:
-        """2 FLOPs (multiply + add) per matmul weight, LM head included."""
-        return 2 * (self.layer_linear_params + self.lm_head_params)
+        """2 FLOPs (multiply + add) per matmul weight a token multiplies (the active
+        experts only), LM head included."""
+        return 2 * (self.active_layer_linear_params + self.lm_head_params)
 
 
 #: ModelSpec fields a dump leaves out while they are null (what only a config.json gives).
-_EXTRAS = frozenset({"config", "rope_theta", "rope_scaling", "sliding_window"})
+_EXTRAS = frozenset({"config", "rope_theta", "rope_scaling", "sliding_window", "moe"})
 
 #: HardwareSpec fields a dump leaves out while they are null (measured on some cards only).
 _HARDWARE_EXTRAS = frozenset(

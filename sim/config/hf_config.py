@@ -19,17 +19,20 @@ the scenario keeps it as written. What is read, by ModelSpec field:
 ``rope_theta``         ``rope_theta`` (or ``rope_parameters.rope_theta``), for the record
 ``rope_scaling``       ``rope_scaling`` (or ``rope_parameters``), for the record
 ``sliding_window``     ``sliding_window``, null when ``use_sliding_window`` is false
+``moe``                the experts of a ``mixtral``, ``qwen2_moe`` or ``qwen3_moe`` config
+                       (:mod:`sim.config.hf_moe`)
 ``name``               the file's name without ``.json`` (a file named ``config.json``: its
                        folder's name)
 =====================  ====================================================================
 
 A field given beside ``config`` replaces what the file says, and the file's value for it
 is not read (``{config: llama.json, max_model_len: 4096, dtype_bytes: 1}`` serves that
-model with a 4K context in fp8). Only dense decoder-only types whose weights ModelSpec
-counts are accepted (:data:`MODEL_TYPES`); a mixture-of-experts config, another
-``model_type``, a multimodal wrapper (``text_config``: give the language model's own
-config instead, its vision tower would go uncounted) or a missing or malformed field is
-a one-line error naming the file and the field, at ``model.config``.
+model with a 4K context in fp8). Only decoder-only types whose weights ModelSpec
+counts are accepted (:data:`MODEL_TYPES`: dense, and the MoE types above); experts in
+another type, multi-head latent attention (``kv_lora_rank``), another ``model_type``,
+a multimodal wrapper (``text_config``: give the language model's own config instead,
+its vision tower would go uncounted) or a missing or malformed field is a one-line
+error naming the file and the field, at ``model.config``.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from pydantic import ValidationInfo
 
 from sim.config.errors import error_at
 from sim.config.files import base_dir
+from sim.config.hf_moe import MOE_TYPES, read_moe
 from sim.config.hints import did_you_mean
 from sim.config.presets import expand_preset
 from sim.config.textfile import parse_json, read_text
@@ -60,6 +64,10 @@ MODEL_TYPES = {
     "qwen2": ModelType("swiglu", False, "intermediate_size"),
     "qwen3": ModelType("swiglu", False, "intermediate_size"),
     "opt": ModelType("gelu", True, "ffn_dim"),
+    # Mixture-of-experts types (experts read by sim/config/hf_moe.py)
+    "mixtral": ModelType("swiglu", False, "intermediate_size"),
+    "qwen2_moe": ModelType("swiglu", False, "intermediate_size"),
+    "qwen3_moe": ModelType("swiglu", False, "intermediate_size"),
 }
 
 #: Keys that make a config a mixture of experts (Mixtral, Qwen-MoE, DeepSeek, ...).
@@ -155,6 +163,7 @@ class _Reader:
 
     def __init__(self, raw: dict[str, Any], source: str, skip: set[str]):
         self.raw, self.source, self.skip = raw, source, skip
+        self.type_name = ""  # the model_type, once checked
 
     def fail(self, key: str, message: str) -> ConfigError:
         return ConfigError(f"{self.source}: {key}: {message}")
@@ -177,6 +186,8 @@ class _Reader:
             "rope_scaling": self._rope_scaling,
             "sliding_window": self._sliding_window,
         }
+        if self.type_name in MOE_TYPES:
+            wanted["moe"] = lambda: read_moe(self, self.type_name)
         for field, read in wanted.items():
             if field not in self.skip:
                 out[field] = read()
@@ -191,14 +202,22 @@ class _Reader:
                 "a multimodal wrapper's config; give the language model's own config "
                 "(its text_config as a file of its own)",
             )
-        for key in MOE_KEYS:
-            if self.raw.get(key) not in (None, 0, False):
-                raise self.fail(
-                    key,
-                    f"{self.raw[key]!r}: a mixture-of-experts config; only dense models are "
-                    "supported",
-                )
         model_type = self.raw.get("model_type")
+        if self.raw.get("kv_lora_rank") not in (None, 0):
+            raise self.fail(
+                "kv_lora_rank",
+                f"{_shown(self.raw['kv_lora_rank'])}: multi-head latent attention (DeepSeek's "
+                "MLA) is not modelled yet: its KV is one latent per token, not K and V per head",
+            )
+        if not isinstance(model_type, str) or model_type not in MOE_TYPES:
+            for key in MOE_KEYS:
+                if self.raw.get(key) not in (None, 0, False):
+                    raise self.fail(
+                        key,
+                        f"{_shown(self.raw[key])}: a mixture-of-experts config of type "
+                        f"{_shown(model_type)}; pagesim reads the experts of "
+                        f"{', '.join(MOE_TYPES)} configs",
+                    )
         if model_type is None:
             raise self.fail(
                 "model_type", f"required field missing (one of {', '.join(MODEL_TYPES)})"
@@ -206,6 +225,7 @@ class _Reader:
         if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
             hint = did_you_mean(str(model_type), list(MODEL_TYPES))
             raise self.fail("model_type", f"{_shown(model_type)} is not supported{hint}")
+        self.type_name = model_type
         return MODEL_TYPES[model_type]
 
     def count(self, key: str, default: int | None = None) -> int:

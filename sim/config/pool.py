@@ -17,9 +17,12 @@ class KVPool(NamedTuple):
     cpu_blocks: int
 
 
-def _check_tensor_parallel(model: ModelSpec, tensor_parallel: int) -> None:
+def _check_tensor_parallel(
+    model: ModelSpec, tensor_parallel: int, expert_parallel: bool | None = None
+) -> None:
     """Raises ValueError unless ``tensor_parallel`` splits query heads evenly and KV heads
-    evenly or by replication (the rule vLLM enforces)."""
+    evenly or by replication (the rule vLLM enforces), and an MoE model's experts: their
+    width, or with ``expert_parallel`` their number (None: the heads only)."""
     tp = tensor_parallel
     if tp < 1:
         raise ValueError(f"tensor_parallel must be >= 1, got {tp}")
@@ -32,6 +35,23 @@ def _check_tensor_parallel(model: ModelSpec, tensor_parallel: int) -> None:
         raise ValueError(
             f"tensor_parallel={tp} must divide, or be a multiple of, "
             f"num_kv_heads={kv_heads} of {model.name!r}"
+        )
+    if model.moe is not None and expert_parallel is not None:
+        _check_experts_split(model, tp, expert_parallel)
+
+
+def _check_experts_split(model: ModelSpec, tp: int, expert_parallel: bool) -> None:
+    moe = model.moe
+    if expert_parallel and moe.num_experts % tp:
+        raise ValueError(
+            f"expert_parallel over tensor_parallel={tp} GPUs must divide the "
+            f"{moe.num_experts} experts of {model.name!r}"
+        )
+    if not expert_parallel and moe.expert_intermediate_size % tp:
+        raise ValueError(
+            f"tensor_parallel={tp} must divide the experts' width "
+            f"(expert_intermediate_size={moe.expert_intermediate_size}) of {model.name!r}; "
+            "or split the experts themselves with expert_parallel: true"
         )
 
 
@@ -49,6 +69,10 @@ def default_activation_reserve_bytes(
     tp = tensor_parallel
     qkv = (model.num_heads + 2 * model.num_kv_heads) * model.head_dim // tp
     mlp = (2 if model.mlp == "swiglu" else 1) * model.intermediate_size // tp
+    if model.moe is not None:  # the widest of a dense layer and a MoE layer's top-k rows
+        moe = model.moe
+        routed = moe.experts_per_token * 2 * moe.expert_intermediate_size // tp
+        mlp = max(mlp if moe.dense_layers else 0, routed + 2 * moe.shared_intermediate_size // tp)
     per_token = (2 * model.hidden_size + qkv + mlp) * model.dtype_bytes
     logits = max_num_seqs * model.vocab_size * 4
     return max_num_batched_tokens * per_token + logits

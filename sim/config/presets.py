@@ -134,6 +134,23 @@ SHIPPED_CONFIGS: dict[str, tuple[str, str]] = {
     ),
     "llama-3.1-8b": ("meta-llama/Llama-3.1-8B", "casys-kaist/LLMServingSim@5daddb2 configs/model/"),
     "qwen3-32b": ("Qwen/Qwen3-32B", "casys-kaist/LLMServingSim@5daddb2 configs/model/"),
+    # Mixture-of-experts models (sim/config/hf_moe.py)
+    "mixtral-8x7b": (
+        "mistralai/Mixtral-8x7B-v0.1",
+        "inference-sim/inference-sim@78dc73e model_configs/mixtral-8x7b-v0.1/",
+    ),
+    "qwen3-30b-a3b": (
+        "Qwen/Qwen3-30B-A3B",
+        "inference-sim/inference-sim@78dc73e model_configs/qwen3-30b-a3b/",
+    ),
+    "qwen3-235b-a22b": (
+        "Qwen/Qwen3-235B-A22B",
+        "ai-dynamo/aiconfigurator@0b077da aic-core/src/aiconfigurator_core/model_configs/",
+    ),
+    "qwen2-57b-a14b": (  # a Python dict there, written here as JSON with the same keys
+        "Qwen/Qwen2-57B-A14B",
+        "NVIDIA/TensorRT-LLM@08b2040 tests/unittest/_torch/modeling/test_modeling_qwen_moe.py",
+    ),
 }
 
 

@@ -36,6 +36,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationInfo,
+    model_serializer,
     model_validator,
 )
 
@@ -48,7 +49,7 @@ from sim.config.files import resolve_existing_file
 from sim.config.hardware import HardwareSpec, ModelSpec
 from sim.config.hf_config import expand_model
 from sim.config.overrides import apply_overrides, read_overrides
-from sim.config.pool import KVPool
+from sim.config.pool import KVPool, _check_tensor_parallel
 from sim.config.presets import expand_preset
 from sim.config.run_sections import BackendSpec, SimulationSpec, SLOSpec
 from sim.config.schema import StrictModel
@@ -99,6 +100,11 @@ class Scenario(StrictModel):
     """GPUs per replica that split every layer (vLLM's ``--tensor-parallel-size``): weights and KV
     heads are sharded over them and each step pays their all-reduces. Must divide
     ``model.num_heads``, and divide or be a multiple of ``model.num_kv_heads``."""
+    expert_parallel: bool = False
+    """Split an MoE model's experts over the tensor-parallel group, ``experts / tensor_parallel``
+    whole experts a GPU (vLLM's ``--enable-expert-parallel`` with one data-parallel rank), instead
+    of every expert's width ``tensor_parallel`` ways. Attention stays tensor-parallel and the
+    layer ends in the same all-reduce. Only for a model with ``moe``."""
     cache: CacheSpec = Field(default_factory=CacheSpec)
     """The KV cache: block size, pool size, prefix caching, CPU swap space and allocator."""
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
@@ -174,6 +180,7 @@ class Scenario(StrictModel):
             raise error_at(
                 "simulation.num_requests", "set num_requests or duration_s (or replay a trace)"
             )
+        self._check_experts()
         try:
             blocks = self.cache.device_blocks(self.model, self.hardware, self.tensor_parallel)
         except ValueError as err:
@@ -206,6 +213,30 @@ class Scenario(StrictModel):
         except OverBudget as err:
             raise error_at(err.field, str(err)) from None
         return self
+
+    def _check_experts(self) -> None:
+        if self.expert_parallel and self.model.moe is None:
+            raise error_at("expert_parallel", f"{self.model.name!r} has no experts (no model.moe)")
+        if self.model.moe is not None and self.cost_model.kind == "profile":
+            raise error_at(
+                "cost_model.kind", "profile: Vidur's profiles hold dense models only, not MoE"
+            )
+        if self.model.moe is not None and self.backend.kind == "torch":
+            raise error_at("backend.kind", "torch: the real backend runs dense models only")
+        try:
+            _check_tensor_parallel(self.model, self.tensor_parallel, self.expert_parallel)
+        except ValueError as err:
+            field = "expert_parallel" if self.expert_parallel else "tensor_parallel"
+            raise error_at(field, str(err)) from None
+
+    @model_serializer(mode="wrap")
+    def _leave_out_dense_defaults(self, handler) -> dict[str, Any]:
+        # expert_parallel only means something for an MoE model: a scenario that does not
+        # set it dumps exactly the fields it always had (scenario.json, sweep keys).
+        data = handler(self)
+        if not data.get("expert_parallel"):
+            data.pop("expert_parallel", None)
+        return data
 
     @property
     def kv_pool(self) -> KVPool:

@@ -55,6 +55,7 @@ from sim.config.hardware import HardwareSpec, ModelSpec
 from sim.config.links import CUDA_GRAPH_MAX_TOKENS
 from sim.config.pool import _check_tensor_parallel
 from sim.costs.kernels import GpuKernels
+from sim.costs.moe import MOE_GEMMS, MoELayer
 
 # ndarray.sum without its Python-level wrapper (the same integer sum); one call a step.
 _sum = np.add.reduce
@@ -117,16 +118,30 @@ class AnalyticCostModel:
         tensor_parallel: int = 1,
         params: CostParams | None = None,
         block_size: int = 16,
+        expert_parallel: bool = False,
     ):
-        """Raises ValueError if ``tensor_parallel`` cannot split the heads evenly, if
-        ``block_size`` is not positive, or if the GPU has no rate for the model's dtype."""
-        _check_tensor_parallel(model, tensor_parallel)
+        """Raises ValueError if ``tensor_parallel`` cannot split the heads (or the
+        experts) evenly, if ``block_size`` is not positive, or if the GPU has no rate for
+        the model's dtype."""
+        _check_tensor_parallel(model, tensor_parallel, expert_parallel)
         if block_size < 1:
             raise ValueError(f"block_size must be a positive number of tokens, got {block_size}")
         self.model, self.hardware = model, hardware
         self.tensor_parallel, self.block_size = tensor_parallel, block_size
         self.params = params = params or CostParams()
         self.kernels = GpuKernels(hardware, params, model.dtype_bytes)
+        self.moe = (
+            None
+            if model.moe is None
+            else MoELayer(
+                model,
+                hardware,
+                self.kernels,
+                params,
+                tensor_parallel=tensor_parallel,
+                expert_parallel=expert_parallel,
+            )
+        )
         tp = tensor_parallel
         self._heads = model.num_heads // tp
         self._kv_heads = max(1, model.num_kv_heads // tp)
@@ -321,12 +336,37 @@ class AnalyticCostModel:
         if cached is None:
             ops = self.layer_ops(tokens)
             layers = self.model.num_layers
-            linear = layers * sum(ops[name] for name in _GEMMS)
-            allreduce = layers * ops["all_reduce"]
-            elementwise = layers * sum(ops.values()) - linear - allreduce
+            if self.moe is None:
+                linear = layers * sum(ops[name] for name in _GEMMS)
+                allreduce = layers * ops["all_reduce"]
+                elementwise = layers * sum(ops.values()) - linear - allreduce
+            else:
+                linear, elementwise, allreduce = self._moe_layers_s(tokens, ops)
             embedding = self.kernels.streaming(2 * tokens * self.model.hidden_size)
             cached = self._dense[tokens] = (linear, elementwise + embedding, allreduce)
         return cached
+
+    def _moe_layers_s(self, tokens: int, ops: dict[str, float]) -> tuple[float, float, float]:
+        """(GEMMs, elementwise, all-reduce) seconds of all layers of an MoE model: every
+        layer's attention part, the dense layers' MLPs and the MoE layers' experts."""
+        m = self.model
+        dense, sparse = m.dense_mlp_layers, m.num_layers - m.dense_mlp_layers
+        moe = self.moe.ops(tokens)
+        attention = ("attn_pre_proj", "attn_post_proj")
+        linear = (
+            m.num_layers * sum(ops[name] for name in attention)
+            + dense * (ops["mlp_up_proj"] + ops["mlp_down_proj"])
+            + sparse * sum(moe[name] for name in MOE_GEMMS)
+        )
+        allreduce = m.num_layers * ops["all_reduce"]
+        mlp_ops = ("mlp_up_proj", "mlp_act", "mlp_down_proj")
+        shared = sum(v for name, v in ops.items() if name not in mlp_ops) - ops["all_reduce"]
+        elementwise = (
+            m.num_layers * (shared - sum(ops[name] for name in attention))
+            + dense * ops["mlp_act"]
+            + sparse * sum(v for name, v in moe.items() if name not in MOE_GEMMS)
+        )
+        return linear, elementwise, allreduce
 
     def _per_seq_s(self, num_seqs: int) -> tuple[float, float]:
         """(LM head, CPU) seconds of a step of ``num_seqs`` sequences; computed once per

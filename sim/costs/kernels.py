@@ -102,7 +102,7 @@ class GpuKernels:
             return 0.0
         compute = self._gemm_compute_s(tokens, k, n)
         memory = (k * n + tokens * (k + n)) * self.dtype_bytes / self._stream_bytes_s
-        return self.params.kernel_floor_s + _smooth_max(
+        return self.params.kernel_floor_s + smooth_max(
             compute, memory, self.params.roofline_sharpness
         )
 
@@ -204,7 +204,7 @@ def _measured(params: CostParams, hardware: HardwareSpec, field: str) -> float:
     return measured
 
 
-def _smooth_max(a: float, b: float, p: float) -> float:
+def smooth_max(a: float, b: float, p: float) -> float:
     """``(a**p + b**p)**(1/p)`` for ``a, b >= 0``, scaled so large ``p`` cannot
     underflow (it tends to ``max(a, b)``)."""
     top = max(a, b)

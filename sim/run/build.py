@@ -138,6 +138,7 @@ def analytic_executor(scenario) -> AnalyticCostModel:
         tensor_parallel=scenario.tensor_parallel,
         params=scenario.cost_model.params or CostParams(),
         block_size=scenario.cache.block_size,
+        expert_parallel=scenario.expert_parallel,
     )
 
 

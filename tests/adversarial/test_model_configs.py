@@ -167,9 +167,15 @@ for _name, _field, _changes in [
 
 
 @case
-def mixtral_moe(d):
-    mixtral = llama(model_type="mixtral", num_local_experts=8, num_experts_per_tok=2)
-    return run_with(d, mixtral), ["cfg.json", "num_local_experts", "mixture-of-experts"]
+def mixtral_with_more_experts_a_token_than_it_has(d):
+    mixtral = llama(model_type="mixtral", num_local_experts=2, num_experts_per_tok=4)
+    return run_with(d, mixtral), ["cfg.json", "num_experts_per_tok", "more than the 2 experts"]
+
+
+@case
+def gpt_oss_experts(d):
+    gpt_oss = llama(model_type="gpt_oss", num_local_experts=32, num_experts_per_tok=4)
+    return run_with(d, gpt_oss), ["cfg.json", "num_local_experts", "mixture-of-experts"]
 
 
 @case

@@ -92,12 +92,17 @@ SHIPPED_SHAPES = {
     "codellama-34b-instruct": (33.74, 48, 8, 16384),
     "llama-3.1-8b": (8.03, 32, 8, 131072),
     "qwen3-32b": (32.76, 64, 8, 40960),
+    "mixtral-8x7b": (46.70, 32, 8, 32768),
+    "qwen3-30b-a3b": (30.53, 48, 4, 40960),
+    "qwen3-235b-a22b": (235.09, 94, 4, 40960),
+    "qwen2-57b-a14b": (57.41, 28, 4, 131072),
 }
 
 
 @pytest.mark.parametrize("stem", sorted(SHIPPED_CONFIGS))
 def test_a_shipped_config_reads_as_its_model(stem):
-    raw = {"model": {"config": f"models/{stem}.json"}, "hardware": "h200", "tensor_parallel": 8}
+    tp = 4 if stem == "qwen2-57b-a14b" else 8  # (28 heads)
+    raw = {"model": {"config": f"models/{stem}.json"}, "hardware": "h200", "tensor_parallel": tp}
     model = validate_scenario(raw, base_dir=ROOT / "scenarios").model
     params, layers, kv_heads, max_len = SHIPPED_SHAPES[stem]
     assert round(model.num_params / 1e9, 2) == params
@@ -238,7 +243,29 @@ def test_set_model_to_a_config_on_the_command_line(tmp_path):
 @pytest.mark.parametrize(
     "change, key, message",
     [
-        ({"num_local_experts": 8, "model_type": "mixtral"}, "num_local_experts", "mixture"),
+        ({"num_local_experts": 8, "model_type": "gpt_oss"}, "num_local_experts", "mixture"),
+        ({"kv_lora_rank": 512, "model_type": "deepseek_v2"}, "kv_lora_rank", "latent"),
+        (
+            {"model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 8},
+            "num_experts_per_tok",
+            "more than the 4 experts",
+        ),
+        (
+            {"model_type": "qwen3_moe", "num_experts": 8, "num_experts_per_tok": 2},
+            "moe_intermediate_size",
+            "required field missing",
+        ),
+        (
+            {
+                "model_type": "qwen3_moe",
+                "num_experts": 8,
+                "num_experts_per_tok": 2,
+                "moe_intermediate_size": 64,
+                "mlp_only_layers": [0, 99],
+            },
+            "mlp_only_layers",
+            "layer indices",
+        ),
         ({"text_config": dict(LLAMA)}, "text_config", "multimodal"),
         ({"model_type": "lama"}, "model_type", "did you mean 'llama'"),
         ({"model_type": None}, "model_type", "required field missing"),
@@ -317,10 +344,11 @@ def test_list_models_says_where_each_model_comes_from(tmp_path, capsys):
 
 
 def test_list_models_with_a_bad_config_is_one_line_exit_2(tmp_path, capsys):
-    (tmp_path / "bad.json").write_text(json.dumps({**LLAMA, "model_type": "mixtral"}))
+    (tmp_path / "bad.json").write_text(json.dumps({**LLAMA, "model_type": "mistrall"}))
     assert main(["list", "models", str(tmp_path / "bad.json")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"pagesim: error: {tmp_path / 'bad.json'}: model_type: 'mixtral' is not " + (
-        "supported; did you mean 'mistral'? (valid: llama, mistral, opt, qwen2, qwen3)"
+    assert err == f"pagesim: error: {tmp_path / 'bad.json'}: model_type: 'mistrall' is not " + (
+        "supported; did you mean 'mistral'? (valid: llama, mistral, mixtral, opt, qwen2, "
+        "qwen2_moe, qwen3, qwen3_moe)"
     )
     assert main(["list", "hardware", "x.json"]) == 2

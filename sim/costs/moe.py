@@ -1,0 +1,159 @@
+"""What a mixture-of-experts layer's MLP part costs on one GPU (``ModelSpec.moe``).
+
+vLLM runs an MoE layer as: the router GEMM (``hidden x experts``, replicated on every
+GPU) and a top-k softmax; ``moe_align_block_size``, which sorts the step's (token,
+expert) pairs by expert and pads each expert's rows to the kernel's ``BLOCK_SIZE_M``;
+the fused gate-up GEMM over every expert at once; SiLU-and-multiply; the fused down
+GEMM; the weighted sum of each token's top-k outputs; and the shared experts as a dense
+MLP. Tensor parallelism splits every expert's width ``tp`` ways; with
+``expert_parallel`` (vLLM's ``--enable-expert-parallel`` without data-parallel
+attention) each GPU keeps ``experts / tp`` whole experts and runs them on every token
+routed there. Either way the layer ends in the same all-reduce as a dense MLP.
+
+What the model charges (uniform routing: each token picks ``k`` distinct experts at
+random, so an expert receives ``n ~ Binomial(T, k / E)`` of the step's ``T`` tokens):
+
+* **Weights read**: only the experts some token touched, ``E (1 - (1 - k/E)^T)`` of
+  them (:func:`sim.config.moe.expected_touched`): ``k`` at one token, all of them in a
+  large batch. This is why a decode step of a sparse model reads far less than its
+  weights, and why it grows quickly with the batch.
+* **Compute**: the padded rows, ``E x BLOCK_SIZE_M x E[ceil(n / BLOCK_SIZE_M)]``: an
+  expert with 3 tokens computes a whole 16-row tile. ``BLOCK_SIZE_M`` follows vLLM's
+  default fused-MoE config (:func:`block_m`). Load imbalance between experts beyond
+  what uniform routing gives, and between GPUs under expert parallelism, is not
+  modelled (see the README's MoE section).
+* The grouped GEMMs run at ``moe_gemm_efficiency`` of the peak and stream weights at
+  ``moe_memory_efficiency`` of the sustained bandwidth (their sources are on
+  :class:`sim.config.costs.CostParams`); the other kernels are the dense ones.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from sim.config.costs import MOE_GEMM_EFFICIENCY, MOE_MEMORY_EFFICIENCY, CostParams
+from sim.config.hardware import HardwareSpec, ModelSpec
+from sim.config.moe import expected_touched
+from sim.costs.kernels import GpuKernels, smooth_max
+
+#: The MoE layer's kernels, in execution order (they replace mlp_up_proj, mlp_act and
+#: mlp_down_proj in a MoE layer).
+MOE_OPS = (
+    "moe_router",
+    "moe_topk",
+    "moe_align",
+    "moe_gate_up",
+    "moe_act",
+    "moe_down",
+    "moe_sum",
+    "moe_shared",
+)
+#: The GEMMs among them (the analytic model's ``linear_s``).
+MOE_GEMMS = ("moe_router", "moe_gate_up", "moe_down", "moe_shared")
+
+
+def block_m(tokens: int) -> int:
+    """The fused-MoE kernel's ``BLOCK_SIZE_M`` for a step of ``tokens`` tokens: vLLM's
+    default bf16 config (``fused_moe.get_default_config``, 0.33): 16 up to 32 tokens, 32
+    up to 96, 64 up to 512, then 128. The tuned H100 table for 128 experts (``E=128,
+    N=384``) keeps 16 to 128 tokens, then 32, 64 at 512-1024 and 128 from 1536."""
+    if tokens <= 32:
+        return 16
+    if tokens <= 96:
+        return 32
+    if tokens <= 512:
+        return 64
+    return 128
+
+
+@lru_cache(maxsize=4096)
+def expected_tiles(tokens: int, share: float, rows: int) -> float:
+    """``E[ceil(n / rows)]`` for ``n ~ Binomial(tokens, share)``: the row tiles one
+    expert computes. Exact over the binomial's mass (the tail past 12 standard
+    deviations is dropped: below 1e-30)."""
+    if tokens <= 0 or share <= 0.0:
+        return 0.0
+    if share >= 1.0:
+        return float(math.ceil(tokens / rows))
+    mean, sd = tokens * share, math.sqrt(tokens * share * (1.0 - share))
+    top = min(tokens, int(mean + 12.0 * sd + 16.0))
+    n = np.arange(1, top + 1, dtype=np.float64)
+    ratio = np.log(tokens - n + 1.0) - np.log(n) + math.log(share / (1.0 - share))
+    log_pmf = tokens * math.log1p(-share) + np.cumsum(ratio)  # P(n) for n = 1..top
+    return float(np.exp(log_pmf) @ np.ceil(n / rows))
+
+
+class MoELayer:
+    """Kernel times of one MoE layer's MLP part on one GPU (module doc). Immutable."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        hardware: HardwareSpec,
+        kernels: GpuKernels,
+        params: CostParams,
+        *,
+        tensor_parallel: int,
+        expert_parallel: bool,
+    ):
+        moe = model.moe
+        assert moe is not None
+        tp = tensor_parallel
+        self.kernels, self.hidden, self.bytes = kernels, model.hidden_size, model.dtype_bytes
+        self.experts, self.top_k = moe.num_experts, moe.experts_per_token
+        # Experts on this GPU, each ``width`` wide; the share of routed rows it runs.
+        self.local_experts = moe.num_experts // tp if expert_parallel else moe.num_experts
+        self.width = (
+            moe.expert_intermediate_size
+            if expert_parallel
+            else (moe.expert_intermediate_size // tp)
+        )
+        self.row_share = 1.0 / tp if expert_parallel else 1.0
+        self.shared = moe.shared_intermediate_size // tp
+        peak = hardware.peak_flops(model.dtype_bytes)
+        gemm = params.moe_gemm_efficiency or MOE_GEMM_EFFICIENCY
+        memory = params.moe_memory_efficiency or MOE_MEMORY_EFFICIENCY
+        self._flops = peak * gemm
+        self._bytes_s = hardware.sustained_bandwidth_bytes_s * memory
+        self._floor, self._p = params.kernel_floor_s, params.roofline_sharpness
+
+    def ops(self, tokens: int) -> dict[str, float]:
+        """Seconds of each MoE kernel (MOE_OPS order) for a step of ``tokens`` tokens."""
+        k, h, b, t = self.kernels, self.hidden, self.bytes, tokens
+        rows = t * self.top_k * self.row_share  # routed (token, expert) rows on this GPU
+        share = self.top_k / self.experts
+        touched = (
+            self.local_experts * expected_touched(self.experts, self.top_k, t) / (self.experts)
+        )
+        tile = block_m(t)
+        padded = self.local_experts * tile * expected_tiles(t, share, tile)
+        w = self.width
+        ops = {
+            "moe_router": k.gemm(t, h, self.experts),
+            "moe_topk": k.elementwise(2 * t * self.experts * 4),
+            "moe_align": self._floor,
+            "moe_gate_up": self._grouped(padded, rows, touched, h, 2 * w),
+            "moe_act": k.elementwise(3 * rows * w * b),
+            "moe_down": self._grouped(padded, rows, touched, w, h),
+            "moe_sum": k.elementwise((rows + t) * h * b),
+            "moe_shared": 0.0,
+        }
+        if self.shared:
+            ops["moe_shared"] = (
+                k.gemm(t, h, 2 * self.shared)
+                + k.elementwise(3 * t * self.shared * b)
+                + k.gemm(t, self.shared, h)
+            )
+        return ops
+
+    def _grouped(self, padded: float, rows: float, touched: float, k: int, n: int) -> float:
+        """A fused grouped GEMM: ``padded`` rows computed, ``rows`` rows of activations
+        in and out, the weights (``k x n`` each) of ``touched`` experts read."""
+        if rows <= 0.0:
+            return 0.0
+        compute = 2.0 * padded * k * n / self._flops
+        memory = (touched * k * n + rows * (k + n)) * self.bytes / self._bytes_s
+        return self._floor + smooth_max(compute, memory, self._p)
