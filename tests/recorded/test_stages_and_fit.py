@@ -127,6 +127,8 @@ def test_the_corpus_covers_what_the_validation_needs():
     infos = {run.name: run_info(run) for run in runs}
     models = {json.loads((r / "scenario.json").read_text())["model"]["name"] for r in runs}
     assert len(runs) >= 10 and len(models) >= 4
+    dumps = [json.loads((r / "scenario.json").read_text()) for r in runs]
+    assert any(d["model"].get("moe") for d in dumps)  # a mixture-of-experts model too
     assert len({i["gpu"] for i in infos.values()}) >= 3
     assert {i["tp"] == 1 for i in infos.values()} == {True, False}
     assert any(i["overloaded"] for i in infos.values())

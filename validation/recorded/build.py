@@ -47,11 +47,17 @@ TRAINING_RUNS = {
     "h100-llama-2-70b-codegen": ("20260217-203421-llama-2-70b-hf-tp4-codegen", 4),
     "h100-llama-2-70b-roleplay": ("20260218-084319-llama-2-70b-tp4-roleplay", 4),
     "h100-llama-2-70b-reasoning": ("20260218-065057-llama-2-70b-hf-tp4-reasoning", 4),
+    # Mixture of experts (8 experts, top 2), tensor parallel without expert parallelism
+    "h100-mixtral-8x7b-general": ("20260218-130541-mixtral-8x7b-v0-1-tp2-general", 2),
+    "h100-mixtral-8x7b-codegen": ("20260218-120914-mixtral-8x7b-v0-1-tp2-codegen", 2),
+    "h100-mixtral-8x7b-roleplay": ("20260218-141024-mixtral-8x7b-v0-1-tp2-roleplay", 2),
+    "h100-mixtral-8x7b-reasoning": ("20260218-135247-mixtral-8x7b-v0-1-tp2-reasoning", 2),
 }
 TRAINING_MODELS = {
     "meta-llama/Llama-2-7b-hf": "meta-llama/Llama-2-7b-hf",
     "codellama/CodeLlama-34b-Instruct-hf": "codellama/CodeLlama-34b-Instruct-hf",
     "meta-llama/Llama-2-70b-hf": "meta-llama/Llama-2-70b-hf",
+    "mistralai/Mixtral-8x7B-v0.1": "mistralai/Mixtral-8x7B-v0.1",
 }
 
 #: casys-kaist/LLMServingSim bench/ runs: vLLM 0.19.0 driven in-process (AsyncLLM), each
@@ -93,8 +99,10 @@ def _import(argv: list[str]) -> None:
         sys.exit(f"import-run {' '.join(argv)} failed ({code})")
 
 
-def build_training(training: Path) -> None:
+def build_training(training: Path, only: str = "") -> None:
     for run_id, (folder, tp) in TRAINING_RUNS.items():
+        if only not in run_id:
+            continue
         source = training / "default_args" / folder
         config = yaml.safe_load((source / "exp-config.yaml").read_text())
         engine = {
@@ -154,10 +162,11 @@ def main() -> None:
     parser.add_argument("--llmservingsim", type=Path, help="casys-kaist/LLMServingSim checkout")
     parser.add_argument("--llmservingsim-5bae11f", type=Path,
                         help="LLMServingSim at 5bae11f (the older RTX 4090 run)")  # fmt: skip
+    parser.add_argument("--only", default="", help="build only the runs whose id holds this")
     args = parser.parse_args()
     RUNS.mkdir(parents=True, exist_ok=True)
     if args.training:
-        build_training(args.training)
+        build_training(args.training, args.only)
     if args.llmservingsim:
         build_llmservingsim(args.llmservingsim, args.llmservingsim_5bae11f)
 
