@@ -101,12 +101,14 @@ class ModelSpec(StrictModel):
             )
         return self
 
-    def kv_bytes_per_token(self, tensor_parallel: int = 1) -> int:
+    def kv_bytes_per_token(self, tensor_parallel: int = 1, element_bytes: int | None = None) -> int:
         """KV bytes one token occupies on each GPU of a ``tensor_parallel`` group: K and V
         for every layer and KV head, the KV heads sharded over the group (and replicated
-        once it is wider than them)."""
+        once it is wider than them), ``element_bytes`` an element (None: the model's
+        dtype; ``cache.kv_dtype`` sets it)."""
         kv_heads_per_gpu = max(1, self.num_kv_heads // tensor_parallel)
-        return 2 * self.num_layers * kv_heads_per_gpu * self.head_dim * self.dtype_bytes
+        element = self.dtype_bytes if element_bytes is None else element_bytes
+        return 2 * self.num_layers * kv_heads_per_gpu * self.head_dim * element
 
     @property
     def attention_params_per_layer(self) -> int:

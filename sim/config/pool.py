@@ -85,6 +85,7 @@ def kv_pool_blocks(
     block_size: int = 16,
     gpu_memory_utilization: float = 0.9,
     activation_reserve_bytes: int | None = None,
+    kv_element_bytes: int | None = None,
 ) -> int:
     """Number of KV blocks of ``block_size`` tokens the TP group can hold.
 
@@ -110,7 +111,7 @@ def kv_pool_blocks(
     usable = (hardware.cuda_memory_bytes or hardware.mem_capacity_bytes) * gpu_memory_utilization
     weights = model.weight_bytes / tensor_parallel
     free = usable - weights - activation_reserve_bytes
-    block_bytes = block_size * model.kv_bytes_per_token(tensor_parallel)
+    block_bytes = block_size * model.kv_bytes_per_token(tensor_parallel, kv_element_bytes)
     if free < block_bytes:
         raise ValueError(
             f"{model.name!r} does not leave room for KV blocks on {tensor_parallel} x "

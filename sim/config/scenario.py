@@ -180,7 +180,7 @@ class Scenario(StrictModel):
             raise error_at(
                 "simulation.num_requests", "set num_requests or duration_s (or replay a trace)"
             )
-        self._check_experts()
+        self._check_model_support()
         try:
             blocks = self.cache.device_blocks(self.model, self.hardware, self.tensor_parallel)
         except ValueError as err:
@@ -214,7 +214,7 @@ class Scenario(StrictModel):
             raise error_at(err.field, str(err)) from None
         return self
 
-    def _check_experts(self) -> None:
+    def _check_model_support(self) -> None:
         if self.expert_parallel and self.model.moe is None:
             raise error_at("expert_parallel", f"{self.model.name!r} has no experts (no model.moe)")
         if self.model.moe is not None and self.cost_model.kind == "profile":
@@ -223,6 +223,8 @@ class Scenario(StrictModel):
             )
         if self.model.moe is not None and self.backend.kind == "torch":
             raise error_at("backend.kind", "torch: the real backend runs dense models only")
+        if self.cache.kv_dtype != "auto" and self.backend.kind == "torch":
+            raise error_at("cache.kv_dtype", "the real backend keeps KV in the model's dtype")
         try:
             _check_tensor_parallel(self.model, self.tensor_parallel, self.expert_parallel)
         except ValueError as err:

@@ -144,6 +144,11 @@ class CacheSpec(StrictModel):
     ``swap_space``); 0: no CPU pool. ``preemption.mode: swap`` needs a CPU pool."""
     num_cpu_blocks: int | None = Field(default=None, ge=0)
     """The CPU swap pool per replica in blocks, instead of ``cpu_swap_gib`` (set one, not both)."""
+    kv_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
+    """Element type of the KV cache (vLLM's ``--kv-cache-dtype``): ``auto`` keeps K and V in the
+    model's dtype; the ``fp8`` kinds keep one byte an element, halving a bf16 model's KV per token
+    (so the pool holds twice the tokens) and the bytes decode attention reads, with the weights
+    unchanged."""
     allocator: str = "paged"
     """How KV memory is reserved: ``paged`` allocates blocks as sequences grow (PagedAttention); the
     contiguous baselines reserve one region per request up front: ``max_model_len`` slots
@@ -182,6 +187,18 @@ class CacheSpec(StrictModel):
             )
         return self
 
+    @model_serializer(mode="wrap")
+    def _leave_out_auto_kv_dtype(self, handler) -> dict[str, Any]:
+        # ``auto`` is what every scenario had before the field: its dump stays the same.
+        data = handler(self)
+        if data.get("kv_dtype") == "auto":
+            data.pop("kv_dtype")
+        return data
+
+    def kv_element_bytes(self, model: ModelSpec) -> int:
+        """Bytes of one K or V element in the pool."""
+        return model.dtype_bytes if self.kv_dtype == "auto" else 1
+
     @property
     def plugin_allocator(self) -> type[Allocator] | None:
         """The Allocator subclass ``allocator`` names if it is a plug-in, else None."""
@@ -200,6 +217,7 @@ class CacheSpec(StrictModel):
             block_size=self.block_size,
             gpu_memory_utilization=self.gpu_memory_utilization,
             activation_reserve_bytes=None if reserve is None else int(reserve * _GIB),
+            kv_element_bytes=self.kv_element_bytes(model),
         )
 
     def cpu_blocks(self, model: ModelSpec, tp: int = 1) -> int:
@@ -207,7 +225,7 @@ class CacheSpec(StrictModel):
         GPU's host memory divided by that GPU's share of one block."""
         if self.num_cpu_blocks is not None:
             return self.num_cpu_blocks
-        block_bytes = self.block_size * model.kv_bytes_per_token(tp)
+        block_bytes = self.block_size * model.kv_bytes_per_token(tp, self.kv_element_bytes(model))
         return int(self.cpu_swap_gib * _GIB // block_bytes)
 
 

@@ -119,6 +119,7 @@ class AnalyticCostModel:
         params: CostParams | None = None,
         block_size: int = 16,
         expert_parallel: bool = False,
+        kv_element_bytes: int | None = None,
     ):
         """Raises ValueError if ``tensor_parallel`` cannot split the heads (or the
         experts) evenly, if ``block_size`` is not positive, or if the GPU has no rate for
@@ -146,8 +147,10 @@ class AnalyticCostModel:
         self._heads = model.num_heads // tp
         self._kv_heads = max(1, model.num_kv_heads // tp)
         self._mlp = model.intermediate_size // tp
-        self._kv_bytes_per_layer_token = model.kv_bytes_per_token(tp) // model.num_layers
-        block_bytes = block_size * model.kv_bytes_per_token(tp)
+        # KV in its own element type (cache.kv_dtype): writes, decode reads, swaps.
+        kv_token = model.kv_bytes_per_token(tp, kv_element_bytes)
+        self._kv_bytes_per_layer_token = kv_token // model.num_layers
+        block_bytes = block_size * kv_token
         self._s_per_swapped_block = block_bytes / hardware.host_link_bytes_s
         self._s_per_copied_block = 2 * block_bytes / self.kernels.copy_bytes_s()
         # Scalars every step reads, looked up once (the parameters are frozen).

@@ -20,7 +20,7 @@ num_gpu_blocks (logged)        cache.num_blocks = N: vLLM keeps block 0 as its n
                                block, so N - 1 hold KV (the vllm-v1 profile's rule)
 tensor_parallel_size           tensor_parallel
 dtype                          model.dtype_bytes (auto: the config's torch_dtype)
-kv_cache_dtype                 noted: pagesim keeps KV in the model's dtype
+kv_cache_dtype                 cache.kv_dtype (fp8, fp8_e4m3, fp8_e5m2; another: noted)
 =============================  =====================================================
 
 A vLLM run replays under vLLM's own scheduling rules (``scheduler.engine: vllm-v1``:
@@ -183,7 +183,9 @@ def scenario_sections(engine: EngineConfig) -> tuple[dict[str, Any], list[str]]:
         )
     if engine.tensor_parallel_size:
         sections["tensor_parallel"] = engine.tensor_parallel_size
-    if engine.kv_cache_dtype not in (None, "auto"):
+    if engine.kv_cache_dtype in ("fp8", "fp8_e4m3", "fp8_e5m2"):
+        cache["kv_dtype"] = engine.kv_cache_dtype
+    elif engine.kv_cache_dtype not in (None, "auto"):
         notes.append(f"kv_cache_dtype {engine.kv_cache_dtype}: KV is kept in the model dtype")
     if engine.cpu_offload_gib:
         notes.append(

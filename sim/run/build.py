@@ -139,6 +139,7 @@ def analytic_executor(scenario) -> AnalyticCostModel:
         params=scenario.cost_model.params or CostParams(),
         block_size=scenario.cache.block_size,
         expert_parallel=scenario.expert_parallel,
+        kv_element_bytes=scenario.cache.kv_element_bytes(scenario.model),
     )
 
 
