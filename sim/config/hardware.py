@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import Field, PositiveFloat, PositiveInt, model_serializer, model_validator
 
 from sim.config.links import LinkKind
+from sim.config.mla import MLASpec
 from sim.config.moe import MoESpec
 from sim.config.schema import StrictModel
 
@@ -75,6 +76,10 @@ class ModelSpec(StrictModel):
     """Mixture-of-experts layers (sim.config.moe): routed experts, top-k, expert width, shared
     experts and the layers that stay dense; read from a Mixtral, Qwen2-MoE or Qwen3-MoE
     config.json. Null: a dense model (every layer's MLP is ``intermediate_size`` wide)."""
+    mla: MLASpec | None = None
+    """Multi-head latent attention (sim.config.mla, DeepSeek-V2/V3): one latent of
+    ``kv_lora_rank + qk_rope_head_dim`` elements cached per token and layer, on every GPU of a
+    tensor-parallel group, instead of K and V per KV head. Null: K and V per head."""
 
     @model_serializer(mode="wrap")
     def _leave_out_unset_extras(self, handler) -> dict[str, Any]:
@@ -106,12 +111,16 @@ class ModelSpec(StrictModel):
         for every layer and KV head, the KV heads sharded over the group (and replicated
         once it is wider than them), ``element_bytes`` an element (None: the model's
         dtype; ``cache.kv_dtype`` sets it)."""
-        kv_heads_per_gpu = max(1, self.num_kv_heads // tensor_parallel)
         element = self.dtype_bytes if element_bytes is None else element_bytes
+        if self.mla is not None:  # one latent a token, whole on every GPU
+            return self.num_layers * self.mla.cached_elements * element
+        kv_heads_per_gpu = max(1, self.num_kv_heads // tensor_parallel)
         return 2 * self.num_layers * kv_heads_per_gpu * self.head_dim * element
 
     @property
     def attention_params_per_layer(self) -> int:
+        if self.mla is not None:
+            return self.mla.attention_params(self.hidden_size, self.num_heads)
         q_out = self.num_heads * self.head_dim
         kv_out = self.num_kv_heads * self.head_dim
         # q, k, v project hidden -> heads; o projects q_out -> hidden
@@ -177,7 +186,7 @@ class ModelSpec(StrictModel):
 
 
 #: ModelSpec fields a dump leaves out while they are null (what only a config.json gives).
-_EXTRAS = frozenset({"config", "rope_theta", "rope_scaling", "sliding_window", "moe"})
+_EXTRAS = frozenset({"config", "rope_theta", "rope_scaling", "sliding_window", "moe", "mla"})
 
 #: HardwareSpec fields a dump leaves out while they are null (measured on some cards only).
 _HARDWARE_EXTRAS = frozenset(

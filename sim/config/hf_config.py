@@ -45,7 +45,7 @@ from pydantic import ValidationInfo
 
 from sim.config.errors import error_at
 from sim.config.files import base_dir
-from sim.config.hf_moe import MOE_TYPES, read_moe
+from sim.config.hf_moe import MLA_TYPES, MOE_TYPES, read_mla, read_moe
 from sim.config.hints import did_you_mean
 from sim.config.presets import expand_preset
 from sim.config.textfile import parse_json, read_text
@@ -68,6 +68,8 @@ MODEL_TYPES = {
     "mixtral": ModelType("swiglu", False, "intermediate_size"),
     "qwen2_moe": ModelType("swiglu", False, "intermediate_size"),
     "qwen3_moe": ModelType("swiglu", False, "intermediate_size"),
+    "deepseek_v2": ModelType("swiglu", False, "intermediate_size"),
+    "deepseek_v3": ModelType("swiglu", False, "intermediate_size"),
 }
 
 #: Keys that make a config a mixture of experts (Mixtral, Qwen-MoE, DeepSeek, ...).
@@ -188,6 +190,12 @@ class _Reader:
         }
         if self.type_name in MOE_TYPES:
             wanted["moe"] = lambda: read_moe(self, self.type_name)
+        if self.type_name in MLA_TYPES:
+            wanted["mla"] = lambda: read_mla(self)
+            # (the query/key head: what prefill attention multiplies per head)
+            wanted["head_dim"] = lambda: (
+                self.count("qk_nope_head_dim") + self.count("qk_rope_head_dim")
+            )
         for field, read in wanted.items():
             if field not in self.skip:
                 out[field] = read()
@@ -203,7 +211,8 @@ class _Reader:
                 "(its text_config as a file of its own)",
             )
         model_type = self.raw.get("model_type")
-        if self.raw.get("kv_lora_rank") not in (None, 0):
+        mla_type = isinstance(model_type, str) and model_type in MLA_TYPES
+        if self.raw.get("kv_lora_rank") not in (None, 0) and not mla_type:
             raise self.fail(
                 "kv_lora_rank",
                 f"{_shown(self.raw['kv_lora_rank'])}: multi-head latent attention (DeepSeek's "
@@ -272,6 +281,9 @@ class _Reader:
         return hidden // heads
 
     def _dtype_bytes(self) -> int | None:
+        quantised = self._quantised_bytes()
+        if quantised is not None:
+            return quantised
         key = "dtype" if self.raw.get("dtype") is not None else "torch_dtype"
         value = self.raw.get(key)
         if value is None:
@@ -282,6 +294,22 @@ class _Reader:
                 key, f"expected one of {names} (or set model.dtype_bytes), got {_shown(value)}"
             )
         return DTYPES[value.removeprefix("torch.")]
+
+    def _quantised_bytes(self) -> int | None:
+        """1 for an FP8 checkpoint (``quantization_config.quant_method: fp8``, as DeepSeek-V3
+        and the -FP8 releases ship); None for none. Other schemes are refused: their
+        bytes per weight are not one element size."""
+        config = self.raw.get("quantization_config")
+        if config is None:
+            return None
+        method = config.get("quant_method") if isinstance(config, dict) else None
+        if method == "fp8":
+            return 1
+        raise self.fail(
+            "quantization_config.quant_method",
+            f"{_shown(method)}: quantised weights are not modelled (fp8 is); set "
+            "model.dtype_bytes beside config to say how many bytes a weight takes",
+        )
 
     def _rope_parameters(self) -> dict[str, Any]:
         params = self.raw.get("rope_parameters")

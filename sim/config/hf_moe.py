@@ -4,14 +4,22 @@ By ``model_type``, the keys read (transformers' own defaults where a key is abse
 
 * ``mixtral``: ``num_local_experts``, ``num_experts_per_tok``; each expert is
   ``intermediate_size`` wide; every layer is MoE; no shared expert.
+* ``deepseek_v2``, ``deepseek_v3``: ``n_routed_experts``, ``num_experts_per_tok``,
+  ``moe_intermediate_size``; ``n_shared_experts`` shared experts of that width; layer
+  ``i`` is MoE when ``i >= first_k_dense_replace`` and ``i % moe_layer_freq == 0``
+  (the others are dense, ``intermediate_size`` wide). Their attention is MLA
+  (:func:`read_mla`). DeepSeek-V3's multi-token-prediction layer
+  (``num_nextn_predict_layers``) is left out: vLLM serves without it unless speculative
+  decoding asks for it.
 * ``qwen2_moe``, ``qwen3_moe``: ``num_experts``, ``num_experts_per_tok``,
   ``moe_intermediate_size``; layer ``i`` is MoE unless it is in ``mlp_only_layers`` or
   ``(i + 1) % decoder_sparse_step`` is not 0 (dense layers are ``intermediate_size``
   wide); Qwen2-MoE's shared expert is ``shared_expert_intermediate_size`` wide (its
   one-column sigmoid gate, ``hidden`` weights a layer, is left out).
 
-Any other type with an expert key (DeepSeek's MLA, gpt-oss's MXFP4 experts, Llama 4)
-is refused by :mod:`sim.config.hf_config` with the key that makes it so.
+Any other type with an expert key (gpt-oss's MXFP4 experts, Llama 4) is refused by
+:mod:`sim.config.hf_config` with the key that makes it so, and so is MLA in a type other
+than DeepSeek's.
 """
 
 from __future__ import annotations
@@ -28,7 +36,13 @@ class Reader(Protocol):
 
 
 #: model_type -> how its experts are written.
-MOE_TYPES = {"mixtral": "mixtral", "qwen2_moe": "qwen", "qwen3_moe": "qwen"}
+MOE_TYPES = {
+    "mixtral": "mixtral",
+    "qwen2_moe": "qwen",
+    "qwen3_moe": "qwen",
+    "deepseek_v2": "deepseek",
+    "deepseek_v3": "deepseek",
+}
 
 
 def read_moe(reader: Reader, model_type: str) -> dict[str, Any]:
@@ -39,6 +53,19 @@ def read_moe(reader: Reader, model_type: str) -> dict[str, Any]:
             "num_experts": reader.count("num_local_experts", default=8),
             "experts_per_token": reader.count("num_experts_per_tok", default=2),
             "expert_intermediate_size": reader.count("intermediate_size"),
+        }
+    elif MOE_TYPES[model_type] == "deepseek":
+        width = reader.count("moe_intermediate_size")
+        first = reader.raw.get("first_k_dense_replace") or 0
+        step = reader.count("moe_layer_freq", default=1)
+        if not isinstance(first, int) or isinstance(first, bool) or not 0 <= first < layers:
+            raise reader.fail("first_k_dense_replace", f"expected 0 to {layers - 1}, got {first!r}")
+        fields = {
+            "num_experts": reader.count("n_routed_experts"),
+            "experts_per_token": reader.count("num_experts_per_tok"),
+            "expert_intermediate_size": width,
+            "shared_intermediate_size": _optional_width(reader, "n_shared_experts") * width,
+            "dense_layers": sum(1 for i in range(layers) if i < first or i % step != 0),
         }
     else:
         fields = {
@@ -79,3 +106,19 @@ def _qwen_dense_layers(reader: Reader, layers: int) -> int:
         )
     dense = set(only)
     return sum(1 for i in range(layers) if i in dense or (i + 1) % step != 0)
+
+
+#: model types whose attention is multi-head latent attention.
+MLA_TYPES = ("deepseek_v2", "deepseek_v3")
+
+
+def read_mla(reader: Reader) -> dict[str, Any]:
+    """``ModelSpec.mla`` as a dict (DeepSeek-V2/V3's keys)."""
+    low = reader.raw.get("q_lora_rank")
+    return {
+        "kv_lora_rank": reader.count("kv_lora_rank"),
+        "q_lora_rank": None if low is None else reader.count("q_lora_rank"),
+        "qk_nope_head_dim": reader.count("qk_nope_head_dim"),
+        "qk_rope_head_dim": reader.count("qk_rope_head_dim"),
+        "v_head_dim": reader.count("v_head_dim"),
+    }

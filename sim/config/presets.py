@@ -147,6 +147,14 @@ SHIPPED_CONFIGS: dict[str, tuple[str, str]] = {
         "Qwen/Qwen3-235B-A22B",
         "ai-dynamo/aiconfigurator@0b077da aic-core/src/aiconfigurator_core/model_configs/",
     ),
+    "deepseek-v2-lite": (  # MoE with multi-head latent attention (sim/config/mla.py)
+        "deepseek-ai/DeepSeek-V2-Lite",
+        "inference-sim/inference-sim@78dc73e model_configs/deepseek-v2-lite/",
+    ),
+    "deepseek-v3": (
+        "deepseek-ai/DeepSeek-V3",
+        "ai-dynamo/aiconfigurator@0b077da aic-core/src/aiconfigurator_core/model_configs/",
+    ),
     "qwen2-57b-a14b": (  # a Python dict there, written here as JSON with the same keys
         "Qwen/Qwen2-57B-A14B",
         "NVIDIA/TensorRT-LLM@08b2040 tests/unittest/_torch/modeling/test_modeling_qwen_moe.py",

@@ -55,7 +55,8 @@ from sim.config.hardware import HardwareSpec, ModelSpec
 from sim.config.links import CUDA_GRAPH_MAX_TOKENS
 from sim.config.pool import _check_tensor_parallel
 from sim.costs.kernels import GpuKernels
-from sim.costs.moe import MOE_GEMMS, MoELayer
+from sim.costs.mla import attention_head_dim, mla_ops
+from sim.costs.moe import MoELayer, moe_layers_s
 
 # ndarray.sum without its Python-level wrapper (the same integer sum); one call a step.
 _sum = np.add.reduce
@@ -146,6 +147,7 @@ class AnalyticCostModel:
         tp = tensor_parallel
         self._heads = model.num_heads // tp
         self._kv_heads = max(1, model.num_kv_heads // tp)
+        self._attention_head_dim = attention_head_dim(model)
         self._mlp = model.intermediate_size // tp
         # KV in its own element type (cache.kv_dtype): writes, decode reads, swaps.
         kv_token = model.kv_bytes_per_token(tp, kv_element_bytes)
@@ -172,7 +174,7 @@ class AnalyticCostModel:
         up_cols = (2 if m.mlp == "swiglu" else 1) * self._mlp
         act_bytes = (3 if m.mlp == "swiglu" else 2) * t * self._mlp * b
         norm = k.elementwise(2 * t * h * b)
-        return {
+        ops = {
             "input_layernorm": norm,
             "attn_pre_proj": k.gemm(t, h, (self._heads + 2 * self._kv_heads) * d),
             "attn_rope": k.elementwise(2 * t * (self._heads + self._kv_heads) * d * b),
@@ -186,13 +188,16 @@ class AnalyticCostModel:
             "all_reduce": 2
             * k.allreduce(t * h * b, self.tensor_parallel, graphed=t <= CUDA_GRAPH_MAX_TOKENS),
         }
+        if m.mla is not None:  # latent attention's own projections (sim/costs/mla.py)
+            ops.update(mla_ops(m, k, self.tensor_parallel, t))
+        return ops
 
     def attention_layer(
         self, prefill_chunks: Sequence[tuple[int, int]], num_decodes: int, decode_context: int
     ) -> tuple[float, float]:
         """(prefill, decode) attention seconds of one layer: ``prefill_chunks`` as
         ``(cached, new)`` and ``num_decodes`` decodes reading ``decode_context`` tokens."""
-        head_dim = self.model.head_dim
+        head_dim = self._attention_head_dim
         prefill = self.kernels.prefill_attention(prefill_chunks, self._heads, head_dim)
         decode = self.kernels.decode_attention(
             num_decodes, decode_context, self._kv_bytes_per_layer_token
@@ -312,7 +317,7 @@ class AnalyticCostModel:
         lm_head, cpu = self._per_seqs.get(num_seqs) or self._per_seq_s(num_seqs)
         kernels = self.kernels
         prefill = (
-            kernels.prefill_attention(prefill_chunks, self._heads, self.model.head_dim)
+            kernels.prefill_attention(prefill_chunks, self._heads, self._attention_head_dim)
             if prefill_chunks
             else 0.0  # what prefill_attention returns for no chunk
         )
@@ -344,32 +349,10 @@ class AnalyticCostModel:
                 allreduce = layers * ops["all_reduce"]
                 elementwise = layers * sum(ops.values()) - linear - allreduce
             else:
-                linear, elementwise, allreduce = self._moe_layers_s(tokens, ops)
+                linear, elementwise, allreduce = moe_layers_s(self.model, self.moe, tokens, ops)
             embedding = self.kernels.streaming(2 * tokens * self.model.hidden_size)
             cached = self._dense[tokens] = (linear, elementwise + embedding, allreduce)
         return cached
-
-    def _moe_layers_s(self, tokens: int, ops: dict[str, float]) -> tuple[float, float, float]:
-        """(GEMMs, elementwise, all-reduce) seconds of all layers of an MoE model: every
-        layer's attention part, the dense layers' MLPs and the MoE layers' experts."""
-        m = self.model
-        dense, sparse = m.dense_mlp_layers, m.num_layers - m.dense_mlp_layers
-        moe = self.moe.ops(tokens)
-        attention = ("attn_pre_proj", "attn_post_proj")
-        linear = (
-            m.num_layers * sum(ops[name] for name in attention)
-            + dense * (ops["mlp_up_proj"] + ops["mlp_down_proj"])
-            + sparse * sum(moe[name] for name in MOE_GEMMS)
-        )
-        allreduce = m.num_layers * ops["all_reduce"]
-        mlp_ops = ("mlp_up_proj", "mlp_act", "mlp_down_proj")
-        shared = sum(v for name, v in ops.items() if name not in mlp_ops) - ops["all_reduce"]
-        elementwise = (
-            m.num_layers * (shared - sum(ops[name] for name in attention))
-            + dense * ops["mlp_act"]
-            + sparse * sum(v for name, v in moe.items() if name not in MOE_GEMMS)
-        )
-        return linear, elementwise, allreduce
 
     def _per_seq_s(self, num_seqs: int) -> tuple[float, float]:
         """(LM head, CPU) seconds of a step of ``num_seqs`` sequences; computed once per

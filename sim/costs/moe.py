@@ -157,3 +157,29 @@ class MoELayer:
         compute = 2.0 * padded * k * n / self._flops
         memory = (touched * k * n + rows * (k + n)) * self.bytes / self._bytes_s
         return self._floor + smooth_max(compute, memory, self._p)
+
+
+def moe_layers_s(
+    model: ModelSpec, layer: MoELayer, tokens: int, ops: dict[str, float]
+) -> tuple[float, float, float]:
+    """(GEMMs, elementwise, all-reduce) seconds of all layers of an MoE model for
+    ``tokens`` tokens: every layer's attention part from ``ops`` (a dense layer's
+    kernels, the analytic model's ``layer_ops``), the dense layers' MLPs and the MoE
+    layers' experts."""
+    dense, sparse = model.dense_mlp_layers, model.num_layers - model.dense_mlp_layers
+    moe = layer.ops(tokens)
+    attention = ("attn_pre_proj", "attn_post_proj")
+    linear = (
+        model.num_layers * sum(ops[name] for name in attention)
+        + dense * (ops["mlp_up_proj"] + ops["mlp_down_proj"])
+        + sparse * sum(moe[name] for name in MOE_GEMMS)
+    )
+    allreduce = model.num_layers * ops["all_reduce"]
+    mlp_ops = ("mlp_up_proj", "mlp_act", "mlp_down_proj")
+    shared = sum(v for name, v in ops.items() if name not in mlp_ops) - ops["all_reduce"]
+    elementwise = (
+        model.num_layers * (shared - sum(ops[name] for name in attention))
+        + dense * ops["mlp_act"]
+        + sparse * sum(v for name, v in moe.items() if name not in MOE_GEMMS)
+    )
+    return linear, elementwise, allreduce

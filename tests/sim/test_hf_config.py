@@ -96,6 +96,8 @@ SHIPPED_SHAPES = {
     "qwen3-30b-a3b": (30.53, 48, 4, 40960),
     "qwen3-235b-a22b": (235.09, 94, 4, 40960),
     "qwen2-57b-a14b": (57.41, 28, 4, 131072),
+    "deepseek-v2-lite": (15.71, 27, 16, 163840),
+    "deepseek-v3": (671.03, 61, 128, 163840),
 }
 
 
@@ -244,7 +246,12 @@ def test_set_model_to_a_config_on_the_command_line(tmp_path):
     "change, key, message",
     [
         ({"num_local_experts": 8, "model_type": "gpt_oss"}, "num_local_experts", "mixture"),
-        ({"kv_lora_rank": 512, "model_type": "deepseek_v2"}, "kv_lora_rank", "latent"),
+        ({"kv_lora_rank": 512, "model_type": "llama"}, "kv_lora_rank", "latent"),
+        (
+            {"quantization_config": {"quant_method": "awq", "bits": 4}},
+            "quantization_config.quant_method",
+            "'awq': quantised weights are not modelled",
+        ),
         (
             {"model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 8},
             "num_experts_per_tok",
@@ -348,7 +355,7 @@ def test_list_models_with_a_bad_config_is_one_line_exit_2(tmp_path, capsys):
     assert main(["list", "models", str(tmp_path / "bad.json")]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"pagesim: error: {tmp_path / 'bad.json'}: model_type: 'mistrall' is not " + (
-        "supported; did you mean 'mistral'? (valid: llama, mistral, mixtral, opt, qwen2, "
-        "qwen2_moe, qwen3, qwen3_moe)"
+        "supported; did you mean 'mistral'? (valid: deepseek_v2, deepseek_v3, llama, mistral, "
+        "mixtral, opt, qwen2, qwen2_moe, qwen3, qwen3_moe)"
     )
     assert main(["list", "hardware", "x.json"]) == 2

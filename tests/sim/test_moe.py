@@ -231,3 +231,37 @@ def test_mlp_only_layers_and_sparse_steps_make_dense_layers(tmp_path):
         + 24 * model.mlp_params_per_layer
         + 24 * model.moe.layer_params(2048, 3),
     )
+
+
+def test_deepseek_reads_its_experts_and_latent_attention():
+    """DeepSeek-V2-Lite: 15.7B with 2.4B active (the model card's figures; its active count
+    leaves out the input embedding, a lookup), 64 routed experts and 2 shared, the first
+    layer dense; MLA caches 512 + 64 elements a token and layer, whole on every GPU."""
+    lite = scenario("deepseek-v2-lite", tensor_parallel=2).model
+    moe, mla = lite.moe, lite.mla
+    assert (moe.num_experts, moe.experts_per_token, moe.dense_layers) == (64, 6, 1)
+    assert moe.shared_intermediate_size == 2 * 1408
+    embedding = lite.vocab_size * lite.hidden_size
+    assert abs((active_params(lite) - embedding) / 1e9 - 2.4) < 0.1
+    assert mla.cached_elements == 576 and mla.q_lora_rank is None
+    assert lite.kv_bytes_per_token(1) == lite.kv_bytes_per_token(2) == 27 * 576 * 2
+    mha = 2 * 27 * 16 * 128 * 2  # what K and V per head would take
+    assert lite.kv_bytes_per_token(1) < mha / 7
+    v3 = scenario("deepseek-v3", tensor_parallel=8, hardware="h200").model
+    assert v3.dtype_bytes == 1  # its FP8 checkpoint (quantization_config)
+    assert abs(active_params(v3) / 1e9 - 37.6) < 0.1 and v3.moe.dense_layers == 3
+
+
+def test_mla_decode_reads_the_latent_and_its_projections_are_priced():
+    lite = analytic_executor(scenario("deepseek-v2-lite"))
+    contexts = np.full(32, 2048)
+    parts = lite.breakdown([], contexts)
+    assert all(part >= 0 for part in parts)
+    floor = lite.params.decode_attention_floor_s * 27
+    latent = 27 * (32 * 2048 + 32 * lite.params.decode_seq_overhead_tokens) * 576 * 2
+    assert (parts.decode_attention_s - floor) * lite.kernels._decode_bytes_s == pytest.approx(
+        latent, rel=1e-6
+    )
+    ops = lite.layer_ops(64)
+    # q (direct), kv_a, kv_b: three GEMMs, more than a plain q/k/v GEMM of the same heads
+    assert ops["attn_pre_proj"] > 3 * lite.params.kernel_floor_s
