@@ -86,7 +86,8 @@ class Scenario(StrictModel):
     model: ResolvedModel = Field(default="llama-3-8b", validate_default=True)
     """The served model: a preset name, a full shape, ``{preset: NAME, ...}`` with some fields
     overridden (e.g. ``max_model_len``), or ``{config: path/config.json, ...}``: a HuggingFace
-    model configuration (a dense Llama, Mistral, Qwen2/3 or OPT type), read from a file beside
+    model configuration (a dense Llama, Mistral, Qwen2/3 or OPT type, or a Mixtral, Qwen-MoE or
+    DeepSeek-V2/V3 mixture of experts), read from a file beside
     the scenario, with the same overrides. scenario.json records the resolved shape."""
     hardware: ResolvedHardware = Field(default="h100-sxm", validate_default=True)
     """One GPU of a replica (every GPU of a tensor-parallel group is alike): a preset name, full

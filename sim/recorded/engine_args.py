@@ -21,6 +21,7 @@ num_gpu_blocks (logged)        cache.num_blocks = N: vLLM keeps block 0 as its n
 tensor_parallel_size           tensor_parallel
 dtype                          model.dtype_bytes (auto: the config's torch_dtype)
 kv_cache_dtype                 cache.kv_dtype (fp8, fp8_e4m3, fp8_e5m2; another: noted)
+enable_expert_parallel         expert_parallel
 =============================  =====================================================
 
 A vLLM run replays under vLLM's own scheduling rules (``scheduler.engine: vllm-v1``:
@@ -58,10 +59,11 @@ _NAMES = {
     "version": "version",
     "engine": "engine",
     "cpu_offload_gib": "cpu_offload_gib",
+    "enable_expert_parallel": "enable_expert_parallel",
 }
 _INTS = {"max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
          "tensor_parallel_size", "num_gpu_blocks"}  # fmt: skip
-_BOOLS = {"enable_prefix_caching", "enable_chunked_prefill"}
+_BOOLS = {"enable_prefix_caching", "enable_chunked_prefill", "enable_expert_parallel"}
 _DTYPE_BYTES = {"float16": 2, "half": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
                 "float32": 4, "float": 4, "fp32": 4}  # fmt: skip
 #: Keys of a recorded run's metadata that are not engine arguments (ignored, not errors).
@@ -183,6 +185,8 @@ def scenario_sections(engine: EngineConfig) -> tuple[dict[str, Any], list[str]]:
         )
     if engine.tensor_parallel_size:
         sections["tensor_parallel"] = engine.tensor_parallel_size
+    if engine.enable_expert_parallel:
+        sections["expert_parallel"] = True
     if engine.kv_cache_dtype in ("fp8", "fp8_e4m3", "fp8_e5m2"):
         cache["kv_dtype"] = engine.kv_cache_dtype
     elif engine.kv_cache_dtype not in (None, "auto"):

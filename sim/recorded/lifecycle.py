@@ -150,10 +150,12 @@ def _engine_of(meta: dict[str, Any], where: str) -> EngineConfig:
     if not meta:
         return EngineConfig()
     values = dict(meta.get("engine_kwargs") or {})
-    for key in ("data_parallel_size", "enable_expert_parallel", "seed"):
-        if values.pop(key, None) not in (None, 1, False) and key != "seed":
-            raise RecordError(f"{where}: engine_kwargs.{key}: data/expert parallelism is not "
-                              "replayed (one replica, tensor parallel only)")  # fmt: skip
+    values.pop("seed", None)
+    if values.pop("data_parallel_size", None) not in (None, 1):
+        raise RecordError(f"{where}: engine_kwargs.data_parallel_size: data-parallel ranks "
+                          "that step together (vLLM's DP attention, with expert parallelism "
+                          "across them) are not replayed: one replica, tensor and expert "
+                          "parallel within it")  # fmt: skip
     kv = meta.get("kv_cache") or {}
     for key in ("num_gpu_blocks", "block_size", "gpu_memory_utilization", "enable_prefix_caching"):
         if kv.get(key) is not None:

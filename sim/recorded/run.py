@@ -91,6 +91,8 @@ class EngineConfig:
     """As the engine logged it ("# GPU blocks: N"); vLLM keeps one of them as its null
     block, so N - 1 hold KV."""
     cpu_offload_gib: float | None = None
+    enable_expert_parallel: bool | None = None
+    """vLLM's --enable-expert-parallel (with one data-parallel rank: ``expert_parallel``)."""
 
 
 @dataclass(frozen=True)

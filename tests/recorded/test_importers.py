@@ -172,3 +172,28 @@ def test_validate_observed_times_a_client_timed_run_as_its_client(tmp_path):
         assert shown == pytest.approx(simulated[metric]["p50"] + 0.011)
     tpot = report["metrics"]["tpot_s.p50"]["simulated"]
     assert tpot == pytest.approx(simulated["tpot_s"]["p50"])  # not shifted
+
+
+def _lifecycle_with(folder, **engine):
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["engine_kwargs"].update(engine)
+    meta["model"] = meta["engine_kwargs"]["model"] = "Qwen/Qwen3-30B-A3B"
+    (folder / "meta.json").write_text(json.dumps(meta))
+    return folder
+
+
+def test_an_expert_parallel_run_replays_with_expert_parallel(tmp_path):
+    folder = _lifecycle_with(lifecycle_folder(tmp_path / "vllm", blocks=None),
+                             tensor_parallel_size=2, enable_expert_parallel=True)  # fmt: skip
+    out = tmp_path / "imported"
+    import_run("lifecycle", folder / "requests.jsonl", out, html=False, hardware="h100-sxm")
+    raw = yaml.safe_load((out / "scenario.yaml").read_text())
+    assert raw["expert_parallel"] is True and raw["tensor_parallel"] == 2
+    assert load_scenario(out / "scenario.yaml").model.moe.num_experts == 128
+
+
+def test_data_parallel_ranks_are_refused_naming_the_argument(tmp_path):
+    folder = _lifecycle_with(lifecycle_folder(tmp_path / "vllm"),
+                             data_parallel_size=2, enable_expert_parallel=True)  # fmt: skip
+    with pytest.raises(RecordError, match="engine_kwargs.data_parallel_size: data-parallel"):
+        import_run("lifecycle", folder / "requests.jsonl", tmp_path / "o", html=False)
