@@ -265,3 +265,42 @@ def test_mla_decode_reads_the_latent_and_its_projections_are_priced():
     ops = lite.layer_ops(64)
     # q (direct), kv_a, kv_b: three GEMMs, more than a plain q/k/v GEMM of the same heads
     assert ops["attn_pre_proj"] > 3 * lite.params.kernel_floor_s
+
+
+def test_expert_parallel_waits_for_the_busiest_gpu():
+    """Uniform routing's spread between ranks shrinks with the batch (1/sqrt(T)) and grows
+    with the ranks; routing skew adds to it."""
+    ep = analytic_executor(scenario("qwen3-30b-a3b", tensor_parallel=4, expert_parallel=True))
+    loads = [ep.moe.busiest_rank_load(t) for t in (8, 64, 1024, 65536)]
+    assert loads == sorted(loads, reverse=True) and loads[0] > 1.2 and loads[-1] < 1.01
+    two = analytic_executor(scenario("qwen3-30b-a3b", tensor_parallel=2, expert_parallel=True))
+    assert two.moe.busiest_rank_load(64) < ep.moe.busiest_rank_load(64)
+    tp = analytic_executor(scenario("qwen3-30b-a3b", tensor_parallel=4))
+    assert tp.moe.busiest_rank_load(64) == 1.0
+    skewed = analytic_executor(
+        scenario(
+            "qwen3-30b-a3b",
+            tensor_parallel=4,
+            expert_parallel=True,
+            cost_model={"params": {"moe_rank_imbalance": 1.56}},
+        )  # fmt: skip
+    )
+    assert skewed.moe.busiest_rank_load(4096) == pytest.approx(
+        ep.moe.busiest_rank_load(4096) + 1.56
+    )
+    prefill = [(0, 4096)], np.zeros(0, np.int64)
+    assert skewed.breakdown(*prefill).linear_s > 1.5 * ep.breakdown(*prefill).linear_s
+
+
+@pytest.mark.parametrize("tokens, ranks", [(16, 4), (256, 4), (256, 8), (2048, 2)])
+def test_the_busiest_rank_matches_a_monte_carlo_of_uniform_routing(tokens, ranks):
+    ep = analytic_executor(
+        scenario("qwen3-30b-a3b", tensor_parallel=ranks, expert_parallel=True)
+    ).moe
+    rng = np.random.default_rng(1)
+    ratios = []
+    for _ in range(300):
+        choice = np.argsort(rng.random((tokens, 128)), axis=1)[:, :8]
+        per_rank = np.bincount((choice // (128 // ranks)).ravel(), minlength=ranks)
+        ratios.append(per_rank.max() / per_rank.mean())
+    assert ep.busiest_rank_load(tokens) == pytest.approx(np.mean(ratios), rel=0.03)
