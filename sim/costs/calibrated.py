@@ -144,10 +144,15 @@ def batch_features(batch: Batch) -> np.ndarray:
 def model_shape_key(spec: Any) -> str:
     """A compact, comparable name of a model's shape (any object with ModelSpec's
     attribute names), e.g. ``L2-h64-H4-kv2-d16-i128-v512``."""
-    return (
+    key = (
         f"L{spec.num_layers}-h{spec.hidden_size}-H{spec.num_heads}-kv{spec.num_kv_heads}"
         f"-d{spec.head_dim}-i{spec.intermediate_size}-v{spec.vocab_size}"
     )
+    moe = getattr(spec, "moe", None)  # a dict when read back from a scenario.json
+    if moe:
+        get = moe.get if isinstance(moe, dict) else moe.__getattribute__
+        key += f"-e{get('num_experts')}k{get('experts_per_token')}"
+    return key
 
 
 @dataclass(frozen=True)

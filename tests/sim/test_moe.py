@@ -304,3 +304,12 @@ def test_the_busiest_rank_matches_a_monte_carlo_of_uniform_routing(tokens, ranks
         per_rank = np.bincount((choice // (128 // ranks)).ravel(), minlength=ranks)
         ratios.append(per_rank.max() / per_rank.mean())
     assert ep.busiest_rank_load(tokens) == pytest.approx(np.mean(ratios), rel=0.03)
+
+
+def test_a_calibration_for_a_moe_model_is_not_taken_for_its_dense_twin():
+    from sim.costs.calibrated import model_shape_key
+
+    moe = scenario("mixtral-8x7b", tensor_parallel=2).model
+    twin = moe.model_copy(update={"moe": None})
+    assert model_shape_key(moe) != model_shape_key(twin)
+    assert model_shape_key(moe).endswith("-e8k2")
