@@ -87,9 +87,13 @@ def _models(configs: list[str]) -> list[str]:
 
 
 def _model_row(m) -> tuple[str, ...]:
+    params = _count(m.num_params)
+    if m.moe is not None:  # experts: the total, and what a token multiplies
+        active = m.num_params - m.layer_linear_params + m.active_layer_linear_params
+        params += f" ({_count(active)} active, {m.moe.num_experts}e top-{m.moe.experts_per_token})"
     return (
         m.name,
-        _count(m.num_params),
+        params,
         str(m.num_layers),
         str(m.hidden_size),
         f"{m.num_heads}/{m.num_kv_heads}",

@@ -313,3 +313,9 @@ def test_a_calibration_for_a_moe_model_is_not_taken_for_its_dense_twin():
     twin = moe.model_copy(update={"moe": None})
     assert model_shape_key(moe) != model_shape_key(twin)
     assert model_shape_key(moe).endswith("-e8k2")
+
+
+def test_list_models_shows_an_moe_models_active_size(capsys):
+    assert main(["list", "models"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "mixtral-8x7b" in line)
+    assert "46.7 B (12.9 B active, 8e top-2)" in row
