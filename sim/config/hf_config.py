@@ -302,7 +302,9 @@ class _Reader:
         config = self.raw.get("quantization_config")
         if config is None:
             return None
-        method = config.get("quant_method") if isinstance(config, dict) else None
+        if not isinstance(config, dict):
+            raise self.fail("quantization_config", f"expected an object, got {_shown(config)}")
+        method = config.get("quant_method")
         if method == "fp8":
             return 1
         raise self.fail(

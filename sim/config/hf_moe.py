@@ -81,9 +81,10 @@ def read_moe(reader: Reader, model_type: str) -> dict[str, Any]:
             f"{fields['experts_per_token']} is more than the {fields['num_experts']} experts",
         )
     if fields.get("dense_layers", 0) >= layers:
-        raise reader.fail(
-            "mlp_only_layers", f"every one of the {layers} layers is dense: no MoE layer is left"
-        )
+        key = "mlp_only_layers" if reader.raw.get("mlp_only_layers") else "decoder_sparse_step"
+        if MOE_TYPES[model_type] == "deepseek":
+            key = "moe_layer_freq"
+        raise reader.fail(key, f"every one of the {layers} layers is dense: no MoE layer is left")
     return fields
 
 

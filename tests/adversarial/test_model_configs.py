@@ -173,6 +173,32 @@ def mixtral_with_more_experts_a_token_than_it_has(d):
 
 
 @case
+def qwen_moe_whose_sparse_step_leaves_no_moe_layer(d):
+    qwen = llama(model_type="qwen3_moe", num_experts=8, num_experts_per_tok=2,
+                 moe_intermediate_size=64, decoder_sparse_step=1000)  # fmt: skip
+    return run_with(d, qwen), ["cfg.json", "decoder_sparse_step", "no MoE layer"]
+
+
+@case
+def deepseek_with_first_dense_layers_past_the_last(d):
+    deepseek = llama(model_type="deepseek_v2", n_routed_experts=8, num_experts_per_tok=2,
+                     moe_intermediate_size=64, first_k_dense_replace=99, kv_lora_rank=64,
+                     qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32)  # fmt: skip
+    return run_with(d, deepseek), ["cfg.json", "first_k_dense_replace", "expected 0 to 31"]
+
+
+@case
+def quantization_config_that_is_not_an_object(d):
+    return run_with(d, llama(quantization_config=[4])), ["cfg.json", "quantization_config"]
+
+
+@case
+def awq_weights(d):
+    awq = llama(quantization_config={"quant_method": "awq", "bits": 4})
+    return run_with(d, awq), ["cfg.json", "quant_method", "'awq'"]
+
+
+@case
 def gpt_oss_experts(d):
     gpt_oss = llama(model_type="gpt_oss", num_local_experts=32, num_experts_per_tok=4)
     return run_with(d, gpt_oss), ["cfg.json", "num_local_experts", "mixture-of-experts"]
