@@ -25,7 +25,7 @@ from pydantic import (
 from sim.config.errors import error_at
 from sim.config.files import FileRef, resolve_existing_dir, resolve_existing_file
 from sim.config.hardware import HardwareSpec, ModelSpec
-from sim.config.schema import StrictModel
+from sim.config.schema import StrictModel, drop_unset
 
 __all__ = ["CostModelSpec", "CostParams", "default_network", "vidur_names"]
 
@@ -132,11 +132,10 @@ class CostParams(StrictModel):
 
     @model_serializer(mode="wrap")
     def _leave_out_unset_moe(self, handler) -> dict[str, Any]:
-        # Parameters a dense model never reads: a scenario that does not set them dumps
-        # exactly the fields it always had.
-        data = handler(self)
-        return {k: v for k, v in data.items() if not k.startswith("moe_") or v is not None}
+        return drop_unset(handler(self), _MOE_PARAMS)  # what a dense model never reads
 
+
+_MOE_PARAMS = dict.fromkeys(("moe_gemm_efficiency", "moe_memory_efficiency", "moe_rank_imbalance"))
 
 #: pagesim preset -> Vidur's device and model directory names (its repository's names).
 _DEVICES = {"a100-80gb": "a100", "a100-40gb": "a100", "h100-sxm": "h100", "a40": "a40"}

@@ -20,7 +20,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, model_serializer, model_
 from sim.config.links import LinkKind
 from sim.config.mla import MLASpec
 from sim.config.moe import MoESpec
-from sim.config.schema import StrictModel
+from sim.config.schema import StrictModel, drop_unset
 
 DtypeName = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 
@@ -83,10 +83,7 @@ class ModelSpec(StrictModel):
 
     @model_serializer(mode="wrap")
     def _leave_out_unset_extras(self, handler) -> dict[str, Any]:
-        # A preset or explicit shape dumps exactly the fields it always had, so the
-        # scenario.json of every existing scenario stays byte for byte the same.
-        data = handler(self)
-        return {k: v for k, v in data.items() if k not in _EXTRAS or v is not None}
+        return drop_unset(handler(self), _EXTRAS)
 
     @model_validator(mode="after")
     def _kv_heads_divide_heads(self) -> ModelSpec:
@@ -186,11 +183,11 @@ class ModelSpec(StrictModel):
 
 
 #: ModelSpec fields a dump leaves out while they are null (what only a config.json gives).
-_EXTRAS = frozenset({"config", "rope_theta", "rope_scaling", "sliding_window", "moe", "mla"})
+_EXTRAS = dict.fromkeys(("config", "rope_theta", "rope_scaling", "sliding_window", "moe", "mla"))
 
 #: HardwareSpec fields a dump leaves out while they are null (measured on some cards only).
-_HARDWARE_EXTRAS = frozenset(
-    {"cuda_memory_bytes", "streaming_fraction", "gemm_efficiency", "attention_efficiency", "link"}
+_HARDWARE_EXTRAS = dict.fromkeys(
+    ("cuda_memory_bytes", "streaming_fraction", "gemm_efficiency", "attention_efficiency", "link")
 )
 
 
@@ -246,10 +243,7 @@ class HardwareSpec(StrictModel):
 
     @model_serializer(mode="wrap")
     def _leave_out_unset_figures(self, handler) -> dict[str, Any]:
-        # The measured figures only some cards have: a preset without them dumps exactly
-        # the fields it always had (scenario.json byte for byte).
-        data = handler(self)
-        return {k: v for k, v in data.items() if k not in _HARDWARE_EXTRAS or v is not None}
+        return drop_unset(handler(self), _HARDWARE_EXTRAS)  # measured on some cards only
 
     @property
     def link_kind(self) -> LinkKind:

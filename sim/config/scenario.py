@@ -52,7 +52,7 @@ from sim.config.overrides import apply_overrides, read_overrides
 from sim.config.pool import KVPool, _check_tensor_parallel
 from sim.config.presets import expand_preset
 from sim.config.run_sections import BackendSpec, SimulationSpec, SLOSpec
-from sim.config.schema import StrictModel
+from sim.config.schema import StrictModel, drop_unset
 from sim.config.sections import (
     CacheSpec,
     EvictionSpec,
@@ -234,12 +234,7 @@ class Scenario(StrictModel):
 
     @model_serializer(mode="wrap")
     def _leave_out_dense_defaults(self, handler) -> dict[str, Any]:
-        # expert_parallel only means something for an MoE model: a scenario that does not
-        # set it dumps exactly the fields it always had (scenario.json, sweep keys).
-        data = handler(self)
-        if not data.get("expert_parallel"):
-            data.pop("expert_parallel", None)
-        return data
+        return drop_unset(handler(self), {"expert_parallel": False})
 
     @property
     def kv_pool(self) -> KVPool:

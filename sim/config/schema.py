@@ -4,6 +4,7 @@ error naming the closest valid field (pydantic's own ``extra="forbid"`` message 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -32,6 +33,15 @@ class StrictModel(BaseModel):
                         {"field": str(key), "hint": did_you_mean(key, valid)},
                     )
         return data
+
+
+def drop_unset(data: dict[str, Any], unset: Mapping[str, Any]) -> dict[str, Any]:
+    """A model's dump less each field of ``unset`` whose value is the one given there.
+
+    For fields added after dumps were pinned (scenario.json, sweep keys, golden files): a
+    scenario that leaves them unset dumps exactly the fields it always had, byte for byte.
+    Call it from a ``model_serializer(mode="wrap")``."""
+    return {k: v for k, v in data.items() if k not in unset or v != unset[k]}
 
 
 # --------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from sim.config.files import base_dir
 from sim.config.hardware import HardwareSpec, ModelSpec
 from sim.config.hints import did_you_mean
 from sim.config.pool import kv_pool_blocks
-from sim.config.schema import StrictModel
+from sim.config.schema import StrictModel, drop_unset
 
 _GIB = 1 << 30
 
@@ -189,11 +189,7 @@ class CacheSpec(StrictModel):
 
     @model_serializer(mode="wrap")
     def _leave_out_auto_kv_dtype(self, handler) -> dict[str, Any]:
-        # ``auto`` is what every scenario had before the field: its dump stays the same.
-        data = handler(self)
-        if data.get("kv_dtype") == "auto":
-            data.pop("kv_dtype")
-        return data
+        return drop_unset(handler(self), {"kv_dtype": "auto"})
 
     def kv_element_bytes(self, model: ModelSpec) -> int:
         """Bytes of one K or V element in the pool."""
