@@ -36,23 +36,22 @@ class MLASpec(StrictModel):
         """Elements cached per token and layer: the latent and the rotary key."""
         return self.kv_lora_rank + self.qk_rope_head_dim
 
-    def projection_widths(self, heads: int) -> dict[str, tuple[int, int] | None]:
-        """(in, out) of each projection for ``heads`` query heads (None: absent)."""
+    def projections(self, hidden: int, heads: int) -> dict[str, tuple[int, int]]:
+        """(in, out) of each projection of one layer for ``heads`` query heads: the
+        query's (``q_a`` and ``q_b``, or ``q`` without a low rank), the latent's down
+        (``kv_a``) and up (``kv_b``) projections and the output (``o``)."""
         qk = self.qk_nope_head_dim + self.qk_rope_head_dim
-        low = self.q_lora_rank
+        if self.q_lora_rank is None:
+            query = {"q": (hidden, heads * qk)}
+        else:
+            query = {"q_a": (hidden, self.q_lora_rank), "q_b": (self.q_lora_rank, heads * qk)}
         return {
-            "q_a": None if low is None else (None, low),  # in: the hidden size
-            "q_b": (low, heads * qk) if low is not None else (None, heads * qk),
-            "kv_a": (None, self.cached_elements),
+            **query,
+            "kv_a": (hidden, self.cached_elements),
             "kv_b": (self.kv_lora_rank, heads * (self.qk_nope_head_dim + self.v_head_dim)),
-            "o": (heads * self.v_head_dim, None),  # out: the hidden size
+            "o": (heads * self.v_head_dim, hidden),
         }
 
     def attention_params(self, hidden: int, heads: int) -> int:
         """Projection weights of one layer's attention."""
-        total = 0
-        for widths in self.projection_widths(heads).values():
-            if widths is not None:
-                rows, cols = widths
-                total += (rows or hidden) * (cols or hidden)
-        return total
+        return sum(rows * cols for rows, cols in self.projections(hidden, heads).values())

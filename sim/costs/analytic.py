@@ -56,7 +56,7 @@ from sim.config.links import CUDA_GRAPH_MAX_TOKENS
 from sim.config.pool import _check_tensor_parallel
 from sim.costs.kernels import GpuKernels
 from sim.costs.mla import attention_head_dim, mla_ops
-from sim.costs.moe import MoELayer, moe_layers_s
+from sim.costs.moe import MOE_LAYER_GEMMS, MoELayer
 
 # ndarray.sum without its Python-level wrapper (the same integer sum); one call a step.
 _sum = np.add.reduce
@@ -342,15 +342,16 @@ class AnalyticCostModel:
         ``tokens`` tokens; computed once per token count."""
         cached = self._dense.get(tokens)
         if cached is None:
-            ops = self.layer_ops(tokens)
-            layers = self.model.num_layers
-            if self.moe is None:
-                linear = layers * sum(ops[name] for name in _GEMMS)
-                allreduce = layers * ops["all_reduce"]
-                elementwise = layers * sum(ops.values()) - linear - allreduce
-            else:
-                linear, elementwise, allreduce = moe_layers_s(self.model, self.moe, tokens, ops)
-            embedding = self.kernels.streaming(2 * tokens * self.model.hidden_size)
+            m, ops = self.model, self.layer_ops(tokens)
+            # (count, kernels, GEMMs) of each kind of layer: dense; with experts
+            kinds = [(m.dense_mlp_layers, ops, _GEMMS)]
+            if self.moe is not None:
+                experts = self.moe.layer_ops(ops, tokens)
+                kinds.append((m.num_layers - m.dense_mlp_layers, experts, MOE_LAYER_GEMMS))
+            linear = sum(n * sum(kind[name] for name in gemms) for n, kind, gemms in kinds)
+            allreduce = m.num_layers * ops["all_reduce"]
+            elementwise = sum(n * sum(kind.values()) for n, kind, _ in kinds) - linear - allreduce
+            embedding = self.kernels.streaming(2 * tokens * m.hidden_size)
             cached = self._dense[tokens] = (linear, elementwise + embedding, allreduce)
         return cached
 

@@ -23,23 +23,15 @@ from sim.costs.kernels import GpuKernels
 def mla_ops(model: ModelSpec, kernels: GpuKernels, tp: int, tokens: int) -> dict[str, float]:
     """``attn_pre_proj``, ``attn_rope`` and ``attn_post_proj`` of one MLA layer for
     ``tokens`` tokens on one GPU of ``tp`` (the analytic model's LAYER_OPS names)."""
-    mla, t, h, b = model.mla, tokens, model.hidden_size, model.dtype_bytes
+    mla, t, b = model.mla, tokens, model.dtype_bytes
     heads = model.num_heads // tp
-    pre = 0.0
-    for name, (rows, cols) in _projections(model, heads).items():
-        if name != "o":
-            pre += kernels.gemm(t, rows or h, cols or h)
-    rope = kernels.elementwise(2 * t * (heads + 1) * mla.qk_rope_head_dim * b)
+    projections = mla.projections(model.hidden_size, heads)
+    out_rows, out_cols = projections.pop("o")
     return {
-        "attn_pre_proj": pre,
-        "attn_rope": rope,
-        "attn_post_proj": kernels.gemm(t, heads * mla.v_head_dim, h),
+        "attn_pre_proj": sum(kernels.gemm(t, k, n) for k, n in projections.values()),
+        "attn_rope": kernels.elementwise(2 * t * (heads + 1) * mla.qk_rope_head_dim * b),
+        "attn_post_proj": kernels.gemm(t, out_rows, out_cols),
     }
-
-
-def _projections(model: ModelSpec, heads: int) -> dict[str, tuple[int | None, int | None]]:
-    widths = model.mla.projection_widths(heads)
-    return {name: w for name, w in widths.items() if w is not None}
 
 
 def attention_head_dim(model: ModelSpec) -> int:

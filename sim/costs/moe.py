@@ -56,8 +56,18 @@ MOE_OPS = (
     "moe_sum",
     "moe_shared",
 )
-#: The GEMMs among them (the analytic model's ``linear_s``).
-MOE_GEMMS = ("moe_router", "moe_gate_up", "moe_down", "moe_shared")
+#: The GEMMs of a whole MoE layer, attention's included (the analytic model's
+#: ``linear_s``).
+MOE_LAYER_GEMMS = (
+    "attn_pre_proj",
+    "attn_post_proj",
+    "moe_router",
+    "moe_gate_up",
+    "moe_down",
+    "moe_shared",
+)
+#: A dense layer's MLP kernels, which the experts replace.
+_DENSE_MLP = ("mlp_up_proj", "mlp_act", "mlp_down_proj")
 
 
 def block_m(tokens: int) -> int:
@@ -127,6 +137,12 @@ class MoELayer:
         self._bytes_s = hardware.sustained_bandwidth_bytes_s * memory
         self._floor, self._p = params.kernel_floor_s, params.roofline_sharpness
 
+    def layer_ops(self, dense_ops: dict[str, float], tokens: int) -> dict[str, float]:
+        """A whole MoE layer's kernels: a dense layer's (``dense_ops``, the analytic
+        model's ``layer_ops``) with the experts in place of its MLP."""
+        kept = {name: s for name, s in dense_ops.items() if name not in _DENSE_MLP}
+        return {**kept, **self.ops(tokens)}
+
     def ops(self, tokens: int) -> dict[str, float]:
         """Seconds of each MoE kernel (MOE_OPS order) for a step of ``tokens`` tokens."""
         k, h, b, t = self.kernels, self.hidden, self.bytes, tokens
@@ -180,29 +196,3 @@ class MoELayer:
         compute = 2.0 * padded * k * n / self._flops
         memory = (touched * k * n + rows * (k + n)) * self.bytes / self._bytes_s
         return self._floor + smooth_max(compute, memory, self._p)
-
-
-def moe_layers_s(
-    model: ModelSpec, layer: MoELayer, tokens: int, ops: dict[str, float]
-) -> tuple[float, float, float]:
-    """(GEMMs, elementwise, all-reduce) seconds of all layers of an MoE model for
-    ``tokens`` tokens: every layer's attention part from ``ops`` (a dense layer's
-    kernels, the analytic model's ``layer_ops``), the dense layers' MLPs and the MoE
-    layers' experts."""
-    dense, sparse = model.dense_mlp_layers, model.num_layers - model.dense_mlp_layers
-    moe = layer.ops(tokens)
-    attention = ("attn_pre_proj", "attn_post_proj")
-    linear = (
-        model.num_layers * sum(ops[name] for name in attention)
-        + dense * (ops["mlp_up_proj"] + ops["mlp_down_proj"])
-        + sparse * sum(moe[name] for name in MOE_GEMMS)
-    )
-    allreduce = model.num_layers * ops["all_reduce"]
-    mlp_ops = ("mlp_up_proj", "mlp_act", "mlp_down_proj")
-    shared = sum(v for name, v in ops.items() if name not in mlp_ops) - ops["all_reduce"]
-    elementwise = (
-        model.num_layers * (shared - sum(ops[name] for name in attention))
-        + dense * ops["mlp_act"]
-        + sparse * sum(v for name, v in moe.items() if name not in MOE_GEMMS)
-    )
-    return linear, elementwise, allreduce
