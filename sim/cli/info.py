@@ -88,9 +88,9 @@ def _models(configs: list[str]) -> list[str]:
 
 def _model_row(m) -> tuple[str, ...]:
     params = _count(m.num_params)
-    if m.moe is not None:  # experts: the total, and what a token multiplies
-        active = m.num_params - m.layer_linear_params + m.active_layer_linear_params
-        params += f" ({_count(active)} active, {m.moe.num_experts}e top-{m.moe.experts_per_token})"
+    if (moe := m.moe) is not None:  # experts: the total, and what a token multiplies
+        experts = f"{moe.num_experts}e top-{moe.experts_per_token}"
+        params += f" ({_count(m.active_params)} active, {experts})"
     return (
         m.name,
         params,

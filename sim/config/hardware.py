@@ -172,6 +172,11 @@ class ModelSpec(StrictModel):
         return embedding + self.layer_linear_params + norms + lm_head
 
     @property
+    def active_params(self) -> int:
+        """:attr:`num_params` less the experts a token skips (all of them: dense)."""
+        return self.num_params - self.layer_linear_params + self.active_layer_linear_params
+
+    @property
     def weight_bytes(self) -> int:
         return self.num_params * self.dtype_bytes
 

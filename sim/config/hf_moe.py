@@ -64,7 +64,7 @@ def read_moe(reader: Reader, model_type: str) -> dict[str, Any]:
             "num_experts": reader.count("n_routed_experts"),
             "experts_per_token": reader.count("num_experts_per_tok"),
             "expert_intermediate_size": width,
-            "shared_intermediate_size": _optional_width(reader, "n_shared_experts") * width,
+            "shared_intermediate_size": _optional_count(reader, "n_shared_experts") * width,
             "dense_layers": sum(1 for i in range(layers) if i < first or i % step != 0),
         }
     else:
@@ -72,7 +72,7 @@ def read_moe(reader: Reader, model_type: str) -> dict[str, Any]:
             "num_experts": reader.count("num_experts"),
             "experts_per_token": reader.count("num_experts_per_tok"),
             "expert_intermediate_size": reader.count("moe_intermediate_size"),
-            "shared_intermediate_size": _optional_width(reader, "shared_expert_intermediate_size"),
+            "shared_intermediate_size": _optional_count(reader, "shared_expert_intermediate_size"),
             "dense_layers": _qwen_dense_layers(reader, layers),
         }
     if fields["experts_per_token"] > fields["num_experts"]:
@@ -88,7 +88,7 @@ def read_moe(reader: Reader, model_type: str) -> dict[str, Any]:
     return fields
 
 
-def _optional_width(reader: Reader, key: str) -> int:
+def _optional_count(reader: Reader, key: str) -> int:
     value = reader.raw.get(key)
     if value in (None, 0):
         return 0

@@ -37,10 +37,12 @@ def _check_tensor_parallel(
             f"num_kv_heads={kv_heads} of {model.name!r}"
         )
     if model.moe is not None and expert_parallel is not None:
-        _check_experts_split(model, tp, expert_parallel)
+        check_experts_split(model, tp, expert_parallel)
 
 
-def _check_experts_split(model: ModelSpec, tp: int, expert_parallel: bool) -> None:
+def check_experts_split(model: ModelSpec, tp: int, expert_parallel: bool) -> None:
+    """Raises ValueError unless ``tp`` GPUs split an MoE model's experts: their number
+    with ``expert_parallel``, their width without."""
     moe = model.moe
     if expert_parallel and moe.num_experts % tp:
         raise ValueError(

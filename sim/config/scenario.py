@@ -49,7 +49,7 @@ from sim.config.files import resolve_existing_file
 from sim.config.hardware import HardwareSpec, ModelSpec
 from sim.config.hf_config import expand_model
 from sim.config.overrides import apply_overrides, read_overrides
-from sim.config.pool import KVPool, _check_tensor_parallel
+from sim.config.pool import KVPool, check_experts_split
 from sim.config.presets import expand_preset
 from sim.config.run_sections import BackendSpec, SimulationSpec, SLOSpec
 from sim.config.schema import StrictModel, drop_unset
@@ -181,11 +181,11 @@ class Scenario(StrictModel):
             raise error_at(
                 "simulation.num_requests", "set num_requests or duration_s (or replay a trace)"
             )
-        self._check_model_support()
         try:
             blocks = self.cache.device_blocks(self.model, self.hardware, self.tensor_parallel)
         except ValueError as err:
             raise error_at("tensor_parallel", str(err)) from None
+        self._check_model_support()
         reserved = profile_of(self.scheduler.engine).rules.reserved_blocks
         if blocks - reserved < 1:
             usable = f" ({reserved} reserved by scheduler.engine)" if reserved else ""
@@ -226,8 +226,10 @@ class Scenario(StrictModel):
             raise error_at("backend.kind", "torch: the real backend runs dense models only")
         if self.cache.kv_dtype != "auto" and self.backend.kind == "torch":
             raise error_at("cache.kv_dtype", "the real backend keeps KV in the model's dtype")
+        if self.model.moe is None:
+            return  # (the heads' split is checked with the pool's size)
         try:
-            _check_tensor_parallel(self.model, self.tensor_parallel, self.expert_parallel)
+            check_experts_split(self.model, self.tensor_parallel, self.expert_parallel)
         except ValueError as err:
             field = "expert_parallel" if self.expert_parallel else "tensor_parallel"
             raise error_at(field, str(err)) from None

@@ -148,10 +148,10 @@ def model_shape_key(spec: Any) -> str:
         f"L{spec.num_layers}-h{spec.hidden_size}-H{spec.num_heads}-kv{spec.num_kv_heads}"
         f"-d{spec.head_dim}-i{spec.intermediate_size}-v{spec.vocab_size}"
     )
-    moe = getattr(spec, "moe", None)  # a dict when read back from a scenario.json
+    moe = getattr(spec, "moe", None)
     if moe:
-        get = moe.get if isinstance(moe, dict) else moe.__getattribute__
-        key += f"-e{get('num_experts')}k{get('experts_per_token')}"
+        moe = moe if isinstance(moe, dict) else moe.model_dump()  # (a scenario.json's: a dict)
+        key += f"-e{moe['num_experts']}k{moe['experts_per_token']}"
     return key
 
 

@@ -33,25 +33,20 @@ def scenario(stem: str, **fields):
     return validate_scenario(raw, base_dir=ROOT / "scenarios")
 
 
-def active_params(model) -> int:
-    return model.num_params - model.layer_linear_params + model.active_layer_linear_params
-
-
 @pytest.mark.parametrize("stem", sorted(PUBLISHED))
 def test_weights_count_every_expert_and_flops_the_active_ones(stem):
     tp = 4 if stem in ("qwen3-235b-a22b", "mixtral-8x7b", "qwen2-57b-a14b") else 1
     model = scenario(stem, tensor_parallel=tp, hardware="h200").model
     total, active = PUBLISHED[stem]
     assert abs(model.num_params / 1e9 - total) < 0.1
-    assert abs(active_params(model) / 1e9 - active) < 0.1
+    assert abs(model.active_params / 1e9 - active) < 0.1
     assert model.linear_flops_per_token < 2 * model.num_params / 3  # far below the total
 
 
 def test_a_dense_model_counts_as_before():
     model = validate_scenario({"model": "llama-3-8b", "simulation": {"num_requests": 1}}).model
-    assert model.moe is None
-    assert model.active_layer_linear_params == model.layer_linear_params
-    assert "moe" not in model.model_dump()
+    assert model.moe is None and model.active_params == model.num_params
+    assert "moe" not in model.model_dump() and "mla" not in model.model_dump()
 
 
 def test_distinct_experts_touched_grow_from_k_to_all():
@@ -209,7 +204,7 @@ def test_bad_moe_settings_are_one_line_exit_2(tmp_path, capsys, fields, field, m
         assert code == 0
         return
     assert code == 2 and len(err.splitlines()) == 1
-    assert f": {field}" in err and message in err and path.name in err
+    assert f"{path.name}: {field}" in err and message in err
     assert not (tmp_path / "o").exists()
 
 
@@ -242,14 +237,14 @@ def test_deepseek_reads_its_experts_and_latent_attention():
     assert (moe.num_experts, moe.experts_per_token, moe.dense_layers) == (64, 6, 1)
     assert moe.shared_intermediate_size == 2 * 1408
     embedding = lite.vocab_size * lite.hidden_size
-    assert abs((active_params(lite) - embedding) / 1e9 - 2.4) < 0.1
+    assert abs((lite.active_params - embedding) / 1e9 - 2.4) < 0.1
     assert mla.cached_elements == 576 and mla.q_lora_rank is None
     assert lite.kv_bytes_per_token(1) == lite.kv_bytes_per_token(2) == 27 * 576 * 2
     mha = 2 * 27 * 16 * 128 * 2  # what K and V per head would take
     assert lite.kv_bytes_per_token(1) < mha / 7
     v3 = scenario("deepseek-v3", tensor_parallel=8, hardware="h200").model
     assert v3.dtype_bytes == 1  # its FP8 checkpoint (quantization_config)
-    assert abs(active_params(v3) / 1e9 - 37.6) < 0.1 and v3.moe.dense_layers == 3
+    assert abs(v3.active_params / 1e9 - 37.6) < 0.1 and v3.moe.dense_layers == 3
 
 
 def test_mla_decode_reads_the_latent_and_its_projections_are_priced():
