@@ -53,3 +53,17 @@ def test_step_cost_says_why_a_run_failed():
     out = run_step_cost("--cases", "default-10k", "--requests", "300")
     assert out.returncode == 1
     assert "warmup_requests" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_moe_kernel_bench_runs_and_its_fitted_table_stays_fitted():
+    """bench/moe_vs_measurements.py reads every published table; the one the MoE
+    constants were fitted to (README: 3.0 %) must stay within 5 %."""
+    command = [sys.executable, str(ROOT / "bench" / "moe_vs_measurements.py")]
+    out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    tables = re.findall(
+        r"-> (\S+) on (\S+) TP(\d+), \d+-bit: MAPE ([\d.]+)%.*\((\w+)\)", out.stdout
+    )
+    assert len(tables) == 4
+    fitted = [float(mape) for *_, mape, role in tables if role == "tune"]
+    assert fitted and fitted[0] < 5.0
