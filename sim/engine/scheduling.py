@@ -94,8 +94,9 @@ class StepPlanner:
         """Preemptions made since the last step's record (the next record carries them)."""
         return self.state.num_preemptions != self._logged_preemptions
 
-    def carry_preemptions(self, plan: StepPlan) -> None:  # (plan dropped unrun: its
-        self._logged_preemptions -= plan.num_preempted  # preemptions go to the next record)
+    def carry_preemptions(self, plan: StepPlan) -> None:
+        """``plan`` is dropped unrun: its preemptions go to the next step's record."""
+        self._logged_preemptions -= plan.num_preempted
 
     def plan(self) -> tuple[Batch, StepPlan]:
         """The next step's batch and what to apply when its time has passed."""
