@@ -62,8 +62,7 @@ class StepPlanner:
         self.state = state
         self.alloc = state.alloc
         self.cfg = config
-        self.memory = memory
-        self.outputs = outputs
+        self.memory, self.outputs = memory, outputs
         self.scheduler = policies.scheduler
         self.batching = policies.batching
         self.admission = policies.admission
