@@ -57,7 +57,16 @@ def sweep_table(out: Path) -> str:
     text = aligned(header, cells)
     if len(rows) > MAX_ROWS:
         text += f"\n... {len(rows) - MAX_ROWS} more rows in {out / 'points.csv'}"
-    return text
+    return text + _failures(rows)
+
+
+def _failures(rows: Sequence[dict]) -> str:
+    """Why points failed, one line each (the first MAX_ROWS; points.csv has every one)."""
+    failed = [row for row in rows if row.get("status") == "failed"]
+    lines = [f"point {row['point']} failed: {row.get('error', '')}" for row in failed[:MAX_ROWS]]
+    if len(failed) > MAX_ROWS:
+        lines.append(f"... {len(failed) - MAX_ROWS} more failed points in points.csv")
+    return "".join(f"\n{line}" for line in lines)
 
 
 def capacity_table(rows: Sequence[dict], keys: Sequence[str]) -> str:

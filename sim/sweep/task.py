@@ -29,8 +29,10 @@ from sim.run.folders import run_metadata
 #: A file-backed plug-in name, ``path/to/file.py:attr``.
 _PLUGIN = re.compile(r"^(?P<file>.+\.py):(?P<attr>[A-Za-z_][\w.]*)$")
 
-#: Keys whose string value names a file or folder of the scenario's (FileRef fields).
-_FILE_KEYS = ("path", "file")
+#: Keys whose string value names a file or folder of the scenario's: FileRef fields
+#: (``path``, ``file``), ``model.config`` and ``calibration``. A value of one of these
+#: keys that names no existing file is left as it is.
+_FILE_KEYS = ("path", "file", "config", "calibration")
 
 #: Most bytes of input files one point may carry.
 MAX_INPUT_BYTES = 1 << 30

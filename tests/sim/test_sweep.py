@@ -293,3 +293,34 @@ def test_jobs_must_be_a_positive_integer(jobs, tmp_path, capsys):
     assert exit_.value.code == 2
     assert "--jobs" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_model_config_and_a_calibration_travel_with_the_task(tmp_path):
+    """``model: {config: ...}`` and ``calibration:`` name files as a trace does: the README's
+    ``--set 'model={config: models/...json}'`` sweep ran every point on the config."""
+    folder = tmp_path / "sc"
+    base = tiny_base(folder)
+    (folder / "models").mkdir()
+    shipped = ROOT / "scenarios" / "models" / "tiny.json"
+    (folder / "models" / "tiny.json").write_bytes(shipped.read_bytes())
+    (folder / "cal.yaml").write_text("hardware: {sustained_bandwidth_fraction: 0.5}\n")
+    from sim.sweep.driver import resolve_points
+
+    sweep = sweep_from_scenario(base, {"set": {"model": {"config": "models/tiny.json"}}})
+    with_cal = sweep_from_scenario(base, {"set": {"calibration": "cal.yaml"}})
+    for spec, name in ((sweep, "models/tiny.json"), (with_cal, "cal.yaml")):
+        (point,) = resolve_points(spec)
+        payload = make_payload(point, html=False)
+        assert name in payload["files"]
+        result = run_point(payload)
+        assert result["error"] is None, result["error"]
+
+
+def test_the_printed_table_gives_each_failed_point_its_reason(tmp_path, capsys):
+    base = tiny_base(tmp_path, plugin=True)
+    args = ["sweep", str(base), "--grid", "scheduler.params.fail_after=-1,3"]
+    code = main([*args, "--out", str(tmp_path / "out"), "--jobs", "1", "--no-report"])
+    assert code == 1
+    out = capsys.readouterr().out
+    assert "point 1 failed: " in out and "boom on purpose" in out
+    assert "point 0 failed" not in out
