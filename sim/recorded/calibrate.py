@@ -117,7 +117,9 @@ def run_info(run: Path) -> dict[str, Any]:
 
 
 def simulate_run(run: Path, calibration: Path | None, stage_s: float | None):
-    """(recorded figures, the simulation's Requests, its stage windows, timeout)."""
+    """(recorded figures, the simulation's Requests, its stage windows, timeout).
+    ``calibration`` is a path from the caller's working directory (the run's own
+    scenario resolves its paths from the run's folder, so it is made absolute here)."""
     from sim.config.loader import validate_scenario
     from sim.output.requests import request_table
     from sim.recorded.stages import from_table
@@ -126,7 +128,7 @@ def simulate_run(run: Path, calibration: Path | None, stage_s: float | None):
     summary = json.loads((run / "summary.json").read_text())
     raw = yaml.safe_load((run / "scenario.yaml").read_text())
     if calibration is not None:
-        raw["calibration"] = str(calibration)
+        raw["calibration"] = str(Path(calibration).resolve())
     arrival = (raw.get("workload") or {}).get("arrival") or {}
     if stage_s is not None and arrival.get("kind") == "stages":
         for stage in arrival["stages"]:

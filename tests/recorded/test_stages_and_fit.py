@@ -122,6 +122,19 @@ def test_calibrate_observed_on_recorded_runs_writes_a_file_a_scenario_names(tmp_
     assert 0.3 <= sections["hardware"]["sustained_bandwidth_fraction"] <= 1.0
 
 
+def test_calibrate_holdout_with_a_relative_out_as_the_readme_prints_it(tmp_path, monkeypatch,
+                                                                       capsys):
+    """``--holdout B --out h100.yaml``: the calibration file is named from the caller's
+    folder, not the held-out run's (which the replay's own paths resolve from)."""
+    run = _simulated_recording(tmp_path, 0.85)
+    monkeypatch.chdir(tmp_path)
+    args = ["calibrate", "--observed", run.name, "--holdout", run.name, "--out", "cal.yaml"]
+    assert main([*args, "--max-evaluations", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "held out (whole runs):" in out and out.count("MAPE") == 2
+    assert (tmp_path / "cal.yaml").is_file()
+
+
 def test_the_corpus_covers_what_the_validation_needs():
     runs = sorted(p for p in CORPUS.iterdir() if (p / "scenario.yaml").is_file())
     infos = {run.name: run_info(run) for run in runs}
