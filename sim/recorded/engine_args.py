@@ -110,6 +110,8 @@ def _value(field: str, value: Any, where: str, name: str) -> Any:
             raise RecordError(f"{where}: {name}: expected true or false, got {value!r}")
         return value
     if field in ("gpu_memory_utilization", "cpu_offload_gib"):
+        if isinstance(value, str):  # vllm bench --metadata writes every value as a string
+            value = _decimal(value)
         ok = isinstance(value, int | float) and not isinstance(value, bool)
         if not ok or not math.isfinite(value) or value <= 0:
             raise RecordError(f"{where}: {name}: expected a positive number, got {value!r}")
@@ -119,6 +121,16 @@ def _value(field: str, value: Any, where: str, name: str) -> Any:
     if not isinstance(value, str) or len(value) > 100:
         raise RecordError(f"{where}: {name}: expected a short string, got {value!r}"[:200])
     return value
+
+
+def _decimal(text: str) -> float | str:
+    """``text`` as a number when it is one written in decimal ("0.9", "4", "1e-1"), else
+    ``text`` unchanged (so the caller's error shows it); "nan" and "inf" stay text."""
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return number if math.isfinite(number) else text
 
 
 def read_engine_args(path: Path) -> EngineConfig:

@@ -197,3 +197,17 @@ def test_data_parallel_ranks_are_refused_naming_the_argument(tmp_path):
                              data_parallel_size=2, enable_expert_parallel=True)  # fmt: skip
     with pytest.raises(RecordError, match="engine_kwargs.data_parallel_size: data-parallel"):
         import_run("lifecycle", folder / "requests.jsonl", tmp_path / "o", html=False)
+
+
+def test_vllm_bench_metadata_strings_are_read_as_vllm_writes_them(tmp_path):
+    """``vllm bench serve --metadata k=v`` stores every value as a string: decimals too."""
+    path = vllm_bench(tmp_path / "r.json", gpu_memory_utilization="0.85", max_num_seqs="64",
+                      enable_prefix_caching="true")  # fmt: skip
+    import_run("vllm-bench", path, tmp_path / "a", html=False)
+    raw = yaml.safe_load((tmp_path / "a" / "scenario.yaml").read_text())
+    assert raw["cache"]["gpu_memory_utilization"] == 0.85
+    assert raw["scheduler"]["max_num_seqs"] == 64
+    for bad in ("nan", "0.9x", "1.5"):
+        path = vllm_bench(tmp_path / "b.json", gpu_memory_utilization=bad)
+        with pytest.raises(RecordError, match="gpu_memory_utilization: expected"):
+            import_run("vllm-bench", path, tmp_path / f"b-{bad}", html=False)
