@@ -14,21 +14,17 @@ Sequence ids are numbered at admission, so ascending ids are the running list's 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from backend.base import OutOfBlocks
+from sim.engine.planner_ops import PlannerOps
 from sim.engine.sequences import Moves, PrefillSeq, StepPlan
-
-if TYPE_CHECKING:
-    from sim.engine.scheduling import StepPlanner
 
 #: (sequence id, its prefill, or None for a decode row), in the running list's order
 Entry = tuple[int, PrefillSeq | None]
 
 
-def schedule_running(planner: StepPlanner, plan: StepPlan, moves: Moves, budget: int):
+def schedule_running(planner: PlannerOps, plan: StepPlan, moves: Moves, budget: int):
     """Plan the running sequences' share of the step. Mutates the state (preemptions,
     the decode rows' order: the scheduled ones first), the allocator and ``plan``.
     Returns the budget left and the decode arrays (ids, contexts, input tokens)."""
@@ -63,7 +59,7 @@ def schedule_running(planner: StepPlanner, plan: StepPlan, moves: Moves, budget:
     return budget, _decode_arrays(planner, plan, decoded)
 
 
-def _shares(planner: StepPlanner, plan: StepPlan, order: np.ndarray, budget: int):
+def _shares(planner: PlannerOps, plan: StepPlan, order: np.ndarray, budget: int):
     """What the running list gets of the budget if nothing is preempted: the prompt
     chunks ((prefill, tokens), in order) and the decode rows that get their token (a
     prefix of ``order``, the rows in the running list's order). Python work per
@@ -91,7 +87,7 @@ def _chunk_blocks(seq: PrefillSeq, take: int, size: int) -> int:
     return max(0, -(-end // size) - -(-seq.held // size))
 
 
-def _append_decodes(planner: StepPlanner, moves: Moves, seq_ids: np.ndarray) -> None:
+def _append_decodes(planner: PlannerOps, moves: Moves, seq_ids: np.ndarray) -> None:
     """One slot for the newest token of each decode in ``seq_ids``. Raises
     OutOfBlocks (nothing changed) when they do not all fit."""
     if not seq_ids.shape[0]:
@@ -99,10 +95,10 @@ def _append_decodes(planner: StepPlanner, moves: Moves, seq_ids: np.ndarray) -> 
     d = planner.state.decodes
     rows = np.flatnonzero(np.isin(d.seq_id, seq_ids))
     tokens = planner.outputs.decode_inputs(d.stream[rows], d.generated[rows])
-    moves.copies.extend(planner._append_batch(d.seq_id[rows], tokens))
+    moves.copies.extend(planner.append_batch(d.seq_id[rows], tokens))
 
 
-def _one_by_one(planner: StepPlanner, plan, moves, entries: list[Entry], budget: int):
+def _one_by_one(planner: PlannerOps, plan, moves, entries: list[Entry], budget: int):
     """vLLM's loop when memory runs short: allocate in order, preempting on a miss.
     Returns the chunks and the decoded sequence ids."""
     state = planner.state
@@ -142,7 +138,7 @@ def _live_ids(state) -> set[int]:
     return {s.seq_id for s in state.prefilling} | set(state.decodes.seq_id.tolist())
 
 
-def _allocate_one(planner: StepPlanner, moves, seq_id: int, seq, take: int) -> bool:
+def _allocate_one(planner: PlannerOps, moves, seq_id: int, seq, take: int) -> bool:
     if seq is not None:
         if _chunk_blocks(seq, take, planner.alloc.block_size) > planner.state.available_blocks():
             return False
@@ -155,7 +151,7 @@ def _allocate_one(planner: StepPlanner, moves, seq_id: int, seq, take: int) -> b
     return True
 
 
-def _decode_arrays(planner: StepPlanner, plan: StepPlan, decoded: np.ndarray):
+def _decode_arrays(planner: PlannerOps, plan: StepPlan, decoded: np.ndarray):
     """Move the decoded rows first (apply reads the first ``plan.decode_rows``), count
     their new token in their context, and return (ids, contexts, input tokens)."""
     d = planner.state.decodes

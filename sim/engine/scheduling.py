@@ -71,7 +71,7 @@ class StepPlanner:
         # The decode batch is the engine's own running set (distinct, on the device,
         # int64 ids; int32 tokens): the allocator's unchecked entry where it has one.
         trusted = unchecked_entry(self.alloc, "append_batch_trusted", "append_batch")
-        self._append_batch = trusted or self.alloc.append_batch
+        self.append_batch = trusted or self.alloc.append_batch
         self._allocate = prompt_allocator(self.alloc)
         # Reserving (contiguous) allocators size a request's region from the start
         # (``reserve(prompt, max_new_tokens)``), so they always admit by whole prompt.
@@ -143,7 +143,7 @@ class StepPlanner:
             try:
                 # Refused appends change nothing (OutOfBlocks is raised before any
                 # mutation), so trying first costs one call on the common path.
-                moves.copies.extend(self._append_batch(d.seq_id, tokens))
+                moves.copies.extend(self.append_batch(d.seq_id, tokens))
                 break
             except OutOfBlocks:
                 self.memory.make_room(moves)

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sim.engine.planner_ops import PlannerOps
 from sim.engine.running_order import schedule_running
 from sim.engine.sequences import Moves, StepPlan
 from sim.workload.request import Request
-
-if TYPE_CHECKING:  # the planner builds one per step; no import at run time
-    from sim.engine.scheduling import StepPlanner
 
 
 class StepBuilder:
@@ -25,7 +22,7 @@ class StepBuilder:
         np.zeros(0, dtype=np.int32),
     )
 
-    def __init__(self, planner: StepPlanner, plan: StepPlan, moves: Moves):
+    def __init__(self, planner: PlannerOps, plan: StepPlan, moves: Moves):
         self._planner, self._plan, self._moves = planner, plan, moves
         self._budget = planner.cfg.max_num_batched_tokens
         self.decode_arrays = self._NO_DECODES
