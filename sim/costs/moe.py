@@ -87,18 +87,32 @@ def block_m(tokens: int) -> int:
 @lru_cache(maxsize=4096)
 def expected_tiles(tokens: int, share: float, rows: int) -> float:
     """``E[ceil(n / rows)]`` for ``n ~ Binomial(tokens, share)``: the row tiles one
-    expert computes. Exact over the binomial's mass (the tail past 12 standard
-    deviations is dropped: below 1e-30)."""
+    expert computes. Exact over the binomial's mass within 12 standard deviations (the
+    tail past them is below 1e-30).
+
+    The same bits on every machine: the mode's probability comes from scalar ``math``
+    calls, the others from it by products of ratios (IEEE-rounded, in order), and the
+    sum is ``math.fsum``. Vectorised ``exp``/``log`` and a BLAS dot product dispatch on
+    the CPU (AVX2 or AVX-512) and differed in the last bits between machines."""
     if tokens <= 0 or share <= 0.0:
         return 0.0
     if share >= 1.0:
         return float(math.ceil(tokens / rows))
     mean, sd = tokens * share, math.sqrt(tokens * share * (1.0 - share))
-    top = min(tokens, int(mean + 12.0 * sd + 16.0))
-    n = np.arange(1, top + 1, dtype=np.float64)
-    ratio = np.log(tokens - n + 1.0) - np.log(n) + math.log(share / (1.0 - share))
-    log_pmf = tokens * math.log1p(-share) + np.cumsum(ratio)  # P(n) for n = 1..top
-    return float(np.exp(log_pmf) @ np.ceil(n / rows))
+    low = max(0, int(mean - 12.0 * sd - 16.0))
+    high = min(tokens, int(mean + 12.0 * sd + 16.0))
+    mode = min(tokens, int((tokens + 1) * share))
+    odds = share / (1.0 - share)
+    log_mode = (math.lgamma(tokens + 1) - math.lgamma(mode + 1) - math.lgamma(tokens - mode + 1)
+                + mode * math.log(share) + (tokens - mode) * math.log1p(-share))  # fmt: skip
+    p_mode = math.exp(log_mode)
+    up = np.arange(mode + 1, high + 1, dtype=np.float64)
+    p_up = p_mode * np.cumprod((tokens - up + 1.0) / up * odds)  # P(n) / P(n - 1)
+    down = np.arange(mode - 1, low - 1, -1, dtype=np.float64)
+    p_down = p_mode * np.cumprod((down + 1.0) / ((tokens - down) * odds))  # P(n) / P(n + 1)
+    n = np.concatenate((down, [float(mode)], up))
+    pmf = np.concatenate((p_down, [p_mode], p_up))
+    return math.fsum((pmf * np.ceil(n / rows)).tolist())
 
 
 class MoELayer:

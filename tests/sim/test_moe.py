@@ -4,6 +4,7 @@ sim/costs/moe.py)."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +72,21 @@ def test_padded_tiles_match_a_monte_carlo_of_uniform_routing(tokens, experts, k)
     simulated = tiles / trials
     predicted = experts * expected_tiles(tokens, k / experts, rows)
     assert predicted == pytest.approx(simulated, rel=0.02)
+
+
+@pytest.mark.parametrize(
+    "tokens, share, rows",
+    [(1, 0.01, 16), (3, 0.5, 16), (37, 1 / 16, 16), (100, 0.25, 16), (500, 0.25, 128),
+     (1000, 1 / 16, 64), (2000, 0.999, 128)],
+)  # fmt: skip
+def test_expected_tiles_is_the_exact_binomial_expectation(tokens, share, rows):
+    """Against the sum over every n in exact rational arithmetic."""
+    p = Fraction(share)
+    exact = sum(
+        math.comb(tokens, n) * p**n * (1 - p) ** (tokens - n) * math.ceil(n / rows)
+        for n in range(tokens + 1)
+    )
+    assert expected_tiles(tokens, share, rows) == pytest.approx(float(exact), rel=1e-11)
 
 
 def test_block_m_follows_vllms_default_config():
