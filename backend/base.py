@@ -89,6 +89,10 @@ class KVUsage(NamedTuple):
       (paged: the unused tail of partly filled blocks; contiguous: over-reservation)
     * external_frag_slots: free slots in holes too small for the next request
     * free_slots: everything else
+
+    ``evictions`` is not part of the split: the cached prefix blocks the eviction policy
+    has reclaimed since the allocator was made (0 for an allocator without a prefix
+    cache, and the default for one that does not count them).
     """
 
     total_slots: int
@@ -101,6 +105,7 @@ class KVUsage(NamedTuple):
     used_blocks: int
     cached_blocks: int
     free_blocks: int
+    evictions: int = 0
 
 
 # -- argument checks shared by the allocators (misuse raises InvalidRequest) -------------

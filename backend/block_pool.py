@@ -9,8 +9,9 @@ Every physical block is in exactly one state:
   published, so a later prompt can reuse it; the eviction policy reclaims it (the
   prefix index drops its key) when the free list is empty and a block is needed.
 
-The pool also counts the tokens held in in-use blocks (a shared block counts once) and
-the peak of in-use blocks, and keeps the logical clock the eviction policy sees.
+The pool also counts the tokens held in in-use blocks (a shared block counts once), the
+peak of in-use blocks and the cached blocks ever evicted, and keeps the logical clock the
+eviction policy sees.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class BlockPool:
         self.num_shared = 0
         self.token_slots = 0  # tokens held in in-use blocks (a shared block counts once)
         self.peak_used_blocks = 0
+        self.num_evicted = 0  # cached blocks reclaimed by the eviction policy, ever
         self.clock = 0  # logical time for the eviction policy: one tick per command
 
     # -- counters --------------------------------------------------------------------------
@@ -94,6 +96,7 @@ class BlockPool:
             blocks = free.take(len(free))
             victims = self.evictor.pick_victims(count - blocks.shape[0])
             self._index.drop(victims)
+            self.num_evicted += len(victims)
             blocks = np.concatenate((blocks, np.asarray(victims, dtype=np.int64)))
         self.refcount[blocks] = 1
         self._update_peak()
@@ -151,6 +154,7 @@ class BlockPool:
         the index drops their keys and they go to the back of the free list."""
         victims = self.evictor.pick_victims(count)
         self._index.drop(victims)
+        self.num_evicted += len(victims)
         self.free.put(victims)
         return victims
 
@@ -198,6 +202,7 @@ class BlockPool:
             self.clock,
             self.token_slots,
             self.peak_used_blocks,
+            self.num_evicted,
         )
 
     def check_invariants(self, references: np.ndarray, token_slots: int) -> None:

@@ -276,6 +276,7 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
             used_blocks=used,
             cached_blocks=cached,
             free_blocks=free,
+            evictions=pool.num_evicted,
         )
 
     def snapshot(self) -> bytes:

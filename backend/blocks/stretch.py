@@ -128,4 +128,5 @@ class Stretches:
             "used_blocks": used_blocks,
             "cached_blocks": cached_blocks,
             "free_blocks": free_blocks,
+            "evictions": zeros + self._pool.num_evicted,  # a stretch never evicts
         }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from sim.cli.common import UsageError, load
@@ -42,6 +43,8 @@ def cmd_run(args) -> int:
         argv=args.argv,
         progress=not args.quiet,
     )
+    for warning in result.summary["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
     if not args.quiet:
         from sim.output.tables import format_summary_table
 

@@ -44,6 +44,7 @@ class StepRecord(NamedTuple):
     num_decode_tokens: int
     used_blocks: int
     cached_blocks: int  # free but holding reusable prefix KV
+    evicted_blocks: int  # cached prefix blocks the eviction policy reclaimed in this step
     free_blocks: int
     token_slots: int  # slots holding a token's KV
     reserved_slots: int  # held for tokens not computed yet

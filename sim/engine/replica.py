@@ -87,6 +87,7 @@ class Replica:
         self._tokens = outputs
         self.num_steps = 0
         self._idle_steps = 0  # steps in a row that computed no token (the watchdog)
+        self._evictions_recorded = 0  # the allocator's evictions up to the last record
         self._wake: simpy.Event | None = None
 
         self._state = ReplicaState(allocator)
@@ -313,6 +314,9 @@ class Replica:
         """The record of a step just applied (memory as it stands after it); ``counts``
         are the step's ``batch_counts``."""
         usage = self.alloc.usage(self._next_request_tokens())
+        # Stretches never evict, so the count since the last record is this step's.
+        evicted = usage.evictions - self._evictions_recorded
+        self._evictions_recorded = usage.evictions
         return StepRecord(
             self.env.now - duration,
             self.index,
@@ -320,6 +324,7 @@ class Replica:
             *counts,
             usage.used_blocks,
             usage.cached_blocks,
+            evicted,
             usage.free_blocks,
             usage.token_slots,
             usage.reserved_slots,

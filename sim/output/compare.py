@@ -214,7 +214,8 @@ _SUMMARY_NUMBERS = (
 _WINDOW_NUMBERS = ("throughput_rps", "throughput_tok_s", "goodput", "goodput_rps")
 _LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
 _LATENCY_NUMBERS = ("mean", "p50", "p90", "p99")
-_KV_NUMBERS = (*KV_SPLIT_KEYS, "peak_used_fraction", "peak_used_slots", "peak_used_blocks")
+_KV_NUMBERS = (*KV_SPLIT_KEYS, "peak_used_fraction", "peak_used_slots", "peak_used_blocks",
+               "evicted_blocks")  # fmt: skip
 
 
 def summary_problem(summary: Any) -> str:

@@ -59,6 +59,7 @@ p.verdict { padding: 0.6em 1em; border-left: 6px solid #999; background: #f6f6f6
 p.verdict.stable { border-color: #2ca02c; }
 p.verdict.overloaded { border-color: #d62728; }
 p.verdict.too-short { border-color: #ff7f0e; }
+p.warning { padding: 0.4em 1em; border-left: 6px solid #ff7f0e; background: #fff8ee; }
 p.note { color: #555; }
 """
 

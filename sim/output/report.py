@@ -83,7 +83,8 @@ def write_report(
     data = RunData(request_table(outcomes), steps.columns(), summary, cpu_blocks)
     figures = [figure_div(make(data), name) for name, make in FIGURES.items()]
     top = f'<div class="top">\n{_facts_html(scenario, command)}{_summary_html(summary)}</div>\n'
-    body = _verdict_html(summary) + top + _per_replica_html(summary) + "\n".join(figures)
+    head = _verdict_html(summary) + _warnings_html(summary) + top
+    body = head + _per_replica_html(summary) + "\n".join(figures)
     path.write_text(page(title, body, plotly_script_src(path, plotly_js)), encoding="utf-8")
     return path
 
@@ -107,6 +108,14 @@ def _verdict_html(summary: Mapping[str, Any]) -> str:
     return (
         f'<p class="verdict {css}"><strong>{html.escape(verdict)}</strong>: '
         f"{html.escape(window.get('reason', ''))}.{limiter}</p>\n"
+    )
+
+
+def _warnings_html(summary: Mapping[str, Any]) -> str:
+    """The summary's warnings (settings the run shows could not matter), one line each."""
+    return "".join(
+        f'<p class="warning">warning: {html.escape(str(text))}</p>\n'
+        for text in summary.get("warnings") or ()
     )
 
 

@@ -178,7 +178,7 @@ def _prefix_hit_rate(table: Mapping[str, np.ndarray], subset: np.ndarray) -> flo
 
 
 #: The step log columns _kv_split reads.
-_KV_READS = ("used_blocks", "duration_s", *KV_SPLIT_COLUMNS)
+_KV_READS = ("used_blocks", "evicted_blocks", "duration_s", *KV_SPLIT_COLUMNS)
 
 
 def _kv_split(
@@ -194,6 +194,8 @@ def _kv_split(
         "peak_used_blocks": peak,
         "peak_used_slots": None if peak is None else peak * block_size,
         "peak_used_fraction": None if peak is None else peak * block_size / total_slots,
+        # cached prefix blocks the eviction policy reclaimed (0: the policy never chose)
+        "evicted_blocks": int(columns["evicted_blocks"].sum()),
     }
     weights = columns["duration_s"]
     denominator = float(weights.sum()) * total_slots

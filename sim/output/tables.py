@@ -77,6 +77,7 @@ def metric_rows(summary: Mapping[str, Any]) -> list[MetricRow]:
         num("mean batch", s.get("mean_batch_size"), 1),
         count("preemptions", s.get("num_preemptions")),
         pct("prefix hit rate %", s.get("prefix_hit_rate")),
+        count("prefix blocks evicted", kv.get("evicted_blocks")),
     ]
     rows += [pct(f"KV {key.replace('_', ' ')} % of pool", kv.get(key)) for key in KV_SPLIT_KEYS]
     rows += [

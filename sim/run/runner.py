@@ -40,6 +40,7 @@ from sim.run.build import (
 )
 from sim.run.folders import atomic_folder, run_metadata
 from sim.run.progress import Progress
+from sim.run.warnings import run_warnings
 from sim.workload.generate import WorkloadError, generate_requests
 from sim.workload.tokens import BlankOutputs, SyntheticOutputs
 
@@ -157,6 +158,7 @@ def simulate(
         metric_percentiles=metric_percentiles,
         **engine,
     )
+    summary["warnings"] = run_warnings(scenario, summary)
     wall_s = time.perf_counter() - wall_start
     return RunResult(outcomes, steps, summary, wall_s, num_steps, forwarded)
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from plotly.offline import get_plotlyjs
 
-from sim.engine.records import RequestOutcome, StepRecord
+from sim.engine.records import STEP_FIELDS, RequestOutcome, StepRecord
 from sim.output.page import PLOTLY_JS, plotly_script_src
 from sim.output.report import FIGURE_TITLES, FIGURES, MAX_POINTS, downsample_indices, write_report
 from sim.output.steplog import StepLog
@@ -40,6 +40,7 @@ def step_log(num_steps, num_replicas=1):
                 0,
                 used % 9,
                 used,
+                0,
                 0,
                 50 - used,
                 16 * used,
@@ -181,7 +182,7 @@ def test_empty_series_say_none_instead_of_a_flat_line(tmp_path):
     log = StepLog()
     for row in step_log(300).as_array():
         record = list(row)
-        record[-2] = 0  # num_preempted
+        record[STEP_FIELDS.index("num_preempted")] = 0
         log.record(StepRecord(*record))
     path, _ = make_report(tmp_path, requests, log)
     page = path.read_text()

@@ -15,7 +15,7 @@ def step(i: int, replica: int = 0, **fields) -> StepRecord:
     """A step whose counts all derive from ``i`` (so rows are told apart)."""
     record = StepRecord(
         float(i), replica, 0.5, i, 2 * i, 3 * i, 4 * i, 5 * i, 6 * i, 7 * i, 8 * i, 9 * i,
-        10 * i, 11 * i, 12 * i, 13 * i, i % 3, Limit(i % 5),
+        10 * i, 11 * i, 12 * i, 13 * i, 14 * i, i % 3, Limit(i % 5),
     )  # fmt: skip
     return record._replace(**fields)
 
@@ -40,7 +40,7 @@ def test_records_across_chunk_edges_keep_every_row():
     # chunks of 2, 4, 4 and 4 rows: the log grew by adding them, 11 rows in 14
     assert (len(log), log.capacity) == (11, 14)
     assert log.column("batch_size").tolist() == list(range(11))
-    assert log.column("free_slots", 1, 9).tolist() == [11 * i for i in range(1, 9)]
+    assert log.column("free_slots", 1, 9).tolist() == [12 * i for i in range(1, 9)]
     assert log.column("time_s", 9, 100).tolist() == [9.0, 10.0]
     assert log.column("queue_len", 5, 5).shape == (0,)
 

@@ -16,7 +16,7 @@ import pytest
 import sim.output.trace as trace_module
 from sim.cli import main
 from sim.config.loader import load_scenario
-from sim.engine.records import UNFINISHED_REASON, RequestOutcome
+from sim.engine.records import STEP_FIELDS, UNFINISHED_REASON, RequestOutcome
 from sim.output.steplog import StepLog
 from sim.output.trace import trace_event_count, write_trace
 from sim.run.runner import simulate
@@ -174,7 +174,8 @@ def test_one_step_slice_and_counter_samples_per_step(stress, tmp_path):
         assert np.allclose(ts, mine[:, 0] * 1e6, rtol=0, atol=NS_US)
         assert np.allclose(ts + dur, (mine[:, 0] + mine[:, 2]) * 1e6, rtol=0, atol=NS_US)
         assert [ev["args"]["prefill_tokens"] for ev in slices] == mine[:, 4].astype(int).tolist()
-        assert [ev["args"]["preempted"] for ev in slices] == mine[:, 16].astype(int).tolist()
+        preempted = mine[:, STEP_FIELDS.index("num_preempted")].astype(int).tolist()
+        assert [ev["args"]["preempted"] for ev in slices] == preempted
         counters = defaultdict(list)
         for ev in events:
             if ev["ph"] == "C" and ev["pid"] == r + 1:
@@ -184,7 +185,8 @@ def test_one_step_slice_and_counter_samples_per_step(stress, tmp_path):
         assert [a["blocks"] for a in counters["KV cached"]] == mine[:, 7].astype(int).tolist()
         load = [a for a in counters["requests"] if a != {"running": 0, "waiting": 0}]
         assert [a["running"] for a in load] == mine[:, 3].astype(int).tolist()
-        assert [a["waiting"] for a in load] == mine[:, 15].astype(int).tolist()
+        waiting = mine[:, STEP_FIELDS.index("queue_len")].astype(int).tolist()
+        assert [a["waiting"] for a in load] == waiting
     assert sum(ev["args"]["preempted"] for ev in events if ev["ph"] == "X") > 0
 
 
@@ -251,7 +253,7 @@ def outcome(req_id, arrival, scheduled=math.nan, token=math.nan, finish=math.nan
 
 def test_unfinished_phases_end_at_the_run_end_and_instants_stay_inside():
     steps = StepLog()
-    steps.record((1.0, 0, 1.0, 1, 8, 0, 1, 0, 7, 8, 0, 8, 0, 112, 0, 0, 0, 0))
+    steps.record((1.0, 0, 1.0, 1, 8, 0, 1, 0, 0, 7, 8, 0, 8, 0, 112, 0, 0, 0, 0))
     outcomes = [
         outcome(0, 0.5, 1.0, preemptions=(1.5,)),  # stopped in its prefill
         outcome(1, 0.2, 0.4, 0.6, 3.0),  # finished after the last step ended
