@@ -57,7 +57,8 @@ class Swap:
 
 @VICTIMS.register("last-arrived")
 class LastArrived:
-    """The most recently arrived request loses its memory first (vLLM's default)."""
+    """The most recently arrived request loses its memory first (the ``pagesim`` engine's
+    choice; vLLM's is ``last-admitted``)."""
 
     def pick(self, running, view):
         return max(running, key=arrival)  # the latest arrival (then highest id)

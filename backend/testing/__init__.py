@@ -1,5 +1,5 @@
 """pagesim's allocator state machine, for any allocator (needs hypothesis: the ``test``
-extra, ``pip install 'pagesim[test]'``).
+extra, ``pip install -e '.[test]'`` in a checkout, or ``make venv``).
 
 In a pytest suite::
 

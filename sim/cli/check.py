@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from sim.cli.common import UsageError
+from sim.cli.common import UsageError, require
 
 __all__ = ["add_check_command", "cmd_check_allocator"]
 
@@ -56,15 +56,10 @@ def add_check_command(subparsers) -> None:
 def cmd_check_allocator(args) -> int:
     if args.examples < 1 or args.steps < 1:
         raise UsageError("--examples and --steps must be at least 1")
-    try:
-        from backend.testing import check_allocator
-        from backend.testing.factories import SHIPPED
-    except ImportError as err:
-        if (err.name or "").split(".")[0] != "hypothesis":
-            raise
-        raise UsageError(
-            "check-allocator needs hypothesis: pip install 'pagesim[test]' (or hypothesis)"
-        ) from None
+    require("hypothesis", "check-allocator")
+    from backend.testing import check_allocator
+    from backend.testing.factories import SHIPPED
+
     spec = args.allocator
     factory = SHIPPED.get(spec) or _user_class(spec)
     result = check_allocator(

@@ -20,7 +20,7 @@ class UsageError(Exception):
 
 #: What ``pip install -e '.[extra]'`` brings, for the one-line hint when it is missing.
 EXTRAS = {"torch": "real", "triton": "real", "ray": "cluster", "aiohttp": "serve",
-          "prometheus_client": "serve"}  # fmt: skip
+          "prometheus_client": "serve", "hypothesis": "test"}  # fmt: skip
 
 
 def require(module: str, command: str) -> None:

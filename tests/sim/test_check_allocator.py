@@ -90,6 +90,7 @@ def test_without_hypothesis_it_says_so_in_one_line(capsys, monkeypatch):
     code, out, err = run(capsys, "paged")
     assert code == 2 and not out
     assert "check-allocator needs hypothesis" in err and len(err.strip().splitlines()) == 1
+    assert "pip install -e '.[test]'" in err and "make test" in err  # a checkout's install
 
 
 def test_the_help_states_the_constructor_contract(capsys):
