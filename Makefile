@@ -7,7 +7,7 @@ TORCH_WHEEL := $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl)
 SIM_STAMP := $(VENV)/.installed-sim
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test nightly lint bench venv clean
+.PHONY: run test nightly lint bench venv clean docs
 
 # make run: the simulator alone (simpy, numpy, pydantic, pyyaml, plotly; ~200 MB).
 $(SIM_STAMP): pyproject.toml
@@ -22,7 +22,7 @@ $(TEST_STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# Prefer the local CPU wheel of torch where this machine has one (no multi-GB CUDA build).
 	$(if $(TORCH_WHEEL),$(BIN)/pip install -q $(TORCH_WHEEL))
-	$(BIN)/pip install -q -e '.[real,test,serve,cluster]'
+	$(BIN)/pip install -q -e '.[real,test,serve,cluster,docs]'
 	touch $(TEST_STAMP) $(SIM_STAMP)
 
 venv: $(TEST_STAMP)
@@ -32,11 +32,16 @@ run: $(SIM_STAMP)
 
 test: $(TEST_STAMP)
 	$(BIN)/ruff check .
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
 
 # The long property-test run: Hypothesis's nightly profile (10x+ the ci examples).
 nightly: $(TEST_STAMP)
 	HYPOTHESIS_PROFILE=nightly TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
+
+# The documentation site, built strictly (a broken link or page is an error) into site/.
+docs: $(TEST_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
@@ -46,7 +51,7 @@ bench: $(TEST_STAMP)
 	$(BIN)/python bench/sim_speed.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .hypothesis
+	rm -rf $(VENV) runs site .pytest_cache .hypothesis
 
 # Re-record vLLM's real v1 scheduler decisions for the parity tests:
 #   make parity VLLM=0.33.0
