@@ -88,11 +88,7 @@ class KVUsage(NamedTuple):
     * internal_frag_slots: slots allocated to a request that will never hold a token
       (paged: the unused tail of partly filled blocks; contiguous: over-reservation)
     * external_frag_slots: free slots in holes too small for the next request
-    * free_slots: everything else
-
-    ``evictions`` is not part of the split: the cached prefix blocks the eviction policy
-    has reclaimed since the allocator was made (0 for an allocator without a prefix
-    cache, and the default for one that does not count them).
+    * free_slots: everything else; ``evictions``: cached blocks ever evicted (not a split)
     """
 
     total_slots: int

@@ -27,3 +27,20 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=20, stateful_step_count=20, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+import pytest  # noqa: E402
+
+from tests.browser import find_chromium, install_chromium  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """A headless-capable Chromium: the one on PATH, else one ``apt-get install -y
+    chromium`` brings; the test is skipped, with the reason, when neither works."""
+    path = find_chromium()
+    if path is None:
+        path, why = install_chromium()
+        if path is None:
+            pytest.skip(why)
+    return path

@@ -30,6 +30,8 @@ def number(text: str) -> str:
         return text
     if value.is_integer() and abs(value) < 1e15:
         return f"{int(value):,}" if "." not in text else f"{value:.4g}"
+    if 1e3 <= abs(value) < 1e15:  # whole units, grouped: 11,580, not 1.158e+04
+        return f"{value:,.0f}"
     return f"{value:.4g}"
 
 

@@ -324,3 +324,11 @@ def test_the_printed_table_gives_each_failed_point_its_reason(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "point 1 failed: " in out and "boom on purpose" in out
     assert "point 0 failed" not in out
+
+
+def test_printed_numbers_are_grouped_never_in_exponent_form():
+    from sim.sweep.tables import number
+
+    assert [number(t) for t in ("11580.3", "9020.4", "27.19", "0.2119")] == [
+        "11,580", "9,020", "27.19", "0.2119",
+    ]  # fmt: skip
