@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Download, here, the wheels the GPU machine lacks for `pagesim validate` (it has python3
-# with torch, triton and numpy but no network): simpy, pydantic (+ pydantic-core,
-# annotated-types, typing-extensions, typing-inspection), pyyaml, plotly (+ narwhals,
-# packaging). Pinned to the versions this checkout's .venv runs, built for the GPU
-# machine's CPython 3.12 on x86-64. Run once before bench/gpu_check.sh:
+# For a GPU machine without network access (its own python3 with torch, triton and numpy):
+# download here the wheels `pagesim validate` needs besides those, so they can be copied
+# to it: simpy, pydantic (+ pydantic-core, annotated-types, typing-extensions,
+# typing-inspection), pyyaml, plotly (+ narwhals, packaging), pinned to the versions this
+# checkout's .venv runs, built for TARGET_PY (default 3.12) on x86-64. Then, on the GPU
+# machine, bench/gpu_check.sh installs them from WHEELS:
 #
-#   bench/make_wheelhouse.sh            # -> shared/wheels/ (travels with the tree)
-#   bench/make_wheelhouse.sh DIR        # elsewhere (then carry DIR, WHEELS=DIR there)
+#   bench/make_wheelhouse.sh            # -> shared/wheels/
+#   bench/make_wheelhouse.sh DIR        # -> DIR (then WHEELS=DIR bench/gpu_check.sh there)
 #
-# shared/wheels/ is added to .git/info/exclude (local only) so the wheels are never
-# committed; the device tool sends shared/ with the working tree even so.
+# shared/wheels/ is listed in .git/info/exclude (this clone only), so the wheels are never
+# committed. A GPU machine with network access needs none of this: pip install -e .
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEST="${1:-shared/wheels}"

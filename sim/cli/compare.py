@@ -130,10 +130,13 @@ def read_scenario(path: Path, run_dir: str) -> dict:
     return scenario
 
 
-def read_csv_columns(path: Path, columns, run_dir: str) -> dict[str, np.ndarray]:
+def read_csv_columns(
+    path: Path, columns, run_dir: str, optional=()
+) -> dict[str, np.ndarray]:
     """The named columns of one of a run's CSV files as float arrays; UsageError (one
     line naming the file, and the line) if it is missing, unreadable, not UTF-8, not
-    CSV, lacks a column, has a short row or a cell that is not a number."""
+    CSV, lacks a column (one of ``optional`` absent is all zeros), has a short row or a
+    cell that is not a number."""
     from sim.config.textfile import reading
 
     if not path.exists() and not path.is_symlink():
@@ -142,6 +145,8 @@ def read_csv_columns(path: Path, columns, run_dir: str) -> dict[str, np.ndarray]
         reader = csv.reader(handle)
         try:
             header = next(reader, [])
+            absent = [c for c in optional if c not in header]
+            columns = [c for c in columns if c not in absent]
             missing = [c for c in columns if c not in header]
             if missing:
                 raise UsageError(f"{path}: no column {missing[0]!r} (not a pagesim run file?)")
@@ -160,7 +165,8 @@ def read_csv_columns(path: Path, columns, run_dir: str) -> dict[str, np.ndarray]
         values = np.array(cells, dtype=np.float64).reshape(-1, len(columns))
     except ValueError:
         raise UsageError(_first_non_number(path, cells, lines, columns)) from None
-    return {name: values[:, j] for j, name in enumerate(columns)}
+    found = {name: values[:, j] for j, name in enumerate(columns)}
+    return found | {name: np.zeros(values.shape[0]) for name in absent}
 
 
 def _first_non_number(path: Path, cells, lines, columns) -> str:
@@ -173,13 +179,17 @@ def _first_non_number(path: Path, cells, lines, columns) -> str:
     return f"{path}: a value is not a number"
 
 
+#: steps.csv columns added after run folders were first written: read as 0 when absent.
+_ADDED_STEP_COLUMNS = ("evicted_blocks",)
+
+
 def read_steps(path: Path, run_dir: str) -> np.ndarray:
     """steps.csv as the step log's rows (sim.output.steplog.STEP_COLUMNS order; the
     named ``limit`` column, which the page does not plot, as 0)."""
     from sim.output.steplog import STEP_COLUMNS
 
     numeric = [c for c in STEP_COLUMNS if c != "limit"]
-    columns = read_csv_columns(path, numeric, run_dir)
+    columns = read_csv_columns(path, numeric, run_dir, optional=_ADDED_STEP_COLUMNS)
     rows = np.zeros((len(columns[numeric[0]]), len(STEP_COLUMNS)))
     for j, name in enumerate(STEP_COLUMNS):
         if name in columns:

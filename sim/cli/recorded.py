@@ -74,14 +74,14 @@ def cmd_import_run(args) -> int:
 
 
 def _table(summary: dict) -> str:
-    lines = [f"{'latency (ms)':<14}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}"]
+    lines = [f"{'latency (ms, whole run)':<24}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}"]
     for metric, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
         row = summary.get(metric) or {}
         cells = "".join(
             f"{'-' if row.get(q) is None else f'{1e3 * row[q]:,.1f}':>10}"
             for q in ("mean", "p50", "p90", "p99")
         )
-        lines.append(f"{label:<14}{cells}")
+        lines.append(f"{label:<24}{cells}")
     recorded = summary.get("recorded") or {}
     lines.append(f"requests {summary.get('num_requests')}, failed {summary.get('num_rejected')}")
     lines += [f"note: {note}" for note in recorded.get("notes", [])]

@@ -82,7 +82,12 @@ def _ms(seconds: float | None, metric: str) -> str:
 
 def format_report(report: dict[str, Any]) -> str:
     """The comparison as a markdown table (readable as plain text)."""
-    lines = ["| metric | observed | simulated | error |", "| --- | ---: | ---: | ---: |"]
+    lines = [
+        "whole run: every measured request (pagesim compare's latencies: the steady window)",
+        "",
+        "| metric | observed | simulated | error |",
+        "| --- | ---: | ---: | ---: |",
+    ]
     for metric, row in report["metrics"].items():
         error = "n/a" if row["rel_error"] is None else f"{100 * row['rel_error']:+.1f}%"
         lines.append(f"| {metric} | {_ms(row['observed'], metric)} | "

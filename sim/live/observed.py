@@ -124,6 +124,9 @@ def observed_summary(scenario, requests, attempts, result, options, percentiles)
         token_gaps=token_gaps(attempts),
         metric_percentiles=percentiles,
     )
+    # A client sees requests, not the engine: what it cannot know is unknown, not 0.
+    summary["num_preemptions"] = None
+    summary["kv"]["evicted_blocks"] = None
     summary["observed"] = observed_block(attempts, result, options)
     return summary
 

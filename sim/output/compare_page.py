@@ -19,6 +19,7 @@ from plotly.subplots import make_subplots
 from sim.output.compare import MISSING, differing_fields, field_text
 from sim.output.page import (
     LATENCY_COLUMNS,
+    TEMPLATE,
     cdf_ms,
     downsample_indices,
     figure_div,
@@ -117,7 +118,7 @@ def cdf_figure(runs: Sequence[RunSeries]) -> go.Figure:
             drawn = True
         finish_cdf_panel(fig, col, drawn, f"none: no run has a {label}", top=1.05)
     fig.update_yaxes(title_text="fraction of requests", row=1, col=1)
-    fig.update_layout(title=COMPARE_FIGURES["cdf"], template="plotly_white", height=480)
+    fig.update_layout(title=COMPARE_FIGURES["cdf"], template=TEMPLATE, height=480)
     return fig
 
 
@@ -135,9 +136,10 @@ def timeseries_figure(runs: Sequence[RunSeries]) -> go.Figure:
         "completed requests/s (time bins)",
         "KV pool in use (% of all replicas' slots)",
         "requests waiting (all replicas)",
+        "requests running (all replicas)",
     ]
     fig = make_subplots(
-        rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.08, subplot_titles=titles
+        rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.06, subplot_titles=titles
     )
     end = max((_span(run)[1] for run in runs), default=1.0)
     edges = time_bins(0.0, end)
@@ -158,6 +160,7 @@ def timeseries_figure(runs: Sequence[RunSeries]) -> go.Figure:
             row=1,
             col=1,
         )
+        _recorded_series(fig, run, style)
         if not run.steps.shape[0]:
             continue
         slots = run.summary.get("total_slots") or 0
@@ -169,7 +172,8 @@ def timeseries_figure(runs: Sequence[RunSeries]) -> go.Figure:
         free = free + slots * (replicas - len(per_replica))
         used = 100.0 * (1.0 - free / total) if total else None
         queue, _ = cluster_series(steps, "queue_len", grid)
-        for row, values in ((2, used), (3, queue)):
+        running, _ = cluster_series(steps, "batch_size", grid)
+        for row, values in ((2, used), (3, queue), (4, running)):
             if values is None:
                 continue
             fig.add_trace(
@@ -183,16 +187,49 @@ def timeseries_figure(runs: Sequence[RunSeries]) -> go.Figure:
                 row=row,
                 col=1,
             )
+    seen = any(run.steps.shape[0] or _series_of(run) for run in runs)
     if not any(run.steps.shape[0] for run in runs):
-        for row in (2, 3):
-            mark_empty(fig, "none: no run has steps", row=row, col=1)
+        mark_empty(fig, "none: no run has steps (a recording has no KV figures)", row=2, col=1)
+    if not seen:
+        for row in (3, 4):
+            mark_empty(fig, "none: no run has steps or a recorded time series", row=row, col=1)
     fig.update_yaxes(title_text="req/s", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="%", rangemode="tozero", row=2, col=1)
     fig.update_yaxes(title_text="requests", rangemode="tozero", row=3, col=1)
-    fig.update_xaxes(title_text="simulated time (s)", row=3, col=1)
+    fig.update_yaxes(title_text="requests", rangemode="tozero", row=4, col=1)
+    fig.update_xaxes(
+        title_text="seconds from the run's start (a simulation's clock, or the recording's)",
+        row=4, col=1,
+    )  # fmt: skip
     fig.update_layout(
         title=COMPARE_FIGURES["timeseries"],
-        template="plotly_white",
-        height=840,
+        template=TEMPLATE,
+        height=1080,
     )
     return fig
+
+
+def _series_of(run: RunSeries) -> Mapping[str, Any] | None:
+    """A recorded run's own time series (``t``, ``waiting``, ``running``), if it has one."""
+    series = (run.summary.get("recorded") or {}).get("series")
+    return series if isinstance(series, Mapping) and series.get("t") else None
+
+
+def _recorded_series(fig: go.Figure, run: RunSeries, style: dict) -> None:
+    """The engine's own waiting and running counts of a recording, dashed, on rows 3-4."""
+    series = _series_of(run)
+    if series is None:
+        return
+    t = np.asarray(series["t"], dtype=np.float32)
+    for row, key in ((3, "waiting"), (4, "running")):
+        values = series.get(key)
+        if not values or len(values) != t.shape[0]:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=t, y=np.asarray(values, dtype=np.float32), mode="lines", showlegend=False,
+                name=f"{run.label} (recorded)", legendgroup=run.label,
+                line={**style["line"], "dash": "dash"},
+            ),
+            row=row, col=1,
+        )  # fmt: skip

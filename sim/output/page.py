@@ -64,6 +64,10 @@ p.note { color: #555; }
 """
 
 
+#: The plotly template of every figure pagesim draws (report, compare, sweep, capacity).
+TEMPLATE = "plotly_white"
+
+
 def plotly_script_src(page_path: str | Path, plotly_js: str | None = None) -> str:
     """Make plotly.js available to the page at ``page_path`` and return the ``src`` that
     loads it. ``plotly_js`` None: ``plotly.min.js`` beside the page. A URL (``://``) is
@@ -81,15 +85,37 @@ def plotly_script_src(page_path: str | Path, plotly_js: str | None = None) -> st
 
 
 def _write_plotly_js(target: Path) -> None:
+    """``target`` holds the installed plotly.js. Where the file system allows, it is a
+    hard link to one shared copy in the folder above (``.plotly-VERSION.min.js``), so a
+    hundred run folders in ``runs/`` store 4.8 MB once and each still opens offline,
+    copied anywhere; else a copy of its own."""
+    import plotly
     from plotly.offline import get_plotlyjs
 
     text = get_plotlyjs().encode("utf-8")
-    if target.is_file() and target.stat().st_size == len(text) and target.read_bytes() == text:
+    if _holds(target, text):
         return
     target.parent.mkdir(parents=True, exist_ok=True)
+    shared = target.parent.resolve().parent / f".plotly-{plotly.__version__}.min.js"
     partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
-    partial.write_bytes(text)
+    try:
+        if not _holds(shared, text):
+            _write_whole(shared, text)
+        os.link(shared, partial)
+    except OSError:  # no hard links here, or the folder above is not writable
+        partial.unlink(missing_ok=True)
+        partial.write_bytes(text)
     partial.replace(target)  # readers never see half a file
+
+
+def _holds(path: Path, text: bytes) -> bool:
+    return path.is_file() and path.stat().st_size == len(text) and path.read_bytes() == text
+
+
+def _write_whole(path: Path, text: bytes) -> None:
+    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    partial.write_bytes(text)
+    partial.replace(path)
 
 
 def page(title: str, body: str, script_src: str, *, style: str = "") -> str:

@@ -17,6 +17,7 @@ from plotly.subplots import make_subplots
 from sim.output.page import (
     LATENCY_COLUMNS,
     MAX_POINTS,
+    TEMPLATE,
     cdf_ms,
     downsample_indices,
     finish_cdf_panel,
@@ -83,7 +84,7 @@ def f32(values) -> np.ndarray:
 
 def layout(fig: go.Figure, name: str, height: int = 420, **kwargs) -> go.Figure:
     """The figure's title (FIGURE_TITLES), template and height."""
-    fig.update_layout(title=FIGURE_TITLES[name], template="plotly_white", height=height, **kwargs)
+    fig.update_layout(title=FIGURE_TITLES[name], template=TEMPLATE, height=height, **kwargs)
     return fig
 
 

@@ -65,15 +65,21 @@ def metric_rows(summary: Mapping[str, Any]) -> list[MetricRow]:
         num("whole-run throughput req/s", s.get("throughput_rps")),
         num("whole-run throughput tok/s", s.get("throughput_tok_s"), 1),
     ]
+    # A run without a steady window shows its whole run's figures, marked so.
+    whole = "" if _window_name(s) == "steady window" else " (whole run)"
     for label, key in _LATENCIES:
         dist = _latency(s, key)
         rows += [
-            (f"{label} {p} ms", _scaled(dist.get(p), 1000.0), _ms(dist.get(p)))
+            (f"{label} {p} ms", _scaled(dist.get(p), 1000.0), _ms(dist.get(p)) + whole)
             for p in ("p50", "p90", "p99")
         ]
+    goodput = window.get("goodput", s.get("goodput"))
+    goodput_rps = window.get("goodput_rps", s.get("goodput_rps"))
     rows += [
-        pct("goodput %", window.get("goodput", s.get("goodput"))),
-        num("goodput req/s", window.get("goodput_rps", s.get("goodput_rps"))),
+        # Two forms that can differ a lot: the share of the window's arrivals that met
+        # the SLO, and the window's completions that met it, per second.
+        ("goodput % of arrivals", _scaled(goodput, 100.0), _pct(goodput) + whole),
+        ("goodput req/s completed", goodput_rps, _num(goodput_rps) + whole),
         num("mean batch", s.get("mean_batch_size"), 1),
         count("preemptions", s.get("num_preemptions")),
         pct("prefix hit rate %", s.get("prefix_hit_rate")),
@@ -137,9 +143,15 @@ def per_replica_rows(summary: Mapping[str, Any]) -> tuple[list[str], list[list[s
 
 def _latency(summary: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     """The headline distribution of ``key``: the steady window's, or (a run with no
-    window) the whole run's."""
+    window) the whole run's; :func:`_window_name` says which."""
     window = summary.get("steady_state") or {}
     return window.get(key) or summary.get(key) or {}
+
+
+def _window_name(summary: Mapping[str, Any]) -> str:
+    """Which requests the headline latencies and goodput cover: "steady window" (those
+    arriving in it), or "whole run" for a run too short to have one."""
+    return "steady window" if (summary.get("steady_state") or {}).get("ttft_s") else "whole run"
 
 
 def _limiter_text(window: Mapping[str, Any]) -> str:
@@ -185,7 +197,7 @@ def format_summary_table(summary: Mapping[str, Any]) -> str:
             f"{rows['whole-run throughput tok/s']} tok/s",
         ],
     ]
-    latency = [["latency (ms)", *_PERCENTILES]]
+    latency = [[f"latency (ms, {_window_name(summary)})", *_PERCENTILES]]
     for label, key in _LATENCIES:
         dist = _latency(summary, key)
         latency.append([label, *(_ms(dist.get(p)) for p in _PERCENTILES)])
@@ -194,7 +206,11 @@ def format_summary_table(summary: Mapping[str, Any]) -> str:
         for k in KV_SPLIT_KEYS
     )
     bottom = [
-        ["goodput", f"{rows['goodput %']}  ({rows['goodput req/s']} req/s)"],
+        [
+            "goodput",
+            f"{rows['goodput % of arrivals']} of arrivals met the SLO  "
+            f"({rows['goodput req/s completed']} req/s completed within it)",
+        ],
         ["mean batch", rows["mean batch"]],
         ["preemptions", rows["preemptions"]],
         ["prefix hit rate", rows["prefix hit rate %"]],

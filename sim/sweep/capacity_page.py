@@ -13,9 +13,17 @@ import plotly.colors
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from sim.output.page import figure_div, html_table, mark_empty, page, plotly_script_src
+from sim.output.page import (
+    TEMPLATE,
+    figure_div,
+    html_table,
+    mark_empty,
+    page,
+    plotly_script_src,
+)
 from sim.sweep.capacity import CapacityPlan
 from sim.sweep.store import write_text
+from sim.sweep.tables import figure_text
 
 _COLORS = plotly.colors.qualitative.Plotly + plotly.colors.qualitative.Dark24
 
@@ -66,6 +74,7 @@ def attainment_figure(plan: CapacityPlan) -> go.Figure:
     fig.update_yaxes(type="log")
     fig.update_xaxes(title_text="arrival rate (req/s)", row=len(metrics), col=1)
     fig.update_layout(
+        template=TEMPLATE,
         height=320 * len(metrics) + 80,
         title="SLO attainment against rate "
         "(filled: met, open: missed; dashed: limit; dotted: capacity)",
@@ -92,7 +101,7 @@ def write_capacity_page(path: Path, plan: CapacityPlan, rows: Sequence[Mapping[s
             [
                 str(row["config"]),
                 *(str(row[k]) for k in keys),
-                f"{row['capacity_rps']:.4g}",
+                figure_text(row["capacity_rps"]),
                 row["status"],
                 _num(row["throughput_tok_s_at_capacity"]),
                 str(row["gpus"]),
@@ -120,4 +129,4 @@ def write_capacity_page(path: Path, plan: CapacityPlan, rows: Sequence[Mapping[s
 
 
 def _num(value) -> str:
-    return "-" if value is None else f"{value:.4g}"
+    return figure_text(value)

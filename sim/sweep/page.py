@@ -13,10 +13,18 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from sim.output.page import figure_div, html_table, mark_empty, page, plotly_script_src
+from sim.output.page import (
+    TEMPLATE,
+    figure_div,
+    html_table,
+    mark_empty,
+    page,
+    plotly_script_src,
+)
 from sim.sweep.points import Point, flatten
 from sim.sweep.spec import Sweep, axis_text, describe
 from sim.sweep.store import Outcomes, write_text
+from sim.sweep.tables import figure_text
 
 #: (summary path, label) of the metrics drawn against every axis.
 METRICS = (
@@ -99,8 +107,9 @@ def axis_figure(axes: Sequence[str], axis: int, configs) -> go.Figure:
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=x_order)
     fig.update_xaxes(title_text=axes[axis], row=len(METRICS), col=1)
     fig.update_layout(
-        height=230 * len(METRICS), title=f"Metrics against {axes[axis]}", margin={"t": 60}
-    )
+        height=230 * len(METRICS), title=f"Metrics against {axes[axis]}", margin={"t": 60},
+        template=TEMPLATE,
+    )  # fmt: skip
     return fig
 
 
@@ -143,9 +152,10 @@ def pareto_figure(axes: Sequence[str], configs) -> go.Figure:
         go.Scatter(
             x=[xy[i][0] for i in front],
             y=[xy[i][1] for i in front],
-            mode="lines+markers",
+            mode="lines+markers+text",  # each point of the front says which it is
             name="Pareto front",
             text=[labels[i] for i in front],
+            textposition="top center",
             hovertemplate="%{text}<extra>front</extra>",
             marker={"size": 12, "color": "#d62728", "symbol": "diamond"},
             line={"dash": "dot"},
@@ -156,6 +166,7 @@ def pareto_figure(axes: Sequence[str], configs) -> go.Figure:
         xaxis_title=PARETO_X[1],
         yaxis_title=PARETO_Y[1],
         height=520,
+        template=TEMPLATE,
     )
     return fig
 
@@ -179,7 +190,7 @@ def write_sweep_page(path: Path, sweep: Sweep, points: Sequence[Point], outcomes
         cells = []
         for metric, _ in METRICS:
             stats = _stats(flat, metric)
-            cells.append("-" if stats is None else f"{stats[0]:.4g}")
+            cells.append(figure_text(None if stats is None else stats[0]))
         rows.append([*key, str(len(flat)), *cells])
     parts.append("<h2>Configurations (mean over seeds)</h2>")
     parts.append(html_table(header, rows, numeric=range(len(axes), len(header))))

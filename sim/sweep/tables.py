@@ -35,6 +35,11 @@ def number(text: str) -> str:
     return f"{value:.4g}"
 
 
+def figure_text(value: float | None) -> str:
+    """A figure for people, as :func:`number` writes it; "-" for none."""
+    return "-" if value is None else number(repr(float(value)))
+
+
 def aligned(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
     lines = ["  ".join(str(c).rjust(w) for c, w in zip(line, widths)) for line in [header, *rows]]

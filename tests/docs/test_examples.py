@@ -45,8 +45,17 @@ def fewer(n: int) -> tuple[tuple[str, str], ...]:
     return ((r"((?:pagesim|sim\.cli) (?:run|sweep|capacity) [^\n;]*)", rf"\1 {sets}"),)
 
 
+def make_recipe(target: str) -> str:
+    """The command a Makefile target runs after its setup step, ``$(BIN)`` spelt out:
+    the test runs that, never the setup (it would reinstall the shared .venv)."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = re.search(rf"^{target}: .*\n\t(.+)$", makefile, re.M)[1]
+    return recipe.replace("$(BIN)", ".venv/bin")
+
+
 RULES = (
-    Rule(r"^make run$", "run", output=True),
+    Rule(r"^make run$", "reduced", "the recipe without its setup step (the venv exists)",
+         ((r"^make run$", make_recipe("run")),), output=True),
     Rule(r"^make test$", "elsewhere", "it is the command that runs this test"),
     Rule(r"^make parity", "elsewhere", "it installs vLLM into its own venv (a download)"),
     Rule(r"^git worktree add|--root \.\./before", "elsewhere",
@@ -66,6 +75,7 @@ RULES = (
          fewer(200) + ((r"--tolerance \S+", ""),
                        (r"(pagesim capacity [^\n]*)", r"\1 --tolerance 0.5"))),
     # runs whose figures a page shows: as printed (a few seconds each)
+    Rule(r"pagesim run scenarios/policies/(eviction|preemption|scheduling)", "run", output=True),
     Rule(r"pagesim run scenarios/(tiny\.yaml|policies/)", "run"),
     Rule(r"paged-vs-contiguous|--out runs/a100-|batching|rate_rps=40 --out runs/default-40",
          "run", output=True),
@@ -76,8 +86,8 @@ RULES = (
     Rule(r"pagesim (compare|check-allocator) ", "run", output=True),
     Rule(r"pagesim (validate|list|init|import-run|observe|calibrate|profile) ", "run"),
     Rule(r"pytest -q tests/policies/test_custom_policy\.py", "run"),
-    Rule(r"python -c ", "run"),
-    Rule(r"^for p in fcfs priority; do \.venv/bin/python -c", "run"),
+    Rule(r"^for p in fcfs priority; do \.venv/bin/python -c", "run", output=True),
+    Rule(r"python -c ", "run", output=True),
 )  # fmt: skip
 
 EXAMPLES = all_examples()

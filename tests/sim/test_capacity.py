@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,7 @@ def test_capacity_end_to_end_marks_the_cheapest_and_resumes(chromium, tmp_path, 
     assert result["errors"] == [] and result["plotly"]
     (plot,) = result["plots"]
     assert plot["drawn"] and plot["traces"] == 2 and plot["points"] == len(probes)
+    html = (out / "capacity.html").read_text()
+    flat = html.replace(" ", "")
+    assert '"plot_bgcolor":"white"' in flat and "#E5ECF6" not in flat  # the report's theme
+    assert not re.search(r"<td[^>]*>[^<]*\de[+-]\d", html)  # no 1.158e+04 in the table

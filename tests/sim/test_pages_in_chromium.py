@@ -70,8 +70,10 @@ def test_empty_series_say_none_in_the_browser_and_the_compare_page_draws(chromiu
     result = check_page(chromium, page)
     assert_loads_cleanly(result)
     assert [plot["id"] for plot in result["plots"]] == ["cdf", "timeseries"]
-    for plot in result["plots"]:
-        assert plot["with_points"] == plot["traces"] == 6, plot  # 3 per run
+    cdf, timeseries = result["plots"]
+    assert cdf["with_points"] == cdf["traces"] == 6, cdf  # 3 per run
+    # completions, KV use, waiting and running per run
+    assert timeseries["with_points"] == timeseries["traces"] == 8, timeseries
 
 
 def test_the_check_catches_a_page_whose_plotly_js_is_missing(chromium, tmp_path):

@@ -154,6 +154,21 @@ def test_plotly_js_is_written_once_beside_the_page_and_loaded_by_a_relative_path
     assert sorted(p.name for p in tmp_path.iterdir()) == [PLOTLY_JS, "report.html"]
 
 
+def test_run_folders_side_by_side_store_plotly_js_once(tmp_path):
+    """Each run folder holds its plotly.min.js (it opens offline, copied anywhere), as a
+    hard link to one copy in the folder above, so runs/ stores 4.8 MB once."""
+    requests = [finished_request(i, 0.5 * i) for i in range(10)]
+    runs = tmp_path / "runs"
+    for name in ("a", "b"):
+        (runs / name).mkdir(parents=True)
+        make_report(runs / name, requests, step_log(50))
+    a, b = (runs / name / PLOTLY_JS for name in ("a", "b"))
+    assert a.read_text(encoding="utf-8") == get_plotlyjs()
+    assert a.stat().st_ino == b.stat().st_ino and a.stat().st_nlink == 3
+    (shared,) = runs.glob(".plotly-*.min.js")
+    assert shared.stat().st_ino == a.stat().st_ino
+
+
 def test_plotly_js_can_be_a_shared_file_or_a_url(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()

@@ -282,6 +282,8 @@ def test_the_shipped_sweep_file_validates_and_its_page_draws(chromium, tmp_path)
     # 7 metrics x 2 lines (the other axis's values), each with a point per axis value
     assert plots["axis-0"]["points"] == 7 * 2 * 3
     assert plots["pareto"]["traces"] == 2
+    html = (out / "sweep.html").read_text()
+    assert '"mode":"lines+markers+text"' in html.replace(" ", "")  # the front is labelled
     run = rows(out)[0]["run"]
     assert check_page(chromium, out / run / "report.html")["errors"] == []
 
