@@ -11,10 +11,12 @@ import signal
 import sys
 from pathlib import Path
 
+from sim.config.user_errors import UserError
+
 USER_ERROR = 2
 
 
-class UsageError(Exception):
+class UsageError(UserError):
     """A mistake of the user's, reported as one line with exit code 2."""
 
 
@@ -135,7 +137,7 @@ def dispatch(args) -> int:
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return args.handler(args)
-    except UsageError as err:
+    except UserError as err:  # UsageError, ScenarioError, RecordError, FolderExists, ...
         print(f"pagesim: error: {err}", file=sys.stderr)
         return USER_ERROR
     except KeyboardInterrupt:

@@ -15,6 +15,8 @@ import math
 import os
 from pathlib import Path
 
+from sim.config.user_errors import UserError
+
 #: Fraction of physical memory a run may plan to use.
 BUDGET_FRACTION = 0.5
 #: Bytes a request costs (request, prompt-book columns, progress, outcome, table rows).
@@ -25,7 +27,7 @@ BYTES_PER_BLOCK = 64
 TRACE_EXPANSION = 4
 
 
-class OverBudget(ValueError):
+class OverBudget(UserError, ValueError):
     """The scenario's run would not fit in memory; ``field`` is what to shrink."""
 
     def __init__(self, field: str, message: str):

@@ -16,10 +16,11 @@ from pydantic_core import PydanticCustomError
 
 from sim.config.arrivals import ArrivalSpec
 from sim.config.hints import did_you_mean
+from sim.config.user_errors import UserError
 from sim.config.workload import LengthDist
 
 
-class ScenarioError(ValueError):
+class ScenarioError(UserError, ValueError):
     """A user mistake in a scenario file or an override; the message is one line."""
 
 

@@ -49,6 +49,7 @@ from sim.config.hf_moe import MLA_TYPES, MOE_TYPES, read_mla, read_moe
 from sim.config.hints import did_you_mean
 from sim.config.presets import expand_preset
 from sim.config.textfile import parse_json, read_text
+from sim.config.user_errors import UserError
 
 
 class ModelType(NamedTuple):
@@ -98,7 +99,7 @@ MAX_COUNT = 2**31 - 1
 MAX_BYTES = 16 << 20
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config.json pagesim cannot read; the message is ``<file>: <field>: <why>``."""
 
 

@@ -17,7 +17,7 @@ class KVPool(NamedTuple):
     cpu_blocks: int
 
 
-def _check_tensor_parallel(
+def check_tensor_parallel(
     model: ModelSpec, tensor_parallel: int, expert_parallel: bool | None = None
 ) -> None:
     """Raises ValueError unless ``tensor_parallel`` splits query heads evenly and KV heads
@@ -101,7 +101,7 @@ def kv_pool_blocks(
 
     Raises ValueError if the arguments are out of range, if the weights and the reserve
     do not fit, or if no whole block is left."""
-    _check_tensor_parallel(model, tensor_parallel)
+    check_tensor_parallel(model, tensor_parallel)
     if block_size < 1:
         raise ValueError(f"block_size must be a positive number of tokens, got {block_size}")
     if not 0.0 < gpu_memory_utilization <= 1.0:

@@ -49,7 +49,7 @@ from sim.config.files import resolve_existing_file
 from sim.config.hardware import HardwareSpec, ModelSpec
 from sim.config.hf_config import expand_model
 from sim.config.overrides import apply_overrides, read_overrides
-from sim.config.pool import KVPool, check_experts_split
+from sim.config.pool import KVPool, check_experts_split, check_tensor_parallel
 from sim.config.presets import expand_preset
 from sim.config.run_sections import BackendSpec, SimulationSpec, SLOSpec
 from sim.config.schema import StrictModel, drop_unset
@@ -182,6 +182,9 @@ class Scenario(StrictModel):
                 "simulation.num_requests", "set num_requests or duration_s (or replay a trace)"
             )
         try:
+            # Checked whether the pool is derived or given: an explicit num_blocks does
+            # not make an uneven split of the heads runnable.
+            check_tensor_parallel(self.model, self.tensor_parallel)
             blocks = self.cache.device_blocks(self.model, self.hardware, self.tensor_parallel)
         except ValueError as err:
             raise error_at("tensor_parallel", str(err)) from None

@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 
 from sim.config.textfile import INT64_MAX, beyond_int64, count, reading
+from sim.config.user_errors import UserError
 
 
-class LengthTableError(ValueError):
+class LengthTableError(UserError, ValueError):
     """A malformed length table; the message is ``file:line: column N: expected ...``."""
 
 

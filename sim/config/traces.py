@@ -24,9 +24,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sim.config.textfile import INT64_MAX, beyond_int64, count, parse_json, reading
+from sim.config.user_errors import UserError
 
 
-class TraceError(ValueError):
+class TraceError(UserError, ValueError):
     """A malformed trace; the message is ``file:line: column: expected ...``."""
 
 

@@ -53,7 +53,7 @@ from backend.step import Batch
 from sim.config.costs import CostParams
 from sim.config.hardware import HardwareSpec, ModelSpec
 from sim.config.links import CUDA_GRAPH_MAX_TOKENS
-from sim.config.pool import _check_tensor_parallel
+from sim.config.pool import check_tensor_parallel
 from sim.costs.kernels import GpuKernels
 from sim.costs.mla import attention_head_dim, mla_ops
 from sim.costs.moe import MOE_LAYER_GEMMS, MoELayer
@@ -125,7 +125,7 @@ class AnalyticCostModel:
         """Raises ValueError if ``tensor_parallel`` cannot split the heads (or the
         experts) evenly, if ``block_size`` is not positive, or if the GPU has no rate for
         the model's dtype."""
-        _check_tensor_parallel(model, tensor_parallel, expert_parallel)
+        check_tensor_parallel(model, tensor_parallel, expert_parallel)
         if block_size < 1:
             raise ValueError(f"block_size must be a positive number of tokens, got {block_size}")
         self.model, self.hardware = model, hardware

@@ -61,6 +61,7 @@ import numpy as np
 
 from backend.step import Batch
 from sim.config.textfile import parse_json, read_text
+from sim.config.user_errors import UserError
 
 FORMAT = "pagesim-calibration"
 
@@ -88,7 +89,7 @@ FEATURES = (
 _N = len(FEATURES)
 
 
-class CalibrationError(ValueError):
+class CalibrationError(UserError, ValueError):
     """A calibration file or profile that cannot be used; the message is one line."""
 
 

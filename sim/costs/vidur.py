@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.config.hardware import ModelSpec
+from sim.config.user_errors import UserError
 from sim.costs.analytic import LAYER_OPS
 
 __all__ = [
@@ -59,7 +60,7 @@ _CPU_PARTS = ("schedule", "sampler_e2e", "prepare_inputs_e2e", "process_model_ou
 _MS = 1e-3
 
 
-class ProfileError(ValueError):
+class ProfileError(UserError, ValueError):
     """A profile that cannot be used; the message is one line naming the file."""
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from sim.config.errors import ScenarioError
 from sim.config.loader import validate_scenario
 from sim.live.client import Attempt
 from sim.live.observed import observed_summary, write_observed
@@ -31,7 +32,7 @@ from sim.live.replay import ReplayOptions, ReplayResult
 from sim.output.files import write_outputs
 from sim.output.steplog import StepLog
 from sim.recorded.replay import MODEL_FILE, replay_scenario, write_trace
-from sim.recorded.run import METRICS, RecordedRun, StageFigures
+from sim.recorded.run import METRICS, RecordedRun, RecordError, StageFigures
 from sim.run.folders import atomic_folder, run_metadata
 from sim.workload.generate import generate_requests
 
@@ -53,7 +54,11 @@ def import_folder(out: Path, run: RecordedRun, *, model: str | Path, hardware: A
             write_trace(stage, run)
         header = _header(run, notes)
         (stage / SCENARIO_FILE).write_text(header + yaml.safe_dump(raw, sort_keys=False))
-        scenario = validate_scenario(raw, str(out / SCENARIO_FILE), base_dir=stage)
+        try:
+            scenario = validate_scenario(raw, str(out / SCENARIO_FILE), base_dir=stage)
+        except ScenarioError as err:  # validated before anything is written
+            raise RecordError(f"{run.source}: its replay would not be a valid scenario: {err}"
+                              ) from None  # fmt: skip
         block = recorded_block(run, notes)
 
         def copy_inputs(folder: Path) -> None:

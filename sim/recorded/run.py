@@ -17,12 +17,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from sim.config.user_errors import UserError
+
 #: The latency metrics a recorded run may carry, each with its mean and quantiles.
 METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s")
 QUANTILES = ("mean", "p50", "p90", "p99")
 
 
-class RecordError(ValueError):
+class RecordError(UserError, ValueError):
     """A recorded file that cannot be read as its format says; the message is one line:
     ``file:line: field: expected ...``."""
 

@@ -26,11 +26,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from sim.config.user_errors import UserError
+
 #: Packages whose versions a run's metadata records.
 RECORDED_PACKAGES = ("pagesim", "simpy", "numpy", "pydantic", "torch", "triton")
 
 
-class FolderExists(Exception):
+class FolderExists(UserError):
     """The target folder holds files and replacing it was not asked for."""
 
 

@@ -40,6 +40,7 @@ import numpy as np
 
 from sim.config.arrivals import TraceArrival
 from sim.config.tables import load_length_table
+from sim.config.user_errors import UserError
 from sim.config.workload import (
     CategoricalSpec,
     EmpiricalLength,
@@ -224,7 +225,7 @@ def _clip(own, out, prefix_len, turn, max_len: int):
 MAX_CLIPPED_FRACTION = 0.5
 
 
-class WorkloadError(ValueError):
+class WorkloadError(UserError, ValueError):
     """Generated requests that do not mean what the scenario asked for; ``field`` is
     the scenario field to change."""
 

@@ -37,6 +37,25 @@ def _text(content, *culprits):
     return edit
 
 
+def _meta_edit(change, culprit):
+    def edit(path, source):
+        meta = json.loads((source / "meta.json").read_text())
+        change(meta)
+        (source / "meta.json").write_text(json.dumps(meta))
+        return [str(path.parent.name), culprit]
+
+    return edit
+
+
+def _existing_out(folder: Path) -> tuple[list[str], list[str]]:
+    """``--out`` that already holds a run (not ours to replace without --force)."""
+    args, _ = _lifecycle(folder, lambda path, source: [])
+    out = folder / "out"
+    out.mkdir()
+    (out / "summary.json").write_text("{}")
+    return args, ["--out", "--force"]
+
+
 def _inference_perf(folder: Path, edit) -> tuple[list[str], list[str]]:
     source = inference_perf_folder(folder / "run")
     culprits = edit(source)
@@ -138,6 +157,24 @@ CASES = {
     "vllm-bench: negative ttft": lambda f: _vllm(
         f, {"ttfts": [-1.0, 0.1, 0.0]}, ["result.json", "ttfts[0]"]
     ),
+    # What the replay would hold is refused before anything is written, naming the run
+    # and the scenario field (the scenario's own validation, not a traceback).
+    "lifecycle: a pool of 10^12 logged blocks": lambda f: _lifecycle(
+        f, _meta_edit(lambda m: m["kv_cache"].update(num_gpu_blocks=10**12), "cache.num_blocks")
+    ),
+    "lifecycle: tensor parallel 3": lambda f: _lifecycle(
+        f, _meta_edit(lambda m: m["engine_kwargs"].update(tensor_parallel_size=3),
+                      "tensor_parallel")  # fmt: skip
+    ),
+    "lifecycle: tensor parallel 2^40": lambda f: _lifecycle(
+        f, _meta_edit(lambda m: m["engine_kwargs"].update(tensor_parallel_size=2**40),
+                      "tensor_parallel")  # fmt: skip
+    ),
+    "vllm-bench: tensor parallel 3 in its metadata": lambda f: _vllm(
+        f, {"tensor_parallel_size": "3"}, ["result.json", "tensor_parallel"],
+        "--hardware", "h100-sxm",
+    ),
+    "lifecycle: an existing --out without --force": lambda f: _existing_out(f),
     "vllm-bench: unknown hardware": lambda f: _vllm(
         f, {}, ["hardware", "h100-sxn", "h100-sxm"], "--hardware", "h100-sxn"
     ),

@@ -357,3 +357,29 @@ def test_bad_policy_params_are_one_line_naming_section_and_policy(section, messa
 def test_did_you_mean_prefers_names_that_start_with_what_was_typed(typed, hint):
     with pytest.raises(ScenarioError, match=hint):
         validate_scenario({"hardware": typed})
+
+
+@pytest.mark.parametrize("tp", [3, 2**40])
+def test_an_uneven_tensor_parallel_split_is_refused_with_an_explicit_pool_too(tp):
+    """An explicit ``cache.num_blocks`` skips the memory sizing, not the heads' split."""
+    with pytest.raises(ScenarioError, match="tensor_parallel: tensor_parallel=.* must divide"):
+        validate_scenario({"model": "tiny", "tensor_parallel": tp, "cache": {"num_blocks": 64},
+                           "simulation": {"num_requests": 10}})  # fmt: skip
+
+
+def test_every_reader_error_is_a_user_error_the_cli_reports_in_one_line():
+    from sim.cli.common import UsageError
+    from sim.config.budget import OverBudget
+    from sim.config.hf_config import ConfigError
+    from sim.config.tables import LengthTableError
+    from sim.config.traces import TraceError
+    from sim.config.user_errors import UserError
+    from sim.costs.calibrated import CalibrationError
+    from sim.costs.vidur import ProfileError
+    from sim.recorded.run import RecordError
+    from sim.run.folders import FolderExists
+    from sim.workload.generate import WorkloadError
+
+    kinds = (UsageError, OverBudget, ConfigError, LengthTableError, TraceError, ScenarioError,
+             CalibrationError, ProfileError, RecordError, FolderExists, WorkloadError)  # fmt: skip
+    assert all(issubclass(kind, UserError) for kind in kinds)
