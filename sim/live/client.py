@@ -15,8 +15,15 @@ kind                          what the client saw
                               ``choices``, a line too long, an ``error`` event
 ``disconnected mid-stream``   the connection closed before ``data: [DONE]``
 ``timeout``                   no byte for ``timeout_s`` seconds (connect or read)
+``usage disagrees``           the final ``usage`` claims what the stream cannot have
+                              been: more completion tokens than ``max_tokens`` x ``n``,
+                              or a count that is negative or past 2^31 - 1 (the tokens
+                              that came are kept; the claim is not a measurement)
 ``client error``              anything else aiohttp raised (the detail says what)
 ============================  ===========================================================
+
+A stream that reaches ``[DONE]`` without a token (and without a usage count of any) is
+``malformed stream``: nothing was generated, so it did not finish.
 
 A token is an event whose choice carries non-empty text (``choices[i].text`` for
 completions, ``choices[i].delta.content`` for chat): servers send one per token, and
@@ -41,7 +48,10 @@ REFUSED = "connection refused"
 MALFORMED = "malformed stream"
 DISCONNECTED = "disconnected mid-stream"
 TIMEOUT = "timeout"
+USAGE_DISAGREES = "usage disagrees"
 CLIENT_ERROR = "client error"
+#: Largest token count taken from a server's usage (int32, as every count is kept).
+MAX_COUNT = 2**31 - 1
 #: What a request still running (or never sent) when the time limit struck is marked.
 TIME_LIMIT = "unfinished at time limit"
 
@@ -60,6 +70,7 @@ class Attempt:
     completion_tokens: int | None = None  # from the final usage, when reported
     prompt_tokens: int | None = None
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
+    bad_usage: str = ""  # a usage count that was out of range (dropped), for the error
     error: str = ""
     detail: str = ""  # free text for a person (a status line, an exception)
 
@@ -108,6 +119,10 @@ async def stream_request(
             if not done:
                 attempt.fail(DISCONNECTED, "the stream ended before data: [DONE]")
                 return
+            if not attempt.events and not attempt.completion_tokens:
+                attempt.fail(MALFORMED, "data: [DONE] before any token")
+                return
+            _check_usage(attempt, body)
             attempt.end_s = clock()
     except _BadStream as err:
         attempt.fail(MALFORMED, str(err))
@@ -125,6 +140,22 @@ async def stream_request(
         attempt.fail(CLIENT_ERROR, f"{type(err).__name__}: {err}")
     except ValueError as err:  # aiohttp's "Line is too long" (LineTooLong)
         attempt.fail(MALFORMED, str(err))
+    except Exception as err:  # aiohttp's LineTooLong is not a ValueError in every version
+        if type(err).__name__ != "LineTooLong":
+            raise
+        attempt.fail(MALFORMED, f"an event line is too long: {str(err)[:100]}")
+
+
+def _check_usage(attempt: Attempt, body: dict[str, Any]) -> None:
+    """Drop a usage claim the stream contradicts, and count it as its own kind."""
+    asked = body.get("max_tokens")
+    samples = body.get("n") or 1
+    claimed = attempt.completion_tokens
+    if attempt.bad_usage:
+        attempt.fail(USAGE_DISAGREES, attempt.bad_usage)
+    elif isinstance(asked, int) and claimed is not None and claimed > asked * samples:
+        attempt.completion_tokens = None
+        attempt.fail(USAGE_DISAGREES, f"completion_tokens {claimed} for max_tokens {asked}")
 
 
 async def _read_events(stream, attempt: Attempt, clock: Callable[[], float]) -> bool:
@@ -173,11 +204,11 @@ def _take_event(payload: str, attempt: Attempt, now: float) -> None:
                 attempt.first_token_s = now
     usage = event.get("usage")
     if isinstance(usage, dict):
-        attempt.completion_tokens = _count(usage.get("completion_tokens"))
-        attempt.prompt_tokens = _count(usage.get("prompt_tokens"))
+        attempt.completion_tokens = _count(usage, "completion_tokens", attempt)
+        attempt.prompt_tokens = _count(usage, "prompt_tokens", attempt)
         details = usage.get("prompt_tokens_details")
         if isinstance(details, dict):
-            attempt.cached_tokens = _count(details.get("cached_tokens"))
+            attempt.cached_tokens = _count(details, "cached_tokens", attempt)
 
 
 def _text_of(choice: dict) -> str:
@@ -187,5 +218,13 @@ def _text_of(choice: dict) -> str:
     return text if isinstance(text, str) else ""
 
 
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+def _count(usage: dict, key: str, attempt: Attempt) -> int | None:
+    """``usage[key]`` as a count; None if absent or not an integer, and noted in
+    ``attempt.bad_usage`` if an integer out of range (negative, past MAX_COUNT)."""
+    value = usage.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    if not 0 <= value <= MAX_COUNT:
+        attempt.bad_usage = attempt.bad_usage or f"usage {key} {str(value)[:40]}"
+        return None
+    return value

@@ -122,3 +122,49 @@ async def never_answers(request):
         return web.Response(text="ok")
     await asyncio.sleep(2.0)
     return web.Response(text="too late")
+
+
+async def _tokens_then(request, usage: dict | None, tokens: int | None = None):
+    body = await request.json()
+    response = await _open(request)
+    for i in range(body["max_tokens"] if tokens is None else tokens):
+        await response.write(_event(f" {i}"))
+    if usage is not None:
+        await response.write(b"data: " + json.dumps({"choices": [], "usage": usage}).encode())
+        await response.write(b"\n\n")
+    await response.write(b"data: [DONE]\n\n")
+    return response
+
+
+async def claims_a_billion_tokens(request):
+    """Streams what was asked, then claims 10^9 completion tokens in its usage."""
+    if request.method != "POST":
+        return web.Response(text="ok")
+    return await _tokens_then(request, {"prompt_tokens": 4, "completion_tokens": 10**9})
+
+
+async def claims_absurd_counts(request):
+    """Streams what was asked; its usage counts are 10^30 and negative."""
+    if request.method != "POST":
+        return web.Response(text="ok")
+    usage = {"prompt_tokens": -3, "completion_tokens": 10**30,
+             "prompt_tokens_details": {"cached_tokens": 10**30}}  # fmt: skip
+    return await _tokens_then(request, usage)
+
+
+async def done_without_a_token(request):
+    """``data: [DONE]`` straight away: no token, no usage."""
+    if request.method != "POST":
+        return web.Response(text="ok")
+    return await _tokens_then(request, None, tokens=0)
+
+
+async def ten_megabyte_line(request):
+    """A token, then one event line of 10 MB."""
+    if request.method != "POST":
+        return web.Response(text="ok")
+    response = await _open(request)
+    await response.write(_event(" 1"))
+    await response.write(b"data: " + b"x" * (10 << 20) + b"\n\n")
+    await response.write(b"data: [DONE]\n\n")
+    return response

@@ -13,7 +13,7 @@ import os
 import numpy as np
 import pytest
 
-from sim.live.client import DISCONNECTED, MALFORMED, TIMEOUT, Attempt
+from sim.live.client import DISCONNECTED, MALFORMED, TIMEOUT, USAGE_DISAGREES, Attempt
 from sim.live.observed import outcome_of, token_gaps
 from sim.live.replay import ReplayOptions, api_url, replay, request_body
 from sim.workload.request import Request
@@ -60,8 +60,13 @@ def read_run(out):
         (servers.stops_mid_stream, DISCONNECTED, ()),
         (servers.malformed_sse, MALFORMED, ()),
         (servers.never_answers, TIMEOUT, ("--request-timeout", "0.5")),
+        (servers.claims_a_billion_tokens, USAGE_DISAGREES, ()),
+        (servers.claims_absurd_counts, USAGE_DISAGREES, ()),
+        (servers.done_without_a_token, MALFORMED, ()),
+        (servers.ten_megabyte_line, MALFORMED, ()),
     ],
-    ids=["http-500", "stops-mid-stream", "malformed-sse", "timeout"],
+    ids=["http-500", "stops-mid-stream", "malformed-sse", "timeout", "usage-10^9",
+         "usage-10^30-and-negative", "done-without-a-token", "10-MB-line"],  # fmt: skip
 )
 def test_a_misbehaving_endpoint_is_a_count_of_its_kind(scenario, tmp_path, handler, kind, extra):
     out = tmp_path / "observed"
@@ -79,6 +84,9 @@ def test_a_misbehaving_endpoint_is_a_count_of_its_kind(scenario, tmp_path, handl
     if handler is servers.stops_mid_stream:  # what came before the break is kept
         assert {row["output_tokens"] for row in rows} == {"2"}
         assert all(row["ttft_s"] != "nan" for row in rows)
+    if kind == USAGE_DISAGREES:  # the tokens that came are counted, not the claim
+        streamed = [int(row["output_tokens"]) for row in rows]
+        assert all(0 < n <= 5 for n in streamed), streamed
 
 
 def test_an_endpoint_nobody_answers_at_is_one_line_and_nothing_written(scenario, tmp_path):
