@@ -48,9 +48,10 @@ class Ask(NamedTuple):
 
 def word_id(word: str, vocab_size: int) -> int:
     """The token id of one word (module docstring)."""
-    if word.isdecimal() and int(word) < vocab_size:
+    if word.isdecimal() and len(word) <= 18 and int(word) < vocab_size:
         return int(word)
-    digest = hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest()
+    # surrogatepass: a lone surrogate (valid JSON, not valid UTF-8) hashes as written
+    digest = hashlib.blake2b(word.encode("utf-8", "surrogatepass"), digest_size=8).digest()
     return int.from_bytes(digest, "little") % vocab_size
 
 
@@ -104,7 +105,8 @@ def tenant_of(salt: Any) -> int:
     number = text.removeprefix("tenant-")
     if number.isdecimal() and int(number) < 2**31:
         return int(number)
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=4).digest(), "little") >> 1
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=4).digest()
+    return int.from_bytes(digest, "little") >> 1
 
 
 def parse(body: Any, *, chat: bool, vocab_size: int, max_model_len: int) -> Ask:

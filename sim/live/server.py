@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 import numpy as np
@@ -106,8 +107,11 @@ class Server:
             return web.json_response(error_body(message, "ServiceUnavailable", 503), status=503)
         try:
             body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return web.json_response(error_body("the body is not JSON"), status=400)
+        except (ValueError, RecursionError) as err:
+            # ValueError: not JSON, not UTF-8, an integer of more than 4,300 digits;
+            # RecursionError: arrays nested thousands deep.
+            why = "nested too deep" if isinstance(err, RecursionError) else str(err)[:80]
+            return web.json_response(error_body(f"the body is not JSON: {why}"), status=400)
         model = self.scenario.model
         try:
             ask = parse(body, chat=chat, vocab_size=model.vocab_size,
@@ -198,11 +202,33 @@ class Server:
             return web.json_response(chunks.whole(texts, usage))
 
 
+class _ProtocolErrorsInOneLine(logging.Filter):
+    """aiohttp answers a request it cannot parse (a TLS hello, HTTP/9.9, a lying
+    Content-Length) with a 400 itself and logs the parser's traceback; a server facing
+    the internet sees these all day, so each becomes one line without the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError):
+            record.msg, record.args = "pagesim serve: bad request: %s", (str(error)[:200],)
+            record.exc_info = record.exc_text = None
+        return True
+
+
+def _one_line_for_bad_requests() -> None:
+    logger = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, _ProtocolErrorsInOneLine) for f in logger.filters):
+        logger.addFilter(_ProtocolErrorsInOneLine())
+
+
 async def serve(server: Server, host: str, port: int, on_ready) -> None:
     """Serve until ``server.stopped`` is set (a signal, or the engine failing);
     ``on_ready(host, port)`` is called once the socket listens (port 0: the one picked)."""
     from aiohttp import web
 
+    _one_line_for_bad_requests()
     # in-flight streams get 2 s to end when the server stops
     runner = web.AppRunner(server.app(), handle_signals=False, access_log=None,
                            shutdown_timeout=2.0)  # fmt: skip

@@ -166,3 +166,69 @@ def test_serve_refuses_what_it_cannot_serve_in_one_line(scenario, tmp_path):
     assert one_line_error(result, "cache.allocator: paged") == ""
     result = run_cli(["serve", str(scenario), "--port", "70000"])
     assert one_line_error(result, "--port") == ""
+
+
+def _raw(url: str, data: bytes, path: str = "/v1/completions") -> tuple[int, str]:
+    """POST ``data`` as it is (not necessarily JSON); (status, body text)."""
+    request = urllib.request.Request(url + path, data, method="POST",
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def _garbage(url: str, data: bytes) -> bytes:
+    """Send bytes that are not HTTP/1.1 over a fresh connection; what came back."""
+    import socket
+
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(data)
+        try:
+            return sock.recv(200)
+        except OSError:
+            return b""
+
+
+HOSTILE_BODIES = {
+    "a 5,000-digit token id": b'{"prompt": [' + b"9" * 5000 + b'], "max_tokens": 2}',
+    "a 5,000-digit max_tokens": b'{"prompt": [1, 2], "max_tokens": ' + b"7" * 5000 + b"}",
+    "JSON nested 100,000 deep": b'{"prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    "not UTF-8": b'{"prompt": "\xff\xfe", "max_tokens": 2}',
+}
+
+#: Valid requests that once failed inside the server: served as written.
+SERVED = {
+    "a lone surrogate in the prompt": b'{"prompt": "a \\ud800 b", "max_tokens": 2}',
+    "a lone surrogate in cache_salt": b'{"prompt": [1], "max_tokens": 2, "cache_salt": "\\udfff"}',
+    "a 5,000-digit word": b'{"prompt": "' + b"8" * 5000 + b'", "max_tokens": 2}',
+}
+
+GARBAGE = {
+    "a TLS client hello": bytes.fromhex("160301002c010000280303") + b"\x00" * 40,
+    "HTTP/9.9": b"GET /health HTTP/9.9\r\nHost: x\r\n\r\n",
+    "a lying Content-Length": b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                              b"Content-Length: -5\r\n\r\n{}",
+}
+
+
+def test_serve_answers_hostile_clients_with_400s_and_one_line_each(scenario):
+    served = Served(scenario)
+    try:
+        for name, data in HOSTILE_BODIES.items():
+            status, text = _raw(served.url, data)
+            assert status == 400 and '"error"' in text, (name, status, text[:200])
+        for name, data in SERVED.items():
+            status, body = _raw(served.url, data)
+            assert status == 200, (name, status, body[:200])
+        for name, data in GARBAGE.items():
+            answer = _garbage(served.url, data)
+            assert answer == b"" or answer.startswith(b"HTTP/1.") and b" 400 " in answer, name
+        with urllib.request.urlopen(served.url + "/health", timeout=10) as response:
+            assert response.status == 200  # still up
+    finally:
+        code, _, err = served.stop()
+    assert "Traceback" not in err, err[-3000:]
+    assert len([line for line in err.splitlines() if "bad request" in line]) <= len(GARBAGE)
