@@ -119,6 +119,10 @@ def int_type(low: int, high: int | None = None, *, what: str):
 #: ``--seed``: numpy's generators take no negative seed.
 seed = int_type(0, what="a non-negative integer")
 positive_int = int_type(1, what="a positive integer")
+#: ``--jobs``: worker processes (more than this is a typo, and each costs memory).
+jobs = int_type(1, 1024, what="a number of workers 1-1024")
+#: ``--seeds``: as many as a sweep may have points (sim.sweep.spec.MAX_POINTS).
+seed_count = int_type(1, 100_000, what="a number of seeds 1-100,000")
 port = int_type(0, 65535, what="a port number 0-65535")  # 0: any free one
 
 

@@ -13,8 +13,9 @@ from sim.cli.common import (
     UsageError,
     add_scenario_options,
     executor_for,
+    jobs,
     out_folder,
-    positive_int,
+    seed_count,
 )
 
 __all__ = ["add_commands"]
@@ -36,7 +37,7 @@ def _add_executor_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output folder (an earlier one resumes)")
     parser.add_argument(
         "--jobs",
-        type=positive_int,
+        type=jobs,
         default=None,
         metavar="N",
         help=f"worker processes of the local pool (default: the cores, {os.cpu_count()})",
@@ -74,7 +75,7 @@ def add_commands(sub) -> None:
         metavar="KEY=V1,V2",
         help="axes that vary together (equal lengths)",
     )
-    sweep.add_argument("--seeds", type=positive_int, metavar="N", help="seeds per configuration")
+    sweep.add_argument("--seeds", type=seed_count, metavar="N", help="seeds per configuration")
     sweep.add_argument(
         "--set",
         dest="overrides",

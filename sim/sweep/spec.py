@@ -83,8 +83,8 @@ class SweepFile(StrictModel):
     @classmethod
     def _seed_values(cls, seeds: int | list[int]) -> int | list[int]:
         if isinstance(seeds, int):
-            if seeds < 1:
-                raise ValueError(f"expected a number of seeds >= 1, got {seeds}")
+            if not 1 <= seeds <= MAX_POINTS:  # a count, not built before it is checked
+                raise ValueError(f"expected a number of seeds in [1, {MAX_POINTS:,}], got {seeds}")
         elif not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
             raise ValueError(f"expected distinct seeds >= 0, got {seeds}")
         return seeds

@@ -6,7 +6,9 @@ and leaves nothing half-written.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,15 +22,27 @@ from sim.sweep.task import make_payload
 Outcomes = dict[str, tuple[dict[str, Any] | None, str | None]]
 
 
+#: The file in each finished run folder that lists the others with their sizes and
+#: sha256, so a resume can tell a finished point from a damaged one.
+MANIFEST = "manifest.json"
+
+
 def check_out(out: Path, marker: str) -> None:
     """``out`` may be written: missing, empty, or an earlier run of the same command
-    (it holds ``marker``, e.g. sweep.json) to resume. ValueError (one line) otherwise."""
+    (it holds ``marker``, e.g. sweep.json) to resume. ValueError (one line) otherwise,
+    also when a file the command rewrites whole (points.csv, ...) is not a file."""
     check_target(out, force=True)
     if out.is_dir() and any(out.iterdir()) and not (out / marker).is_file():
         raise ValueError(
             f"{out}: holds files but no {marker}; it is not a folder this "
             "command wrote: choose an empty or new folder"
         )
+    if out.is_dir():
+        for item in out.iterdir():
+            if item.suffix in (".csv", ".json", ".html", ".js") and not item.is_file():
+                raise ValueError(
+                    f"{item}: is not a file (this command rewrites it whole): remove it"
+                )
 
 
 def write_text(path: Path, text: str) -> None:
@@ -79,14 +93,26 @@ def run_points(
     cpu_s = cpu_s if cpu_s is not None else [0.0]
     outcomes: Outcomes = {}
     todo: dict[str, Point] = {}
+    damaged = []
     for point in points:
         if point.key in outcomes or point.key in todo:
             continue
         summary = finished_summary(out, point)
-        if summary is not None:
+        folder = out / point.folder
+        if summary is None:
+            there = folder.exists() or folder.is_symlink() or folder.parent.is_file()
+            why = "not a finished run folder" if there else None
+        else:
+            why = damage(folder)
+        if summary is not None and why is None:
             outcomes[point.key] = (summary, None)
         else:
             todo[point.key] = point
+            if why is not None:
+                damaged.append(f"{point.folder} ({why})")
+    if damaged:
+        shown = "; ".join(damaged[:5]) + (f"; and {len(damaged) - 5} more" if damaged[5:] else "")
+        print(f"{label}: running again {len(damaged)} damaged point(s): {shown}", file=sys.stderr)
     if not todo:
         return outcomes
     payloads = [make_payload(p, html=html, extend=extend) for p in todo.values()]
@@ -114,6 +140,36 @@ def run_points(
 
 
 def _write_run_folder(target: Path, files: dict[str, bytes]) -> None:
+    """Write a point's folder whole, with its manifest; a file where the folder (or
+    ``runs/``) goes is damage of this command's own folder and is replaced."""
+    for place in (target.parent, target):
+        if (place.exists() or place.is_symlink()) and not place.is_dir():
+            place.unlink()  # a file, or a link to nothing; a link to a folder is kept
+    manifest = {name: [len(data), hashlib.sha256(data).hexdigest()] for name, data in files.items()}
     with atomic_folder(target, force=True) as partial:
         for name, data in files.items():
             (partial / name).write_bytes(data)
+        (partial / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
+def damage(folder: Path) -> str | None:
+    """What is wrong with a finished run folder against its manifest (a file missing,
+    of another size or content), or None when it is whole. A folder written before
+    manifests were kept has none and is taken as it is."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return f"{MANIFEST} unreadable"
+    if not isinstance(manifest, dict):
+        return f"{MANIFEST} is not a mapping"
+    for name, expected in sorted(manifest.items()):
+        path = folder / name
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return f"{name} missing"
+        if [len(data), hashlib.sha256(data).hexdigest()] != expected:
+            return f"{name} changed ({len(data)} bytes, expected {expected[0]})"
+    return None

@@ -61,6 +61,11 @@ def test_bad_sweeps_and_capacity_searches_are_one_line_and_write_nothing(tmp_pat
         ([str(TINY), "--out", str(busy)], ["--out", "sweep.json"]),
         ([str(TINY), "--out", out, "--ray", "127.0.0.1:1"], ["--ray", "127.0.0.1:1"]),
         ([str(TINY), "--out", out, "--ray", "not an address"], ["--ray", "HOST:PORT"]),
+        # counts that would be built before they were checked (MemoryError, OverflowError)
+        ([sweep_file(tmp_path, "h.yaml", "seeds: 1000000000\n"), "--out", out],
+         ["h.yaml", "seeds", "100,000"]),
+        ([str(TINY), "--seeds", str(10**12), "--out", out], ["--seeds", "100,000"]),
+        ([str(TINY), "--jobs", str(10**10), "--out", out], ["--jobs", "1024"]),
     ]
     capacity = [
         ([str(TINY), "--slo", "ttft=2", "--out", out], ["--slo", "METRIC=LIMIT"]),
@@ -70,6 +75,7 @@ def test_bad_sweeps_and_capacity_searches_are_one_line_and_write_nothing(tmp_pat
         ([str(TINY), "--price", "h100-sxm=free", "--out", out], ["--price"]),
         ([str(TINY), "--tolerance", "2", "--out", out], ["--tolerance"]),
         ([str(TINY), "--jobs", "0", "--out", out], ["--jobs"]),
+        ([str(TINY), "--jobs", str(10**10), "--out", out], ["--jobs", "1024"]),
     ]
     before = snapshot(tmp_path)
     commands = [["sweep", *args] for args, _ in cases]

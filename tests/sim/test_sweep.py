@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -334,3 +335,46 @@ def test_printed_numbers_are_grouped_never_in_exponent_form():
     assert [number(t) for t in ("11580.3", "9020.4", "27.19", "0.2119")] == [
         "11,580", "9,020", "27.19", "0.2119",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "harm",
+    ["delete requests.csv", "truncate steps.csv", "a file for a run folder", "a file for runs/"],
+)
+def test_a_resumed_sweep_runs_a_damaged_point_again_and_says_so(tmp_path, capsys, harm):
+    """Each finished point's folder lists its files with their sizes and sha256
+    (manifest.json); a resume checks it and runs a damaged point again."""
+    base = tiny_base(tmp_path, requests=60)
+    out = tmp_path / "out"
+    args = ["sweep", str(base), "--grid", "scheduler.max_num_seqs=4,8", "--out", str(out),
+            "--jobs", "1", "--no-report", "--quiet"]  # fmt: skip
+    assert main(args) == 0
+    before = files_of(out / "runs")
+    folder = finished_points(out)[0]
+    if harm == "delete requests.csv":
+        (folder / "requests.csv").unlink()
+    elif harm == "truncate steps.csv":
+        data = (folder / "steps.csv").read_bytes()
+        (folder / "steps.csv").write_bytes(data[: len(data) // 2])
+    elif harm == "a file for a run folder":
+        shutil.rmtree(folder)
+        folder.write_text("not a run")
+    else:
+        shutil.rmtree(out / "runs")
+        (out / "runs").write_text("not a folder")
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "running again" in capsys.readouterr().err
+    assert files_of(out / "runs") == before  # the same bytes as the first time
+    assert {row["status"] for row in rows(out)} == {"ok"}
+
+
+def test_a_rewritten_file_that_is_a_folder_is_one_line(tmp_path, capsys):
+    base = tiny_base(tmp_path, requests=60)
+    out = tmp_path / "out"
+    args = ["sweep", str(base), "--out", str(out), "--no-report", "--quiet"]
+    assert main(args) == 0
+    (out / "points.csv").unlink()
+    (out / "points.csv").mkdir()
+    assert main(args) == 2
+    assert "points.csv: is not a file" in capsys.readouterr().err
