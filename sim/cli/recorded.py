@@ -108,7 +108,7 @@ def cmd_calibrate_recorded(args) -> int:
     import sys
 
     from sim.cli.common import output_file
-    from sim.recorded.calibrate import fit_runs, run_info, write_calibration
+    from sim.recorded.calibrate import check_run, fit_runs, run_info, write_calibration
     from sim.run.folders import atomic_file
 
     if args.max_evaluations < 1:
@@ -118,6 +118,8 @@ def cmd_calibrate_recorded(args) -> int:
     missing = [str(r) for r in holdout if not is_recorded(str(r))]
     if missing:
         raise UsageError(f"--holdout: {missing[0]}: not a recorded run (pagesim import-run)")
+    for run in (*runs, *holdout):  # a damaged folder is one line before any simulation
+        check_run(run)
     gpu = run_info(runs[0])["gpu"]
     out = output_file(args.out or f"{gpu}-calibration.yaml", "--out")
     try:

@@ -70,9 +70,9 @@ class Attempt:
     completion_tokens: int | None = None  # from the final usage, when reported
     prompt_tokens: int | None = None
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
-    bad_usage: str = ""  # a usage count that was out of range (dropped), for the error
     error: str = ""
     detail: str = ""  # free text for a person (a status line, an exception)
+    bad_usage: str = ""  # a usage count that was out of range (dropped), for the error
 
     @property
     def finished(self) -> bool:

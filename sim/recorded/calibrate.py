@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from sim.recorded.run import RecordError
 from sim.recorded.stages import (
     compare,
     figures,
@@ -104,39 +105,91 @@ class Fit:
 
 
 def run_info(run: Path) -> dict[str, Any]:
-    """What a fit needs to know of an imported run without simulating it."""
-    summary = json.loads((run / "summary.json").read_text())
-    scenario = json.loads((run / "scenario.json").read_text())
+    """What a fit needs to know of an imported run without simulating it. RecordError
+    (one line naming the file and key) for a folder import-run did not write whole."""
+    summary = _json_object(run / "summary.json")
+    scenario = _json_object(run / "scenario.json")
+    stages = recorded_stages(summary, str(run / "summary.json"))
+    hardware = scenario.get("hardware")
+    if not isinstance(hardware, dict) or not isinstance(hardware.get("name"), str):
+        raise RecordError(f"{run / 'scenario.json'}: hardware: expected an object with a name")
     block = summary.get("recorded") or {}
-    stages = block.get("stages") or []
-    sent = sum(s["sent"] for s in stages) or summary.get("num_requests") or 0
-    failed = sum(s["failed"] for s in stages) if stages else summary.get("num_rejected") or 0
-    return {"gpu": scenario["hardware"]["name"], "tp": scenario.get("tensor_parallel", 1),
-            "hardware": scenario["hardware"], "client": block.get("clock", "client") == "client",
+    sent = sum(s.sent for s in stages) or _count(summary, "num_requests")
+    failed = sum(s.failed for s in stages) if stages else _count(summary, "num_rejected")
+    return {"gpu": hardware["name"], "tp": scenario.get("tensor_parallel", 1),
+            "hardware": hardware, "client": block.get("clock", "client") == "client",
             "overloaded": bool(sent) and failed / sent > OVERLOADED}  # fmt: skip
+
+
+def check_run(run: Path) -> None:
+    """Read everything a fit or a replay of ``run`` reads, so a damaged folder is one
+    line before any simulation: summary.json, scenario.json, scenario.yaml (a valid
+    scenario) and, for a run recorded request by request, requests.csv."""
+    run_info(run)
+    _replay_scenario(run)
+    if not recorded_stages(_json_object(run / "summary.json")):
+        read_requests_csv(run / "requests.csv")
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise RecordError(f"{path}: cannot read it: {err.strerror}") from None
+    except ValueError as err:
+        raise RecordError(f"{path}: not JSON: {str(err)[:80]}") from None
+    if not isinstance(data, dict):
+        raise RecordError(f"{path}: expected a JSON object")
+    return data
+
+
+def _count(summary: dict[str, Any], key: str) -> int:
+    value = summary.get(key) or 0
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise RecordError(f"summary.json: {key}: expected a count, got {str(value)[:40]}")
+    return value
+
+
+def _replay_scenario(run: Path, calibration: Path | None = None, stage_s: float | None = None):
+    """The run's scenario.yaml, validated (with ``calibration`` and stages cut to
+    ``stage_s``); RecordError naming the file for one that is missing or invalid."""
+    from sim.config.errors import ScenarioError
+    from sim.config.loader import validate_scenario
+
+    path = run / "scenario.yaml"
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise RecordError(f"{path}: cannot read it: {err.strerror}") from None
+    except (yaml.YAMLError, UnicodeDecodeError):
+        raise RecordError(f"{path}: not YAML") from None
+    if not isinstance(raw, dict):
+        raise RecordError(f"{path}: expected a scenario (a mapping)")
+    if calibration is not None:
+        raw["calibration"] = str(Path(calibration).resolve())
+    arrival = (raw.get("workload") or {}).get("arrival") or {}
+    if stage_s is not None and isinstance(arrival, dict) and arrival.get("kind") == "stages":
+        for stage in arrival["stages"]:
+            stage["duration_s"] = min(stage["duration_s"], stage_s)
+        raw.setdefault("simulation", {})["duration_s"] = sum(
+            s["duration_s"] for s in arrival["stages"]
+        )
+    try:
+        return validate_scenario(raw, str(path), base_dir=run)
+    except ScenarioError as err:
+        raise RecordError(str(err)) from None
 
 
 def simulate_run(run: Path, calibration: Path | None, stage_s: float | None):
     """(recorded figures, the simulation's Requests, its stage windows, timeout).
     ``calibration`` is a path from the caller's working directory (the run's own
     scenario resolves its paths from the run's folder, so it is made absolute here)."""
-    from sim.config.loader import validate_scenario
     from sim.output.requests import request_table
     from sim.recorded.stages import from_table
     from sim.run.runner import simulate
 
-    summary = json.loads((run / "summary.json").read_text())
-    raw = yaml.safe_load((run / "scenario.yaml").read_text())
-    if calibration is not None:
-        raw["calibration"] = str(Path(calibration).resolve())
-    arrival = (raw.get("workload") or {}).get("arrival") or {}
-    if stage_s is not None and arrival.get("kind") == "stages":
-        for stage in arrival["stages"]:
-            stage["duration_s"] = min(stage["duration_s"], stage_s)
-        raw.setdefault("simulation", {})["duration_s"] = sum(
-            s["duration_s"] for s in arrival["stages"]
-        )
-    scenario = validate_scenario(raw, str(run / "scenario.yaml"), base_dir=run)
+    summary = _json_object(run / "summary.json")
+    scenario = _replay_scenario(run, calibration, stage_s)
     requests = from_table(request_table(simulate(scenario).outcomes))
     recorded = recorded_stages(summary) or figures(
         read_requests_csv(run / "requests.csv"), [(-1, -math.inf, math.inf)]

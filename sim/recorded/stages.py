@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from sim.recorded.run import METRICS, QUANTILES, StageFigures
+from sim.recorded.run import METRICS, QUANTILES, RecordError, StageFigures
 
 #: Seconds a benchmark client adds to TTFT and E2E over the engine's own (module doc).
 CLIENT_OVERHEAD_S = 11e-3
@@ -138,11 +138,40 @@ def compare(recorded: list[StageFigures], simulated: list[StageFigures]) -> dict
     return {"stages": stages, "mape": float(np.mean(errors)) if errors else None}
 
 
-def recorded_stages(summary: dict[str, Any]) -> list[StageFigures]:
+def recorded_stages(summary: dict[str, Any], where: str = "summary.json") -> list[StageFigures]:
     """The published stage figures of an imported run's summary.json (none for a run
-    recorded request by request)."""
+    recorded request by request). RecordError (one line naming ``where`` and the key)
+    for a block that is not what import-run writes."""
     block = summary.get("recorded") or {}
-    return [StageFigures(**row) for row in block.get("stages") or []]
+    if not isinstance(block, dict):
+        raise RecordError(f"{where}: recorded: expected an object, got {_kind(block)}")
+    rows = block.get("stages") or []
+    if not isinstance(rows, list):
+        raise RecordError(f"{where}: recorded.stages: expected a list, got {_kind(rows)}")
+    return [_stage_row(row, f"{where}: recorded.stages[{i}]") for i, row in enumerate(rows)]
+
+
+def _stage_row(row: Any, where: str) -> StageFigures:
+    if not isinstance(row, dict):
+        raise RecordError(f"{where}: expected an object, got {_kind(row)}")
+    for key in ("index", "sent", "failed"):
+        value = row.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < -1:
+            raise RecordError(f"{where}.{key}: expected an integer, got {str(value)[:40]}")
+    if not isinstance(row.get("latency"), dict):
+        raise RecordError(f"{where}.latency: expected an object")
+    fields = set(StageFigures.__dataclass_fields__)
+    unknown = sorted(set(row) - fields)
+    if unknown:
+        raise RecordError(f"{where}.{unknown[0]}: not a stage figure")
+    try:
+        return StageFigures(**{"rate_rps": None, "duration_s": None, **row})
+    except TypeError as err:
+        raise RecordError(f"{where}: {err}") from None
+
+
+def _kind(value: Any) -> str:
+    return type(value).__name__ if value is not None else "null"
 
 
 __all__ = ["CLIENT_OVERHEAD_S", "COMPARED", "METRICS", "Requests", "compare", "figures",
@@ -150,17 +179,42 @@ __all__ = ["CLIENT_OVERHEAD_S", "COMPARED", "METRICS", "Requests", "compare", "f
            "stage_windows"]  # fmt: skip
 
 
+#: The requests.csv columns the reduction reads.
+_REQUEST_COLUMNS = ("arrival_s", "first_token_s", "finish_s", "output_tokens", "rejected_reason")
+
+
 def read_requests_csv(path) -> Requests:
     """The reduction's columns from a run folder's requests.csv (a simulated or an
-    imported run: the same columns)."""
+    imported run: the same columns). RecordError (one line naming the file and line)
+    for a file that is missing, not UTF-8 text, lacks a column, has a short row or a
+    cell that is not a number."""
     import csv
 
-    with open(path, encoding="utf-8", newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            reader = csv.DictReader(handle)
+            rows = list(reader)
+            header = reader.fieldnames or []
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise RecordError(f"{path}: cannot read it: {getattr(err, 'strerror', None) or err}"
+                          ) from None  # fmt: skip
+    missing = [c for c in _REQUEST_COLUMNS if c not in header]
+    if missing:
+        raise RecordError(f"{path}: no column {missing[0]!r}")
+    for line, row in enumerate(rows, start=2):
+        if None in row.values():  # fewer cells than the header (a file cut short)
+            raise RecordError(f"{path}:{line}: {len(row) - 1} fields, expected {len(header)}")
 
     def floats(name: str) -> np.ndarray:
-        return np.array([float(row[name]) if row[name] not in ("", "nan") else np.nan
-                         for row in rows], dtype=np.float64)  # fmt: skip
+        values = []
+        for line, row in enumerate(rows, start=2):
+            text = row[name]
+            try:
+                values.append(float(text) if text not in ("", "nan") else np.nan)
+            except ValueError:
+                raise RecordError(f"{path}:{line}: {name}: expected a number, got {text[:40]!r}"
+                                  ) from None  # fmt: skip
+        return np.array(values, dtype=np.float64)
 
     rejected = np.array([row["rejected_reason"] != "" for row in rows], dtype=bool)
     finish = np.where(rejected, np.nan, floats("finish_s"))

@@ -1,0 +1,85 @@
+"""``pagesim calibrate --observed`` (and ``--holdout``) on recorded-run folders damaged
+one way each: one line naming the file and the key, exit code 2, nothing written, before
+any simulation."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.adversarial.cli import ROOT, one_line_error, run_cases
+
+CORPUS = ROOT / "validation" / "recorded" / "runs"
+PER_REQUEST = CORPUS / "rtx4090-llama-3.1-8b"  # requests.csv, no stage figures
+STAGED = CORPUS / "h100-llama-2-7b-general"  # published stage figures
+
+
+def _edit_json(name, change):
+    def edit(run: Path) -> None:
+        data = json.loads((run / name).read_text())
+        change(data)
+        (run / name).write_text(json.dumps(data))
+
+    return edit
+
+
+def _case(source: Path, edit, culprits, holdout: bool = False):
+    def build(folder: Path):
+        run = folder / "run"
+        shutil.copytree(source, run)
+        edit(run)
+        where = ["--holdout", str(run)] if holdout else []
+        observed = str(run if not holdout else CORPUS / "rtx4090-llama-3.1-8b-seqs128")
+        argv = ["calibrate", "--observed", observed, *where, "--out", str(folder / "cal.yaml"),
+                "--max-evaluations", "1"]  # fmt: skip
+        return argv, culprits
+
+    return build
+
+
+def _cut_half(name):
+    def edit(run: Path) -> None:
+        data = (run / name).read_bytes()
+        (run / name).write_bytes(data[: len(data) // 2])
+
+    return edit
+
+
+CASES = {
+    "no scenario.yaml": _case(PER_REQUEST, lambda r: (r / "scenario.yaml").unlink(),
+                              ["scenario.yaml", "cannot read"]),
+    "no scenario.json": _case(PER_REQUEST, lambda r: (r / "scenario.json").unlink(),
+                              ["scenario.json", "cannot read"]),
+    "garbage YAML": _case(PER_REQUEST, lambda r: (r / "scenario.yaml").write_text("a: [b\n  c:"),
+                          ["scenario.yaml", "not YAML"]),
+    "a scenario that is not valid": _case(
+        PER_REQUEST, lambda r: (r / "scenario.yaml").write_text("cache: {block_size: -1}\n"),
+        ["scenario.yaml", "cache.block_size"]),
+    "requests.csv cut in half": _case(PER_REQUEST, _cut_half("requests.csv"), ["requests.csv"]),
+    "recorded as a string": _case(
+        PER_REQUEST, _edit_json("summary.json", lambda d: d.update(recorded="yes")),
+        ["summary.json", "recorded", "expected an object"]),
+    "a stage without sent": _case(
+        STAGED, _edit_json("summary.json", lambda d: d["recorded"]["stages"][0].pop("sent")),
+        ["summary.json", "recorded.stages[0].sent"]),
+    "scenario.json without hardware": _case(
+        PER_REQUEST, _edit_json("scenario.json", lambda d: d.pop("hardware")),
+        ["scenario.json", "hardware"]),
+    "a damaged holdout run": _case(
+        PER_REQUEST, _cut_half("requests.csv"), ["requests.csv"], holdout=True),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    return run_cases(CASES, lambda: tmp_path_factory.mktemp("case"))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_damaged_recorded_run_is_one_line(outcomes, name):
+    outcome = outcomes[name]
+    assert one_line_error(outcome.result, *outcome.culprits) == ""
+    assert outcome.after == outcome.before  # nothing written
