@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from sim.recorded.engine_args import engine_config, is_engine_argument, merged
-from sim.recorded.files import read_json, read_json_lines, sha256_of
+from sim.recorded.files import count, number, read_json, read_json_lines, sha256_of
 from sim.recorded.lifecycle import hardware_preset
 from sim.recorded.run import EngineConfig, RecordedRequests, RecordedRun, RecordError
 
@@ -115,9 +115,9 @@ def _send_times(result, fmt, size, meta, where, notes) -> np.ndarray:
         notes.append("send times from start_times (the client's perf_counter), first at 0")
         return values - values.min()
     rate = result.get("request_rate")
-    rate = math.inf if rate in ("inf", None) else rate
-    if not isinstance(rate, int | float) or rate <= 0:
-        raise RecordError(f"{where}: request_rate: expected a positive number or 'inf'")
+    rate = math.inf if rate in ("inf", None) or rate == math.inf else rate
+    if not math.isinf(rate):  # a finite rate a client can send at (NaN and 1e308 are not)
+        rate = number(rate, where, "request_rate", low=1e-9, high=1e6)
     if result.get("max_concurrency") not in (None, 0):
         raise RecordError(
             f"{where}: max_concurrency: sends waited for a free slot and the file has no "
@@ -126,8 +126,12 @@ def _send_times(result, fmt, size, meta, where, notes) -> np.ndarray:
     if math.isinf(rate):
         notes.append("request_rate inf: every request sent at 0")
         return np.zeros(size)
-    seed = int(meta.get("seed", _DEFAULT_SEED[fmt]))
-    burst = float(result.get("burstiness", 1.0) or 1.0)
+    seed = meta.get("seed", _DEFAULT_SEED[fmt])
+    decimal = isinstance(seed, str) and seed.isdecimal() and len(seed) <= 12
+    seed = count(int(seed) if decimal else seed, where,
+                 "seed", high=2**32 - 1)  # fmt: skip
+    burst = number(result.get("burstiness", 1.0) or 1.0, where, "burstiness", low=1e-3,
+                   high=1e3)  # fmt: skip
     state = np.random.RandomState(seed)
     if fmt == "vllm-bench":
         gaps = state.gamma(shape=burst, scale=1.0 / (rate * burst), size=size)

@@ -91,12 +91,26 @@ def field_of(value: Any, path: str, where: str) -> Any:
     return current
 
 
-def number(value: Any, where: str, field: str, *, low: float | None = 0.0) -> float:
-    """A finite number (at least ``low`` unless None); RecordError otherwise."""
+def mapping(value: Any, where: str, field: str) -> dict:
+    """An object (a missing or null one is empty); RecordError naming the field for a
+    list, a string or anything else."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RecordError(f"{where}: {field}: expected an object, got {_shown(value)}")
+    return value
+
+
+def number(value: Any, where: str, field: str, *, low: float | None = 0.0,
+           high: float | None = None) -> float:  # fmt: skip
+    """A finite number (at least ``low`` unless None, at most ``high`` unless None);
+    RecordError otherwise."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise RecordError(f"{where}: {field}: expected a finite number, got {_shown(value)}")
     if low is not None and value < low:
         raise RecordError(f"{where}: {field}: expected at least {low:g}, got {value!r}")
+    if high is not None and value > high:
+        raise RecordError(f"{where}: {field}: expected at most {high:g}, got {value!r}")
     return float(value)
 
 

@@ -49,7 +49,15 @@ from typing import Any
 
 import numpy as np
 
-from sim.recorded.files import count, field_of, number, read_json, read_yaml, sha256_of
+from sim.recorded.files import (
+    count,
+    field_of,
+    mapping,
+    number,
+    read_json,
+    read_yaml,
+    sha256_of,
+)
 from sim.recorded.run import (
     EngineConfig,
     RecordedRequests,
@@ -218,8 +226,8 @@ def _distribution(spec: Any, where: str, field: str) -> Any:
 def _figures(report: Any, index: int, where: str) -> StageFigures:
     """One stage's (or the summary's) published figures."""
     load = report.get("load_summary") if isinstance(report, dict) else None
-    ok = field_of(report, "successes", where)
-    failed = report.get("failures") or {}
+    ok = mapping(field_of(report, "successes", where), where, "successes")
+    failed = mapping(report.get("failures"), where, "failures")
     latency = {}
     for metric, key in _LATENCIES.items():
         table = (ok.get("latency") or {}).get(key)
@@ -229,12 +237,15 @@ def _figures(report: Any, index: int, where: str) -> StageFigures:
     throughput = ok.get("throughput") or {}
     load = load or {}
     sent = count(load.get("count", ok.get("count", 0)), where, "load_summary.count")
+    failures = count(failed.get("count", 0) or 0, where, "failures.count")
+    if failures > sent:  # else the run would report fewer than no finished requests
+        raise RecordError(f"{where}: failures.count: {failures} failures of {sent} requests")
     return StageFigures(
         index=index,
         rate_rps=finite_or_none(load.get("requested_rate")),
         duration_s=finite_or_none(load.get("send_duration")),
         sent=sent,
-        failed=count(failed.get("count", 0) or 0, where, "failures.count"),
+        failed=failures,
         latency=latency,
         throughput_rps=finite_or_none(throughput.get("requests_per_sec")),
         output_tok_s=finite_or_none(throughput.get("output_tokens_per_sec")),
@@ -328,7 +339,11 @@ def _requests(records: Any, where: str, out_len: int | None):
         prompt.append(count(info.get("input_tokens", 0), at, "info.input_tokens"))
         output.append(count(info.get("output_tokens", 0), at, "info.output_tokens"))
         keys.append(_prompt_key(record.get("request")))
-        errors.append("" if not error else str((error or {}).get("error_type", "error"))[:80])
+        if isinstance(error, str):  # some versions write the message itself
+            errors.append(error[:80])
+        else:
+            kind = mapping(error, at, "error").get("error_type", "error") if error else ""
+            errors.append(str(kind)[:80])
     line_times = bool(line_pairs) and np.mean(line_pairs) > 0.5
     if line_times:  # keep one time a token: the data lines (even indices), not [DONE]
         times = [t[0:-2:2] if t.size >= 2 else t for t in times]

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from sim.recorded.engine_args import engine_config, merged
-from sim.recorded.files import count, number, read_json, read_json_lines, sha256_of
+from sim.recorded.files import count, mapping, number, read_json, read_json_lines, sha256_of
 from sim.recorded.run import EngineConfig, RecordedRequests, RecordedRun, RecordError
 
 _ALIASES = {"input_toks": ("input_toks", "prompt_tokens", "input_tokens"),
@@ -149,14 +149,14 @@ def _float(text: Any) -> Any:
 def _engine_of(meta: dict[str, Any], where: str) -> EngineConfig:
     if not meta:
         return EngineConfig()
-    values = dict(meta.get("engine_kwargs") or {})
+    values = dict(mapping(meta.get("engine_kwargs"), where, "engine_kwargs"))
     values.pop("seed", None)
     if values.pop("data_parallel_size", None) not in (None, 1):
         raise RecordError(f"{where}: engine_kwargs.data_parallel_size: data-parallel ranks "
                           "that step together (vLLM's DP attention, with expert parallelism "
                           "across them) are not replayed: one replica, tensor and expert "
                           "parallel within it")  # fmt: skip
-    kv = meta.get("kv_cache") or {}
+    kv = mapping(meta.get("kv_cache"), where, "kv_cache")
     for key in ("num_gpu_blocks", "block_size", "gpu_memory_utilization", "enable_prefix_caching"):
         if kv.get(key) is not None:
             values[key] = kv[key]

@@ -63,6 +63,16 @@ def _inference_perf(folder: Path, edit) -> tuple[list[str], list[str]]:
             "--hardware", "h100-sxm", "--model", "meta-llama/Llama-2-7b-hf"], culprits  # fmt: skip
 
 
+def _json_edit(name, change, *culprits):
+    def edit(source):
+        data = json.loads((source / name).read_text())
+        change(data)
+        (source / name).write_text(json.dumps(data))
+        return [name, *culprits]
+
+    return edit
+
+
 def _replace(name, content, *culprits):
     def edit(source):
         (source / name).write_text(content)
@@ -71,8 +81,8 @@ def _replace(name, content, *culprits):
     return edit
 
 
-def _vllm(folder: Path, extra, culprits, *options) -> tuple[list[str], list[str]]:
-    path = vllm_bench(folder / "result.json", **extra)
+def _vllm(folder: Path, extra, culprits, *options, start=True) -> tuple[list[str], list[str]]:
+    path = vllm_bench(folder / "result.json", start_times=start, **extra)
     return ["import-run", "vllm-bench", str(path), "--out", str(folder / "out"),
             *options], culprits  # fmt: skip
 
@@ -175,6 +185,39 @@ CASES = {
         "--hardware", "h100-sxm",
     ),
     "lifecycle: an existing --out without --force": lambda f: _existing_out(f),
+    # fields of the wrong type: one line naming the field (they were AttributeErrors)
+    "lifecycle: engine_kwargs a list": lambda f: _lifecycle(
+        f, _meta_edit(lambda m: m.update(engine_kwargs=[1, 2]), "engine_kwargs")
+    ),
+    "lifecycle: engine_kwargs a string": lambda f: _lifecycle(
+        f, _meta_edit(lambda m: m.update(engine_kwargs="tp=2"), "engine_kwargs")
+    ),
+    "lifecycle: kv_cache a list": lambda f: _lifecycle(
+        f, _meta_edit(lambda m: m.update(kv_cache=[16]), "kv_cache")
+    ),
+    "inference-perf: successes a list": lambda f: _inference_perf(
+        f, _json_edit("stage_0_lifecycle_metrics.json", lambda d: d.update(successes=[1]),
+                      "successes"),  # fmt: skip
+    ),
+    "inference-perf: more failures than requests": lambda f: _inference_perf(
+        f, _json_edit("stage_1_lifecycle_metrics.json",
+                      lambda d: d["failures"].update(count=2000), "failures.count"),  # fmt: skip
+    ),
+    "vllm-bench: a rate of 1e308": lambda f: _vllm(
+        f, {"request_rate": 1e308}, ["result.json", "request_rate"], "--hardware", "h100-sxm",
+        start=False,
+    ),
+    "vllm-bench: a burstiness of -1": lambda f: _vllm(
+        f, {"burstiness": -1}, ["result.json", "burstiness"], "--hardware", "h100-sxm",
+        start=False,
+    ),
+    "vllm-bench: a burstiness of 'x'": lambda f: _vllm(
+        f, {"burstiness": "x"}, ["result.json", "burstiness"], "--hardware", "h100-sxm",
+        start=False,
+    ),
+    "vllm-bench: a seed of 'abc'": lambda f: _vllm(
+        f, {"seed": "abc"}, ["result.json", "seed"], "--hardware", "h100-sxm", start=False,
+    ),
     "vllm-bench: unknown hardware": lambda f: _vllm(
         f, {}, ["hardware", "h100-sxn", "h100-sxm"], "--hardware", "h100-sxn"
     ),
