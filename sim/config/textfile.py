@@ -16,7 +16,9 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import re
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -52,11 +54,26 @@ def _not_utf8(path: str | Path, error: ErrorType) -> Exception:
     return error(f"{path}:{line_no}: not UTF-8 text (byte 0x{byte:02x}); save it as UTF-8")
 
 
+def check_regular_file(path: str | Path, error: ErrorType) -> None:
+    """Raise ``error`` (one line) unless ``path`` is a regular file (after links): a
+    FIFO would block the open until a writer came, and ``/dev/zero`` never ends."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        raise error(f"{path}: cannot read: {err.strerror or err}") from None
+    if stat.S_ISDIR(mode):
+        raise error(f"{path}: is a folder, expected a file")
+    if not stat.S_ISREG(mode):
+        raise error(f"{path}: not a regular file (a pipe, a device or a socket)")
+
+
 @contextlib.contextmanager
 def reading(path: str | Path, error: ErrorType) -> Iterator[None]:
-    """Around code that opens and reads ``path``: an OSError (missing, a folder, no
-    permission) or bytes that are not UTF-8 raise ``error`` with one line naming the
-    file (and the line of the first bad byte). ``error`` itself passes through."""
+    """Around code that opens and reads ``path``: a path that is not a regular file, an
+    OSError (missing, a folder, no permission) or bytes that are not UTF-8 raise
+    ``error`` with one line naming the file (and the line of the first bad byte).
+    ``error`` itself passes through."""
+    check_regular_file(path, error)
     try:
         yield
     except UnicodeDecodeError:

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from sim.config.textfile import parse_json, read_text
+from sim.config.textfile import check_regular_file, parse_json, read_text
 from sim.recorded.run import RecordError
 
 #: A recorded file larger than this is refused before it is read (a run of a million
@@ -34,9 +34,8 @@ def sha256_of(path: Path) -> str:
 
 
 def _checked(path: Path) -> Path:
-    if path.is_dir():
-        raise RecordError(f"{path}: is a folder, expected a file")
-    if path.is_file() and path.stat().st_size > MAX_FILE_BYTES:
+    check_regular_file(path, RecordError)  # a FIFO or /dev/zero would hang the read
+    if path.stat().st_size > MAX_FILE_BYTES:
         size = path.stat().st_size
         raise RecordError(f"{path}: {size:,} bytes, more than the {MAX_FILE_BYTES:,} read")
     return path

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.config.textfile import reading
 from sim.recorded.engine_args import engine_config, merged
 from sim.recorded.files import count, mapping, number, read_json, read_json_lines, sha256_of
 from sim.recorded.run import EngineConfig, RecordedRequests, RecordedRun, RecordError
@@ -132,7 +133,7 @@ def _series(path: Path, files: dict[str, str]) -> dict[str, list[float]] | None:
     files[str(path)] = sha256_of(path)
     columns = {"t": "t", "running": "running", "waiting": "waiting", "gen_tok_s": "gen_throughput"}
     series: dict[str, list[float]] = {name: [] for name in columns}
-    with open(path, encoding="utf-8", newline="") as handle:
+    with reading(path, RecordError), open(path, encoding="utf-8", newline="") as handle:
         for line, row in enumerate(csv.DictReader(handle), start=2):
             for name, column in columns.items():
                 series[name].append(number(_float(row.get(column)), f"{path}:{line}", column))

@@ -171,6 +171,8 @@ def snapshot(*roots: Path) -> dict[str, tuple]:
                 seen[str(path)] = ("link", os.readlink(path))
             elif path.is_dir():
                 seen[str(path)] = ("folder",)
+            elif path.exists() and not path.is_file():  # a FIFO, a socket: never read
+                seen[str(path)] = ("special", path.stat().st_mtime_ns)
             elif path.exists():
                 stat = path.stat()
                 digest = hashlib.sha256(path.read_bytes()).hexdigest()

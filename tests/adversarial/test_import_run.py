@@ -4,6 +4,7 @@ field, exit code 2, nothing written."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -185,6 +186,20 @@ CASES = {
         "--hardware", "h100-sxm",
     ),
     "lifecycle: an existing --out without --force": lambda f: _existing_out(f),
+    # files that are not regular files would block or never end: refused before opening
+    "lifecycle: requests.jsonl is /dev/zero": lambda f: _lifecycle(
+        f, lambda path, source: (path.unlink(), path.symlink_to("/dev/zero"),
+                                 ["requests.jsonl", "not a regular file"])[2],
+    ),
+    "lifecycle: requests.jsonl is a FIFO": lambda f: _lifecycle(
+        f, lambda path, source: (path.unlink(), os.mkfifo(path),
+                                 ["requests.jsonl", "not a regular file"])[2],
+    ),
+    "lifecycle: timeseries.csv not UTF-8": lambda f: _lifecycle(
+        f, lambda path, source: ((source / "timeseries.csv").write_bytes(
+            b"t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1,\xff,2,3,4,5\n"),
+            ["timeseries.csv", "UTF-8"])[1],
+    ),
     # fields of the wrong type: one line naming the field (they were AttributeErrors)
     "lifecycle: engine_kwargs a list": lambda f: _lifecycle(
         f, _meta_edit(lambda m: m.update(engine_kwargs=[1, 2]), "engine_kwargs")
