@@ -97,6 +97,8 @@ DTYPES = {
 MAX_COUNT = 2**31 - 1
 #: The largest file read as a config (they are a few KB; a label map can add some).
 MAX_BYTES = 16 << 20
+#: Deepest nesting of a value carried for the record (rope_scaling: 2 in every config).
+MAX_RECORD_DEPTH = 4
 
 
 class ConfigError(UserError, ValueError):
@@ -337,6 +339,9 @@ class _Reader:
             return self._rope_parameters() or None
         if not isinstance(value, dict):
             raise self.fail("rope_scaling", f"expected an object or null, got {_shown(value)}")
+        if _depth(value) > MAX_RECORD_DEPTH:  # kept for the record only: a flat object
+            raise self.fail("rope_scaling", f"expected an object nested at most "
+                                            f"{MAX_RECORD_DEPTH} deep")  # fmt: skip
         return value
 
     def _sliding_window(self) -> int | None:
@@ -357,6 +362,18 @@ class _Reader:
                 f"{_shown(proj)} differs from hidden_size ({hidden}): embedding projections "
                 "are not modelled",
             )
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of dicts and lists (a scalar is 0), stopping once past the limit."""
+    stack, deepest = [(value, 0)], 0
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list) and level <= MAX_RECORD_DEPTH:
+            children = item.values() if isinstance(item, dict) else item
+            stack += [(child, level + 1) for child in children]
+            deepest = max(deepest, level + 1)
+    return deepest
 
 
 def _shown(value: Any, width: int = 40) -> str:

@@ -65,7 +65,8 @@ def read_moe(reader: Reader, model_type: str) -> dict[str, Any]:
             "experts_per_token": reader.count("num_experts_per_tok"),
             "expert_intermediate_size": width,
             "shared_intermediate_size": _optional_count(reader, "n_shared_experts") * width,
-            "dense_layers": sum(1 for i in range(layers) if i < first or i % step != 0),
+            # layers i < first, and those past it off the frequency (i % step != 0)
+            "dense_layers": layers - _multiples(first, layers, step),
         }
     else:
         fields = {
@@ -105,8 +106,16 @@ def _qwen_dense_layers(reader: Reader, layers: int) -> int:
             "mlp_only_layers",
             f"expected a list of layer indices in [0, {layers}), got {repr(only)[:40]}",
         )
-    dense = set(only)
-    return sum(1 for i in range(layers) if i in dense or (i + 1) % step != 0)
+    # layer i is dense when listed or when (i + 1) % step != 0; counted, not looped:
+    # a config may claim 2^31 - 1 layers
+    sparse = layers // step  # the i in [0, layers) with (i + 1) a multiple of step
+    listed_sparse = sum(1 for i in set(only) if (i + 1) % step == 0)
+    return layers - sparse + listed_sparse
+
+
+def _multiples(low: int, high: int, step: int) -> int:
+    """How many multiples of ``step`` lie in ``[low, high)`` (0 <= low <= high)."""
+    return (high - 1) // step - (low - 1) // step
 
 
 #: model types whose attention is multi-head latent attention.

@@ -265,6 +265,39 @@ def list_hardware_with_a_file(d):
     return ["list", "hardware", str(d / "x.json")], ["list hardware"]
 
 
+def _huge_moe(d: Path, shipped: str):
+    """A shipped MoE config with 2^31 - 1 layers, on a pool sized from memory: refused at
+    once for its weights (its dense layers are counted, not looped over: it hung)."""
+    config = json.loads((ROOT / "scenarios" / "models" / shipped).read_text())
+    config["num_hidden_layers"] = 2**31 - 1
+    (d / "cfg.json").write_text(json.dumps(config))
+    raw = {"model": {"config": "cfg.json"}, "hardware": "h100-sxm",
+           "simulation": {"num_requests": 20}}  # fmt: skip
+    (d / "s.yaml").write_text(yaml.safe_dump(raw))
+    return ["run", str(d / "s.yaml"), "--out", str(d / "out")], ["tensor_parallel", "weights"]
+
+
+@case
+def qwen3_moe_with_2_31_layers(d):
+    return _huge_moe(d, "qwen3-30b-a3b.json")
+
+
+@case
+def deepseek_with_2_31_layers(d):
+    return _huge_moe(d, "deepseek-v2-lite.json")
+
+
+@case
+def rope_scaling_nested_900_deep(d):
+    nested: dict = {}
+    inner = nested
+    for _ in range(900):
+        inner["a"] = {}
+        inner = inner["a"]
+    return run_with(d, json.dumps({**LLAMA, "rope_scaling": nested})), [
+        "cfg.json", "rope_scaling", "nested"]  # fmt: skip
+
+
 # ---------------------------------------------------------------------------- tests
 
 
