@@ -22,6 +22,7 @@ import os
 import platform
 import shutil
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,15 @@ def _check_creatable(target: Path, what: str) -> None:
         raise ValueError(f"{target}: cannot create {what}: {existing} is a file")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"{target}: cannot create {what}: {existing} is not writable")
+    # os.access says yes to root everywhere; /proc and /sys refuse all the same. Only
+    # creating a file there tells (it is removed at once).
+    try:
+        with tempfile.TemporaryFile(dir=existing, prefix=".pagesim-probe-"):
+            pass
+    except OSError as err:
+        raise ValueError(
+            f"{target}: cannot create {what}: cannot write in {existing} ({err.strerror})"
+        ) from None
 
 
 def check_file_target(target: Path) -> None:

@@ -189,3 +189,24 @@ def test_a_negative_seed_is_a_usage_error_in_every_command_that_takes_one(tmp_pa
     for argv in (["run", TINY], ["validate", TINY], ["profile", "--scenario", TINY]):
         one_line_error(capsys, [*argv, "--seed", "-2", "--out", tmp_path / "o"], "--seed")
     assert files_under(tmp_path) == set()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", TINY, "--out", "{place}/pagesim-out", "--quiet"],
+        ["schema", "--out", "{place}/schema.json"],
+        ["profile", "--model", "tiny", "--out", "{place}/profile.csv"],
+        ["calibrate", "--observed", "{run}", "--out", "{place}/cal.yaml"],
+    ],
+    ids=lambda argv: argv[0],
+)
+@pytest.mark.parametrize("place", ["/proc", "/sys"])
+def test_a_system_folder_that_refuses_files_is_one_line(capsys, argv, place):
+    """os.access says yes to root in /proc and /sys; creating the file says no."""
+    if not Path(place).is_dir():
+        pytest.skip(f"no {place} on this system")
+    run = Path(__file__).resolve().parents[2] / "validation/recorded/runs/rtx4090-llama-3.1-8b"
+    argv = [str(a).format(place=place, run=run) for a in argv]
+    err = one_line_error(capsys, argv, place)
+    assert "cannot write in" in err or "is not writable" in err  # as root, or not
