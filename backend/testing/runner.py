@@ -13,6 +13,8 @@ from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
 from backend.base import AllocatorFactory
+from backend.testing.guard import PluginStopped, guarded_factory, watching
+from backend.testing.harness import supports_prefix_caching
 from backend.testing.machine import AllocatorStateMachine
 
 
@@ -43,7 +45,17 @@ def check_allocator(
     ``examples`` examples of up to ``steps`` calls each, drawn from ``seed_value`` (the
     same seed gives the same run). A failure is shrunk to a minimal example. The
     Hypothesis example database is not used, so nothing is written anywhere."""
-    machine = AllocatorStateMachine.for_factory(factory, prefix_caching=prefix_caching, name=name)
+    guarded = guarded_factory(factory)
+    try:
+        if prefix_caching is None:
+            with watching():
+                prefix_caching = supports_prefix_caching(guarded)
+    except PluginStopped as err:
+        return CheckResult(False, {"runs": 0, "calls": 0}, [], f"PluginStopped: {err}")
+    machine = AllocatorStateMachine.for_factory(
+        guarded, prefix_caching=prefix_caching,
+        name=name or f"Check{getattr(factory, '__name__', 'Allocator')}",
+    )  # fmt: skip
     config = Settings(
         max_examples=examples,
         stateful_step_count=steps,
@@ -62,8 +74,10 @@ def check_allocator(
         return machine()
 
     try:
-        with with_reporter(lambda text: None):  # the example comes back on the exception
+        with with_reporter(lambda text: None), watching():  # the example is on the exception
             run_state_machine_as_test(seed(seed_value)(build), settings=config)
+    except PluginStopped as err:  # a hang or an exit: no example to shrink
+        return CheckResult(False, dict(machine.stats), [], f"PluginStopped: {err}")
     except Exception as err:  # the allocator's failure, whatever it raised
         message = str(err).strip().splitlines()
         error = f"{type(err).__name__}: {message[-1]}" if message else type(err).__name__

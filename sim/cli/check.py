@@ -71,6 +71,9 @@ def cmd_check_allocator(args) -> int:
         print(f"PASS {spec} (seed {args.seed}): {runs}")
         print("  exercised: " + _exercised(stats))
         return 0
+    if not result.example:  # it hung or tried to exit: nothing to shrink
+        print(f"FAIL {spec} (seed {args.seed}, after {runs}): {result.error}")
+        return 1
     print(f"FAIL {spec} (seed {args.seed}, after {runs}); a minimal failing example:")
     for line in result.example:
         print(f"    {line}")
@@ -86,17 +89,22 @@ def _user_class(spec: str):
     if ":" not in spec:
         shipped = ", ".join(SHIPPED)
         raise UsageError(f"{spec}: expected {PLUGIN_FORMS}, or one of {shipped}")
+    from backend.testing.guard import PluginStopped, guarded_factory, watching
+
     try:
         cls = load_allocator_class(spec)
-        construct(
-            cls,
-            num_blocks=8,
-            block_size=2,
-            num_cpu_blocks=2,
-            enable_prefix_caching=bool(cls.supports_prefix_caching),
-        )
+        with watching():
+            construct(
+                guarded_factory(cls),
+                num_blocks=8,
+                block_size=2,
+                num_cpu_blocks=2,
+                enable_prefix_caching=bool(cls.supports_prefix_caching),
+            )
     except ValueError as err:
         raise UsageError(str(err)) from None
+    except PluginStopped as err:
+        raise UsageError(f"{spec}: {err}") from None
     return cls
 
 

@@ -102,3 +102,31 @@ UncheckedLeakyFree = unchecked(LeakyFree)
 UncheckedFreePublishesUncomputed = unchecked(FreePublishesUncomputed)
 UncheckedFreeKeepsKeys = unchecked(FreeKeepsKeys)
 UncheckedSharedAcrossTenants = unchecked(SharedAcrossTenants)
+
+
+class FreeHangs(BlockManager):
+    """``free`` never returns (a plug-in stuck in a loop)."""
+
+    def free(self, seq_id):
+        import time
+
+        while True:
+            time.sleep(0.05)
+
+
+class AppendExits(BlockManager):
+    """``append`` ends the process (``sys.exit`` inside a plug-in)."""
+
+    def append(self, seq_id, token_ids):
+        import sys
+
+        sys.exit(3)
+
+
+class ConstructorExits(BlockManager):
+    """The constructor itself calls ``sys.exit``."""
+
+    def __init__(self, **kwargs):
+        import sys
+
+        sys.exit("no")

@@ -99,3 +99,25 @@ def test_the_help_states_the_constructor_contract(capsys):
     text = capsys.readouterr().out
     assert "Class(num_blocks=N, block_size=B, num_cpu_blocks=C, enable_prefix_caching=P)" in text
     assert "supports_prefix_caching" in text and "exit codes: 0 passed, 1" in text
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("FreeHangs", "free() did not return within 0.5 s"),
+        ("AppendExits", "append() called sys.exit(3)"),
+    ],
+)
+def test_a_plugin_that_hangs_or_exits_is_a_fail_with_the_reason(capsys, monkeypatch, name,
+                                                                reason):  # fmt: skip
+    monkeypatch.setattr("backend.testing.guard.CALL_LIMIT_S", 0.5)
+    code, out, err = run(capsys, f"{BROKEN}:{name}", "--examples", "30")
+    assert code == 1 and not err
+    assert out[0].startswith(f"FAIL {BROKEN}:{name} (seed 0, after ")
+    assert out[0].endswith(f"PluginStopped: {reason}") and len(out) == 1
+
+
+def test_a_constructor_that_exits_is_one_line(capsys, monkeypatch):
+    code, out, err = run(capsys, f"{BROKEN}:ConstructorExits")
+    assert code == 2 and not out
+    assert "the constructor called sys.exit('no')" in err and len(err.strip().splitlines()) == 1
