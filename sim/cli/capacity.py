@@ -59,8 +59,11 @@ def run_capacity_command(args) -> int:
         from sim.sweep.tables import capacity_table
 
         print(capacity_table(rows, keys))
+    for row in rows:  # what stopped a search, even with --quiet
+        if row["error"]:
+            print(f"configuration {row['config']} failed: {row['error']}")
     print(f"wrote {out}/capacity.csv and {out}/capacity.html")
-    return 0
+    return 1 if any(row["error"] for row in rows) else 0
 
 
 def _prices(assignments) -> dict[str, float]:

@@ -58,6 +58,9 @@ class Config:
     bounds: list[Bound]
     search: RateSearch
     probes: list[Probe] = field(default_factory=list)
+    #: why a probe of it could not run (its search stops there: an error does not
+    #: depend on the rate the way an SLO miss does)
+    error: str | None = None
 
     def describe(self) -> str:
         return describe(self.values)
@@ -135,7 +138,7 @@ def run_capacity(
 ) -> None:
     """Search every configuration of ``plan``, writing probe run folders under ``out``."""
     for round_number in range(1, MAX_ROUNDS + 1):
-        active = [c for c in plan.configs if not c.search.done()]
+        active = [c for c in plan.configs if not c.search.done() and c.error is None]
         if not active:
             return
         per_config = max(1, executor.workers // len(active))
@@ -152,6 +155,9 @@ def run_capacity(
             probe.summary, probe.error = outcomes[probe.point.key]
             probe.passed = probe.error is None and meets(config.bounds, probe.summary)
             config.probes.append(probe)
+            if probe.error is not None:
+                config.error = config.error or f"the probe at {probe.rate:g} req/s: {probe.error}"
+                continue
             config.search.record(probe.rate, probe.passed)
         if progress:
             print(
@@ -181,8 +187,10 @@ def results(plan: CapacityPlan, prices: dict[str, float] | None = None) -> list[
             {
                 "config": config.index,
                 **{key: value for key, value in config.values.items()},
-                "capacity_rps": config.search.capacity(),
-                "status": config.search.status(),
+                # a failed search has no capacity: never 0, which would read as a finding
+                "capacity_rps": None if config.error else config.search.capacity(),
+                "status": "failed" if config.error else config.search.status(),
+                "error": config.error or "",
                 "lowest_failing_rps": config.search.hi,
                 "tolerance": plan.tolerance,
                 "probes": len(config.probes),
@@ -203,7 +211,8 @@ def results(plan: CapacityPlan, prices: dict[str, float] | None = None) -> list[
             }
         )
     priced = [
-        r for r in rows if r["capacity_rps"] > 0 and r["usd_per_million_output_tokens"] is not None
+        r for r in rows
+        if (r["capacity_rps"] or 0) > 0 and r["usd_per_million_output_tokens"] is not None
     ]
     if priced:
         min(priced, key=lambda r: r["usd_per_million_output_tokens"])["cheapest"] = True

@@ -83,7 +83,7 @@ def capacity_table(rows: Sequence[dict], keys: Sequence[str]) -> str:
         [
             str(r["config"]),
             *(str(r[k]) for k in keys),
-            number(repr(r["capacity_rps"])),
+            figure_text(r["capacity_rps"]),
             r["status"],
             _maybe(r["throughput_tok_s_at_capacity"]),
             str(r["gpus"]),

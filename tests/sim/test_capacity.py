@@ -144,3 +144,26 @@ def test_capacity_end_to_end_marks_the_cheapest_and_resumes(chromium, tmp_path, 
     flat = html.replace(" ", "")
     assert '"plot_bgcolor":"white"' in flat and "#E5ECF6" not in flat  # the report's theme
     assert not re.search(r"<td[^>]*>[^<]*\de[+-]\d", html)  # no 1.158e+04 in the table
+
+
+def test_a_configuration_whose_probes_fail_is_a_failure_with_the_reason(tmp_path, capsys):
+    """A probe that cannot run (here a scheduler plug-in that raises) stops that
+    configuration's search: capacity is unknown, not 0, and the reason is printed."""
+    plugin = tmp_path / "boom.py"
+    plugin.write_text(
+        "class Boom:\n"
+        "    def order(self, waiting, view):\n"
+        "        raise RuntimeError('boom on purpose')\n"
+    )
+    scenario = tmp_path / "s.yaml"
+    text = (ROOT / "scenarios" / "tiny.yaml").read_text()
+    scenario.write_text(text.replace("scheduler:\n", "scheduler:\n  policy: boom.py:Boom\n"))
+    out = tmp_path / "cap"
+    code = main(["capacity", str(scenario), "--out", str(out), "--jobs", "1",
+                 "--set", "simulation.num_requests=80"])  # fmt: skip
+    assert code == 1
+    printed = capsys.readouterr().out
+    assert "configuration 0 failed: the probe at" in printed and "boom on purpose" in printed
+    (row,) = json.loads((out / "capacity.json").read_text())["configurations"]
+    assert row["status"] == "failed" and row["capacity_rps"] is None
+    assert len(json.loads((out / "capacity.json").read_text())["probes"]) == 1
