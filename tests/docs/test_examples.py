@@ -65,6 +65,7 @@ RULES = (
     Rule(r"bench/(allocator|trace_export|costmodel_vs_profiles|recorded_runs|parity/compare)\.py",
          "nightly", "a benchmark (minutes)"),
     Rule(r"bench/costmodels_on_run\.py", "run", output=True),
+    Rule(r"bench/serve_load\.py", "run"),  # its figures are timings: checked by its own test
     Rule(r"num_requests=100000", "reduced", "2,000 requests",
          (("num_requests=100000", "num_requests=2000"),)),
     Rule(r"pagesim serve ", "background", "a server, stopped when its page is done"),
