@@ -178,6 +178,12 @@ def shipped_config_for(repository: str) -> str | None:
 _PRESETS = {"model": MODEL_PRESETS, "hardware": HARDWARE_PRESETS}
 
 
+#: Preset figures measured on the card a preset field describes: an override of that field
+#: leaves them unset (they would describe the old card), unless it sets them too.
+#: ``mem_capacity_bytes`` -> ``cuda_memory_bytes``: the KV pool is sized from the latter.
+_MEASURED_FROM = {"hardware": {"mem_capacity_bytes": ("cuda_memory_bytes",)}}
+
+
 def expand_preset(value: Any, kind: Literal["model", "hardware"]) -> Any:
     """A preset name or ``{"preset": NAME, **overrides}`` as the preset's fields with the
     overrides applied; anything else (an explicit shape, a spec) unchanged, for the
@@ -192,7 +198,13 @@ def expand_preset(value: Any, kind: Literal["model", "hardware"]) -> Any:
     if not isinstance(name, str) or name not in presets:
         raise ValueError(f"unknown {kind} preset {name!r}{did_you_mean(name, presets)}")
     overrides = {k: v for k, v in value.items() if k != "preset"}
-    return {**presets[name].model_dump(), **overrides}
+    base = presets[name].model_dump()
+    for field, measured in _MEASURED_FROM.get(kind, {}).items():
+        if field in overrides:  # a new figure: the preset's measurement of the old one goes
+            for key in measured:
+                if key not in overrides:
+                    base[key] = None
+    return {**base, **overrides}
 
 
 def resolve_model(value: str | dict | ModelSpec) -> ModelSpec:

@@ -383,3 +383,22 @@ def test_every_reader_error_is_a_user_error_the_cli_reports_in_one_line():
     kinds = (UsageError, OverBudget, ConfigError, LengthTableError, TraceError, ScenarioError,
              CalibrationError, ProfileError, RecordError, FolderExists, WorkloadError)  # fmt: skip
     assert all(issubclass(kind, UserError) for kind in kinds)
+
+
+def test_overriding_a_presets_memory_is_not_ignored():
+    """The pool is sized from the memory CUDA reports (a preset's measurement of its
+    card); a scenario that sets mem_capacity_bytes describes another card, so that
+    measurement goes unless it is set too."""
+    base = {"model": "llama-3-8b", "simulation": {"num_requests": 10}}
+    stock = validate_scenario({**base, "hardware": "h100-sxm"})
+    bigger = validate_scenario(
+        {**base, "hardware": {"preset": "h100-sxm", "mem_capacity_bytes": 120 * 10**9}}
+    )
+    assert bigger.hardware.cuda_memory_bytes is None
+    assert bigger.kv_pool.device_blocks > stock.kv_pool.device_blocks
+    with pytest.raises(ScenarioError, match="does not leave room for KV blocks"):
+        validate_scenario({**base, "hardware": {"preset": "h100-sxm", "mem_capacity_bytes": 1000}})
+    both = validate_scenario({**base, "hardware": {"preset": "h100-sxm",
+                                                   "mem_capacity_bytes": 120 * 10**9,
+                                                   "cuda_memory_bytes": 121 * 10**9}})  # fmt: skip
+    assert both.hardware.cuda_memory_bytes == 121 * 10**9
