@@ -95,6 +95,8 @@ def check_memory(scenario) -> None:
     }
     if scenario.simulation.duration_s is not None and scenario.simulation.num_requests is None:
         parts["simulation.duration_s"] = parts.pop("simulation.num_requests")
+    if scenario.backend.kind == "torch" and scenario.backend.device == "cpu":
+        parts["backend.kind"] = _real_backend_bytes(scenario)
     total, budget = sum(parts.values()), memory_budget_bytes()
     if math.isfinite(total) and total <= budget:
         return
@@ -105,6 +107,21 @@ def check_memory(scenario) -> None:
         f"this), over the budget of {_size(budget)} (half of this machine's memory; "
         "PAGESIM_MEMORY_BUDGET_GB sets another)",
     )
+
+
+#: Bytes an element takes in the real backend, by ``backend.dtype``.
+_ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def _real_backend_bytes(scenario) -> float:
+    """What the torch backend on the CPU allocates in this process: every replica's
+    weights and KV pool, at ``backend.dtype`` (a 70B model in fp32 is ~280 GB)."""
+    element = _ELEMENT_BYTES[scenario.backend.dtype]
+    model = scenario.model
+    weights = model.num_params * element
+    pool = scenario.kv_pool.device_blocks * scenario.cache.block_size
+    kv = pool * model.kv_bytes_per_token(1, element)
+    return float(scenario.routing.replicas * (weights + kv))
 
 
 def _trace_bytes(arrival) -> float:

@@ -229,6 +229,12 @@ class Scenario(StrictModel):
             raise error_at("backend.kind", "torch: the real backend runs dense models only")
         if self.cache.kv_dtype != "auto" and self.backend.kind == "torch":
             raise error_at("cache.kv_dtype", "the real backend keeps KV in the model's dtype")
+        if self.backend.kind == "torch" and self.model.head_dim % 2:
+            raise error_at(
+                "model.head_dim",
+                "the real backend's rotary embedding rotates pairs: expected an even "
+                f"head_dim, got {self.model.head_dim}",
+            )
         if self.model.moe is None:
             return  # (the heads' split is checked with the pool's size)
         try:

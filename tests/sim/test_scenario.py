@@ -402,3 +402,14 @@ def test_overriding_a_presets_memory_is_not_ignored():
                                                    "mem_capacity_bytes": 120 * 10**9,
                                                    "cuda_memory_bytes": 121 * 10**9}})  # fmt: skip
     assert both.hardware.cuda_memory_bytes == 121 * 10**9
+
+
+def test_the_real_backend_refuses_what_it_cannot_run_in_one_line():
+    base = {"simulation": {"num_requests": 5}, "backend": {"kind": "torch"}}
+    with pytest.raises(ScenarioError, match="model.head_dim: .* expected an even head_dim"):
+        validate_scenario({**base, "model": {"preset": "tiny", "head_dim": 15},
+                           "cache": {"num_blocks": 64}})  # fmt: skip
+    # its weights and pool are allocated in this process: priced before anything is built
+    with pytest.raises(ScenarioError, match="backend.kind: the run would need about"):
+        validate_scenario({**base, "model": "llama-3-70b", "cache": {"num_blocks": 64}})
+    assert validate_scenario({**base, "model": "tiny", "cache": {"num_blocks": 64}})
