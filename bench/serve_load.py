@@ -1,7 +1,9 @@
 """``pagesim serve`` under load, on loopback: N concurrent streaming clients (a share of
 them going away after their first token), while /health and /metrics are read every
 quarter second. Prints what held: /health answered every time, the metrics never went
-backwards or negative, every request finished once in the engine (a client that left
+backwards or negative and balanced at every scrape (received = finished + rejected +
+running + waiting: the engine changes them under the lock /metrics reads under), every
+request finished once in the engine (a client that left
 does not cancel its request: ``vllm:request_success_total`` grows by N), and the
 server's memory: a first round warms its caches, a second must not grow it further.
 
@@ -82,8 +84,12 @@ async def watch(session, url: str, stop: asyncio.Event, log: dict) -> None:
         success = metric(text, "vllm:request_success_total")
         running = metric(text, "vllm:num_requests_running")
         waiting = metric(text, "vllm:num_requests_waiting")
+        received = metric(text, "pagesim:requests_received_total")
+        rejected = metric(text, "pagesim:requests_rejected_total")
         if success < last_success or running < 0 or waiting < 0:
             log["bad"].append((success, running, waiting))
+        if received != success + rejected + running + waiting:
+            log["unbalanced"].append((received, success, rejected, running, waiting))
         last_success = success
         log["scrapes"] += 1
         await asyncio.sleep(0.25)
@@ -92,7 +98,7 @@ async def watch(session, url: str, stop: asyncio.Event, log: dict) -> None:
 async def load(url: str, clients: int, leave_share: float) -> dict:
     import aiohttp
 
-    log: dict = {"health": [], "bad": [], "scrapes": 0}
+    log: dict = {"health": [], "bad": [], "unbalanced": [], "scrapes": 0}
     seen: list[str] = []
     limits = aiohttp.TCPConnector(limit=clients + 4)
     timeout = aiohttp.ClientTimeout(total=600)
@@ -141,11 +147,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         process.terminate()
         _, err = process.communicate(timeout=30)
-    log["health"] += first["health"]
-    log["bad"] += first["bad"]
+    for key in ("health", "bad", "unbalanced"):
+        log[key] += first[key]
     checks = {
         "/health answered 200 at every scrape": log["health"] and set(log["health"]) == {200},
         "metrics never went backwards or negative": not log["bad"],
+        "at every scrape received = finished + rejected + running + waiting":
+            not log["unbalanced"],
         "every request finished once in the engine": log["final_success"] == args.clients,
         "nothing left running or waiting": log["running_after"] + log["waiting_after"] == 0,
         "every client's stream had its own id": log["ids"] == args.clients,

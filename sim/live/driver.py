@@ -95,6 +95,7 @@ class EngineDriver:
         self.scenario = scenario
         self._publish = publish
         self._metrics = metrics
+        self._lock = metrics.lock if metrics is not None else threading.Lock()
         self._origin = time.perf_counter()
         self._inbox: deque[Request] = deque()
         self._wake = threading.Event()
@@ -157,7 +158,8 @@ class EngineDriver:
                 while self._inbox:
                     env.process(self._arrive(self._inbox.popleft()))
                 if env.peek() <= self.now():
-                    env.step()
+                    with self._lock:  # /metrics never reads the counts mid-change
+                        env.step()
                     self._flush()
                     continue
                 delay = env.peek() - self.now()
@@ -170,7 +172,10 @@ class EngineDriver:
         if request.arrival_s > self.env.now:
             yield self.env.timeout(request.arrival_s - self.env.now)
         self._arrivals[request.req_id] = request.arrival_s
-        self.cluster.replicas[self.cluster.route(request)].submit(request)
+        replica = self.cluster.replicas[self.cluster.route(request)]
+        replica.submit(request)
+        if self._metrics is not None:
+            self._metrics.arrived(replica.index, replica.view)
 
     def _flush(self) -> None:
         if self._pending:
@@ -213,7 +218,7 @@ class EngineDriver:
         self._arrivals.pop(req_id, None)
         self._pending.append(("done", outcome))
         if self._metrics is not None:
-            self._metrics.finished(outcome)
+            self._metrics.finished(outcome, self.cluster.replicas[outcome.replica].view)
 
 
 def token_ids(seed: int, vocab_size: int, req_id: int, sample: int, first: int, count: int):

@@ -36,6 +36,7 @@ thread-safe: the engine thread updates, the HTTP thread renders.
 from __future__ import annotations
 
 import math
+import threading
 
 from sim.engine.records import RequestOutcome, StepRecord
 
@@ -58,6 +59,7 @@ class ServingMetrics:
         import prometheus_client as prom
 
         self.registry = prom.CollectorRegistry()
+        self.lock = threading.Lock()  # the engine driver holds it while it steps
         labels = ["model_name", "engine"]
         self._model = model_name
 
@@ -81,6 +83,12 @@ class ServingMetrics:
         self.prompt_tokens = make(prom.Counter, "vllm:prompt_tokens", "Prefill tokens.")
         self.generation_tokens = make(prom.Counter, "vllm:generation_tokens",
                                       "Output tokens streamed.")  # fmt: skip
+        # Taken by the engine (routed to a replica): at every scrape received = success +
+        # rejected + running + waiting, since all of them change under the engine's lock.
+        self.received = make(prom.Counter, "pagesim:requests_received",
+                             "Requests the engine took.")  # fmt: skip
+        self.rejected = make(prom.Counter, "pagesim:requests_rejected",
+                             "Requests the engine refused or could not finish.")  # fmt: skip
         self.success = make(prom.Counter, "vllm:request_success",
                             "Finished requests.", more=["finished_reason"])  # fmt: skip
         self.ttft = make(prom.Histogram, "vllm:time_to_first_token_seconds",
@@ -96,17 +104,26 @@ class ServingMetrics:
         for replica in range(num_replicas):  # every series shows from the start, at 0
             for metric in (self.running, self.waiting, self.kv_usage, self.gpu_usage,
                            self.queries, self.hits, self.preemptions, self.prompt_tokens,
-                           self.generation_tokens):  # fmt: skip
+                           self.generation_tokens, self.received, self.rejected):  # fmt: skip
                 metric.labels(model_name, str(replica))
 
     def _at(self, metric, replica: int = 0, *more: str):
         return metric.labels(self._model, str(replica), *more)
 
+    def arrived(self, replica: int, view) -> None:
+        """A request was routed to ``replica`` (its EngineView ``view``)."""
+        self._at(self.received, replica).inc()
+        self.load(replica, view)
+
+    def load(self, replica: int, view) -> None:
+        """The running and waiting gauges of ``replica`` as they stand."""
+        self._at(self.running, replica).set(len(view.running()))
+        self._at(self.waiting, replica).set(view.num_waiting)
+
     def step(self, record: StepRecord, view) -> None:
         """After a step of replica ``record.replica``; ``view`` is its EngineView."""
         replica = record.replica
-        self._at(self.running, replica).set(len(view.running()))
-        self._at(self.waiting, replica).set(view.num_waiting)
+        self.load(replica, view)
         self._at(self.kv_usage, replica).set(view.kv_usage)
         self._at(self.gpu_usage, replica).set(view.kv_usage)
         if record.num_preempted:
@@ -129,10 +146,14 @@ class ServingMetrics:
         for _ in range(count - 1):
             histogram.observe(0.0)
 
-    def finished(self, outcome: RequestOutcome) -> None:
-        if not outcome.finished:
-            return
+    def finished(self, outcome: RequestOutcome, view) -> None:
+        """A request left the engine (finished, refused or aborted); ``view`` is its
+        replica's EngineView, whose counts it has left."""
         replica = outcome.replica
+        self.load(replica, view)
+        if not outcome.finished:
+            self._at(self.rejected, replica).inc()
+            return
         self._at(self.success, replica, "length").inc()
         self._at(self.queries, replica).inc(outcome.prompt_len)
         self._at(self.hits, replica).inc(outcome.cached_prompt_tokens)
@@ -142,7 +163,9 @@ class ServingMetrics:
             self._at(self.tpot, replica).observe(tpot)
 
     def render(self) -> tuple[bytes, str]:
-        """The exposition text and its content type."""
+        """The exposition text and its content type, read under :attr:`lock` (the
+        engine's, while it changes the counts) so the counts agree with each other."""
         import prometheus_client as prom
 
-        return prom.generate_latest(self.registry), prom.CONTENT_TYPE_LATEST
+        with self.lock:
+            return prom.generate_latest(self.registry), prom.CONTENT_TYPE_LATEST
