@@ -69,7 +69,7 @@ RULES = (
     Rule(r"num_requests=100000", "reduced", "2,000 requests",
          (("num_requests=100000", "num_requests=2000"),)),
     Rule(r"pagesim serve ", "background", "a server, stopped when its page is done"),
-    Rule(r"^until curl", "run"),
+    Rule(r"^until ", "run"),  # waits for the server started just before
     Rule(r"pagesim sweep scenarios/tiny\.yaml", "run"),
     Rule(r"^pagesim (sweep|capacity) .*--jobs 2", "run", output=True),  # the shown tables
     Rule(r"pagesim (sweep|capacity) ", "reduced", "200 requests a point, tolerance 0.5",
