@@ -68,27 +68,30 @@ p.note { color: #555; }
 TEMPLATE = "plotly_white"
 
 
-def plotly_script_src(page_path: str | Path, plotly_js: str | None = None) -> str:
+def plotly_script_src(page_path: str | Path, plotly_js: str | None = None, *,
+                      share: bool = False) -> str:  # fmt: skip
     """Make plotly.js available to the page at ``page_path`` and return the ``src`` that
-    loads it. ``plotly_js`` None: ``plotly.min.js`` beside the page. A URL (``://``) is
-    returned as is. Otherwise a file path (or a folder, for ``plotly.min.js`` in it),
-    relative to the working directory, referenced relative to the page. The file is
-    written only when it is missing or differs from the installed plotly's."""
+    loads it. ``plotly_js`` None: ``plotly.min.js`` beside the page (with ``share``, a
+    run folder's: a hard link to one copy in the folder of runs, :func:`_write_plotly_js`).
+    A URL (``://``) is returned as is. Otherwise a file path (or a folder, for
+    ``plotly.min.js`` in it), relative to the working directory, referenced relative to
+    the page. The file is written only when it is missing or differs from the installed
+    plotly's."""
     if plotly_js and "://" in plotly_js:
         return plotly_js
     page_dir = Path(page_path).parent
     target = Path(plotly_js) if plotly_js else page_dir / PLOTLY_JS
     if target.is_dir():
         target = target / PLOTLY_JS
-    _write_plotly_js(target)
+    _write_plotly_js(target, share=share and not plotly_js)
     return Path(os.path.relpath(target.resolve(), page_dir.resolve())).as_posix()
 
 
-def _write_plotly_js(target: Path) -> None:
-    """``target`` holds the installed plotly.js. Where the file system allows, it is a
-    hard link to one shared copy in the folder above (``.plotly-VERSION.min.js``), so a
-    hundred run folders in ``runs/`` store 4.8 MB once and each still opens offline,
-    copied anywhere; else a copy of its own."""
+def _write_plotly_js(target: Path, *, share: bool = False) -> None:
+    """``target`` holds the installed plotly.js. With ``share`` (a run folder's page) and
+    where the file system allows, it is a hard link to one copy in the folder above
+    (``.plotly-VERSION.min.js``), so a hundred run folders in ``runs/`` store 4.8 MB once
+    and each still opens offline, copied anywhere; else a copy of its own."""
     import plotly
     from plotly.offline import get_plotlyjs
 
@@ -96,13 +99,15 @@ def _write_plotly_js(target: Path) -> None:
     if _holds(target, text):
         return
     target.parent.mkdir(parents=True, exist_ok=True)
-    shared = target.parent.resolve().parent / f".plotly-{plotly.__version__}.min.js"
     partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    shared = target.parent.resolve().parent / f".plotly-{plotly.__version__}.min.js"
     try:
+        if not share:
+            raise OSError("not shared")
         if not _holds(shared, text):
             _write_whole(shared, text)
         os.link(shared, partial)
-    except OSError:  # no hard links here, or the folder above is not writable
+    except OSError:  # not a run folder, no hard links here, or the folder above is read-only
         partial.unlink(missing_ok=True)
         partial.write_bytes(text)
     partial.replace(target)  # readers never see half a file

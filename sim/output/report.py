@@ -85,7 +85,8 @@ def write_report(
     top = f'<div class="top">\n{_facts_html(scenario, command)}{_summary_html(summary)}</div>\n'
     head = _verdict_html(summary) + _warnings_html(summary) + top
     body = head + _per_replica_html(summary) + "\n".join(figures)
-    path.write_text(page(title, body, plotly_script_src(path, plotly_js)), encoding="utf-8")
+    source = plotly_script_src(path, plotly_js, share=True)  # a run folder's report
+    path.write_text(page(title, body, source), encoding="utf-8")
     return path
 
 
