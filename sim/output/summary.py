@@ -65,7 +65,8 @@ def summarize(
     measured = np.arange(table["req_id"].shape[0]) >= warmup_requests
     duration = _duration_s(table, measured)
     done = measured & table["finished"]
-    met_slo = _meets_slo(table, slo_ttft_s, slo_tpot_s) & measured
+    meets = _meets_slo(table, slo_ttft_s, slo_tpot_s)  # every request, warm-up included
+    met_slo = meets & measured
     summary: dict[str, Any] = {
         "num_requests": int(table["req_id"].shape[0]),
         "num_measured": int(measured.sum()),
@@ -101,33 +102,40 @@ def summarize(
         steps.column("time_s"),
         steps.column("limit"),
         warmup_requests=warmup_requests,
-        met_slo=_meets_slo(table, slo_ttft_s, slo_tpot_s),
+        met_slo=meets,
         distribution=_distribution,
     )
     # Per replica first (its step columns read once and dropped), so the step log's
     # columns are not held through the token gaps' percentiles, a long run's largest
     # transient; the section goes in the summary after the benchmark block all the same.
-    per_replica = None
-    if num_replicas > 1:
-        peaks = peak_used_blocks or [None] * num_replicas
-        columns = steps.columns(("replica", "batch_size", *_KV_READS))
-        per_replica = [
-            _replica_summary(table, columns, r, measured, duration, total_slots, block_size, peak)
-            for r, peak in zip(range(num_replicas), peaks, strict=True)
-        ]
-        del columns
+    per_replica = _per_replica(
+        table, steps, measured, duration, total_slots, block_size, peak_used_blocks, num_replicas
+    )
     no_gaps = (np.zeros(0), np.zeros(0, dtype=np.int64))
     summary["benchmark"] = benchmark_block(
         table,
         token_gaps or no_gaps,
         slo_ttft_s=slo_ttft_s,
         slo_tpot_s=slo_tpot_s,
-        met_slo=_meets_slo(table, slo_ttft_s, slo_tpot_s),
+        met_slo=meets,
         percentiles=metric_percentiles,
     )
     if per_replica is not None:
         summary["per_replica"] = per_replica
     return summary
+
+
+def _per_replica(table, steps, measured, duration, total_slots, block_size, peaks, replicas):
+    """Each replica's figures (sim.output.summary's ``per_replica``), or None for one
+    replica; the step log's columns are read once here and dropped on return."""
+    if replicas == 1:
+        return None
+    peaks = peaks or [None] * replicas
+    columns = steps.columns(("replica", "batch_size", *_KV_READS))
+    return [
+        _replica_summary(table, columns, r, measured, duration, total_slots, block_size, peak)
+        for r, peak in zip(range(replicas), peaks, strict=True)
+    ]
 
 
 def _max(values: Sequence[int] | None) -> int | None:

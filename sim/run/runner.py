@@ -79,8 +79,6 @@ def simulate(
         raise ScenarioError(f"{scenario.source}: {err.field}: {err}") from None
     env = simpy.Environment()
     steps = StepLog()
-    outputs = SyntheticOutputs(seed, scenario.model.vocab_size)
-    blank = BlankOutputs()  # where no allocator or executor reads decode token ids
     done: dict[int, RequestOutcome] = {}
     bar = Progress(len(requests), "simulating", enabled=progress)
 
@@ -88,28 +86,9 @@ def simulate(
         done[outcome.req_id] = outcome
         bar.update(len(done))
 
-    replicas = []
-    executors = []
-    for index in range(scenario.routing.replicas):
-        context = policy_context(scenario, requests, replica=index)
-        allocator = build_allocator(scenario, context)
-        executors.append(make_executor(scenario, allocator))
-        reads = (allocator, executors[-1])
-        tokens = outputs if any(getattr(r, "reads_token_ids", True) for r in reads) else blank
-        replicas.append(
-            Replica(
-                env,
-                index,
-                allocator,
-                executors[-1],
-                replica_policies(scenario, context),
-                engine_config(scenario, allocator),
-                tokens,
-                steps,
-                on_done,
-                fast_forward=fast_forward,
-            )
-        )
+    replicas, executors = _build_replicas(
+        scenario, requests, env, steps, on_done, make_executor, fast_forward
+    )
     routing = scenario.routing
     router = make_policy(
         scenario,
@@ -130,24 +109,14 @@ def simulate(
     for outcome in cluster.unfinished_outcomes(UNFINISHED_REASON):
         done[outcome.req_id] = outcome
     outcomes = [done[request.req_id] for request in requests]
-    pool = replicas[0].alloc
-    engine = {
-        "total_slots": pool.num_blocks * pool.block_size,
-        "num_replicas": len(replicas),
-        "block_size": pool.block_size,
-        # Blocks for the paged manager, slots for contiguous baselines: the fraction and
-        # the slot count are the comparable figures.
-        "peak_used_blocks": [r.alloc.peak_used_blocks for r in replicas],
-        "cost_model": cost_model_report(scenario, executors),
-        "token_gaps": _all_token_gaps(replicas),
-    }
+    engine = _engine_figures(scenario, replicas, executors)
     num_steps = sum(r.num_steps for r in replicas)
     forwarded = sum(r.fast_forwarded_steps for r in replicas)
     # The engine is not read again: free it (and the outcome dict) before the summary's
     # own peak. SimPy processes and replicas refer to each other, hence the collection;
     # a million-request run gets back ~100 MiB.
     done.clear()
-    del env, cluster, router, replicas, executors, pool
+    del env, cluster, router, replicas, executors
     gc.collect()
     summary = summarize(
         outcomes,
@@ -161,6 +130,43 @@ def simulate(
     summary["warnings"] = run_warnings(scenario, summary)
     wall_s = time.perf_counter() - wall_start
     return RunResult(outcomes, steps, summary, wall_s, num_steps, forwarded)
+
+
+def _build_replicas(scenario, requests, env, steps, on_done, make_executor, fast_forward):
+    """Every replica of ``scenario`` on ``env`` (its allocator, executor, policies and
+    engine options), writing to ``steps`` and reporting to ``on_done``; returns the
+    replicas and their executors."""
+    seed = scenario.simulation.seed
+    outputs = SyntheticOutputs(seed, scenario.model.vocab_size)
+    blank = BlankOutputs()  # where no allocator or executor reads decode token ids
+    replicas, executors = [], []
+    for index in range(scenario.routing.replicas):
+        context = policy_context(scenario, requests, replica=index)
+        allocator = build_allocator(scenario, context)
+        executors.append(make_executor(scenario, allocator))
+        reads = (allocator, executors[-1])
+        tokens = outputs if any(getattr(r, "reads_token_ids", True) for r in reads) else blank
+        replicas.append(Replica(
+            env, index, allocator, executors[-1], replica_policies(scenario, context),
+            engine_config(scenario, allocator), tokens, steps, on_done,
+            fast_forward=fast_forward,
+        ))  # fmt: skip
+    return replicas, executors
+
+
+def _engine_figures(scenario, replicas, executors) -> dict[str, Any]:
+    """What the summary needs of the engine once it has stopped (summarize's keywords)."""
+    pool = replicas[0].alloc
+    return {
+        "total_slots": pool.num_blocks * pool.block_size,
+        "num_replicas": len(replicas),
+        "block_size": pool.block_size,
+        # Blocks for the paged manager, slots for contiguous baselines: the fraction and
+        # the slot count are the comparable figures.
+        "peak_used_blocks": [r.alloc.peak_used_blocks for r in replicas],
+        "cost_model": cost_model_report(scenario, executors),
+        "token_gaps": _all_token_gaps(replicas),
+    }
 
 
 def policy_name(scenario, role: str) -> str:
