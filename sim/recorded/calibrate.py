@@ -31,7 +31,6 @@ runs). The search is a deterministic pattern search in log space.
 
 from __future__ import annotations
 
-import json
 import math
 import tempfile
 from collections.abc import Callable, Sequence
@@ -43,6 +42,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from sim.recorded.files import count, read_json, read_yaml
 from sim.recorded.run import RecordError
 from sim.recorded.stages import (
     compare,
@@ -114,8 +114,11 @@ def run_info(run: Path) -> dict[str, Any]:
     if not isinstance(hardware, dict) or not isinstance(hardware.get("name"), str):
         raise RecordError(f"{run / 'scenario.json'}: hardware: expected an object with a name")
     block = summary.get("recorded") or {}
-    sent = sum(s.sent for s in stages) or _count(summary, "num_requests")
-    failed = sum(s.failed for s in stages) if stages else _count(summary, "num_rejected")
+    where = str(run / "summary.json")
+    sent = sum(s.sent for s in stages) or count(summary.get("num_requests") or 0, where,
+                                                "num_requests")  # fmt: skip
+    failed = (sum(s.failed for s in stages) if stages
+              else count(summary.get("num_rejected") or 0, where, "num_rejected"))  # fmt: skip
     return {"gpu": hardware["name"], "tp": scenario.get("tensor_parallel", 1),
             "hardware": hardware, "client": block.get("clock", "client") == "client",
             "overloaded": bool(sent) and failed / sent > OVERLOADED}  # fmt: skip
@@ -132,22 +135,10 @@ def check_run(run: Path) -> None:
 
 
 def _json_object(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise RecordError(f"{path}: cannot read it: {err.strerror}") from None
-    except ValueError as err:
-        raise RecordError(f"{path}: not JSON: {str(err)[:80]}") from None
+    data = read_json(path)  # RecordError for a file missing, not a file, or not JSON
     if not isinstance(data, dict):
         raise RecordError(f"{path}: expected a JSON object")
     return data
-
-
-def _count(summary: dict[str, Any], key: str) -> int:
-    value = summary.get(key) or 0
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise RecordError(f"summary.json: {key}: expected a count, got {str(value)[:40]}")
-    return value
 
 
 def _replay_scenario(run: Path, calibration: Path | None = None, stage_s: float | None = None):
@@ -157,12 +148,7 @@ def _replay_scenario(run: Path, calibration: Path | None = None, stage_s: float 
     from sim.config.loader import validate_scenario
 
     path = run / "scenario.yaml"
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise RecordError(f"{path}: cannot read it: {err.strerror}") from None
-    except (yaml.YAMLError, UnicodeDecodeError):
-        raise RecordError(f"{path}: not YAML") from None
+    raw = read_yaml(path)  # RecordError for a file missing, not a file, or not YAML
     if not isinstance(raw, dict):
         raise RecordError(f"{path}: expected a scenario (a mapping)")
     if calibration is not None:

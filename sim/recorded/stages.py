@@ -190,14 +190,15 @@ def read_requests_csv(path) -> Requests:
     cell that is not a number."""
     import csv
 
-    try:
-        with open(path, encoding="utf-8", newline="") as handle:
-            reader = csv.DictReader(handle)
+    from sim.config.textfile import reading
+
+    with reading(path, RecordError), open(path, encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle)
+        try:
             rows = list(reader)
-            header = reader.fieldnames or []
-    except (OSError, UnicodeDecodeError, csv.Error) as err:
-        raise RecordError(f"{path}: cannot read it: {getattr(err, 'strerror', None) or err}"
-                          ) from None  # fmt: skip
+        except csv.Error as err:
+            raise RecordError(f"{path}:{reader.line_num}: not CSV: {err}") from None
+        header = reader.fieldnames or []
     missing = [c for c in _REQUEST_COLUMNS if c not in header]
     if missing:
         raise RecordError(f"{path}: no column {missing[0]!r}")
