@@ -104,6 +104,7 @@ async def stream_request(
     Never raises for what the endpoint does (see the module's table of kinds); only
     cancellation (the replay's time limit) propagates."""
     import aiohttp
+    import aiohttp.http_exceptions
 
     try:
         async with session.post(url, json=body) as response:
@@ -140,10 +141,8 @@ async def stream_request(
         attempt.fail(CLIENT_ERROR, f"{type(err).__name__}: {err}")
     except ValueError as err:  # aiohttp's "Line is too long" (LineTooLong)
         attempt.fail(MALFORMED, str(err))
-    except Exception as err:  # aiohttp's LineTooLong is not a ValueError in every version
-        if type(err).__name__ != "LineTooLong":
-            raise
-        attempt.fail(MALFORMED, f"an event line is too long: {str(err)[:100]}")
+    except aiohttp.http_exceptions.HttpProcessingError as err:  # LineTooLong, a bad header
+        attempt.fail(MALFORMED, f"the response cannot be parsed: {str(err)[:100]}")
 
 
 def _check_usage(attempt: Attempt, body: dict[str, Any]) -> None:
