@@ -7,7 +7,7 @@ request finished once in the engine (a client that left
 does not cancel its request: ``vllm:request_success_total`` grows by N), and the
 server's memory: a first round warms its caches, a second must not grow it further.
 
-    .venv/bin/python bench/serve_load.py                  # 200 clients, 20 % leave early (the docs tests run it)
+    .venv/bin/python bench/serve_load.py   # 200 clients, a fifth leave early (docs tests run it)
     .venv/bin/python bench/serve_load.py --clients 40     # a lighter load
 
 Exit code 1 when a check fails. Loopback only; the server is stopped at the end.
