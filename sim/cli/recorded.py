@@ -90,14 +90,19 @@ def _table(summary: dict) -> str:
 
 def is_recorded(run: str) -> bool:
     """Whether ``run`` is a folder ``pagesim import-run`` wrote (its summary names a
-    recorded run)."""
-    import json
+    recorded run). RecordError (one line) for a summary.json that is there but is not a
+    JSON object: which kind of run it is cannot be told, and guessing gave the other
+    kind's error."""
+    from sim.recorded.files import read_json
+    from sim.recorded.run import RecordError
 
     path = Path(run) / "summary.json"
-    try:
-        return "recorded" in json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    if not path.exists():
         return False
+    summary = read_json(path)
+    if not isinstance(summary, dict):
+        raise RecordError(f"{path}: expected a JSON object (a run's summary)")
+    return "recorded" in summary
 
 
 def cmd_calibrate_recorded(args) -> int:

@@ -40,8 +40,10 @@ def _kind_tags(*unions: Any) -> set[str]:
 _TAGS = _kind_tags(LengthDist, ArrivalSpec)
 
 
-def format_validation_error(err: ValidationError, source: str, raw: Any) -> str:
-    """``<file>: <field.path>: <message>`` for the first error, ``(+N more)`` after."""
+def format_validation_error(err: ValidationError, source: str, raw: Any, at: str = "") -> str:
+    """``<file>: <field.path>: <message>`` for the first error, ``(+N more)`` after;
+    ``at`` is the path of ``raw`` within its file (``recorded.stages[0]``), if not the
+    top level."""
     errors = err.errors(include_url=False)
     first = errors[0]
     ctx = first.get("ctx") or {}
@@ -53,10 +55,21 @@ def format_validation_error(err: ValidationError, source: str, raw: Any) -> str:
             loc.append(ctx["field"])
         if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
             loc.append("kind")
-        path = ".".join(str(p) for p in loc) or "(top level)"
+        path = _dotted(loc)
+    if at:
+        path = f"{at}{'' if path.startswith('[') or not path else '.'}{path}"
+    path = path or "(top level)"
     message = _message(first)
     more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{source}: {path}: {message}{more}"
+
+
+def _dotted(loc: list) -> str:
+    """``["workload", "stages", 0, "rate"]`` as ``workload.stages[0].rate``."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
 
 
 def _user_loc(loc: tuple, raw: Any) -> list:
@@ -94,5 +107,19 @@ def _message(error: dict) -> str:
         return "required field missing (the variant's kind)"
     if kind.startswith("value_error") or kind == "assertion_error":
         return msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    if kind in ("model_type", "dict_type", "model_attributes_type", "dataclass_type"):
+        msg = "expected an object"  # not pydantic's class name, which the user never wrote
     text = msg.replace("Input should be ", "expected ")
-    return f"{text}, got {got!r}"
+    if ", got " in text:  # pydantic says what it got already ("a fractional part")
+        return f"{text} ({shown(got)})"
+    return f"{text}, got {shown(got)}"
+
+
+def shown(value: Any) -> str:
+    """``repr(value)``, cut to about 60 characters (a 5,000-digit number or a 10 MB string
+    would otherwise become the error line)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's 4,300-digit str() limit
+        return f"an integer of {value.bit_length():,} bits"
+    return text if len(text) <= 60 else text[:50] + f"... ({len(text):,} characters)"

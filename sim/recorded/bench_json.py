@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import BeforeValidator, Field
 
 from sim.recorded.engine_args import engine_config, is_engine_argument, merged
-from sim.recorded.files import count, number, read_json, read_json_lines, sha256_of
+from sim.recorded.fields import Count, Elapsed, Published, Seconds
+from sim.recorded.files import Record, parse, parse_value, read_json, read_json_lines, sha256_of
 from sim.recorded.lifecycle import hardware_preset
 from sim.recorded.run import EngineConfig, RecordedRequests, RecordedRun, RecordError
 
@@ -49,43 +51,97 @@ _RESULT_KEYS = {"date", "endpoint_type", "backend", "label", "model_id", "tokeni
                 "dataset_name", "tag", "server_info"}  # fmt: skip
 
 
+def _send_rate(value: Any) -> Any:
+    """``request_rate``: inf (every request at once: the client's default, written as
+    "inf", Infinity or null) or a finite rate a client can send at."""
+    if value is None or value == "inf" or value == math.inf:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"expected inf or a finite rate, got {value!r}"[:120])
+    if not 1e-9 <= value <= 1e6:
+        raise ValueError(f"expected inf or a rate in [1e-9, 1e6] requests/s, got {value!r}")
+    return value
+
+
+def _no_failure(value: Any) -> Any:
+    return "" if value is None else value
+
+
+def _unit_burstiness(value: Any) -> Any:
+    return 1.0 if value in (None, 0) else value  # 0 or absent: the client's Poisson default
+
+
+class Result(Record):
+    """One benchmark result object (module doc: what each list holds)."""
+
+    input_lens: list[Count]
+    output_lens: list[Count]
+    ttfts: list[Elapsed]
+    itls: list[list[Elapsed]]
+    errors: list[Annotated[str, BeforeValidator(_no_failure)]]
+    start_times: list[Seconds] | None = None
+    latencies: list[Published] | None = None
+    request_rate: Annotated[float, BeforeValidator(_send_rate)] = math.inf
+    burstiness: Annotated[
+        float, BeforeValidator(_unit_burstiness), Field(ge=1e-3, le=1e3, allow_inf_nan=False)
+    ] = 1.0
+    max_concurrency: Count | None = None
+    model_id: str | None = None
+
+
+#: A client's random seed (numpy's legacy generator takes 32 bits); a decimal string is
+#: the number (vllm bench --metadata writes every value as text).
+Seed = Annotated[Count, Field(le=2**32 - 1)]
+
+
 def read_run(path: Path, fmt: str, *, engine: EngineConfig, model: str | None,
              hardware: str | None, metadata: Path | None = None) -> RecordedRun:  # fmt: skip
     """The recorded run in ``path`` (module doc)."""
     files = {str(path): sha256_of(path)}
-    result = _result(path)
+    raw = _result(path)
     where = str(path)
-    lists = {key: result.get(key) for key in _LISTS}
-    missing = [key for key, value in lists.items() if not isinstance(value, list)]
+    missing = [key for key in _LISTS if key not in raw or raw[key] is None]
     if missing:
         flag = "--save-detailed" if fmt == "vllm-bench" else "--output-details"
         raise RecordError(f"{where}: {missing[0]}: missing; a replay needs the per-request "
                           f"lists the client writes with {flag}")  # fmt: skip
-    size = len(lists["ttfts"])
-    for key, value in lists.items():
-        if len(value) != size:
-            raise RecordError(f"{where}: {key}: {len(value)} entries, ttfts has {size}")
+    result = parse(Result, raw, where)
+    size = len(result.ttfts)
+    for key in _LISTS:
+        if len(getattr(result, key)) != size:
+            raise RecordError(f"{where}: {key}: {len(getattr(result, key))} entries, "
+                              f"ttfts has {size}")  # fmt: skip
     if size == 0:
         raise RecordError(f"{where}: ttfts: no requests")
-    meta = {k: v for k, v in result.items() if isinstance(v, str) and k not in _RESULT_KEYS}
+    meta = {k: v for k, v in raw.items() if isinstance(v, str) and k not in _RESULT_KEYS}
+    # The file's --metadata entries are any KEY=VALUE a user typed: its engine arguments
+    # are read, the rest kept as the client kept them.
+    recorded = engine_config({k: v for k, v in meta.items() if is_engine_argument(k)}, where)
     if metadata is not None:
         files[str(metadata)] = sha256_of(metadata)
-        extra = read_json(metadata) if metadata.suffix == ".json" else None
-        if not isinstance(extra, dict):
-            raise RecordError(f"{metadata}: expected a JSON object of engine arguments")
-        meta.update(extra)
+        given, context = _metadata_file(metadata)
+        recorded = merged(recorded, given)
+        meta.update(context)
     notes: list[str] = []
     send = _send_times(result, fmt, size, meta, where, notes)
-    gpu = meta.pop("gpu", None) or meta.pop("hardware", None)
-    seed = meta.pop("seed", None)
-    del seed  # used by _send_times already
-    recorded = engine_config({k: v for k, v in meta.items() if is_engine_argument(k)}, where)
-    requests = _requests(lists, result.get("latencies"), send, where)
+    gpu = meta.get("gpu") or meta.get("hardware")
+    requests = _requests(result, send, where)
     return RecordedRun(
-        format=fmt, source=str(path), model=model or result.get("model_id"),
+        format=fmt, source=str(path), model=model or result.model_id,
         hardware=hardware or hardware_preset(gpu) or gpu, engine=merged(recorded, engine),
         requests=requests, notes=tuple(notes), files=files,
     )  # fmt: skip
+
+
+def _metadata_file(path: Path) -> tuple[EngineConfig, dict[str, Any]]:
+    """``--metadata FILE``: a JSON object of engine arguments, each one pagesim maps (an
+    unknown name is an error, naming this file), and the run's ``gpu``, ``hardware`` and
+    ``seed``."""
+    values = read_json(path) if path.suffix == ".json" else None
+    if not isinstance(values, dict):
+        raise RecordError(f"{path}: expected a JSON object of engine arguments")
+    context = {k: values.pop(k) for k in ("gpu", "hardware", "seed") if k in values}
+    return engine_config(values, str(path)), context
 
 
 def _result(path: Path) -> dict[str, Any]:
@@ -106,19 +162,16 @@ def _result(path: Path) -> dict[str, Any]:
     return value
 
 
-def _send_times(result, fmt, size, meta, where, notes) -> np.ndarray:
-    starts = result.get("start_times")
-    if isinstance(starts, list):
+def _send_times(result: Result, fmt, size, meta, where, notes) -> np.ndarray:
+    starts = result.start_times
+    if starts is not None:
         if len(starts) != size:
             raise RecordError(f"{where}: start_times: {len(starts)} entries for {size} requests")
-        values = np.asarray([_seconds(v, where, "start_times") for v in starts])
+        values = np.asarray(starts, dtype=np.float64)
         notes.append("send times from start_times (the client's perf_counter), first at 0")
         return values - values.min()
-    rate = result.get("request_rate")
-    rate = math.inf if rate in ("inf", None) or rate == math.inf else rate
-    if not math.isinf(rate):  # a finite rate a client can send at (NaN and 1e308 are not)
-        rate = number(rate, where, "request_rate", low=1e-9, high=1e6)
-    if result.get("max_concurrency") not in (None, 0):
+    rate = result.request_rate
+    if result.max_concurrency not in (None, 0):
         raise RecordError(
             f"{where}: max_concurrency: sends waited for a free slot and the file has no "
             "start_times, so the arrivals cannot be regenerated"
@@ -126,12 +179,8 @@ def _send_times(result, fmt, size, meta, where, notes) -> np.ndarray:
     if math.isinf(rate):
         notes.append("request_rate inf: every request sent at 0")
         return np.zeros(size)
-    seed = meta.get("seed", _DEFAULT_SEED[fmt])
-    decimal = isinstance(seed, str) and seed.isdecimal() and len(seed) <= 12
-    seed = count(int(seed) if decimal else seed, where,
-                 "seed", high=2**32 - 1)  # fmt: skip
-    burst = number(result.get("burstiness", 1.0) or 1.0, where, "burstiness", low=1e-3,
-                   high=1e3)  # fmt: skip
+    seed = parse_value(Seed, meta.get("seed", _DEFAULT_SEED[fmt]), where, "seed")
+    burst = result.burstiness
     state = np.random.RandomState(seed)
     if fmt == "vllm-bench":
         gaps = state.gamma(shape=burst, scale=1.0 / (rate * burst), size=size)
@@ -146,41 +195,26 @@ def _send_times(result, fmt, size, meta, where, notes) -> np.ndarray:
     return times - times.min()
 
 
-def _seconds(value: Any, where: str, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise RecordError(f"{where}: {field}: expected finite seconds, got {value!r}"[:200])
-    return float(value)
-
-
-def _requests(lists, latencies, send: np.ndarray, where: str) -> RecordedRequests:
+def _requests(result: Result, send: np.ndarray, where: str) -> RecordedRequests:
     size = send.shape[0]
-    first, end, prompt, output, errors, times = [], [], [], [], [], []
+    first, end, errors, times = [], [], [], []
     for i in range(size):
-        error = lists["errors"][i] or ""
-        if not isinstance(error, str):
-            raise RecordError(f"{where}: errors[{i}]: expected a string")
-        ttft = _seconds(lists["ttfts"][i], where, f"ttfts[{i}]")
-        gaps = lists["itls"][i]
-        if not isinstance(gaps, list):
-            raise RecordError(f"{where}: itls[{i}]: expected a list of seconds")
-        gaps = np.asarray([_seconds(g, where, f"itls[{i}]") for g in gaps])
-        if ttft < 0 or np.any(gaps < 0):
-            raise RecordError(f"{where}: ttfts[{i}]: negative time")
+        error = result.errors[i]
+        ttft, gaps = result.ttfts[i], np.asarray(result.itls[i], dtype=np.float64)
         ok = not error
         start = float(send[i])
         stamps = start + ttft + np.concatenate([[0.0], np.cumsum(gaps)]) if ok else np.zeros(0)
         total = start + ttft + float(gaps.sum())
-        if ok and isinstance(latencies, list) and i < len(latencies):
-            total = start + _seconds(latencies[i], where, f"latencies[{i}]")
+        latency = result.latencies[i] if result.latencies and i < len(result.latencies) else None
+        if ok and latency is not None:
+            total = start + latency
         first.append(start + ttft if ok else math.nan)
         end.append(total if ok else math.nan)
-        prompt.append(_tokens(lists["input_lens"][i], where, f"input_lens[{i}]"))
-        output.append(_tokens(lists["output_lens"][i], where, f"output_lens[{i}]"))
         errors.append(_error_kind(error))
         times.append(stamps)
     return RecordedRequests(
-        send, np.asarray(first), np.asarray(end), np.asarray(prompt, dtype=np.int64),
-        np.asarray(output, dtype=np.int64), np.full(size, -1, dtype=np.int64),
+        send, np.asarray(first), np.asarray(end), np.asarray(result.input_lens, dtype=np.int64),
+        np.asarray(result.output_lens, dtype=np.int64), np.full(size, -1, dtype=np.int64),
         tuple(errors), ("",) * size, tuple(times),
     )  # fmt: skip
 
@@ -189,9 +223,3 @@ def _error_kind(error: str) -> str:
     """A failure's one-line kind: the last line of its text (a traceback's exception)."""
     lines = error.strip().splitlines()
     return (lines[-1][:80] if lines else "error") if error else ""
-
-
-def _tokens(value: Any, where: str, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1 << 40:
-        raise RecordError(f"{where}: {field}: expected a token count, got {value!r}"[:200])
-    return value

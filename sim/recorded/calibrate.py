@@ -42,7 +42,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from sim.recorded.files import count, read_json, read_yaml
+from sim.recorded.fields import Count
+from sim.recorded.files import parse_value, read_json, read_yaml
 from sim.recorded.run import RecordError
 from sim.recorded.stages import (
     compare,
@@ -115,10 +116,12 @@ def run_info(run: Path) -> dict[str, Any]:
         raise RecordError(f"{run / 'scenario.json'}: hardware: expected an object with a name")
     block = summary.get("recorded") or {}
     where = str(run / "summary.json")
-    sent = sum(s.sent for s in stages) or count(summary.get("num_requests") or 0, where,
-                                                "num_requests")  # fmt: skip
+    sent = sum(s.sent for s in stages) or parse_value(
+        Count, summary.get("num_requests") or 0, where, "num_requests"
+    )
     failed = (sum(s.failed for s in stages) if stages
-              else count(summary.get("num_rejected") or 0, where, "num_rejected"))  # fmt: skip
+              else parse_value(Count, summary.get("num_rejected") or 0, where,
+                               "num_rejected"))  # fmt: skip
     return {"gpu": hardware["name"], "tp": scenario.get("tensor_parallel", 1),
             "hardware": hardware, "client": block.get("clock", "client") == "client",
             "overloaded": bool(sent) and failed / sent > OVERLOADED}  # fmt: skip

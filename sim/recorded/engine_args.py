@@ -33,12 +33,15 @@ schedules asynchronously by default: ``scheduler.async_scheduling`` and
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from sim.config.errors import format_validation_error
 from sim.recorded.files import read_json, read_yaml
-from sim.recorded.run import EngineConfig, RecordError
+from sim.recorded.run import WEIGHT_DTYPE_BYTES, EngineConfig, RecordError
 
 #: vLLM's argument names (and the aliases recorded runs use) -> EngineConfig fields.
 _NAMES = {
@@ -61,11 +64,6 @@ _NAMES = {
     "cpu_offload_gib": "cpu_offload_gib",
     "enable_expert_parallel": "enable_expert_parallel",
 }
-_INTS = {"max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
-         "tensor_parallel_size", "num_gpu_blocks"}  # fmt: skip
-_BOOLS = {"enable_prefix_caching", "enable_chunked_prefill", "enable_expert_parallel"}
-_DTYPE_BYTES = {"float16": 2, "half": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
-                "float32": 4, "float": 4, "fp32": 4}  # fmt: skip
 #: Keys of a recorded run's metadata that are not engine arguments (ignored, not errors).
 _IGNORED = {"model", "served_model_name", "host", "port", "app", "tokenizer"}
 
@@ -83,6 +81,7 @@ def engine_config(values: dict[str, Any], where: str) -> EngineConfig:
     """An EngineConfig from argument names and values; RecordError naming the argument
     for an unknown name or a value of the wrong kind."""
     fields: dict[str, Any] = {}
+    written: dict[str, str] = {}  # field -> the name as the file wrote it
     for name, value in values.items():
         key = _key(str(name))
         if key in _IGNORED:
@@ -90,47 +89,15 @@ def engine_config(values: dict[str, Any], where: str) -> EngineConfig:
         if key not in _NAMES:
             known = ", ".join(sorted(k for k in _NAMES if "_" in k))
             raise RecordError(f"{where}: {name}: not an engine argument pagesim maps ({known})")
-        fields[_NAMES[key]] = _value(_NAMES[key], value, where, str(name))
-    return EngineConfig(**fields)
-
-
-def _value(field: str, value: Any, where: str, name: str) -> Any:
-    if value is None:
-        return None
-    if field in _INTS:
-        if isinstance(value, str) and value.strip().isdigit():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1 << 40:
-            raise RecordError(f"{where}: {name}: expected a positive integer, got {value!r}")
-        return value
-    if field in _BOOLS:
-        if isinstance(value, str) and value.lower() in ("true", "false"):
-            return value.lower() == "true"
-        if not isinstance(value, bool):
-            raise RecordError(f"{where}: {name}: expected true or false, got {value!r}")
-        return value
-    if field in ("gpu_memory_utilization", "cpu_offload_gib"):
-        if isinstance(value, str):  # vllm bench --metadata writes every value as a string
-            value = _decimal(value)
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if not ok or not math.isfinite(value) or value <= 0:
-            raise RecordError(f"{where}: {name}: expected a positive number, got {value!r}")
-        if field == "gpu_memory_utilization" and value > 1:
-            raise RecordError(f"{where}: {name}: expected a fraction in (0, 1], got {value!r}")
-        return float(value)
-    if not isinstance(value, str) or len(value) > 100:
-        raise RecordError(f"{where}: {name}: expected a short string, got {value!r}"[:200])
-    return value
-
-
-def _decimal(text: str) -> float | str:
-    """``text`` as a number when it is one written in decimal ("0.9", "4", "1e-1"), else
-    ``text`` unchanged (so the caller's error shows it); "nan" and "inf" stay text."""
+        fields[_NAMES[key]] = value
+        written[_NAMES[key]] = str(name)
     try:
-        number = float(text)
-    except ValueError:
-        return text
-    return number if math.isfinite(number) else text
+        return EngineConfig(**fields)
+    except ValidationError as err:
+        field = str(err.errors()[0]["loc"][0])
+        line = format_validation_error(err, where, fields)
+        raise RecordError(line.replace(f"{where}: {field}:", f"{where}: {written[field]}:", 1)
+                          ) from None  # fmt: skip
 
 
 def read_engine_args(path: Path) -> EngineConfig:
@@ -143,10 +110,10 @@ def read_engine_args(path: Path) -> EngineConfig:
 
 def merged(base: EngineConfig, override: EngineConfig) -> EngineConfig:
     """``base`` with every field ``override`` sets."""
-    fields = {k: v for k, v in override.__dict__.items() if v is not None}
+    fields = {k: v for k, v in dataclasses.asdict(override).items() if v is not None}
     if override.engine == "vllm" and "engine" in fields and base.engine != "vllm":
         fields.pop("engine")  # the dataclass default is not a choice
-    return EngineConfig(**{**base.__dict__, **fields})
+    return dataclasses.replace(base, **fields)
 
 
 def scenario_sections(engine: EngineConfig) -> tuple[dict[str, Any], list[str]]:
@@ -215,9 +182,7 @@ def dtype_bytes(engine: EngineConfig) -> int | None:
     """Bytes per weight element for ``engine.dtype`` (None: auto, the config's)."""
     if engine.dtype in (None, "auto"):
         return None
-    if engine.dtype not in _DTYPE_BYTES:
-        raise RecordError(f"dtype: expected one of {', '.join(_DTYPE_BYTES)}, got {engine.dtype!r}")
-    return _DTYPE_BYTES[engine.dtype]
+    return WEIGHT_DTYPE_BYTES[engine.dtype]  # EngineConfig admits only these names
 
 
 def _async_scheduling(engine: EngineConfig) -> bool:

@@ -1,18 +1,21 @@
-"""Reading a recorded run's files: JSON, JSON lines and YAML into plain values, with a
-one-line :class:`~sim.recorded.run.RecordError` (``file:line: field: expected ...``) for
+"""Reading a recorded run's files: JSON, JSON lines and YAML into plain values, then each
+object into its format's typed model (:class:`Record`, :func:`parse`), with a one-line
+:class:`~sim.recorded.run.RecordError` (``file:line: key.path: expected ...``) for
 anything malformed, and each file's sha256 so a run names exactly what it was read from.
+The field types the models share are in :mod:`sim.recorded.fields`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
+from sim.config.errors import format_validation_error
 from sim.config.textfile import check_regular_file, parse_json, read_text
 from sim.recorded.run import RecordError
 
@@ -79,51 +82,30 @@ def read_yaml(path: Path) -> Any:
         raise RecordError(f"{path}:{line}: not YAML: {problem}") from None
 
 
-def field_of(value: Any, path: str, where: str) -> Any:
-    """``value[a][b]...`` for ``path`` ``"a.b"``; RecordError naming the field if a key
-    is missing or a level is not a mapping."""
-    current = value
-    for key in path.split("."):
-        if not isinstance(current, dict) or key not in current:
-            raise RecordError(f"{where}: {path}: missing")
-        current = current[key]
-    return current
+class Record(BaseModel):
+    """Base of the typed model of a recorded file's object: fields an importer reads,
+    typed; every other key ignored (clients add fields between versions, and a file is
+    refused only for what a replay would read wrong)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-def mapping(value: Any, where: str, field: str) -> dict:
-    """An object (a missing or null one is empty); RecordError naming the field for a
-    list, a string or anything else."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise RecordError(f"{where}: {field}: expected an object, got {_shown(value)}")
-    return value
+M = TypeVar("M", bound=BaseModel)
 
 
-def number(value: Any, where: str, field: str, *, low: float | None = 0.0,
-           high: float | None = None) -> float:  # fmt: skip
-    """A finite number (at least ``low`` unless None, at most ``high`` unless None);
-    RecordError otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise RecordError(f"{where}: {field}: expected a finite number, got {_shown(value)}")
-    if low is not None and value < low:
-        raise RecordError(f"{where}: {field}: expected at least {low:g}, got {value!r}")
-    if high is not None and value > high:
-        raise RecordError(f"{where}: {field}: expected at most {high:g}, got {value!r}")
-    return float(value)
+def parse(model: type[M], value: Any, where: str) -> M:
+    """``value`` (a file's JSON or YAML object, or one line's) as ``model``; RecordError
+    ``where: key.path: expected ...`` (the first problem, as a scenario's) otherwise."""
+    try:
+        return model.model_validate(value)
+    except ValidationError as err:
+        raise RecordError(format_validation_error(err, where, value)) from None
 
 
-def count(value: Any, where: str, field: str, *, high: int = 1 << 40) -> int:
-    """A non-negative integer (an integral float is accepted) up to ``high``."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
-        raise RecordError(
-            f"{where}: {field}: expected an integer in [0, {high:,}], got {_shown(value)}"
-        )
-    return value
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:50] + f"... ({len(text)} characters)"
+def parse_value(kind: Any, value: Any, where: str, field: str) -> Any:
+    """One value as the type ``kind`` (one of this module's field types); RecordError
+    ``where: field: expected ...`` otherwise."""
+    try:
+        return TypeAdapter(kind).validate_python(value)
+    except ValidationError as err:
+        raise RecordError(format_validation_error(err, where, value, field)) from None

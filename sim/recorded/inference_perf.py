@@ -45,26 +45,19 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import BeforeValidator, Field
 
-from sim.recorded.files import (
-    count,
-    field_of,
-    mapping,
-    number,
-    read_json,
-    read_yaml,
-    sha256_of,
-)
+from sim.recorded.fields import Count, Published, Seconds
+from sim.recorded.files import Record, parse, read_json, read_yaml, sha256_of
 from sim.recorded.run import (
     EngineConfig,
     RecordedRequests,
     RecordedRun,
     RecordError,
     StageFigures,
-    finite_or_none,
 )
 
 #: aiohttp's default ClientTimeout (total, seconds), which inference-perf's client had
@@ -79,6 +72,136 @@ _LATENCIES = {
 }
 _QUANTILE_KEYS = {"mean": "mean", "p50": "median", "p90": "p90", "p99": "p99"}
 _STAGE_FILE = re.compile(r"stage_(\d+)_lifecycle_metrics\.json$")
+
+
+# --------------------------------------------------------------------------------------
+# The files, as typed models (what the import reads of each; other keys are ignored)
+# --------------------------------------------------------------------------------------
+
+#: A positive finite number (a stage's rate or duration, a length's mean).
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+#: A count of prompts or groups a shared-prefix generator makes.
+Prompts = Annotated[Count, Field(ge=1, le=10**6)]
+
+
+class LoadStage(Record):
+    rate: Positive
+    duration: Positive
+
+
+class Load(Record):
+    type: Literal["constant", "poisson"] = "constant"
+    stages: Annotated[list[LoadStage], Field(min_length=1)]
+    request_timeout: Published = None
+
+
+class SharedPrefix(Record):
+    num_groups: Prompts
+    num_prompts_per_group: Prompts
+    system_prompt_len: Count
+    question_len: Annotated[Count, Field(ge=1)]
+    output_len: Annotated[Count, Field(ge=1)]
+
+
+class LengthSpread(Record):
+    """inference-perf's ``{min, max, mean, std_dev}`` of a random generator's lengths."""
+
+    mean: Annotated[float, Field(ge=1, allow_inf_nan=False)]
+    std_dev: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    min: Published = None
+    max: Published = None
+
+
+class Data(Record):
+    type: str | None = None
+    shared_prefix: SharedPrefix | None = None
+    input_distribution: LengthSpread | None = None
+    output_distribution: LengthSpread | None = None
+
+
+class Server(Record):
+    model_name: str | None = None
+    ignore_eos: bool = False
+
+
+class Config(Record):
+    """config.yaml: inference-perf's dump of the configuration it ran."""
+
+    load: Load
+    data: Data
+    server: Server | None = None
+
+
+class Quantiles(Record):
+    mean: Published = None
+    median: Published = None
+    p90: Published = None
+    p99: Published = None
+
+
+class Latencies(Record):
+    time_to_first_token: Quantiles | None = None
+    time_per_output_token: Quantiles | None = None
+    inter_token_latency: Quantiles | None = None
+    request_latency: Quantiles | None = None
+
+
+class Throughput(Record):
+    requests_per_sec: Published = None
+    output_tokens_per_sec: Published = None
+
+
+class Successes(Record):
+    count: Count | None = None
+    latency: Latencies | None = None
+    throughput: Throughput | None = None
+    prompt_len: Quantiles | None = None
+
+
+class Failures(Record):
+    count: Count | None = None
+
+
+class LoadSummary(Record):
+    count: Count | None = None
+    requested_rate: Published = None
+    send_duration: Published = None
+
+
+class Report(Record):
+    """A stage_N_lifecycle_metrics.json or summary_lifecycle_metrics.json."""
+
+    load_summary: LoadSummary | None = None
+    successes: Successes
+    failures: Failures | None = None
+
+
+def _failure_kind(value: Any) -> str:
+    """A request's ``error``: null (a success), the message itself (some versions) or
+    ``{error_type, ...}``; its kind, at most 80 characters ('' for a success)."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str):
+        return value[:80]
+    if isinstance(value, dict):
+        return str(value.get("error_type", "error"))[:80]
+    raise ValueError(f"expected null, a message or an object with error_type, got {value!r}"[:120])
+
+
+class RequestInfo(Record):
+    output_token_times: list[Seconds] | None = None
+    input_tokens: Count = 0
+    output_tokens: Count = 0
+
+
+class RequestRecord(Record):
+    """One entry of per_request_lifecycle_metrics.json."""
+
+    start_time: Seconds
+    end_time: Seconds
+    info: RequestInfo | None = None
+    error: Annotated[str, BeforeValidator(_failure_kind)] = ""
+    request: Any = None
 
 
 def report_folder(path: Path) -> Path:
@@ -99,20 +222,20 @@ def read_run(path: Path, *, engine: EngineConfig, model: str | None,
     folder = report_folder(path)
     files: dict[str, str] = {}
     config_path = folder / "config.yaml"
-    config = read_yaml(config_path)
+    config = parse(Config, read_yaml(config_path), str(config_path))
     files[str(config_path)] = sha256_of(config_path)
-    if not isinstance(config, dict):
-        raise RecordError(f"{config_path}: expected a mapping (inference-perf's config dump)")
     workload, out_len, notes = _workload(config, str(config_path))
     stages = []
     for stage_path in sorted(folder.glob("stage_*_lifecycle_metrics.json"), key=_stage_index):
         files[str(stage_path)] = sha256_of(stage_path)
-        stages.append(_figures(read_json(stage_path), _stage_index(stage_path), str(stage_path)))
+        report = parse(Report, read_json(stage_path), str(stage_path))
+        stages.append(_figures(report, _stage_index(stage_path), str(stage_path)))
     summary = None
     summary_path = folder / "summary_lifecycle_metrics.json"
     if summary_path.is_file():
         files[str(summary_path)] = sha256_of(summary_path)
-        summary = _figures(read_json(summary_path), -1, str(summary_path))
+        report = parse(Report, read_json(summary_path), str(summary_path))
+        summary = _figures(report, -1, str(summary_path))
     if not stages and summary is None:
         raise RecordError(f"{folder}: no stage_N_lifecycle_metrics.json nor a summary")
     _attach_stage_load(stages, workload, str(config_path))
@@ -146,44 +269,26 @@ def _stage_index(path: Path) -> int:
     return int(match.group(1)) if match else 1 << 30
 
 
-def _model(config: dict) -> str | None:
-    server = config.get("server") if isinstance(config.get("server"), dict) else {}
-    name = server.get("model_name")
-    return name if isinstance(name, str) else None
+def _model(config: Config) -> str | None:
+    return config.server.model_name if config.server else None
 
 
-def _workload(config: dict, where: str) -> tuple[dict[str, Any], int | None, list[str]]:
+def _workload(config: Config, where: str) -> tuple[dict[str, Any], int | None, list[str]]:
     """The scenario ``workload`` that regenerates the run's requests, the output length
     every request was asked for (None if it varied), and notes."""
-    load = field_of(config, "load", where)
-    stages = field_of(config, "load.stages", where)
-    if not isinstance(stages, list) or not stages:
-        raise RecordError(f"{where}: load.stages: expected a list of {{rate, duration}}")
-    kind = load.get("type", "constant")
-    if kind not in ("constant", "poisson"):
-        raise RecordError(f"{where}: load.type: expected constant or poisson, got {kind!r}")
-    rows = [
-        {"rate_rps": number(field_of(s, "rate", f"{where}: load.stages[{i}]"), where,
-                            f"load.stages[{i}].rate", low=1e-9),
-         "duration_s": number(field_of(s, "duration", f"{where}: load.stages[{i}]"), where,
-                              f"load.stages[{i}].duration", low=1e-9)}
-        for i, s in enumerate(stages)
-    ]  # fmt: skip
+    kind = config.load.type
+    rows = [{"rate_rps": s.rate, "duration_s": s.duration} for s in config.load.stages]
     process = "poisson-count" if kind == "constant" else "poisson"
     arrival = {"kind": "stages", "process": process, "stages": rows}
-    data = field_of(config, "data", where)
-    ignore_eos = bool((config.get("server") or {}).get("ignore_eos", False))
+    data = config.data
+    ignore_eos = config.server.ignore_eos if config.server else False
     notes = [f"load.type {kind}: {process} arrivals in {len(rows)} stage(s)"]
-    if data.get("type") == "shared_prefix":
-        shared = field_of(data, "shared_prefix", where)
-        groups = count(field_of(shared, "num_groups", where), where, "num_groups", high=10**6)
-        per_group = count(field_of(shared, "num_prompts_per_group", where), where,
-                          "num_prompts_per_group", high=10**6)  # fmt: skip
-        system = count(field_of(shared, "system_prompt_len", where), where, "system_prompt_len")
-        question = count(field_of(shared, "question_len", where), where, "question_len")
-        out = count(field_of(shared, "output_len", where), where, "output_len")
-        if min(groups, per_group, question, out) < 1:
-            raise RecordError(f"{where}: data.shared_prefix: counts and lengths must be >= 1")
+    if data.type == "shared_prefix":
+        shared = data.shared_prefix
+        if shared is None:
+            raise RecordError(f"{where}: data.shared_prefix: missing")
+        groups, per_group = shared.num_groups, shared.num_prompts_per_group
+        system, question, out = shared.system_prompt_len, shared.question_len, shared.output_len
         notes.append(
             f"shared_prefix: {groups} x {per_group} prompts ({system}-token system prompt, "
             f"{question}-token question) sent in turn"
@@ -197,59 +302,56 @@ def _workload(config: dict, where: str) -> tuple[dict[str, Any], int | None, lis
         if system:
             workload["prefix"] = {"num_groups": groups, "length": system}
         return workload, (out if ignore_eos else None), notes
-    if data.get("type") in ("random", "synthetic"):
-        lengths = {role: _distribution(data.get(f"{role}_distribution"), where, f"data.{role}")
-                   for role in ("input", "output")}  # fmt: skip
+    if data.type in ("random", "synthetic"):
+        lengths = {role: _distribution(getattr(data, f"{role}_distribution"), where,
+                                       f"data.{role}") for role in ("input", "output")}  # fmt: skip
         fixed = lengths["output"] if isinstance(lengths["output"], int) else None
         return {"arrival": arrival, **lengths}, (fixed if ignore_eos else None), notes
     raise RecordError(
         f"{where}: data.type: expected shared_prefix, random or synthetic (the generators "
-        f"a replay can regenerate), got {data.get('type')!r}; record per-request metrics "
+        f"a replay can regenerate), got {data.type!r}; record per-request metrics "
         "(report.request_lifecycle.per_request) to replay any other"
     )
 
 
-def _distribution(spec: Any, where: str, field: str) -> Any:
+def _distribution(spec: LengthSpread | None, where: str, field: str) -> Any:
     """inference-perf's {min, max, mean, std_dev} as a length: fixed when it cannot vary,
     else a lognormal of that mean and spread (its draws are clipped to [min, max])."""
-    if not isinstance(spec, dict):
+    if spec is None:
         raise RecordError(f"{where}: {field}_distribution: missing")
-    mean = number(spec.get("mean"), where, f"{field}_distribution.mean", low=1.0)
-    spread = number(spec.get("std_dev", 0.0), where, f"{field}_distribution.std_dev")
-    low = spec.get("min", mean)
-    high = spec.get("max", mean)
+    mean, spread = spec.mean, spec.std_dev
+    low = spec.min if spec.min is not None else mean
+    high = spec.max if spec.max is not None else mean
     if not spread or low == high:
         return max(1, round(mean))
     return {"kind": "lognormal", "mean": mean, "cv": min(spread / mean, 100.0)}
 
 
-def _figures(report: Any, index: int, where: str) -> StageFigures:
+def _figures(report: Report, index: int, where: str) -> StageFigures:
     """One stage's (or the summary's) published figures."""
-    load = report.get("load_summary") if isinstance(report, dict) else None
-    ok = mapping(field_of(report, "successes", where), where, "successes")
-    failed = mapping(report.get("failures"), where, "failures")
+    ok = report.successes
+    load = report.load_summary or LoadSummary()
     latency = {}
     for metric, key in _LATENCIES.items():
-        table = (ok.get("latency") or {}).get(key)
-        if isinstance(table, dict):
-            values = {q: finite_or_none(table.get(k)) for q, k in _QUANTILE_KEYS.items()}
+        table = getattr(ok.latency, key) if ok.latency else None
+        if table is not None:
+            values = {q: getattr(table, k) for q, k in _QUANTILE_KEYS.items()}
             latency[metric] = {q: v for q, v in values.items() if v is not None}
-    throughput = ok.get("throughput") or {}
-    load = load or {}
-    sent = count(load.get("count", ok.get("count", 0)), where, "load_summary.count")
-    failures = count(failed.get("count", 0) or 0, where, "failures.count")
+    throughput = ok.throughput or Throughput()
+    sent = load.count if load.count is not None else (ok.count or 0)
+    failures = (report.failures.count if report.failures else None) or 0
     if failures > sent:  # else the run would report fewer than no finished requests
         raise RecordError(f"{where}: failures.count: {failures} failures of {sent} requests")
     return StageFigures(
         index=index,
-        rate_rps=finite_or_none(load.get("requested_rate")),
-        duration_s=finite_or_none(load.get("send_duration")),
+        rate_rps=load.requested_rate,
+        duration_s=load.send_duration,
         sent=sent,
         failed=failures,
         latency=latency,
-        throughput_rps=finite_or_none(throughput.get("requests_per_sec")),
-        output_tok_s=finite_or_none(throughput.get("output_tokens_per_sec")),
-        prompt_tokens_p50=finite_or_none((ok.get("prompt_len") or {}).get("median")),
+        throughput_rps=throughput.requests_per_sec,
+        output_tok_s=throughput.output_tokens_per_sec,
+        prompt_tokens_p50=ok.prompt_len.median if ok.prompt_len else None,
     )
 
 
@@ -295,8 +397,8 @@ def _per_token(figures: StageFigures, out_len: int | None) -> StageFigures:
     return StageFigures(**{**figures.__dict__, "latency": latency})
 
 
-def _timeout(config: dict, stages, summary) -> tuple[float | None, str | None]:
-    asked = finite_or_none((config.get("load") or {}).get("request_timeout"))
+def _timeout(config: Config, stages, summary) -> tuple[float | None, str | None]:
+    asked = config.load.request_timeout
     if asked is not None:
         return asked, f"load.request_timeout {asked:g} s: the replay times requests out alike"
     failed = sum(s.failed for s in stages) if stages else (summary.failed if summary else 0)
@@ -315,35 +417,25 @@ def _requests(records: Any, where: str, out_len: int | None):
         raise RecordError(f"{where}: expected a non-empty list of request records")
     send, first, end, prompt, output, keys, errors, times = [], [], [], [], [], [], [], []
     line_pairs = []
-    for i, record in enumerate(records):
+    for i, raw in enumerate(records):
         at = f"{where}: record {i}"
-        if not isinstance(record, dict):
-            raise RecordError(f"{at}: expected an object")
-        start = number(record.get("start_time"), at, "start_time", low=None)
-        stop = number(record.get("end_time"), at, "end_time", low=None)
+        record = parse(RequestRecord, raw, at)
+        start, stop = record.start_time, record.end_time
         if stop < start:
             raise RecordError(f"{at}: end_time: before start_time ({stop!r} < {start!r})")
-        info = record.get("info") or {}
-        stamps = info.get("output_token_times") or []
-        if not isinstance(stamps, list):
-            raise RecordError(f"{at}: info.output_token_times: expected a list")
-        stamps = np.asarray([number(t, at, "info.output_token_times", low=None) for t in stamps])
+        info = record.info or RequestInfo()
+        stamps = np.asarray(info.output_token_times or [], dtype=np.float64)
         if stamps.size and (np.any(np.diff(stamps) < 0) or stamps[0] < start):
             raise RecordError(f"{at}: info.output_token_times: not increasing from start_time")
         line_pairs.append(_paired(stamps))
-        error = record.get("error")
         send.append(start)
         end.append(stop)
         first.append(float(stamps[0]) if stamps.size else np.nan)
         times.append(stamps)
-        prompt.append(count(info.get("input_tokens", 0), at, "info.input_tokens"))
-        output.append(count(info.get("output_tokens", 0), at, "info.output_tokens"))
-        keys.append(_prompt_key(record.get("request")))
-        if isinstance(error, str):  # some versions write the message itself
-            errors.append(error[:80])
-        else:
-            kind = mapping(error, at, "error").get("error_type", "error") if error else ""
-            errors.append(str(kind)[:80])
+        prompt.append(info.input_tokens)
+        output.append(info.output_tokens)
+        keys.append(_prompt_key(record.request))
+        errors.append(record.error)
     line_times = bool(line_pairs) and np.mean(line_pairs) > 0.5
     if line_times:  # keep one time a token: the data lines (even indices), not [DONE]
         times = [t[0:-2:2] if t.size >= 2 else t for t in times]

@@ -40,17 +40,80 @@ from __future__ import annotations
 import hashlib
 import math
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import AliasChoices, BeforeValidator, Field
 
 from sim.config.textfile import reading
 from sim.recorded.engine_args import engine_config, merged
-from sim.recorded.files import count, mapping, number, read_json, read_json_lines, sha256_of
+from sim.recorded.fields import Count, Seconds
+from sim.recorded.files import Record, parse, read_json, read_json_lines, sha256_of
 from sim.recorded.run import EngineConfig, RecordedRequests, RecordedRun, RecordError
 
-_ALIASES = {"input_toks": ("input_toks", "prompt_tokens", "input_tokens"),
-            "output_toks": ("output_toks", "output_tokens", "completion_tokens")}  # fmt: skip
+
+def _text_or_empty(value: Any) -> Any:
+    return "" if value is None else value
+
+
+class Row(Record):
+    """One request of the lifecycle JSONL (module doc: its fields)."""
+
+    queued_ts: Seconds
+    first_token_ts: Seconds | None = None
+    last_token_ts: Seconds | None = None
+    input_toks: Count = Field(
+        validation_alias=AliasChoices("input_toks", "prompt_tokens", "input_tokens")
+    )
+    output_toks: Count = Field(
+        validation_alias=AliasChoices("output_toks", "output_tokens", "completion_tokens")
+    )
+    error: Annotated[str, BeforeValidator(_text_or_empty)] = ""
+
+
+class KVCacheInfo(Record):
+    """meta.json's ``kv_cache``: what the engine logged of its pool (values checked as
+    engine arguments)."""
+
+    num_gpu_blocks: Any = None
+    block_size: Any = None
+    gpu_memory_utilization: Any = None
+    enable_prefix_caching: Any = None
+
+
+class DeviceInfo(Record):
+    device_name: str | None = None
+
+
+def _version_text(value: Any) -> Any:
+    # A version written as a number (0.9) is the same version.
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
+class Meta(Record):
+    """meta.json beside the JSONL (or ``--metadata FILE``)."""
+
+    vllm_version: Annotated[str | None, BeforeValidator(_version_text)] = None
+    model: str | None = None
+    engine_kwargs: dict[str, Any] | None = None
+    kv_cache: KVCacheInfo | None = None
+    hardware: DeviceInfo | None = None
+
+
+class PromptRow(Record):
+    """One line of ``--prompts FILE``: the request's prompt token ids."""
+
+    input_tok_ids: list[Annotated[int, Field(ge=0, lt=1 << 31, strict=True)]]
+
+
+class SeriesRow(Record):
+    """One second of LLMServingSim's ``timeseries.csv`` (CSV text: numbers parsed)."""
+
+    t: Annotated[float, Field(allow_inf_nan=False)]
+    running: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    waiting: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    gen_throughput: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
 
 #: GPU names as CUDA reports them -> pagesim's hardware presets (the first match wins).
 DEVICE_NAMES = (
@@ -95,13 +158,11 @@ def read_run(path: Path, *, engine: EngineConfig, model: str | None, hardware: s
     if not rows:
         raise RecordError(f"{path}: no requests")
     meta_path = metadata or (path.parent / "meta.json")
-    meta: dict[str, Any] = {}
+    meta = None
     notes = []
     if meta_path.is_file():
         files[str(meta_path)] = sha256_of(meta_path)
-        meta = read_json(meta_path)
-        if not isinstance(meta, dict):
-            raise RecordError(f"{meta_path}: expected a JSON object")
+        meta = parse(Meta, read_json(meta_path), str(meta_path))
     elif metadata is not None:
         raise RecordError(f"{metadata}: missing")
     recorded = _engine_of(meta, str(meta_path))
@@ -114,10 +175,9 @@ def read_run(path: Path, *, engine: EngineConfig, model: str | None, hardware: s
     if keys is None:
         notes.append("no prompt token ids (--prompts): every prompt is its own")
     series = _series(path.parent / "timeseries.csv", files)
-    device = ((meta.get("hardware") or {}).get("device_name")) if meta else None
+    device = meta.hardware.device_name if meta and meta.hardware else None
     return RecordedRun(
-        format="lifecycle", source=str(path),
-        model=model or meta.get("model") or (meta.get("engine_kwargs") or {}).get("model"),
+        format="lifecycle", source=str(path), model=model or _model_of(meta),
         hardware=hardware or hardware_preset(device), engine=merged(recorded, engine),
         requests=requests, clock="engine", notes=tuple(notes), series=series, files=files,
     )  # fmt: skip
@@ -131,69 +191,59 @@ def _series(path: Path, files: dict[str, str]) -> dict[str, list[float]] | None:
     if not path.is_file():
         return None
     files[str(path)] = sha256_of(path)
-    columns = {"t": "t", "running": "running", "waiting": "waiting", "gen_tok_s": "gen_throughput"}
-    series: dict[str, list[float]] = {name: [] for name in columns}
+    series: dict[str, list[float]] = {"t": [], "running": [], "waiting": [], "gen_tok_s": []}
     with reading(path, RecordError), open(path, encoding="utf-8", newline="") as handle:
         for line, row in enumerate(csv.DictReader(handle), start=2):
-            for name, column in columns.items():
-                series[name].append(number(_float(row.get(column)), f"{path}:{line}", column))
+            second = parse(SeriesRow, row, f"{path}:{line}")
+            series["t"].append(second.t)
+            series["running"].append(second.running)
+            series["waiting"].append(second.waiting)
+            series["gen_tok_s"].append(second.gen_throughput)
     return series
 
 
-def _float(text: Any) -> Any:
-    try:
-        return float(text)
-    except (TypeError, ValueError):
-        return text
+def _model_of(meta: Meta | None) -> str | None:
+    if meta is None:
+        return None
+    named = (meta.engine_kwargs or {}).get("model")
+    return meta.model or (named if isinstance(named, str) else None)
 
 
-def _engine_of(meta: dict[str, Any], where: str) -> EngineConfig:
-    if not meta:
+def _engine_of(meta: Meta | None, where: str) -> EngineConfig:
+    if meta is None:
         return EngineConfig()
-    values = dict(mapping(meta.get("engine_kwargs"), where, "engine_kwargs"))
+    values = dict(meta.engine_kwargs or {})
     values.pop("seed", None)
     if values.pop("data_parallel_size", None) not in (None, 1):
         raise RecordError(f"{where}: engine_kwargs.data_parallel_size: data-parallel ranks "
                           "that step together (vLLM's DP attention, with expert parallelism "
                           "across them) are not replayed: one replica, tensor and expert "
                           "parallel within it")  # fmt: skip
-    kv = mapping(meta.get("kv_cache"), where, "kv_cache")
-    for key in ("num_gpu_blocks", "block_size", "gpu_memory_utilization", "enable_prefix_caching"):
-        if kv.get(key) is not None:
-            values[key] = kv[key]
-    if meta.get("vllm_version"):
-        values["version"] = str(meta["vllm_version"])
+    if meta.kv_cache is not None:
+        logged = meta.kv_cache.model_dump(exclude_none=True)
+        values.update(logged)
+    if meta.vllm_version:
+        values["version"] = meta.vllm_version
     return engine_config(values, where)
-
-
-def _field(row: dict, name: str, where: str) -> Any:
-    for alias in _ALIASES.get(name, (name,)):
-        if alias in row:
-            return row[alias]
-    raise RecordError(f"{where}: {name}: missing")
 
 
 def _requests(rows: list[tuple[int, Any]], path: str, keys) -> RecordedRequests:
     queued, first, end, prompt, output, errors = [], [], [], [], [], []
-    for line, row in rows:
+    for line, raw in rows:
         where = f"{path}:{line}"
-        if not isinstance(row, dict):
-            raise RecordError(f"{where}: expected a JSON object")
-        error = row.get("error") or ""
-        if not isinstance(error, str):
-            raise RecordError(f"{where}: error: expected a string")
-        q = number(_field(row, "queued_ts", where), where, "queued_ts", low=None)
+        row = parse(Row, raw, where)
+        q, error = row.queued_ts, row.error
         ok = not error
-        f = _time(row, "first_token_ts", where, required=ok)
-        e = _time(row, "last_token_ts", where, required=ok)
+        f = _time(row.first_token_ts, "first_token_ts", where, required=ok)
+        e = _time(row.last_token_ts, "last_token_ts", where, required=ok)
         if ok and not q <= f <= e:
             raise RecordError(f"{where}: first_token_ts: expected queued_ts <= first_token_ts "
                               f"<= last_token_ts, got {q!r}, {f!r}, {e!r}")  # fmt: skip
         queued.append(q)
         first.append(f)
         end.append(e)
-        prompt.append(count(_field(row, "input_toks", where), where, "input_toks"))
-        output.append(count(_field(row, "output_toks", where), where, "output_toks"))
+        prompt.append(row.input_toks)
+        output.append(row.output_toks)
         errors.append(error[:80])
     origin = min(queued)
     shift = lambda values: np.asarray(values, dtype=np.float64) - origin  # noqa: E731
@@ -204,10 +254,12 @@ def _requests(rows: list[tuple[int, Any]], path: str, keys) -> RecordedRequests:
     )  # fmt: skip
 
 
-def _time(row: dict, name: str, where: str, *, required: bool) -> float:
-    if row.get(name) is None and not required:
+def _time(value: float | None, name: str, where: str, *, required: bool) -> float:
+    if value is None:
+        if required:
+            raise RecordError(f"{where}: {name}: missing (a request without an error finished)")
         return math.nan
-    return number(_field(row, name, where), where, name, low=None)
+    return value
 
 
 def _prompt_keys(path: Path, expected: int, files: dict[str, str]) -> list[str]:
@@ -215,11 +267,7 @@ def _prompt_keys(path: Path, expected: int, files: dict[str, str]) -> list[str]:
     files[str(path)] = sha256_of(path)
     keys = []
     for line, row in read_json_lines(path):
-        ids = row.get("input_tok_ids") if isinstance(row, dict) else None
-        if not isinstance(ids, list) or not all(
-            isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 1 << 31 for t in ids
-        ):
-            raise RecordError(f"{path}:{line}: input_tok_ids: expected a list of token ids")
+        ids = parse(PromptRow, row, f"{path}:{line}").input_tok_ids
         digest = hashlib.blake2b(np.asarray(ids, dtype=np.int64).tobytes(), digest_size=12)
         keys.append(digest.hexdigest())
     if len(keys) != expected:

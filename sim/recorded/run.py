@@ -11,13 +11,15 @@ is 0 (each format's module says which clock it read and how it is aligned).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 import numpy as np
+from pydantic import Field
+from pydantic.dataclasses import dataclass as typed_dataclass
 
 from sim.config.user_errors import UserError
+from sim.recorded.fields import Count, Size
 
 #: The latency metrics a recorded run may carry, each with its mean and quantiles.
 METRICS = ("ttft_s", "tpot_s", "itl_s", "e2e_s")
@@ -54,45 +56,57 @@ class RecordedRequests(NamedTuple):
         return int(self.send_s.shape[0])
 
 
-@dataclass(frozen=True)
+@typed_dataclass(frozen=True)
 class StageFigures:
     """What a client published for one load stage (or the whole run: ``index`` -1):
     ``latency[metric][quantile]`` in seconds (metric in :data:`METRICS`, quantile in
     :data:`QUANTILES`; absent where not published), the requests sent and failed, the
     asked rate and duration, and the throughputs."""
 
-    index: int
+    index: Annotated[int, Field(ge=-1)]
     rate_rps: float | None
     duration_s: float | None
-    sent: int
-    failed: int
+    sent: Count
+    failed: Count
     latency: dict[str, dict[str, float]]
     throughput_rps: float | None = None
     output_tok_s: float | None = None
     prompt_tokens_p50: float | None = None
 
 
-@dataclass(frozen=True)
+#: A short name (an engine, a version, a dtype).
+_Name = Annotated[str, Field(min_length=1, max_length=100)]
+#: Weights' dtype as vLLM's --dtype names it (auto: the model config's torch_dtype).
+WEIGHT_DTYPE_BYTES = {"float16": 2, "half": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
+                      "float32": 4, "float": 4, "fp32": 4}  # fmt: skip
+_Dtype = Literal[("auto", *WEIGHT_DTYPE_BYTES)]
+#: A fraction of GPU memory: (0, 1] (vllm bench --metadata writes it as text: "0.9").
+_Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+
+
+@typed_dataclass(frozen=True)
 class EngineConfig:
     """The engine settings a replay needs, in vLLM's names (None: not recorded, the
-    engine's default applies; :mod:`sim.recorded.engine_args` fills those in)."""
+    engine's default applies; :mod:`sim.recorded.engine_args` fills those in). Typed:
+    construction validates each value (pydantic's ValidationError; text such as "4",
+    "0.9" or "true" is read as the number or flag it spells)."""
 
-    engine: str = "vllm"
-    version: str | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    max_model_len: int | None = None
-    block_size: int | None = None
+    engine: _Name = "vllm"
+    version: _Name | None = None
+    max_num_seqs: Size | None = None
+    max_num_batched_tokens: Size | None = None
+    max_model_len: Size | None = None
+    block_size: Size | None = None
     enable_prefix_caching: bool | None = None
     enable_chunked_prefill: bool | None = None
-    tensor_parallel_size: int | None = None
-    dtype: str | None = None
-    kv_cache_dtype: str | None = None
-    gpu_memory_utilization: float | None = None
-    num_gpu_blocks: int | None = None
+    tensor_parallel_size: Size | None = None
+    dtype: _Dtype | None = None
+    kv_cache_dtype: _Name | None = None
+    gpu_memory_utilization: _Fraction | None = None
+    num_gpu_blocks: Size | None = None
     """As the engine logged it ("# GPU blocks: N"); vLLM keeps one of them as its null
     block, so N - 1 hold KV."""
-    cpu_offload_gib: float | None = None
+    cpu_offload_gib: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     enable_expert_parallel: bool | None = None
     """vLLM's --enable-expert-parallel (with one data-parallel rank: ``expert_parallel``)."""
 
@@ -124,11 +138,3 @@ class RecordedRun:
     ``running`` and ``waiting`` requests and ``gen_tok_s`` generated tokens a second)."""
     files: dict[str, str] = field(default_factory=dict)
     """Each file read -> its sha256, so a corpus entry names exactly what it came from."""
-
-
-def finite_or_none(value: Any) -> float | None:
-    """A finite float, or None for anything else (a missing or non-numeric figure)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None

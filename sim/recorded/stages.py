@@ -27,7 +27,9 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import numpy as np
+from pydantic import ValidationError
 
+from sim.config.errors import format_validation_error
 from sim.recorded.run import METRICS, QUANTILES, RecordError, StageFigures
 
 #: Seconds a benchmark client adds to TTFT and E2E over the engine's own (module doc).
@@ -148,26 +150,18 @@ def recorded_stages(summary: dict[str, Any], where: str = "summary.json") -> lis
     rows = block.get("stages") or []
     if not isinstance(rows, list):
         raise RecordError(f"{where}: recorded.stages: expected a list, got {_kind(rows)}")
-    return [_stage_row(row, f"{where}: recorded.stages[{i}]") for i, row in enumerate(rows)]
+    return [_stage_row(row, where, f"recorded.stages[{i}]") for i, row in enumerate(rows)]
 
 
-def _stage_row(row: Any, where: str) -> StageFigures:
+def _stage_row(row: Any, where: str, at: str) -> StageFigures:
     if not isinstance(row, dict):
-        raise RecordError(f"{where}: expected an object, got {_kind(row)}")
-    for key in ("index", "sent", "failed"):
-        value = row.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < -1:
-            raise RecordError(f"{where}.{key}: expected an integer, got {str(value)[:40]}")
-    if not isinstance(row.get("latency"), dict):
-        raise RecordError(f"{where}.latency: expected an object")
-    fields = set(StageFigures.__dataclass_fields__)
-    unknown = sorted(set(row) - fields)
-    if unknown:
-        raise RecordError(f"{where}.{unknown[0]}: not a stage figure")
+        raise RecordError(f"{where}: {at}: expected an object, got {_kind(row)}")
     try:
         return StageFigures(**{"rate_rps": None, "duration_s": None, **row})
-    except TypeError as err:
-        raise RecordError(f"{where}: {err}") from None
+    except ValidationError as err:
+        raise RecordError(format_validation_error(err, where, row, at)) from None
+    except TypeError as err:  # a key that is not a stage figure
+        raise RecordError(f"{where}: {at}: {err}") from None
 
 
 def _kind(value: Any) -> str:

@@ -70,7 +70,56 @@ CASES = {
         ["scenario.json", "hardware"]),
     "a damaged holdout run": _case(
         PER_REQUEST, _cut_half("requests.csv"), ["requests.csv"], holdout=True),
+    "a stage's latency a list": _case(
+        STAGED, _edit_json("summary.json",
+                           lambda d: d["recorded"]["stages"][1].update(latency=[0.1])),
+        ["summary.json", "recorded.stages[1].latency"]),
+    "a stage's failed a word": _case(
+        STAGED, _edit_json("summary.json", lambda d: d["recorded"]["stages"][0].update(failed="x")),
+        ["summary.json", "recorded.stages[0].failed"]),
+    "a stage's sent negative": _case(
+        STAGED, _edit_json("summary.json", lambda d: d["recorded"]["stages"][0].update(sent=-4)),
+        ["summary.json", "recorded.stages[0].sent"]),
+    "a stage's index a list": _case(
+        STAGED, _edit_json("summary.json", lambda d: d["recorded"]["stages"][0].update(index=[0])),
+        ["summary.json", "recorded.stages[0].index"]),
+    "recorded.stages a string": _case(
+        STAGED, _edit_json("summary.json", lambda d: d["recorded"].update(stages="all")),
+        ["summary.json", "recorded.stages"]),
+    "num_requests negative": _case(
+        PER_REQUEST, _edit_json("summary.json", lambda d: d.update(num_requests=-1)),
+        ["summary.json", "num_requests"]),
+    "num_rejected a word": _case(
+        PER_REQUEST, _edit_json("summary.json", lambda d: d.update(num_rejected="none")),
+        ["summary.json", "num_rejected"]),
+    "summary.json a list": _case(
+        PER_REQUEST, lambda r: (r / "summary.json").write_text("[]"),
+        ["summary.json", "JSON object"]),
+    "scenario.json's hardware without a name": _case(
+        PER_REQUEST, _edit_json("scenario.json", lambda d: d["hardware"].pop("name")),
+        ["scenario.json", "hardware"]),
+    "requests.csv without arrival_s": _case(
+        PER_REQUEST, lambda r: (r / "requests.csv").write_text(
+            (r / "requests.csv").read_text().replace("arrival_s", "arrived", 1)),
+        ["requests.csv", "arrival_s"]),
+    "requests.csv a word for a time": _case(
+        PER_REQUEST, lambda r: (r / "requests.csv").write_text(
+            _word_in_column((r / "requests.csv").read_text(), "finish_s")),
+        ["requests.csv:3", "finish_s"]),
+    "requests.csv a folder": _case(
+        PER_REQUEST, lambda r: ((r / "requests.csv").unlink(), (r / "requests.csv").mkdir()),
+        ["requests.csv"]),
 }  # fmt: skip
+
+
+def _word_in_column(text: str, column: str) -> str:
+    """``text`` (a CSV) with ``column`` of its second data row replaced by a word."""
+    lines = text.splitlines()
+    at = lines[0].split(",").index(column)
+    cells = lines[2].split(",")
+    cells[at] = "soon"
+    lines[2] = ",".join(cells)
+    return "\n".join(lines) + "\n"
 
 
 @pytest.fixture(scope="module")
