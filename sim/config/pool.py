@@ -123,3 +123,31 @@ def kv_pool_blocks(
             f"bigger GPU or a higher gpu_memory_utilization"
         )
     return int(free // block_bytes)
+
+
+def check_given_pool(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    tensor_parallel: int,
+    num_blocks: int,
+    block_size: int,
+    kv_element_bytes: int | None = None,
+) -> tuple[str, str] | None:
+    """What is wrong with a pool given as ``num_blocks`` on ``tensor_parallel`` x
+    ``hardware``, or None: the weights' shard and the blocks' shards must fit in one GPU's
+    whole memory. The bound is physical (no headroom, no activations): a given pool is
+    the user's to size, but not past the memory it would live in. Returns
+    ``("tensor_parallel" | "cache.num_blocks", message)`` naming what to change."""
+    memory = hardware.cuda_memory_bytes or hardware.mem_capacity_bytes
+    weights = model.weight_bytes / tensor_parallel
+    block_bytes = block_size * model.kv_bytes_per_token(tensor_parallel, kv_element_bytes)
+    needed = weights + num_blocks * block_bytes
+    if needed <= memory:
+        return None
+    field = "tensor_parallel" if weights > memory else "cache.num_blocks"
+    return field, (
+        f"{num_blocks:,} blocks of {block_bytes / 1e6:.3f} MB and {weights / 1e9:.2f} GB of "
+        f"{model.name!r} weights need {needed / 1e9:.2f} GB per GPU; {tensor_parallel} x "
+        f"{hardware.name!r} has {memory / 1e9:.2f} GB each: fewer blocks, more GPUs "
+        "(tensor_parallel) or a bigger GPU"
+    )

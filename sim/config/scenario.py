@@ -49,7 +49,7 @@ from sim.config.files import resolve_existing_file
 from sim.config.hardware import HardwareSpec, ModelSpec
 from sim.config.hf_config import expand_model
 from sim.config.overrides import apply_overrides, read_overrides
-from sim.config.pool import KVPool, check_experts_split, check_tensor_parallel
+from sim.config.pool import KVPool, check_experts_split, check_given_pool, check_tensor_parallel
 from sim.config.presets import expand_preset
 from sim.config.run_sections import BackendSpec, SimulationSpec, SLOSpec
 from sim.config.schema import StrictModel, drop_unset
@@ -188,6 +188,12 @@ class Scenario(StrictModel):
             blocks = self.cache.device_blocks(self.model, self.hardware, self.tensor_parallel)
         except ValueError as err:
             raise error_at("tensor_parallel", str(err)) from None
+        if self.cache.num_blocks is not None:
+            problem = check_given_pool(self.model, self.hardware, self.tensor_parallel, blocks,
+                                       self.cache.block_size,
+                                       self.cache.kv_element_bytes(self.model))  # fmt: skip
+            if problem is not None:
+                raise error_at(*problem)
         self._check_model_support()
         reserved = profile_of(self.scheduler.engine).rules.reserved_blocks
         if blocks - reserved < 1:

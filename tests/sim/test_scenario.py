@@ -367,6 +367,26 @@ def test_an_uneven_tensor_parallel_split_is_refused_with_an_explicit_pool_too(tp
                            "simulation": {"num_requests": 10}})  # fmt: skip
 
 
+def test_an_explicit_pool_must_fit_the_gpu_memory_beside_the_weights():
+    """A given ``cache.num_blocks`` skips the sizing, not physics: weights that do not fit
+    one GPU blame tensor_parallel, blocks that do not fit beside them blame num_blocks, and
+    the bound is the whole memory (a pool vLLM logged at 0.9 still fits)."""
+    base = {"model": "llama-3-70b", "hardware": "h100-sxm", "simulation": {"num_requests": 10}}
+    with pytest.raises(ScenarioError, match=r"tensor_parallel: 64 blocks .* 141\.\d+ GB"):
+        validate_scenario({**base, "cache": {"num_blocks": 64}})
+    with pytest.raises(ScenarioError, match="cache.num_blocks: 1,000,000 blocks"):
+        validate_scenario({**base, "tensor_parallel": 4, "cache": {"num_blocks": 10**6}})
+    derived = validate_scenario({**base, "tensor_parallel": 4})
+    most = derived.kv_pool.device_blocks + 1  # what vLLM's own sizing leaves, null block back
+    given = validate_scenario({**base, "tensor_parallel": 4, "cache": {"num_blocks": most}})
+    assert given.kv_pool.device_blocks == derived.kv_pool.device_blocks
+    # fp8 KV halves a block: twice vLLM's pool fits in fp8 where it does not in bf16
+    tp4 = {**base, "tensor_parallel": 4}
+    with pytest.raises(ScenarioError, match="cache.num_blocks"):
+        validate_scenario({**tp4, "cache": {"num_blocks": 2 * most}})
+    assert validate_scenario({**tp4, "cache": {"num_blocks": 2 * most, "kv_dtype": "fp8"}})
+
+
 def test_every_reader_error_is_a_user_error_the_cli_reports_in_one_line():
     from sim.cli.common import UsageError
     from sim.config.budget import OverBudget
