@@ -21,7 +21,13 @@ from sim.config.workload import LengthDist
 
 
 class ScenarioError(UserError, ValueError):
-    """A user mistake in a scenario file or an override; the message is one line."""
+    """A user mistake in a scenario file or an override; the message is one line.
+    ``field`` is the dotted path it names (``workload.arrival.stages[0].rate_rps``) where
+    it came from a field's validation, else None."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def error_at(path: str, message: str) -> PydanticCustomError:
@@ -45,7 +51,15 @@ def format_validation_error(err: ValidationError, source: str, raw: Any, at: str
     ``at`` is the path of ``raw`` within its file (``recorded.stages[0]``), if not the
     top level."""
     errors = err.errors(include_url=False)
-    first = errors[0]
+    path = error_path(err, raw, at) or "(top level)"
+    message = _message(errors[0])
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{source}: {path}: {message}{more}"
+
+
+def error_path(err: ValidationError, raw: Any, at: str = "") -> str:
+    """The dotted path of ``err``'s first error as the user wrote it ('' at the top)."""
+    first = err.errors(include_url=False)[0]
     ctx = first.get("ctx") or {}
     if first["type"] == "at_path":
         path = ctx["path"]
@@ -58,10 +72,7 @@ def format_validation_error(err: ValidationError, source: str, raw: Any, at: str
         path = _dotted(loc)
     if at:
         path = f"{at}{'' if path.startswith('[') or not path else '.'}{path}"
-    path = path or "(top level)"
-    message = _message(first)
-    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{source}: {path}: {message}{more}"
+    return path
 
 
 def _dotted(loc: list) -> str:

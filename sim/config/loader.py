@@ -13,7 +13,7 @@ from pydantic import (
     ValidationError,
 )
 
-from sim.config.errors import ScenarioError, format_validation_error
+from sim.config.errors import ScenarioError, error_path, format_validation_error
 from sim.config.hardware import HardwareSpec, ModelSpec
 from sim.config.hints import did_you_mean
 from sim.config.scenario import Scenario
@@ -49,7 +49,8 @@ def validate_scenario(raw: dict, source: str = "<scenario>", *, base_dir: Path |
     try:
         scenario = Scenario.model_validate(raw, context=context)
     except ValidationError as err:
-        raise ScenarioError(format_validation_error(err, source, raw)) from None
+        raise ScenarioError(format_validation_error(err, source, raw),
+                            error_path(err, raw)) from None  # fmt: skip
     scenario._source = source
     scenario._base_dir = Path(context["base_dir"])
     return scenario

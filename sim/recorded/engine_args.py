@@ -64,6 +64,21 @@ _NAMES = {
     "cpu_offload_gib": "cpu_offload_gib",
     "enable_expert_parallel": "enable_expert_parallel",
 }
+#: EngineConfig fields -> the scenario fields that replay them (the module doc's table).
+SCENARIO_FIELDS = {
+    "max_num_seqs": "scheduler.max_num_seqs",
+    "max_num_batched_tokens": "scheduler.max_num_batched_tokens",
+    "enable_chunked_prefill": "scheduler.chunked_prefill",
+    "max_model_len": "model.max_model_len",
+    "block_size": "cache.block_size",
+    "enable_prefix_caching": "cache.prefix_caching",
+    "gpu_memory_utilization": "cache.gpu_memory_utilization",
+    "num_gpu_blocks": "cache.num_blocks",
+    "tensor_parallel_size": "tensor_parallel",
+    "dtype": "model.dtype_bytes",
+    "kv_cache_dtype": "cache.kv_dtype",
+    "enable_expert_parallel": "expert_parallel",
+}
 #: Keys of a recorded run's metadata that are not engine arguments (ignored, not errors).
 _IGNORED = {"model", "served_model_name", "host", "port", "app", "tokenizer"}
 

@@ -31,7 +31,7 @@ from sim.live.observed import observed_summary, write_observed
 from sim.live.replay import ReplayOptions, ReplayResult
 from sim.output.files import write_outputs
 from sim.output.steplog import StepLog
-from sim.recorded.replay import MODEL_FILE, replay_scenario, write_trace
+from sim.recorded.replay import MODEL_FILE, origin_of, replay_scenario, write_trace
 from sim.recorded.run import METRICS, RecordedRun, RecordError, StageFigures
 from sim.run.folders import atomic_folder, run_metadata
 from sim.workload.generate import generate_requests
@@ -57,8 +57,10 @@ def import_folder(out: Path, run: RecordedRun, *, model: str | Path, hardware: A
         try:
             scenario = validate_scenario(raw, str(out / SCENARIO_FILE), base_dir=stage)
         except ScenarioError as err:  # validated before anything is written
-            raise RecordError(f"{run.source}: its replay would not be a valid scenario: {err}"
-                              ) from None  # fmt: skip
+            origin = origin_of(run, err.field)
+            named = f"{origin}: " if origin else ""
+            raise RecordError(f"{run.source}: {named}its replay would not be a valid "
+                              f"scenario: {err}") from None  # fmt: skip
         block = recorded_block(run, notes)
 
         def copy_inputs(folder: Path) -> None:

@@ -261,7 +261,25 @@ def read_run(path: Path, *, engine: EngineConfig, model: str | None,
         hardware=hardware, engine=engine, requests=requests, stages=tuple(stages),
         summary=summary, workload=workload if requests is None else None,
         request_timeout_s=timeout, notes=tuple(notes), files=files,
+        origins=_origins(config, config_path.name),
     )  # fmt: skip
+
+
+def _origins(config: Config, name: str) -> dict[str, str]:
+    """The replay's workload fields -> the config.yaml fields they are made from."""
+    origins = {
+        "workload.arrival": f"{name}: load",
+        "workload.request_timeout_s": f"{name}: load.request_timeout",
+        "workload.prompts": f"{name}: data.shared_prefix (num_groups x num_prompts_per_group)",
+        "workload.prefix": f"{name}: data.shared_prefix",
+        "workload.input": f"{name}: data",
+        "workload.output": f"{name}: data",
+    }
+    for i in range(len(config.load.stages)):
+        at = f"workload.arrival.stages[{i}]"
+        origins[f"{at}.rate_rps"] = f"{name}: load.stages[{i}].rate"
+        origins[f"{at}.duration_s"] = f"{name}: load.stages[{i}].duration"
+    return origins
 
 
 def _stage_index(path: Path) -> int:

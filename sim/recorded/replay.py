@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.recorded.engine_args import dtype_bytes, scenario_sections
+from sim.recorded.engine_args import SCENARIO_FIELDS, dtype_bytes, scenario_sections
 from sim.recorded.run import RecordedRun, RecordError
 
 TRACE_FILE = "requests.jsonl"
@@ -61,6 +61,17 @@ def replay_scenario(
     if run.request_timeout_s is not None:
         scenario["workload"] = {**scenario["workload"], "request_timeout_s": run.request_timeout_s}
     return scenario, notes
+
+
+def origin_of(run: RecordedRun, field: str | None) -> str | None:
+    """The recorded field the replay's scenario ``field`` was made from (the most specific
+    of the run's origins and the engine arguments), or None if it is not known."""
+    if not field:
+        return None
+    table = {path: f"engine argument {name}" for name, path in SCENARIO_FIELDS.items()}
+    table.update(run.origins)
+    within = [p for p in table if field == p or field.startswith((f"{p}.", f"{p}["))]
+    return table[max(within, key=len)] if within else None
 
 
 def trace_rows(run: RecordedRun) -> list[str]:

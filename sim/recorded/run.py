@@ -138,3 +138,8 @@ class RecordedRun:
     ``running`` and ``waiting`` requests and ``gen_tok_s`` generated tokens a second)."""
     files: dict[str, str] = field(default_factory=dict)
     """Each file read -> its sha256, so a corpus entry names exactly what it came from."""
+    origins: dict[str, str] = field(default_factory=dict)
+    """A field of the replay's scenario (a dotted path, or the start of one) -> the
+    recorded field it was made from (``config.yaml: load.stages[0].rate``), so a replay
+    that is refused names what the recording said. Engine arguments are named by
+    :data:`sim.recorded.engine_args.SCENARIO_FIELDS`."""

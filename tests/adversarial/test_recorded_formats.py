@@ -284,6 +284,37 @@ INFERENCE_PERF = {
     "config: server.ignore_eos 'maybe'": config("server.ignore_eos", "maybe"),
     "config: server a string": config("server", "vllm"),
     "config: server.model_name a list": config("server.model_name", ["a"]),
+    # sound as recorded values, but no replay: the scenario's own check names the run
+    "config: a stage of 10^12 req/s": config(
+        "load.stages[0].rate", 1e12, "replay would not be a valid scenario", "rate_rps"
+    ),
+    "config: a stage of 10^12 s": config(
+        "load.stages[1].duration", 1e12, "replay would not be a valid scenario", "duration_s"
+    ),
+    "config: 10,001 stages": _inference_perf(
+        lambda source: (
+            (source / "config.yaml").write_text(yaml.safe_dump({
+                **yaml.safe_load((source / "config.yaml").read_text()),
+                "load": {"type": "constant",
+                         "stages": [{"rate": 1, "duration": 1}] * 10_001}})),
+            ["config.yaml", "stages"],
+        )[1]
+    ),  # fmt: skip
+    "config: a shared-prefix pool of 10^12 prompts": _inference_perf(
+        lambda source: (
+            (source / "config.yaml").write_text(
+                (source / "config.yaml").read_text()
+                .replace("num_groups: 10", "num_groups: 1000000")
+                .replace("num_prompts_per_group: 10", "num_prompts_per_group: 1000000")),
+            ["config.yaml", "replay would not be a valid scenario", "prompts"],
+        )[1]
+    ),  # fmt: skip
+    "config: a request timeout of 0": config(
+        "load.request_timeout", 0, "replay would not be a valid scenario", "timeout"
+    ),
+    "config: a request timeout of -5": config(
+        "load.request_timeout", -5, "replay would not be a valid scenario", "timeout"
+    ),
     "stage: successes missing": report(_STAGE, "successes", GONE),
     "stage: successes.latency a list": report(_STAGE, "successes.latency", [1]),
     "stage: a latency table a string": report(
