@@ -17,7 +17,7 @@ from sim.config.errors import ScenarioError, error_path, format_validation_error
 from sim.config.hardware import HardwareSpec, ModelSpec
 from sim.config.hints import did_you_mean
 from sim.config.scenario import Scenario
-from sim.config.textfile import non_utf8_line
+from sim.config.textfile import check_regular_file, check_size, non_utf8_line
 from sim.config.workload import (
     expand_length_shorthand,
 )
@@ -57,6 +57,10 @@ def validate_scenario(raw: dict, source: str = "<scenario>", *, base_dir: Path |
 
 
 def _read_yaml(path: Path, source: str) -> dict:
+    if path.exists():  # a FIFO or /dev/zero would hang the read; a folder is named as one
+        named = lambda problem: ScenarioError(problem.replace(str(path), source, 1))  # noqa: E731
+        check_regular_file(path, named)
+        check_size(path, named)
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:

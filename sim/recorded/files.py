@@ -19,10 +19,6 @@ from sim.config.errors import format_validation_error
 from sim.config.textfile import check_regular_file, parse_json, read_text
 from sim.recorded.run import RecordError
 
-#: A recorded file larger than this is refused before it is read (a run of a million
-#: requests with every token's time is ~200 MB of JSON).
-MAX_FILE_BYTES = 2 << 30
-
 
 def sha256_of(path: Path) -> str:
     """The file's sha256 (hex); RecordError (one line) if it cannot be read."""
@@ -38,14 +34,11 @@ def sha256_of(path: Path) -> str:
 
 def _checked(path: Path) -> Path:
     check_regular_file(path, RecordError)  # a FIFO or /dev/zero would hang the read
-    if path.stat().st_size > MAX_FILE_BYTES:
-        size = path.stat().st_size
-        raise RecordError(f"{path}: {size:,} bytes, more than the {MAX_FILE_BYTES:,} read")
     return path
 
 
 def _text(path: Path) -> str:
-    return read_text(_checked(path), RecordError)
+    return read_text(path, RecordError)
 
 
 def read_json(path: Path) -> Any:

@@ -20,7 +20,6 @@ feeds them.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ import simpy
 
 from policies.routing import ROUTERS
 from sim.config import Scenario
+from sim.config.textfile import parse_json, read_text
 from sim.engine import Cluster, Replica
 from sim.run.build import build_allocator, engine_config, policy_context, replica_policies
 from sim.workload.request import Request
@@ -171,7 +171,7 @@ class RecordingExecutor:
 
 
 def read_record(path: Path) -> dict[str, Any]:
-    record = json.loads(Path(path).read_text())
+    record = parse_json(read_text(path, ValueError))
     if record.get("format") != FORMAT:
         raise ValueError(f"{path}: format: expected {FORMAT!r}, got {record.get('format')!r}")
     return record

@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import csv
 import io
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 from sim.config.errors import ScenarioError
 from sim.config.loader import apply_override, validate_scenario
+from sim.config.textfile import parse_json, read_text
 from sim.run.folders import scenario_hash
 from sim.sweep.spec import axis_text, describe, override
 
@@ -146,9 +146,9 @@ def finished_summary(out: Path, point: Point) -> dict[str, Any] | None:
     metadata names the scenario hash it was run from, which must be this point's."""
     folder = out / point.folder
     try:
-        metadata = json.loads((folder / "metadata.json").read_text())
-        summary = json.loads((folder / "summary.json").read_text())
-    except (OSError, ValueError):
+        metadata = parse_json(read_text(folder / "metadata.json", ValueError))
+        summary = parse_json(read_text(folder / "summary.json", ValueError))
+    except ValueError:  # missing, not a file, not UTF-8 or not JSON: not finished
         return None
     if not isinstance(metadata, dict) or metadata.get("scenario_hash") != point.key:
         return None

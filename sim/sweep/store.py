@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from sim.config.textfile import parse_json, read_text
 from sim.run.folders import _version, atomic_file, atomic_folder, check_target
 from sim.sweep.points import Point, finished_summary
 from sim.sweep.progress import SweepProgress
@@ -157,10 +158,10 @@ def damage(folder: Path) -> str | None:
     of another size or content), or None when it is whole. A folder written before
     manifests were kept has none and is taken as it is."""
     try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
+        if not (folder / MANIFEST).exists():
+            return None
+        manifest = parse_json(read_text(folder / MANIFEST, ValueError))
+    except ValueError:  # not a file, not UTF-8 or not JSON (read_text's errors too)
         return f"{MANIFEST} unreadable"
     if not isinstance(manifest, dict):
         return f"{MANIFEST} is not a mapping"

@@ -262,6 +262,38 @@ def scenario_is_a_folder(d):
     return run_args(d, d / "folder.yaml"), ["folder.yaml"]
 
 
+@case("scenario")
+def scenario_is_a_fifo(d):
+    os.mkfifo(d / "pipe.yaml")  # the open would wait for a writer forever
+    return run_args(d, d / "pipe.yaml"), ["pipe.yaml", "not a regular file"]
+
+
+@case("scenario")
+def scenario_is_dev_zero(d):
+    (d / "zero.yaml").symlink_to("/dev/zero")  # the read would never end
+    return run_args(d, d / "zero.yaml"), ["zero.yaml", "not a regular file"]
+
+
+@case("scenario")
+def scenario_of_three_gigabytes(d):
+    path = d / "huge.yaml"
+    with path.open("wb") as handle:  # sparse: no disk used
+        handle.truncate(3 << 30)
+    return run_args(d, path), ["huge.yaml", "bytes"]
+
+
+@case("scenario")
+def sweep_spec_is_a_fifo(d):
+    os.mkfifo(d / "sweep.yaml")
+    return ["sweep", str(d / "sweep.yaml"), "--out", str(d / "out")], ["sweep.yaml", "regular"]
+
+
+@case("scenario")
+def capacity_base_is_a_fifo(d):
+    os.mkfifo(d / "base.yaml")
+    return ["capacity", str(d / "base.yaml"), "--out", str(d / "out")], ["base.yaml", "regular"]
+
+
 # --------------------------------------------------------------------- output paths
 
 
