@@ -13,8 +13,9 @@ MODELS_DIR = Path(__file__).resolve().parents[2] / "scenarios" / "models"
 
 
 def resolve_model_source(name: str | None) -> str | Path:
-    """A preset name, or the config.json to copy: a file given by path, or the shipped
-    config of a HuggingFace repository. RecordError saying what to give otherwise."""
+    """A preset name, or the config.json to copy: a file given by path, a shipped config
+    by its name (``pagesim list models``) or the shipped config of a HuggingFace
+    repository. RecordError saying what to give otherwise."""
     if not name:
         raise RecordError("the run names no model: give --model (a preset, a config.json, or "
                           "a HuggingFace repository pagesim ships a config of)")  # fmt: skip
@@ -23,6 +24,8 @@ def resolve_model_source(name: str | None) -> str | Path:
     path = Path(name)
     if path.suffix == ".json" and path.is_file():
         return path
+    if "/" not in name and (MODELS_DIR / f"{name}.json").is_file():
+        return MODELS_DIR / f"{name}.json"  # a shipped config by the name list models prints
     stem = shipped_config_for(name)
     if stem is not None:
         shipped = MODELS_DIR / f"{stem}.json"

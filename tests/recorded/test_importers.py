@@ -211,3 +211,18 @@ def test_vllm_bench_metadata_strings_are_read_as_vllm_writes_them(tmp_path):
         path = vllm_bench(tmp_path / "b.json", gpu_memory_utilization=bad)
         with pytest.raises(RecordError, match="gpu_memory_utilization: expected"):
             import_run("vllm-bench", path, tmp_path / f"b-{bad}", html=False)
+
+
+def test_every_model_name_list_models_prints_is_taken_by_model(capsys):
+    """``--model`` takes each name ``pagesim list models`` prints: a preset, or a shipped
+    config by its name (codellama-34b-instruct was refused)."""
+    from sim.recorded.models import resolve_model_source
+
+    assert main(["list", "models"]) == 0
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:] if line]
+    assert "codellama-34b-instruct" in names and "llama-3-8b" in names
+    for name in names:
+        source = resolve_model_source(name)
+        assert source == name or source.stem == name
+    with pytest.raises(RecordError, match="not a preset"):
+        resolve_model_source("codellama-35b")
