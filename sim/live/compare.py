@@ -2,10 +2,15 @@
 --observed``): the latency percentiles, the throughput and the stability verdict of
 both, and the simulation's relative error ``(simulated - observed) / observed``.
 
-Both sides are summary.json dicts (sim.output.summary): TTFT, TPOT and E2E at p50, p90
-and p99 over the measured requests, ITL (every token after a stream's first) at p50,
-p90 and p99 from the ``benchmark`` block, requests and output tokens per second, and
+Both sides are summary.json dicts (sim.output.summary): TTFT, TPOT and E2E at the mean,
+p50, p90 and p99 over the measured requests, ITL (every token after a stream's first) at
+the same from the ``benchmark`` block, requests and output tokens per second, and
 ``steady_state.verdict``. Nothing here depends on how either run was made.
+
+The MAPE is the mean of the absolute relative errors over :data:`MAPE_FIGURES`: TTFT,
+TPOT and E2E at the mean, p50, p90 and p99 and the request throughput, the figures of
+the recorded-runs corpus table (sim.recorded.stages.compare), so one run's line here
+reads as its row there.
 """
 
 from __future__ import annotations
@@ -14,10 +19,19 @@ import datetime
 from typing import Any
 
 _LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
-_QUANTILES = ("p50", "p90", "p99")
-#: ITL percentiles, as the benchmark block names them (milliseconds there).
-_ITL = {"p50": "median_itl_ms", "p90": "p90_itl_ms", "p99": "p99_itl_ms"}
+_QUANTILES = ("mean", "p50", "p90", "p99")
+#: ITL figures, as the benchmark block names them (milliseconds there).
+_ITL = {"mean": "mean_itl_ms", "p50": "median_itl_ms", "p90": "p90_itl_ms",
+        "p99": "p99_itl_ms"}  # fmt: skip
 _THROUGHPUTS = ("throughput_rps", "throughput_tok_s")
+#: The figures the MAPE averages over (module doc).
+MAPE_FIGURES = (*(f"{m}.{q}" for m in _LATENCIES for q in _QUANTILES), "throughput_rps")
+
+#: What a verdict says about a recording, where it is not plain.
+_VERDICTS = {
+    "too short": "too short: no window long enough to call the run steady or overloaded; "
+    "the whole-run figures above still compare every request",
+}
 
 
 def _relative(simulated, observed) -> float | None:
@@ -55,7 +69,15 @@ def compare_runs(observed: dict, simulated: dict) -> dict[str, Any]:
         side: {key: summary.get(key) for key in ("num_requests", "num_finished", "num_rejected")}
         for side, summary in (("observed", observed), ("simulated", simulated))
     }
-    return {"metrics": metrics, "verdict": verdict, "counts": counts}
+    return {"metrics": metrics, "mape": mape(metrics), "verdict": verdict, "counts": counts}
+
+
+def mape(metrics: dict[str, dict]) -> dict[str, Any]:
+    """``{"value", "figures"}``: the mean absolute relative error over the
+    :data:`MAPE_FIGURES` both sides have, and how many that was (value None: none)."""
+    errors = [abs(metrics[name]["rel_error"]) for name in MAPE_FIGURES
+              if name in metrics and metrics[name]["rel_error"] is not None]  # fmt: skip
+    return {"value": sum(errors) / len(errors) if errors else None, "figures": len(errors)}
 
 
 def build_report(scenario, observed: dict, simulated: dict, *, run: str,
@@ -97,6 +119,14 @@ def format_report(report: dict[str, Any]) -> str:
         f"| verdict | {verdict['observed']} | {verdict['simulated']} | "
         f"{'same' if verdict['observed'] == verdict['simulated'] else 'differs'} |"
     )
+    error = report.get("mape") or {}
+    if error.get("value") is not None:
+        lines.append(
+            f"\nMAPE {100 * error['value']:.1f}% over {error['figures']} figures (TTFT, TPOT "
+            "and E2E at mean, p50, p90, p99, and requests/s), as the corpus table counts it"
+        )
+    for side in sorted({v for v in verdict.values() if v in _VERDICTS}):
+        lines.append(f"verdict {_VERDICTS[side]}")
     observed, simulated = counts["observed"], counts["simulated"]
     errors = ", ".join(f"{k}: {v}" for k, v in report["errors"].items()) or "none"
     lines.append(

@@ -12,7 +12,7 @@ import pytest
 
 from sim.costs.calibrated import CalibrationError
 from sim.live.api import BadRequest, Chunks, parse, tenant_of, word_id
-from sim.live.compare import compare_runs
+from sim.live.compare import compare_runs, format_report
 from sim.live.fit import Timings, decode_gaps, fit_observed, lone_prefills
 from sim.live.metrics import series
 from tests.adversarial.cli import one_line_error, run_cli
@@ -99,6 +99,27 @@ def test_the_comparison_is_simulated_against_observed():
     assert metrics["itl_s.p50"] == {"observed": 0.002, "simulated": 0.001, "rel_error": -0.5}
     assert metrics["throughput_rps"]["rel_error"] == pytest.approx(-0.25)
     assert report["verdict"] == {"observed": "stable", "simulated": "too short"}
+    # the MAPE averages the corpus table's figures both sides have: here 3 of them
+    assert report["mape"] == {"value": pytest.approx((0.2 + 0.5 + 0.25) / 3), "figures": 3}
+    assert "verdict too short: no window long enough" in format_report(
+        {**report, "errors": {}, "date": "d", "simulated_cost_model": {"kind": "analytic"}}
+    )
+
+
+def test_the_mape_counts_what_the_corpus_table_counts():
+    """One run's MAPE line reads as its row of the recorded-runs table: the same figures
+    (TTFT, TPOT, E2E at mean, p50, p90, p99, and requests/s)."""
+    from sim.live.compare import MAPE_FIGURES
+    from sim.recorded.stages import COMPARED
+
+    assert set(MAPE_FIGURES) == {f"{m}.{q}" for m, q in COMPARED} | {"throughput_rps"}
+    observed = {m: {"mean": 1.0, "p50": 1.0, "p90": 1.0, "p99": 1.0}
+                for m in ("ttft_s", "tpot_s", "e2e_s")}  # fmt: skip
+    simulated = {m: {q: 1.1 for q in v} for m, v in observed.items()}
+    report = compare_runs({**observed, "throughput_rps": 2.0},
+                          {**simulated, "throughput_rps": 1.0})  # fmt: skip
+    assert report["mape"]["figures"] == 13
+    assert report["mape"]["value"] == pytest.approx((12 * 0.1 + 0.5) / 13)
 
 
 def test_a_body_is_parsed_or_refused_naming_the_field():
