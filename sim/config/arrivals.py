@@ -8,11 +8,18 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from sim.config.files import FileRef, resolve_existing_file
-from sim.config.schema import StrictModel
-from sim.config.traces import Trace, load_trace
+from sim.config.schema import StrictModel, drop_unset
+from sim.config.traces import MOONCAKE_BLOCK_TOKENS, Trace, load_trace
 
 
 class PoissonArrival(StrictModel):
@@ -106,6 +113,21 @@ class TraceArrival(FileRef):
     """The trace file, relative to the scenario file."""
     time_scale: float = Field(default=1.0, gt=0)
     """Multiplies every arrival offset: 0.5 replays twice as fast, 2 half as fast."""
+    hash_block_tokens: int | None = Field(default=None, ge=1, le=65536)
+    """Tokens behind each of a row's ``hash_ids`` (default: Mooncake's 512 for
+    ``mooncake-jsonl``, 16 for ``requests-jsonl``; ``pagesim import-run`` writes the
+    replay's block size)."""
+
+    @model_serializer(mode="wrap")
+    def _leave_out_default_block(self, handler) -> dict[str, Any]:
+        return drop_unset(handler(self), {"hash_block_tokens": None})
+
+    @property
+    def block_tokens(self) -> int:
+        """``hash_block_tokens``, or the format's default."""
+        if self.hash_block_tokens is not None:
+            return self.hash_block_tokens
+        return MOONCAKE_BLOCK_TOKENS if self.format == "mooncake-jsonl" else 16
 
     @field_validator("path")
     @classmethod

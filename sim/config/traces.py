@@ -31,13 +31,17 @@ class TraceError(UserError, ValueError):
     """A malformed trace; the message is ``file:line: column: expected ...``."""
 
 
+#: Tokens behind one Mooncake hash id (the trace's published block size).
+MOONCAKE_BLOCK_TOKENS = 512
+
+
 class Trace(NamedTuple):
     """A parsed trace, rows in file order (read-only arrays)."""
 
     arrival_s: np.ndarray  # float64, seconds from the earliest row
     input_len: np.ndarray  # int64
     output_len: np.ndarray  # int64
-    hash_ids: tuple[np.ndarray, ...] | None  # per row, int64 (Mooncake only)
+    hash_ids: tuple[np.ndarray, ...] | None  # per row, int64 (Mooncake; requests-jsonl's)
     prompt_id: np.ndarray | None = None  # int64 per row: equal ids, equal prompts; -1 none
 
 
@@ -180,12 +184,17 @@ def _parse_requests(path: str):
     """pagesim's own request trace (what ``pagesim import-run`` writes): one JSON object a
     line, ``arrival_s`` (seconds, any origin), ``input_tokens``, ``output_tokens`` and an
     optional ``prompt`` (a string or integer): rows with the same ``prompt`` send the same
-    prompt, token for token, and so must have the same ``input_tokens``."""
+    prompt, token for token, and so must have the same ``input_tokens``. Or, for prompts
+    that share a prefix and not the rest, ``hash_ids`` as Mooncake's: the ids of the
+    prompt's leading blocks of ``arrival.hash_block_tokens`` tokens, equal where two
+    prompts agree from their start to that block's end (a row has one or the other)."""
     times: list[float] = []
     lines: list[int] = []
     inputs: list[int] = []
     outputs: list[int] = []
     ids: list[int] = []
+    hashes: list[np.ndarray] = []
+    empty = np.zeros(0, dtype=np.int64)
     known: dict[Any, tuple[int, int, int]] = {}  # prompt -> (id, input tokens, first line)
     with open(path, encoding="utf-8") as handle:
         for line_no, line in enumerate(handle, start=1):
@@ -197,7 +206,19 @@ def _parse_requests(path: str):
             inputs.append(_count(path, line_no, "input_tokens", row.get("input_tokens")))
             outputs.append(_count(path, line_no, "output_tokens", row.get("output_tokens")))
             ids.append(_prompt_id(path, line_no, row.get("prompt"), inputs[-1], known))
-    return times, lines, inputs, outputs, None, ids
+            if "hash_ids" in row:
+                if ids[-1] >= 0:
+                    raise TraceError(f"{path}:{line_no}: hash_ids: a row gives a prompt key "
+                                     "or hash_ids, not both")  # fmt: skip
+                hashes.append(_hash_ids(path, line_no, row["hash_ids"]))
+            else:
+                hashes.append(empty)
+    has_hashes = any(h.size for h in hashes)
+    if has_hashes and any(i >= 0 for i in ids):
+        first = next(line for line, i in zip(lines, ids) if i >= 0)
+        raise TraceError(f"{path}:{first}: prompt: a trace gives prompt keys or hash_ids, "
+                         "not both")  # fmt: skip
+    return times, lines, inputs, outputs, tuple(hashes) if has_hashes else None, ids
 
 
 def _seconds(path: str, line_no: int, value: Any) -> float:

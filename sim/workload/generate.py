@@ -51,7 +51,6 @@ from sim.config.workload import (
 from sim.workload.prompts import PromptBook
 from sim.workload.request import Request
 from sim.workload.sampling import arrival_times, sample_lengths
-from sim.workload.tokens import MOONCAKE_BLOCK_TOKENS
 
 
 class ModelLimits(Protocol):
@@ -321,7 +320,7 @@ def _build_requests(spec, model, plan: _Plan, prefixes, token_seed) -> list[Requ
 
 
 def _trace_book(spec, model, plan: _Plan, token_seed: int) -> PromptBook:
-    """Mooncake rows' prompts: their hash-id blocks, then own tokens past them."""
+    """Trace rows' prompts: their hash-id blocks, then own tokens past them."""
     hashes = spec.arrival.trace().hash_ids
     if hashes is None:
         prompt_id = spec.arrival.trace().prompt_id
@@ -333,11 +332,13 @@ def _trace_book(spec, model, plan: _Plan, token_seed: int) -> PromptBook:
         unique = np.int64(prompt_id.max(initial=-1) + 1) + np.arange(len(ids), dtype=np.int64)
         keys = np.where(ids >= 0, ids, unique)
         return PromptBook(token_seed, model.vocab_size, plan.own_len, own_key=keys)
+    block = spec.arrival.block_tokens
     ids = [hashes[row] for row in plan.source_row.tolist()]
-    covered = np.asarray([len(h) * MOONCAKE_BLOCK_TOKENS for h in ids], dtype=np.int64)
+    covered = np.asarray([len(h) * block for h in ids], dtype=np.int64)
     hashed = np.minimum(plan.own_len, covered)
     own_len = plan.own_len - hashed
-    return PromptBook(token_seed, model.vocab_size, own_len, hash_ids=ids, hashed_len=hashed)
+    return PromptBook(token_seed, model.vocab_size, own_len, hash_ids=ids, hashed_len=hashed,
+                      hash_block=block)  # fmt: skip
 
 
 def _prompt_lengths(plan: _Plan, previous: np.ndarray, prefix_len: np.ndarray) -> np.ndarray:

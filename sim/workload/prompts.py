@@ -45,9 +45,9 @@ class PromptBook:
     sessions). ``group[i]``: its prefix group, -1 for none, whose system prompt (built
     once, here) is ``group_len[group[i]]`` tokens long (None: no groups).
     ``hash_ids[i]`` with ``hashed_len[i]``: a trace row's hash ids and how many of the
-    prompt's tokens their blocks give (None: no trace). ``own_key[i]``: the prompt-pool
-    entry whose own tokens request i sends (None: each request its own). Immutable after
-    construction; :meth:`prompt` mutates nothing."""
+    prompt's tokens their blocks of ``hash_block`` tokens give (None: no trace).
+    ``own_key[i]``: the prompt-pool entry whose own tokens request i sends (None: each
+    request its own). Immutable after construction; :meth:`prompt` mutates nothing."""
 
     def __init__(
         self,
@@ -61,6 +61,7 @@ class PromptBook:
         group_len: Sequence[int] = (),
         hash_ids: Sequence[np.ndarray] | None = None,
         hashed_len: np.ndarray | None = None,
+        hash_block: int = MOONCAKE_BLOCK_TOKENS,
         own_key: np.ndarray | None = None,
     ):
         self.seed = seed
@@ -75,6 +76,7 @@ class PromptBook:
             tokens.flags.writeable = False  # shared by every prompt of the group
         self._hash_ids = hash_ids
         self._hashed_len = _column(hashed_len)
+        self._hash_block = hash_block
         self._own_key = _column(own_key)
 
     def prompt(self, req_id: int) -> np.ndarray:
@@ -120,7 +122,7 @@ class PromptBook:
 
     def _hashed(self, req_id: int) -> np.ndarray:
         hashed = int(self._hashed_len[req_id])
-        ids = self._hash_ids[req_id][: -(-hashed // MOONCAKE_BLOCK_TOKENS)]
-        blocks = hash_block_tokens(self.seed, ids, self.vocab_size)[:hashed]
+        ids = self._hash_ids[req_id][: -(-hashed // self._hash_block)]
+        blocks = hash_block_tokens(self.seed, ids, self.vocab_size, self._hash_block)[:hashed]
         own = self._streams.own(req_id, int(self._own_len[req_id]))
         return np.concatenate([blocks, own])

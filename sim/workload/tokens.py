@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.config.traces import MOONCAKE_BLOCK_TOKENS
 from sim.config.workload import STREAM_STRIDE
-
-#: tokens behind one Mooncake hash id (the trace's published block size)
-MOONCAKE_BLOCK_TOKENS = 512
-
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -182,10 +179,12 @@ class BlankOutputs:
         return self._prompt_zeros[:length]
 
 
-def hash_block_tokens(seed: int, hash_ids: np.ndarray, vocab_size: int) -> np.ndarray:
-    """The concatenated 512-token blocks behind Mooncake ``hash_ids`` (int32)."""
+def hash_block_tokens(seed: int, hash_ids: np.ndarray, vocab_size: int,
+                      block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> np.ndarray:  # fmt: skip
+    """The concatenated ``block_tokens``-token blocks behind a trace's ``hash_ids``
+    (int32): equal ids, equal tokens."""
     states = _stream_states(seed, _HASH_BLOCK_DOMAIN, np.asarray(hash_ids, dtype=np.int64))
-    positions = np.arange(MOONCAKE_BLOCK_TOKENS)
+    positions = np.arange(block_tokens)
     return _tokens_at(states[:, None], positions[None, :], vocab_size).reshape(-1)
 
 

@@ -94,6 +94,27 @@ def mooncake(**row) -> str:
 # --------------------------------------------------------------------------- traces
 
 
+_ROW = '{"arrival_s": 0, "input_tokens": 40, "output_tokens": 2'
+
+
+@case("trace")
+def requests_row_with_a_prompt_key_and_hash_ids(d):
+    text = _ROW + ', "prompt": "a", "hash_ids": [1, 2]}\n'
+    return trace_run(d, "both.jsonl", text, "requests-jsonl"), ["both.jsonl:1", "hash_ids"]
+
+
+@case("trace")
+def requests_rows_mixing_prompt_keys_and_hash_ids(d):
+    text = _ROW + ', "hash_ids": [1, 2]}\n' + _ROW + ', "prompt": "a"}\n'
+    return trace_run(d, "mixed.jsonl", text, "requests-jsonl"), ["mixed.jsonl:2", "prompt"]
+
+
+@case("trace")
+def requests_hash_ids_negative(d):
+    text = _ROW + ', "hash_ids": [1, -2]}\n'
+    return trace_run(d, "neg.jsonl", text, "requests-jsonl"), ["neg.jsonl:1", "hash_ids"]
+
+
 @case("trace")
 def azure_nan_timestamp(d):
     return trace_run(d, "nan.csv", AZURE_HEADER + "nan,10,10\n", "azure-csv"), [

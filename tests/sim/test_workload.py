@@ -396,6 +396,28 @@ def test_mooncake_trace_equal_hash_ids_are_equal_blocks(tmp_path):
     assert np.array_equal(again[0].prompt[:1024], a.prompt[:1024])
 
 
+def test_a_request_trace_shares_prefix_blocks_by_hash_ids(tmp_path):
+    """requests-jsonl rows with hash_ids: prompts agree on exactly the leading blocks
+    (of arrival.hash_block_tokens tokens) whose ids agree, and a partial last block."""
+    trace = tmp_path / "requests.jsonl"
+    rows = [
+        {"arrival_s": 0.0, "input_tokens": 40, "output_tokens": 2, "hash_ids": [0, 1, 2]},
+        {"arrival_s": 0.5, "input_tokens": 37, "output_tokens": 2, "hash_ids": [0, 1, 3]},
+        {"arrival_s": 1.0, "input_tokens": 40, "output_tokens": 2, "hash_ids": [0, 1, 2]},
+        {"arrival_s": 1.5, "input_tokens": 20, "output_tokens": 2},  # its own prompt
+    ]
+    trace.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    arrival = {"kind": "trace", "format": "requests-jsonl", "path": str(trace)}
+    a, b, c, d = generate(workload(arrival=arrival), WIDE)
+    assert [r.prompt_len for r in (a, b, c, d)] == [40, 37, 40, 20]
+    assert common_prefix(a.prompt, b.prompt) == 32  # two blocks of 16 (the default)
+    assert np.array_equal(a.prompt, c.prompt)  # every id equal: the same prompt
+    assert common_prefix(a.prompt, d.prompt) == 0
+    wide = generate(workload(arrival={**arrival, "hash_block_tokens": 8}), WIDE)
+    assert common_prefix(wide[0].prompt, wide[1].prompt) == 16
+    assert wide[0].prompt_len == 40  # 3 blocks of 8 hashed, 16 tokens of its own
+
+
 @pytest.mark.parametrize(
     "fmt, text, expected",
     [
