@@ -166,19 +166,25 @@ def read_run(path: Path, *, engine: EngineConfig, model: str | None, hardware: s
     elif metadata is not None:
         raise RecordError(f"{metadata}: missing")
     recorded = _engine_of(meta, str(meta_path))
-    keys = _prompt_keys(prompts, len(rows), files) if prompts else None
-    requests = _requests(rows, str(path), keys)
+    engine = merged(recorded, engine)
+    requests = _requests(rows, str(path))
+    if prompts is not None:
+        block = engine.block_size or 16
+        chains = _prefix_blocks(prompts, requests.prompt_tokens, files, block)
+        requests = requests._replace(prefix_blocks=chains, prefix_block_tokens=block)
+        order = np.argsort(requests.send_s, kind="stable")
+        notes.append(_shareable([chains[i] for i in order], requests.prompt_tokens[order], block))
     notes.append(
         "arrivals are the engine's queued times (first at 0): TTFT and E2E count from the "
         "engine queueing the request, not from the client's send"
     )
-    if keys is None:
+    if prompts is None:
         notes.append("no prompt token ids (--prompts): every prompt is its own")
     series = _series(path.parent / "timeseries.csv", files)
     device = meta.hardware.device_name if meta and meta.hardware else None
     return RecordedRun(
         format="lifecycle", source=str(path), model=model or _model_of(meta),
-        hardware=hardware or hardware_preset(device), engine=merged(recorded, engine),
+        hardware=hardware or hardware_preset(device), engine=engine,
         requests=requests, clock="engine", notes=tuple(notes), series=series, files=files,
     )  # fmt: skip
 
@@ -227,7 +233,7 @@ def _engine_of(meta: Meta | None, where: str) -> EngineConfig:
     return engine_config(values, where)
 
 
-def _requests(rows: list[tuple[int, Any]], path: str, keys) -> RecordedRequests:
+def _requests(rows: list[tuple[int, Any]], path: str) -> RecordedRequests:
     queued, first, end, prompt, output, errors = [], [], [], [], [], []
     for line, raw in rows:
         where = f"{path}:{line}"
@@ -250,7 +256,7 @@ def _requests(rows: list[tuple[int, Any]], path: str, keys) -> RecordedRequests:
     return RecordedRequests(
         shift(queued), shift(first), shift(end), np.asarray(prompt, dtype=np.int64),
         np.asarray(output, dtype=np.int64), np.full(len(rows), -1, dtype=np.int64),
-        tuple(errors), tuple(keys) if keys else ("",) * len(rows), None,
+        tuple(errors), ("",) * len(rows), None,
     )  # fmt: skip
 
 
@@ -262,15 +268,48 @@ def _time(value: float | None, name: str, where: str, *, required: bool) -> floa
     return value
 
 
-def _prompt_keys(path: Path, expected: int, files: dict[str, str]) -> list[str]:
-    """A digest of each request's ``input_tok_ids``, in order."""
+def _prefix_blocks(path: Path, lengths: np.ndarray, files: dict[str, str],
+                   block: int) -> tuple[np.ndarray, ...]:  # fmt: skip
+    """Each request's blocks of ``block`` tokens, as ids equal where two prompts agree
+    from the start to that block's end: a chained digest of the token ids so far,
+    numbered in order of first sight (the trace carries identities, never the recorded
+    tokens). A prompt the engine counted longer than its ids (a BOS, a chat template)
+    continues its chain past them, so equal ids still make equal prompts."""
     files[str(path)] = sha256_of(path)
-    keys = []
+    numbers: dict[bytes, int] = {}
+    chains = []
     for line, row in read_json_lines(path):
-        ids = parse(PromptRow, row, f"{path}:{line}").input_tok_ids
-        digest = hashlib.blake2b(np.asarray(ids, dtype=np.int64).tobytes(), digest_size=12)
-        keys.append(digest.hexdigest())
-    if len(keys) != expected:
-        raise RecordError(f"{path}: {len(keys)} prompts for {expected} requests; give the "
-                          "workload file the run was made from")  # fmt: skip
-    return keys
+        ids = np.asarray(parse(PromptRow, row, f"{path}:{line}").input_tok_ids, dtype=np.int64)
+        length = int(lengths[len(chains)]) if len(chains) < len(lengths) else len(ids)
+        digest = b""
+        chain = []
+        for start in range(0, max(len(ids), length), block):
+            # past the ids: the chain goes on from their digest alone
+            digest = hashlib.blake2b(digest + ids[start : start + block].tobytes() + b"+",
+                                     digest_size=16).digest()  # fmt: skip
+            chain.append(numbers.setdefault(digest, len(numbers)))
+        chains.append(np.asarray(chain, dtype=np.int64))
+    if len(chains) != len(lengths):
+        raise RecordError(f"{path}: {len(chains)} prompts for {len(lengths)} requests; give "
+                          "the workload file the run was made from")  # fmt: skip
+    return tuple(chains)
+
+
+def _shareable(chains: list[np.ndarray], prompt_tokens: np.ndarray, block: int) -> str:
+    """A note: the share of prompt tokens in full blocks an earlier request sent (what an
+    unbounded prefix cache would hit; ``chains`` in send order)."""
+    seen: set[int] = set()
+    shared = 0
+    for chain, tokens in zip(chains, prompt_tokens.tolist()):
+        full = min(len(chain), tokens // block)
+        hits = 0
+        while hits < full and int(chain[hits]) in seen:
+            hits += 1
+        shared += hits * block
+        seen.update(int(i) for i in chain[:full])
+    total = int(prompt_tokens.sum())
+    return (
+        f"prompt token ids (--prompts): prompts share prefixes block by block ({block}-token "
+        f"blocks); {100 * shared / max(total, 1):.1f} % of prompt tokens lie in blocks an "
+        "earlier request sent (an unbounded prefix cache's hit rate)"
+    )

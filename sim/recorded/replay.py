@@ -49,9 +49,10 @@ def replay_scenario(
         **sections,
     }
     if run.requests is not None:
-        scenario["workload"] = {
-            "arrival": {"kind": "trace", "format": "requests-jsonl", "path": TRACE_FILE}
-        }
+        arrival = {"kind": "trace", "format": "requests-jsonl", "path": TRACE_FILE}
+        if run.requests.prefix_blocks is not None:
+            arrival["hash_block_tokens"] = run.requests.prefix_block_tokens
+        scenario["workload"] = {"arrival": arrival}
         scenario["simulation"] = {"num_requests": None, "seed": 0}
     elif run.workload is not None:
         scenario["workload"] = run.workload
@@ -88,7 +89,9 @@ def trace_rows(run: RecordedRun) -> list[str]:
             "output_tokens": max(1, int(requests.output_tokens[i])),
         }
         key = requests.prompt_key[i]
-        if key:
+        if requests.prefix_blocks is not None:
+            row["hash_ids"] = requests.prefix_blocks[i].tolist()
+        elif key:
             row["prompt"] = keys.setdefault((key, row["input_tokens"]), len(keys))
         rows.append(json.dumps(row))
     return rows

@@ -39,7 +39,11 @@ class RecordedRequests(NamedTuple):
     them where the format says so; ``cached_tokens``: prompt tokens the engine reported
     cached (-1 unknown); ``error``: '' for a success, else the failure's kind;
     ``prompt_key``: an identity of the prompt's text ('' unknown), equal for equal
-    prompts; ``token_times``: per request, every token's arrival (None if not recorded)."""
+    prompts; ``token_times``: per request, every token's arrival (None if not recorded);
+    ``prefix_blocks``: per request, an id for each of its leading blocks of
+    ``prefix_block_tokens`` tokens, equal where two prompts agree from their start to
+    that block's end (None where the recording has no token ids; it then supersedes
+    ``prompt_key``)."""
 
     send_s: np.ndarray
     first_token_s: np.ndarray
@@ -50,6 +54,8 @@ class RecordedRequests(NamedTuple):
     error: tuple[str, ...]
     prompt_key: tuple[str, ...]
     token_times: tuple[np.ndarray, ...] | None
+    prefix_blocks: tuple[np.ndarray, ...] | None = None
+    prefix_block_tokens: int = 16
 
     @property
     def count(self) -> int:

@@ -97,24 +97,50 @@ def test_lifecycle_jsonl_with_its_metadata(tmp_path):
                  "--no-report"]) == 0  # fmt: skip
 
 
-def test_lifecycle_prompts_give_prompt_identity(tmp_path):
-    folder = lifecycle_folder(tmp_path / "vllm", rows=3)
+def test_lifecycle_prompts_share_prefixes_block_by_block(tmp_path):
+    """Token ids (--prompts) give block-level identity: prompts that share a 100-token
+    system prompt share its six full 16-token blocks in the replay, the rest their own;
+    equal ids are equal prompts; the trace carries block ids, never the tokens."""
+    folder = lifecycle_folder(tmp_path / "vllm", rows=4)
+    system = list(range(1000, 1100))
     prompts = tmp_path / "workload.jsonl"
-    prompts.write_text("\n".join(json.dumps({"input_tok_ids": ids}) for ids in
-                                 ([1, 2, 3], [4, 5], [1, 2, 3])))  # fmt: skip
-    # equal ids counted to different lengths are taken as different prompts
+    ids = [system + [1] * 200, system + [2] * 210, [7] * 320, system + [1] * 200]
+    prompts.write_text("".join(json.dumps({"input_tok_ids": i}) + "\n" for i in ids))
+    rows = [json.loads(line) for line in (folder / "requests.jsonl").read_text().splitlines()]
+    for row, tokens in zip(rows, ids):
+        row["input_toks"] = len(tokens)
+    (folder / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = tmp_path / "imported"
+    summary = import_run("lifecycle", folder / "requests.jsonl", out, prompts=prompts,
+                         html=False)  # fmt: skip
+    trace = [json.loads(line) for line in (out / "requests.jsonl").open()]
+    chains = [row["hash_ids"] for row in trace]
+    assert [len(c) for c in chains] == [19, 20, 20, 19]  # ceil(tokens / 16)
+    assert chains[0][:6] == chains[1][:6] and chains[0][6] != chains[1][6]
+    assert chains[3] == chains[0] and set(chains[2]).isdisjoint(chains[0])
+    assert "1000" not in (out / "requests.jsonl").read_text()
+    note = next(n for n in summary["recorded"]["notes"] if "block by block" in n)
+    assert "(16-token blocks)" in note and "31.2 %" in note  # (96 + 18 x 16) of 1,230
+    scenario = load_scenario(out / "scenario.yaml")
+    assert scenario.workload.arrival.hash_block_tokens == 16
+    from sim.workload.generate import generate_requests
+
+    a, b, c, d = generate_requests(scenario, scenario.model, rng=np.random.default_rng(0))
+    common = int(np.argmin(a.prompt[:300] == b.prompt[:300]))
+    assert common == 96 and np.array_equal(a.prompt, d.prompt)
+    assert a.prompt[0] != c.prompt[0]
+
+
+def test_lifecycle_prompt_ids_shorter_than_the_engine_count_still_make_equal_prompts(tmp_path):
+    folder = lifecycle_folder(tmp_path / "vllm", rows=3)  # 300, 310, 320 tokens logged
+    prompts = tmp_path / "workload.jsonl"
+    prompts.write_text("".join(json.dumps({"input_tok_ids": i}) + "\n"
+                               for i in ([1, 2, 3], [4, 5], [1, 2, 3])))  # fmt: skip
     import_run("lifecycle", folder / "requests.jsonl", tmp_path / "a", prompts=prompts,
                html=False)  # fmt: skip
-    keys = [json.loads(line)["prompt"] for line in (tmp_path / "a" / "requests.jsonl").open()]
-    assert keys == [0, 1, 2]
-    out = tmp_path / "b"
-    rows = [json.loads(line) for line in (folder / "requests.jsonl").read_text().splitlines()]
-    for row in rows:
-        row["input_toks"] = 300
-    (folder / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    import_run("lifecycle", folder / "requests.jsonl", out, prompts=prompts, html=False)
-    keys = [json.loads(line)["prompt"] for line in (out / "requests.jsonl").open()]
-    assert keys == [0, 1, 0]
+    chains = [json.loads(line)["hash_ids"] for line in (tmp_path / "a" / "requests.jsonl").open()]
+    assert [len(c) for c in chains] == [19, 20, 20]
+    assert chains[2][:19] == chains[0] and chains[1][0] != chains[0][0]
 
 
 def test_vllm_bench_with_start_times_and_a_failure(tmp_path):
