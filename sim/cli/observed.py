@@ -116,12 +116,35 @@ def cmd_validate_observed(args) -> int:
     simulated, cost_model = _simulate(scenario, args.calibration)
     write_run(simulated, scenario, out / "simulated", html=not args.no_report, force=True)
     report = build_report(scenario, observed, _as_the_client_saw(simulated.summary, observed),
-                          run=str(run), cost_model=cost_model)  # fmt: skip
+                          run=str(run), cost_model=cost_model,
+                          prefix=_prefix_rates(observed, simulated))  # fmt: skip
     with atomic_file(out / "validation.json") as partial:
         partial.write_text(json.dumps(report, indent=2, sort_keys=True, allow_nan=False) + "\n")
     print(format_report(report))
     print(f"wrote {out}/validation.json and {out}/simulated/")
     return 0
+
+
+def _prefix_rates(observed: dict, simulated) -> dict | None:
+    """The recording's prefix cache hit rate and the replay's over the same requests:
+    the engine log's (its last 1,000 requests) where import-run read one, else what the
+    server reported per request (cached prompt tokens, the whole run); None if neither."""
+    from sim.output.requests import request_table
+    from sim.output.summary import recent_prefix_hit_rate
+    from sim.recorded.engine_log import VLLM_HIT_RATE_REQUESTS
+
+    logged = (observed.get("recorded") or {}).get("prefix_hit_rate")
+    if logged is not None:
+        table = request_table(simulated.outcomes)
+        replay = recent_prefix_hit_rate(table, VLLM_HIT_RATE_REQUESTS)
+        over = f"engine log: the last {VLLM_HIT_RATE_REQUESTS:,} requests"
+        return {"recorded": logged, "replay": replay, "over": over}
+    server = observed.get("observed") or {}
+    cached, prompts = server.get("server_cached_prompt_tokens"), server.get("server_prompt_tokens")
+    if cached is not None and prompts:
+        return {"recorded": cached / prompts, "replay": simulated.summary.get("prefix_hit_rate"),
+                "over": "cached prompt tokens the server reported, the whole run"}  # fmt: skip
+    return None
 
 
 def _as_the_client_saw(simulated: dict, observed: dict) -> dict:

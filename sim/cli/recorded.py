@@ -40,6 +40,8 @@ def add_commands(subparsers) -> None:
         metavar="FILE",
         help="lifecycle: the workload JSONL with input_tok_ids (prompt identity)",
     )
+    cmd.add_argument("--engine-log", metavar="FILE",
+                     help="the engine's log (vLLM's stats lines: its prefix cache hit rate)")
     cmd.add_argument("--source", help="how the run's origin is named in its folder (default: "
                      "PATH), e.g. a repository, commit and path")  # fmt: skip
     cmd.add_argument("--force", action="store_true", help="replace the run in --out")
@@ -63,6 +65,7 @@ def cmd_import_run(args) -> int:
             engine_args=Path(args.engine_args) if args.engine_args else None,
             metadata=Path(args.metadata) if args.metadata else None,
             prompts=Path(args.prompts) if args.prompts else None,
+            engine_log=Path(args.engine_log) if args.engine_log else None,
             force=args.force, html=not args.no_report, source=args.source,
         )  # fmt: skip
     except RecordError as err:

@@ -80,9 +80,15 @@ def mape(metrics: dict[str, dict]) -> dict[str, Any]:
     return {"value": sum(errors) / len(errors) if errors else None, "figures": len(errors)}
 
 
+#: Points of prefix cache hit rate between a recording and its replay past which the
+#: replay's prompt sharing is probably not the recording's.
+PREFIX_WARN_POINTS = 5.0
+
+
 def build_report(scenario, observed: dict, simulated: dict, *, run: str,
-                 cost_model: dict) -> dict[str, Any]:  # fmt: skip
-    """validation.json of ``validate --observed`` (JSON-ready)."""
+                 cost_model: dict, prefix: dict | None = None) -> dict[str, Any]:  # fmt: skip
+    """validation.json of ``validate --observed`` (JSON-ready); ``prefix``: the prefix
+    cache hit rates of both, ``{recorded, replay, over}`` (None: neither known)."""
     report = {
         "kind": "observed",
         "scenario": scenario.name,
@@ -93,6 +99,7 @@ def build_report(scenario, observed: dict, simulated: dict, *, run: str,
         "simulated_cost_model": cost_model,
     }
     report.update(compare_runs(observed, simulated))
+    report["prefix_hit_rate"] = prefix
     return report
 
 
@@ -127,6 +134,7 @@ def format_report(report: dict[str, Any]) -> str:
         )
     for side in sorted({v for v in verdict.values() if v in _VERDICTS}):
         lines.append(f"verdict {_VERDICTS[side]}")
+    lines += _prefix_lines(report.get("prefix_hit_rate"))
     observed, simulated = counts["observed"], counts["simulated"]
     errors = ", ".join(f"{k}: {v}" for k, v in report["errors"].items()) or "none"
     lines.append(
@@ -135,3 +143,21 @@ def format_report(report: dict[str, Any]) -> str:
         f"requests; simulated with {report['simulated_cost_model'].get('kind')}"
     )
     return "\n".join(lines)
+
+
+def _prefix_lines(prefix: dict | None) -> list[str]:
+    """The prefix cache hit rates of both runs, and a warning when they are far apart."""
+    if not prefix or prefix.get("recorded") is None:
+        return []
+    recorded, replay = prefix["recorded"], prefix.get("replay")
+    shown = "n/a" if replay is None else f"{100 * replay:.1f} %"
+    lines = [f"prefix cache hit rate ({prefix['over']}): recorded {100 * recorded:.1f} %, "
+             f"replay {shown}"]  # fmt: skip
+    if replay is not None and abs(replay - recorded) * 100 > PREFIX_WARN_POINTS:
+        lines.append(
+            f"warning: the replay's prefix cache hits are {100 * (replay - recorded):+.1f} "
+            "points from the recording's: its prompts probably do not share what the real "
+            "ones did (import with the prompts' token ids, --prompts, or the workload's "
+            "shared-prefix settings)"
+        )
+    return lines

@@ -185,6 +185,17 @@ def _prefix_hit_rate(table: Mapping[str, np.ndarray], subset: np.ndarray) -> flo
     return _ratio(table["cached_prompt_tokens"][tried].sum(), table["prompt_tokens"][tried].sum())
 
 
+def recent_prefix_hit_rate(table: Mapping[str, np.ndarray], last: int) -> float | None:
+    """Prefix-cache hits over prompt tokens of the ``last`` requests to be scheduled
+    (by first schedule): vLLM's logged figure spans its most recent requests so
+    (sim.recorded.engine_log)."""
+    scheduled = np.flatnonzero(~np.isnan(table["first_scheduled_s"]))
+    order = scheduled[np.argsort(table["first_scheduled_s"][scheduled], kind="stable")]
+    recent = np.zeros(len(table["first_scheduled_s"]), dtype=bool)
+    recent[order[-last:]] = True
+    return _prefix_hit_rate(table, recent)
+
+
 #: The step log columns _kv_split reads.
 _KV_READS = ("used_blocks", "evicted_blocks", "duration_s", *KV_SPLIT_COLUMNS)
 

@@ -46,12 +46,13 @@ def read_recorded(fmt: str, path: Path, *, engine: EngineConfig, model: str | No
 def import_run(fmt: str, path: Path, out: Path, *, model: str | None = None,
                hardware: str | None = None, engine_args: Path | None = None,
                metadata: Path | None = None, prompts: Path | None = None,
-               force: bool = False, html: bool = True, argv=None,
-               source: str | None = None) -> dict[str, Any]:  # fmt: skip
+               engine_log: Path | None = None, force: bool = False, html: bool = True,
+               argv=None, source: str | None = None) -> dict[str, Any]:  # fmt: skip
     """Read the recorded run and write its folder at ``out``; returns its summary.
     ``source`` names where the run came from (default: ``path``); the files read are
-    named relative to it. Raises RecordError (one line) for a bad file, an unknown model
-    or GPU."""
+    named relative to it. ``engine_log``: the engine's log, for what it says of the run
+    (sim.recorded.engine_log: the prefix cache hit rate). Raises RecordError (one line)
+    for a bad file, an unknown model or GPU."""
     from sim.recorded.engine_args import read_engine_args
     from sim.recorded.folder import import_folder
     from sim.recorded.models import resolve_hardware_name, resolve_model_source
@@ -59,6 +60,8 @@ def import_run(fmt: str, path: Path, out: Path, *, model: str | None = None,
     engine = read_engine_args(engine_args) if engine_args is not None else EngineConfig()
     run = read_recorded(fmt, path, engine=engine, model=model, hardware=hardware,
                         metadata=metadata, prompts=prompts)  # fmt: skip
+    if engine_log is not None:
+        run = _with_engine_log(run, engine_log)
     run = _named(run, path, source)
     model_source = resolve_model_source(model or run.model)
     gpu = resolve_hardware_name(hardware or run.hardware)
@@ -79,3 +82,20 @@ def _named(run: RecordedRun, path: Path, source: str | None) -> RecordedRun:
         except ValueError:
             files[Path(name).name] = digest
     return dataclasses.replace(run, source=source or str(path), files=files)
+
+
+def _with_engine_log(run: RecordedRun, path: Path) -> RecordedRun:
+    """``run`` with what its engine's log says: the prefix cache hit rate, noted."""
+    import dataclasses
+
+    from sim.recorded.engine_log import VLLM_HIT_RATE_REQUESTS, read_engine_log
+
+    files = dict(run.files)
+    log = read_engine_log(path, files)
+    note = (
+        f"engine log: {log.lines} stats line(s); the last gives a prefix cache hit rate of "
+        f"{100 * log.prefix_hit_rate:.1f} % (vLLM's: over its last {VLLM_HIT_RATE_REQUESTS:,} "
+        "requests)"
+    )
+    return dataclasses.replace(run, files=files, prefix_hit_rate=log.prefix_hit_rate,
+                               notes=(*run.notes, note))  # fmt: skip

@@ -181,6 +181,7 @@ def recorded_block(run: RecordedRun, notes: list[str]) -> dict[str, Any]:
         "files": run.files,
         "engine": {k: v for k, v in dataclasses.asdict(run.engine).items() if v is not None},
         "request_timeout_s": run.request_timeout_s,
+        "prefix_hit_rate": run.prefix_hit_rate,
         "clock": run.clock,
         "stages": [dataclasses.asdict(stage) for stage in run.stages],
         "summary": dataclasses.asdict(run.summary) if run.summary is not None else None,

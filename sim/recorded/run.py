@@ -144,6 +144,9 @@ class RecordedRun:
     ``running`` and ``waiting`` requests and ``gen_tok_s`` generated tokens a second)."""
     files: dict[str, str] = field(default_factory=dict)
     """Each file read -> its sha256, so a corpus entry names exactly what it came from."""
+    prefix_hit_rate: float | None = None
+    """The engine's own prefix cache hit rate where it logged one (a fraction;
+    :mod:`sim.recorded.engine_log` says over which requests), else None."""
     origins: dict[str, str] = field(default_factory=dict)
     """A field of the replay's scenario (a dotted path, or the start of one) -> the
     recorded field it was made from (``config.yaml: load.stages[0].rate``), so a replay

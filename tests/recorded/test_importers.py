@@ -252,3 +252,63 @@ def test_every_model_name_list_models_prints_is_taken_by_model(capsys):
         assert source == name or source.stem == name
     with pytest.raises(RecordError, match="not a preset"):
         resolve_model_source("codellama-35b")
+
+
+def _shared_system_prompt_run(tmp_path):
+    """Six requests of an 800-token system prompt and their own tokens, the prompts'
+    token ids, and a vLLM log whose last stats line says 80.2 % of prefix hits."""
+    folder = lifecycle_folder(tmp_path / "vllm", rows=6)
+    ids = [list(range(1000, 1800)) + [i] * (20 + 10 * i) for i in range(6)]
+    rows = [json.loads(line) for line in (folder / "requests.jsonl").read_text().splitlines()]
+    for row, tokens in zip(rows, ids):
+        row["input_toks"] = len(tokens)
+    (folder / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (tmp_path / "prompts.jsonl").write_text("".join(json.dumps({"input_tok_ids": i}) + "\n"
+                                                    for i in ids))  # fmt: skip
+    stats = ("INFO 12-05 10:00:0{} [loggers.py:123] Engine 000: Avg prompt throughput: 10.0 "
+             "tokens/s, Avg generation throughput: 5.0 tokens/s, Running: 1 reqs, Waiting: 0 "
+             "reqs, Preemptions: 0, GPU KV cache usage: 1.0%, Prefix cache hit rate: {}%\n")
+    (tmp_path / "vllm.log").write_text("INFO starting\n" + stats.format(0, "40.0")
+                                       + "a line of something else\n" + stats.format(5, "80.2"))
+    return folder / "requests.jsonl"
+
+
+@pytest.mark.parametrize("with_prompts", [False, True])
+def test_validate_prints_the_engines_prefix_hit_rate_beside_the_replays(tmp_path, capsys,
+                                                                         with_prompts):
+    """The engine log's last hit rate (vLLM's last 1,000 requests) is kept by import-run
+    and set beside the replay's over the same requests; a replay that lost the shared
+    system prompt (no --prompts) is 80 points off, and says so."""
+    path = _shared_system_prompt_run(tmp_path)
+    out = tmp_path / "run"
+    extra = ["--prompts", str(tmp_path / "prompts.jsonl")] if with_prompts else []
+    assert main(["import-run", "lifecycle", str(path), "--out", str(out), "--engine-log",
+                 str(tmp_path / "vllm.log"), "--quiet", "--no-report", *extra]) == 0  # fmt: skip
+    assert summary_of(out)["recorded"]["prefix_hit_rate"] == pytest.approx(0.802)
+    capsys.readouterr()
+    assert main(["validate", str(out / "scenario.yaml"), "--observed", str(out), "--out",
+                 str(tmp_path / "v"), "--no-report"]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    line = next(x for x in printed.splitlines() if x.startswith("prefix cache hit rate"))
+    assert "(engine log: the last 1,000 requests): recorded 80.2 %" in line
+    replay = float(line.rsplit("replay ", 1)[1].rstrip(" %")) / 100
+    report = json.loads((tmp_path / "v" / "validation.json").read_text())
+    assert report["prefix_hit_rate"]["replay"] == pytest.approx(replay, abs=1e-3)
+    if with_prompts:  # 5 of 6 requests find the 800-token prompt: 50 blocks of 16 each
+        assert replay == pytest.approx(5 * 800 / sum(800 + 20 + 10 * i for i in range(6)),
+                                       abs=0.02)  # fmt: skip
+        assert "warning" not in printed
+    else:
+        assert replay == 0.0 and "warning: the replay's prefix cache hits are -80.2" in printed
+
+
+def test_an_engine_log_without_stats_lines_is_one_line(tmp_path):
+    path = _shared_system_prompt_run(tmp_path)
+    (tmp_path / "other.log").write_text("INFO starting\nINFO ready\n")
+    with pytest.raises(RecordError, match="other.log: no vLLM stats line"):
+        import_run("lifecycle", path, tmp_path / "a", engine_log=tmp_path / "other.log")
+    (tmp_path / "odd.log").write_text("Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: "
+                                      "1.0%, Prefix cache hit rate: 180.0%\n")  # fmt: skip
+    with pytest.raises(RecordError, match="odd.log: Prefix cache hit rate: 180.0%"):
+        import_run("lifecycle", path, tmp_path / "b", engine_log=tmp_path / "odd.log")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
