@@ -37,7 +37,6 @@ with equal token ids send the same prompt. Without token ids every prompt is its
 
 from __future__ import annotations
 
-import hashlib
 import math
 from pathlib import Path
 from typing import Annotated, Any
@@ -49,6 +48,7 @@ from sim.config.textfile import reading
 from sim.recorded.engine_args import engine_config, merged
 from sim.recorded.fields import Count, Seconds
 from sim.recorded.files import Record, parse, read_json, read_json_lines, sha256_of
+from sim.recorded.prefixes import DEFAULT_BLOCK_TOKENS, shareable_note, token_blocks
 from sim.recorded.run import EngineConfig, RecordedRequests, RecordedRun, RecordError
 
 
@@ -169,11 +169,13 @@ def read_run(path: Path, *, engine: EngineConfig, model: str | None, hardware: s
     engine = merged(recorded, engine)
     requests = _requests(rows, str(path))
     if prompts is not None:
-        block = engine.block_size or 16
-        chains = _prefix_blocks(prompts, requests.prompt_tokens, files, block)
+        block = engine.block_size or DEFAULT_BLOCK_TOKENS
+        chains = token_blocks(_prompt_ids(prompts, len(rows), files), requests.prompt_tokens,
+                              block)  # fmt: skip
         requests = requests._replace(prefix_blocks=chains, prefix_block_tokens=block)
         order = np.argsort(requests.send_s, kind="stable")
-        notes.append(_shareable([chains[i] for i in order], requests.prompt_tokens[order], block))
+        notes.append(shareable_note([chains[i] for i in order], requests.prompt_tokens[order],
+                                    block, "prompt token ids (--prompts)"))  # fmt: skip
     notes.append(
         "arrivals are the engine's queued times (first at 0): TTFT and E2E count from the "
         "engine queueing the request, not from the client's send"
@@ -268,48 +270,12 @@ def _time(value: float | None, name: str, where: str, *, required: bool) -> floa
     return value
 
 
-def _prefix_blocks(path: Path, lengths: np.ndarray, files: dict[str, str],
-                   block: int) -> tuple[np.ndarray, ...]:  # fmt: skip
-    """Each request's blocks of ``block`` tokens, as ids equal where two prompts agree
-    from the start to that block's end: a chained digest of the token ids so far,
-    numbered in order of first sight (the trace carries identities, never the recorded
-    tokens). A prompt the engine counted longer than its ids (a BOS, a chat template)
-    continues its chain past them, so equal ids still make equal prompts."""
+def _prompt_ids(path: Path, expected: int, files: dict[str, str]) -> list[np.ndarray]:
+    """Each request's ``input_tok_ids``, in order."""
     files[str(path)] = sha256_of(path)
-    numbers: dict[bytes, int] = {}
-    chains = []
-    for line, row in read_json_lines(path):
-        ids = np.asarray(parse(PromptRow, row, f"{path}:{line}").input_tok_ids, dtype=np.int64)
-        length = int(lengths[len(chains)]) if len(chains) < len(lengths) else len(ids)
-        digest = b""
-        chain = []
-        for start in range(0, max(len(ids), length), block):
-            # past the ids: the chain goes on from their digest alone
-            digest = hashlib.blake2b(digest + ids[start : start + block].tobytes() + b"+",
-                                     digest_size=16).digest()  # fmt: skip
-            chain.append(numbers.setdefault(digest, len(numbers)))
-        chains.append(np.asarray(chain, dtype=np.int64))
-    if len(chains) != len(lengths):
-        raise RecordError(f"{path}: {len(chains)} prompts for {len(lengths)} requests; give "
-                          "the workload file the run was made from")  # fmt: skip
-    return tuple(chains)
-
-
-def _shareable(chains: list[np.ndarray], prompt_tokens: np.ndarray, block: int) -> str:
-    """A note: the share of prompt tokens in full blocks an earlier request sent (what an
-    unbounded prefix cache would hit; ``chains`` in send order)."""
-    seen: set[int] = set()
-    shared = 0
-    for chain, tokens in zip(chains, prompt_tokens.tolist()):
-        full = min(len(chain), tokens // block)
-        hits = 0
-        while hits < full and int(chain[hits]) in seen:
-            hits += 1
-        shared += hits * block
-        seen.update(int(i) for i in chain[:full])
-    total = int(prompt_tokens.sum())
-    return (
-        f"prompt token ids (--prompts): prompts share prefixes block by block ({block}-token "
-        f"blocks); {100 * shared / max(total, 1):.1f} % of prompt tokens lie in blocks an "
-        "earlier request sent (an unbounded prefix cache's hit rate)"
-    )
+    ids = [np.asarray(parse(PromptRow, row, f"{path}:{line}").input_tok_ids, dtype=np.int64)
+           for line, row in read_json_lines(path)]  # fmt: skip
+    if len(ids) != expected:
+        raise RecordError(f"{path}: {len(ids)} prompts for {expected} requests; give the "
+                          "workload file the run was made from")  # fmt: skip
+    return ids

@@ -61,12 +61,37 @@ def test_inference_perf_per_request_records_become_a_trace(tmp_path):
                model="meta-llama/Llama-2-7b-hf", html=False)  # fmt: skip
     rows = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
     assert [r["arrival_s"] for r in rows] == [0.0, 1.0, 2.0, 3.0]
-    assert [r["prompt"] for r in rows] == [0, 1, 0, 1]  # equal texts, equal prompt keys
+    chains = [r["hash_ids"] for r in rows]
+    assert chains[0] == chains[2] and chains[1] == chains[3]  # equal texts, equal prompts
+    # "prompt 0" and "prompt 1" agree on 7 characters: at this fixture's 575 tokens for 8
+    # characters a block is one character, so 7 blocks are shared
+    assert chains[0][:7] == chains[1][:7] and chains[0][7] != chains[1][7]
     assert {r["output_tokens"] for r in rows} == {248}  # ignore_eos: what was asked
     tokens = [line.split(",") for line in (out / "tokens.csv").read_text().splitlines()[1:]]
     first = [float(t[2]) for t in tokens if t[0] == "0"]
     assert len(first) == 5  # one time a token: the blank SSE lines and [DONE] dropped
     assert np.allclose(np.diff(first), 0.01)
+
+
+def test_inference_perf_prompt_texts_share_their_system_prompt(tmp_path):
+    """Per-request texts of a shared_prefix run: prompts of one group share the blocks
+    their system prompt fills, at the run's characters per token; other groups do not."""
+    system = {g: f"system prompt of group {g}: " + "lorem ipsum dolor " * 40 for g in (0, 1)}
+    texts = [system[i % 2] + f"question {i} " * 20 for i in range(6)]
+    records = [inference_perf_request(1000.0 + i, text, 5) for i, text in enumerate(texts)]
+    for record, text in zip(records, texts):
+        record["info"]["input_tokens"] = len(text) // 4  # ~4 characters a token
+    inference_perf_folder(tmp_path / "run", per_request=records, stages=((6.0, 1),))
+    out = tmp_path / "imported"
+    summary = import_run("inference-perf", tmp_path / "run", out, hardware="h100-sxm",
+                         model="meta-llama/Llama-2-7b-hf", html=False)  # fmt: skip
+    chains = [json.loads(line)["hash_ids"] for line in (out / "requests.jsonl").open()]
+    shared = len(system[0]) // (16 * 4)  # whole blocks within the system prompt
+    assert chains[0][:shared] == chains[2][:shared] == chains[4][:shared]
+    assert chains[0][shared + 1] != chains[2][shared + 1]  # the questions differ
+    assert chains[0][0] != chains[1][0]  # the groups' prompts differ from "0" on
+    assert any("prompt text" in note and "block by block" in note
+               for note in summary["recorded"]["notes"])
 
 
 def test_lifecycle_jsonl_with_its_metadata(tmp_path):
