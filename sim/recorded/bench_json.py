@@ -215,7 +215,7 @@ def _requests(result: Result, send: np.ndarray, where: str) -> RecordedRequests:
     return RecordedRequests(
         send, np.asarray(first), np.asarray(end), np.asarray(result.input_lens, dtype=np.int64),
         np.asarray(result.output_lens, dtype=np.int64), np.full(size, -1, dtype=np.int64),
-        tuple(errors), ("",) * size, tuple(times),
+        tuple(errors), tuple(times),
     )  # fmt: skip
 
 

@@ -258,7 +258,7 @@ def _requests(rows: list[tuple[int, Any]], path: str) -> RecordedRequests:
     return RecordedRequests(
         shift(queued), shift(first), shift(end), np.asarray(prompt, dtype=np.int64),
         np.asarray(output, dtype=np.int64), np.full(len(rows), -1, dtype=np.int64),
-        tuple(errors), ("",) * len(rows), None,
+        tuple(errors), None,
     )  # fmt: skip
 
 

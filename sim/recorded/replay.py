@@ -80,7 +80,6 @@ def trace_rows(run: RecordedRun) -> list[str]:
     requests = run.requests
     assert requests is not None
     order = np.argsort(requests.send_s, kind="stable")
-    keys: dict[tuple[str, int], int] = {}  # a text counted to two lengths is two prompts
     rows = []
     for i in order.tolist():
         row: dict[str, Any] = {
@@ -88,11 +87,8 @@ def trace_rows(run: RecordedRun) -> list[str]:
             "input_tokens": max(1, int(requests.prompt_tokens[i])),
             "output_tokens": max(1, int(requests.output_tokens[i])),
         }
-        key = requests.prompt_key[i]
         if requests.prefix_blocks is not None:
             row["hash_ids"] = requests.prefix_blocks[i].tolist()
-        elif key:
-            row["prompt"] = keys.setdefault((key, row["input_tokens"]), len(keys))
         rows.append(json.dumps(row))
     return rows
 

@@ -38,12 +38,11 @@ class RecordedRequests(NamedTuple):
     and its end; ``prompt_tokens`` / ``output_tokens``: lengths as the engine counted
     them where the format says so; ``cached_tokens``: prompt tokens the engine reported
     cached (-1 unknown); ``error``: '' for a success, else the failure's kind;
-    ``prompt_key``: an identity of the prompt's text ('' unknown), equal for equal
-    prompts; ``token_times``: per request, every token's arrival (None if not recorded);
-    ``prefix_blocks``: per request, an id for each of its leading blocks of
+    ``token_times``: per request, every token's arrival (None if not recorded);
+    ``prefix_blocks``: per request, an id for each of its blocks of
     ``prefix_block_tokens`` tokens, equal where two prompts agree from their start to
-    that block's end (None where the recording has no token ids; it then supersedes
-    ``prompt_key``)."""
+    that block's end (sim.recorded.prefixes; None where the recording has neither token
+    ids nor text: every prompt is then its own)."""
 
     send_s: np.ndarray
     first_token_s: np.ndarray
@@ -52,7 +51,6 @@ class RecordedRequests(NamedTuple):
     output_tokens: np.ndarray
     cached_tokens: np.ndarray
     error: tuple[str, ...]
-    prompt_key: tuple[str, ...]
     token_times: tuple[np.ndarray, ...] | None
     prefix_blocks: tuple[np.ndarray, ...] | None = None
     prefix_block_tokens: int = 16

@@ -82,7 +82,7 @@ def requests_of(records: Any, where: str, out_len: int | None, block: int):
     requests = RecordedRequests(
         shift(send), shift(first), shift(end), np.asarray(prompt, dtype=np.int64),
         np.asarray(output, dtype=np.int64), np.full(len(send), -1, dtype=np.int64),
-        tuple(errors), ("",) * len(send), tuple(t - origin for t in times),
+        tuple(errors), tuple(t - origin for t in times),
     )  # fmt: skip
     chains = text_blocks(keys, requests.prompt_tokens, block)
     if chains is not None:
