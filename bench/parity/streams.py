@@ -271,6 +271,27 @@ def async_pressure(b: _Builder) -> dict:
     return {"async_scheduling": True, "num_gpu_blocks": 220, "max_num_batched_tokens": 512}
 
 
+def async_max_num_seqs_bursts(b: _Builder) -> dict:
+    """Async scheduling where max_num_seqs binds: bursts of 200 against max_num_seqs 64.
+    A request that finished in step k still holds its slot in the plan of step k+1
+    (vLLM plans it before step k's output removes the request from running)."""
+    t = 0.0
+    for _ in range(3):
+        for _ in range(200):
+            b.add(t, [[1 + b.rng.randint(0, 3), 32], [b.unique_key(), b.rng.randint(16, 160)]],
+                  b.rng.randint(2, 48))  # fmt: skip
+        t = round(t + b.rng.uniform(0.5, 1.5), 6)
+    return {"async_scheduling": True, "num_gpu_blocks": 3000, "max_num_seqs": 64}
+
+
+def async_max_num_seqs_short(b: _Builder) -> dict:
+    """Async scheduling, max_num_seqs 16, many one- and two-token outputs: slots free
+    every step, so the held slot decides nearly every admission."""
+    for t in b.poisson_times(300, 200.0):
+        b.add(t, [[b.unique_key(), b.rng.randint(8, 96)]], b.rng.randint(1, 6))
+    return {"async_scheduling": True, "num_gpu_blocks": 1500, "max_num_seqs": 16}
+
+
 def watermark_pressure(b: _Builder) -> dict:
     """KV pressure with the admission watermark at 0.05 (vLLM's default is 0.0)."""
     for t in b.poisson_times(150, 12.0):
@@ -306,6 +327,8 @@ STREAMS = {
     "max_num_seqs_bursts": (81, max_num_seqs_bursts),
     "async_basic": (91, async_basic),
     "async_pressure": (92, async_pressure),
+    "async_max_num_seqs_bursts": (93, async_max_num_seqs_bursts),
+    "async_max_num_seqs_short": (94, async_max_num_seqs_short),
     "watermark_pressure": (101, watermark_pressure),
     "large_batch": (111, large_batch),
 }

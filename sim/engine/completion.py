@@ -40,23 +40,23 @@ class Completion:
         self.served = served_tokens
         self.gaps = TokenGaps()
         # vLLM's async scheduling plans the next step before this one's output is in:
-        # a finished sequence's blocks are freed only after that plan (lagging_frees).
+        # a finished sequence stays in its running set, blocks and max_num_seqs slot,
+        # until after that plan (ReplicaState.lagging).
         self.lag_frees = False
-        self.lagging: list[int] = []
 
     def release(self, seq_id: int) -> None:
         """A finished sequence's blocks go back to the pool (now, or after the next plan
         when frees lag)."""
         if self.lag_frees:
-            self.lagging.append(seq_id)
+            self.state.lagging.append(seq_id)
         else:
             self.alloc.free(seq_id)
 
     def release_lagging(self) -> None:
         """Free the sequences that finished before the step just planned."""
-        for seq_id in self.lagging:
+        for seq_id in self.state.lagging:
             self.alloc.free(seq_id)
-        self.lagging.clear()
+        self.state.lagging.clear()
 
     def apply(self, plan: StepPlan, now: float) -> None:
         """Apply the step that just ended at ``now`` (the replica's next step index)."""

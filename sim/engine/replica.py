@@ -227,7 +227,7 @@ class Replica:
 
     # -- the loop ---------------------------------------------------------------------
     def _loop(self):
-        lagging = self._completion.lagging
+        lagging = self._state.lagging
         while True:
             if not self._state.has_work() and self._state.has_arrivals():
                 self._state.promote_arrivals(all_of_them=True)

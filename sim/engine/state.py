@@ -67,6 +67,11 @@ class ReplicaState:
         # progress, and those of the step before, which the next plan may not see yet.
         self.arriving: list[WaitingEntry] = []
         self.ready: list[WaitingEntry] = []
+        # Async scheduling under vLLM's rules (EngineConfig.async_frees_lag): sequences
+        # that finished in the step whose output the next plan cannot see yet. vLLM
+        # removes them from its running list only when that output is processed, after
+        # the plan: until then they hold their blocks and a max_num_seqs slot.
+        self.lagging: list[int] = []
         self.prefilling: list[PrefillSeq] = []
         self.decodes = DecodeSet()
         self.swapped: deque[SwappedRequest] = deque()
@@ -101,7 +106,9 @@ class ReplicaState:
         return not (self.prefilling or len(self.decodes) or self.swapped)
 
     def num_running_seqs(self) -> int:
-        return len(self.decodes) + len(self.prefilling)
+        """Sequences in the running set as the scheduler sees it: decoding, prefilling,
+        and finished ones whose output it has not seen yet (``lagging``)."""
+        return len(self.decodes) + len(self.prefilling) + len(self.lagging)
 
     def available_blocks(self) -> int:
         return self.alloc.available_blocks()

@@ -276,3 +276,32 @@ def test_async_scheduling_an_idle_engine_takes_every_arrival_at_once():
     alloc = BlockManager(num_blocks=16, block_size=4)
     _, done, _ = run(reqs, alloc, EngineConfig(max_model_len=4096, async_scheduling=True))
     assert [done.of(r).first_scheduled_s for r in reqs] == [5.0, 5.0, 5.0]
+
+
+def test_async_frees_lag_holds_a_finished_requests_max_num_seqs_slot():
+    """Under vLLM's async rules a request that finished in step k is still in the running
+    set when step k+1 is planned (its output is processed after that plan). With
+    max_num_seqs 2, A and B running and C waiting: B's last token comes at t=2; the plan
+    for the step from t=2 still counts B, so C waits for the plan after it."""
+    a, b, c = request(0, 0.0, 4, 6), request(1, 0.0, 4, 2), request(2, 0.0, 4, 2)
+    starts = {}
+    for lag in (False, True):
+        alloc = BlockManager(num_blocks=16, block_size=4)
+        config = EngineConfig(max_model_len=4096, max_num_seqs=2, async_scheduling=lag,
+                              async_frees_lag=lag)  # fmt: skip
+        _, done, replica = run([a, b, c], alloc, config)
+        starts[lag] = done.of(c).first_scheduled_s
+        assert replica._state.lagging == []  # every finished sequence freed in the end
+        alloc.check_invariants()
+    assert starts == {False: 2.0, True: 3.0}
+
+
+def test_async_frees_lag_with_nothing_else_to_run_plans_again_at_once():
+    """A plan that admits nothing only because a finished request still holds its slot
+    runs nothing: vLLM then takes the step's output and plans again at once."""
+    first, second = request(0, 0.0, 4, 2), request(1, 0.0, 4, 2)
+    alloc = BlockManager(num_blocks=16, block_size=4)
+    config = EngineConfig(max_model_len=4096, max_num_seqs=1, async_scheduling=True,
+                          async_frees_lag=True)  # fmt: skip
+    _, done, _ = run([first, second], alloc, config)
+    assert done.of(second).first_scheduled_s == 2.0
