@@ -122,10 +122,9 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"| {metric} | {_ms(row['observed'], metric)} | "
                      f"{_ms(row['simulated'], metric)} | {error} |")  # fmt: skip
     verdict, counts = report["verdict"], report["counts"]
-    lines.append(
-        f"| verdict | {verdict['observed']} | {verdict['simulated']} | "
-        f"{'same' if verdict['observed'] == verdict['simulated'] else 'differs'} |"
-    )
+    real, model = verdict["observed"], verdict["simulated"]
+    same = "n/a" if real is None or model is None else ("same" if real == model else "differs")
+    lines.append(f"| verdict | {real or 'n/a'} | {model or 'n/a'} | {same} |")
     error = report.get("mape") or {}
     if error.get("value") is not None:
         lines.append(

@@ -30,6 +30,7 @@ plus its ITL gaps (``latencies`` where the file has them); its output length is
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Annotated, Any
@@ -37,6 +38,7 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import BeforeValidator, Field
 
+from sim.recorded.bench_aggregates import Burstiness, SendRate, aggregate_run
 from sim.recorded.engine_args import engine_config, is_engine_argument, merged
 from sim.recorded.fields import Count, Elapsed, Published, Seconds
 from sim.recorded.files import Record, parse, parse_value, read_json, read_json_lines, sha256_of
@@ -51,24 +53,8 @@ _RESULT_KEYS = {"date", "endpoint_type", "backend", "label", "model_id", "tokeni
                 "dataset_name", "tag", "server_info"}  # fmt: skip
 
 
-def _send_rate(value: Any) -> Any:
-    """``request_rate``: inf (every request at once: the client's default, written as
-    "inf", Infinity or null) or a finite rate a client can send at."""
-    if value is None or value == "inf" or value == math.inf:
-        return math.inf
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"expected inf or a finite rate, got {value!r}"[:120])
-    if not 1e-9 <= value <= 1e6:
-        raise ValueError(f"expected inf or a rate in [1e-9, 1e6] requests/s, got {value!r}")
-    return value
-
-
 def _no_failure(value: Any) -> Any:
     return "" if value is None else value
-
-
-def _unit_burstiness(value: Any) -> Any:
-    return 1.0 if value in (None, 0) else value  # 0 or absent: the client's Poisson default
 
 
 class Result(Record):
@@ -81,10 +67,8 @@ class Result(Record):
     errors: list[Annotated[str, BeforeValidator(_no_failure)]]
     start_times: list[Seconds] | None = None
     latencies: list[Published] | None = None
-    request_rate: Annotated[float, BeforeValidator(_send_rate)] = math.inf
-    burstiness: Annotated[
-        float, BeforeValidator(_unit_burstiness), Field(ge=1e-3, le=1e3, allow_inf_nan=False)
-    ] = 1.0
+    request_rate: SendRate = math.inf
+    burstiness: Burstiness = 1.0
     max_concurrency: Count | None = None
     model_id: str | None = None
 
@@ -100,19 +84,6 @@ def read_run(path: Path, fmt: str, *, engine: EngineConfig, model: str | None,
     files = {str(path): sha256_of(path)}
     raw = _result(path)
     where = str(path)
-    missing = [key for key in _LISTS if key not in raw or raw[key] is None]
-    if missing:
-        flag = "--save-detailed" if fmt == "vllm-bench" else "--output-details"
-        raise RecordError(f"{where}: {missing[0]}: missing; a replay needs the per-request "
-                          f"lists the client writes with {flag}")  # fmt: skip
-    result = parse(Result, raw, where)
-    size = len(result.ttfts)
-    for key in _LISTS:
-        if len(getattr(result, key)) != size:
-            raise RecordError(f"{where}: {key}: {len(getattr(result, key))} entries, "
-                              f"ttfts has {size}")  # fmt: skip
-    if size == 0:
-        raise RecordError(f"{where}: ttfts: no requests")
     meta = {k: v for k, v in raw.items() if isinstance(v, str) and k not in _RESULT_KEYS}
     # The file's --metadata entries are any KEY=VALUE a user typed: its engine arguments
     # are read, the rest kept as the client kept them.
@@ -122,15 +93,30 @@ def read_run(path: Path, fmt: str, *, engine: EngineConfig, model: str | None,
         given, context = _metadata_file(metadata)
         recorded = merged(recorded, given)
         meta.update(context)
+    gpu = meta.get("gpu") or meta.get("hardware")
+    run = RecordedRun(
+        format=fmt, source=str(path), model=model, engine=merged(recorded, engine),
+        hardware=hardware or hardware_preset(gpu) or gpu, files=files,
+    )  # fmt: skip
+    if all(raw.get(key) is None for key in _LISTS):
+        return aggregate_run(raw, run, where)
+    missing = [key for key in _LISTS if raw.get(key) is None]
+    if missing:
+        flag = "--save-detailed" if fmt == "vllm-bench" else "--output-details"
+        raise RecordError(f"{where}: {missing[0]}: missing; a replay needs every per-request "
+                          f"list the client writes with {flag}, or none (aggregates)")  # fmt: skip
+    result = parse(Result, raw, where)
+    size = len(result.ttfts)
+    for key in _LISTS:
+        if len(getattr(result, key)) != size:
+            raise RecordError(f"{where}: {key}: {len(getattr(result, key))} entries, "
+                              f"ttfts has {size}")  # fmt: skip
+    if size == 0:
+        raise RecordError(f"{where}: ttfts: no requests")
     notes: list[str] = []
     send = _send_times(result, fmt, size, meta, where, notes)
-    gpu = meta.get("gpu") or meta.get("hardware")
-    requests = _requests(result, send, where)
-    return RecordedRun(
-        format=fmt, source=str(path), model=model or result.model_id,
-        hardware=hardware or hardware_preset(gpu) or gpu, engine=merged(recorded, engine),
-        requests=requests, notes=tuple(notes), files=files,
-    )  # fmt: skip
+    return dataclasses.replace(run, model=model or result.model_id, notes=tuple(notes),
+                               requests=_requests(result, send, where))  # fmt: skip
 
 
 def _metadata_file(path: Path) -> tuple[EngineConfig, dict[str, Any]]:

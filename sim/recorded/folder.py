@@ -155,7 +155,14 @@ def aggregate_summary(run: RecordedRun, scenario) -> dict[str, Any]:
         "block_size": scenario.cache.block_size,
         "cost_model": {"kind": "observed", "endpoint": f"recorded {run.format}"},
         "observed": {"endpoint": f"recorded {run.format}: {run.source}", "errors": {}},
+        # the ITL figures, where they were published, as a client's benchmark block
+        "benchmark": {f"{name}_itl_ms": 1e3 * value for stat, name in _ITL_NAMES.items()
+                      if (value := whole.latency.get("itl_s", {}).get(stat)) is not None},
     }
+
+
+#: ITL statistics -> their names in a summary's benchmark block (milliseconds there).
+_ITL_NAMES = {"mean": "mean", "p50": "median", "p90": "p90", "p99": "p99"}
 
 
 def _pooled(stages: tuple[StageFigures, ...]) -> StageFigures:

@@ -57,6 +57,8 @@ def replay_scenario(
     elif run.workload is not None:
         scenario["workload"] = run.workload
         scenario["simulation"] = {"seed": 0}
+        if run.num_requests is not None:
+            scenario["simulation"]["num_requests"] = run.num_requests
     else:
         raise RecordError(f"{run.source}: neither per-request records nor a workload to replay")
     if run.request_timeout_s is not None:

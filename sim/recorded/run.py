@@ -133,6 +133,8 @@ class RecordedRun:
     summary: StageFigures | None = None
     workload: dict[str, Any] | None = None
     request_timeout_s: float | None = None
+    num_requests: int | None = None
+    """How many requests the replay of ``workload`` sends (None: as its stages say)."""
     clock: str = "client"
     """Where the request times were read: ``client`` (a benchmark client: TTFT and E2E
     include the HTTP front end) or ``engine`` (the engine's own timestamps)."""

@@ -337,3 +337,80 @@ def test_an_engine_log_without_stats_lines_is_one_line(tmp_path):
     with pytest.raises(RecordError, match="odd.log: Prefix cache hit rate: 180.0%"):
         import_run("lifecycle", path, tmp_path / "b", engine_log=tmp_path / "odd.log")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def _aggregates(**extra) -> dict:
+    """A ``vllm bench serve --save-result`` file without --save-detailed."""
+    return {
+        "date": "20260921-101502", "backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B",
+        "num_prompts": 200, "request_rate": 4.0, "burstiness": 1.0, "max_concurrency": None,
+        "duration": 52.1, "completed": 198, "failed": 2, "total_input_tokens": 198 * 1024,
+        "total_output_tokens": 198 * 128, "request_throughput": 3.84, "output_throughput": 491.5,
+        "mean_ttft_ms": 45.2, "median_ttft_ms": 41.0, "p99_ttft_ms": 120.3,
+        "mean_tpot_ms": 9.8, "median_tpot_ms": 9.6, "p99_tpot_ms": 12.4,
+        "mean_itl_ms": 9.7, "median_itl_ms": 9.5, "p99_itl_ms": 25.0,
+        "mean_e2el_ms": 1290.0, "median_e2el_ms": 1270.0, "p99_e2el_ms": 1500.0,
+        "tensor_parallel_size": "1", "gpu": "NVIDIA H100 80GB HBM3", **extra,
+    }  # fmt: skip
+
+
+def test_an_aggregate_only_benchmark_result_imports_and_validates(tmp_path, capsys):
+    """Without --save-detailed: the replay sends num_prompts requests of the mean lengths
+    at the recorded rate, and validate --observed compares the figures the file has."""
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(_aggregates()))
+    out = tmp_path / "run"
+    summary = import_run("vllm-bench", path, out, html=False)
+    assert (summary["num_requests"], summary["num_rejected"]) == (200, 2)
+    assert summary["ttft_s"]["mean"] == pytest.approx(0.0452)
+    assert summary["ttft_s"]["p99"] == pytest.approx(0.1203) and "p90" not in summary["ttft_s"]
+    assert summary["benchmark"]["median_itl_ms"] == pytest.approx(9.5)
+    scenario = load_scenario(out / "scenario.yaml")
+    assert scenario.simulation.num_requests == 200 and scenario.hardware.name == "h100-sxm"
+    assert scenario.workload.arrival.kind == "poisson" and scenario.workload.arrival.rate_rps == 4
+    assert (scenario.workload.input.value, scenario.workload.output.value) == (1024, 128)
+    assert any("aggregates only" in note for note in summary["recorded"]["notes"])
+    capsys.readouterr()
+    assert main(["validate", str(out / "scenario.yaml"), "--observed", str(out), "--out",
+                 str(tmp_path / "v"), "--no-report"]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "| ttft_s.p90 | n/a |" in printed and "| itl_s.p50 | 9.50 ms |" in printed
+    report = json.loads((tmp_path / "v" / "validation.json").read_text())
+    assert report["mape"]["figures"] == 10  # 3 x (mean, p50, p99) and requests/s
+
+
+@pytest.mark.parametrize(
+    "extra, kind, detail",
+    [
+        ({"request_rate": "inf"}, "constant", 1e9),
+        ({"burstiness": 4.0}, "gamma", 0.5),  # cv = 1 / sqrt(burstiness)
+    ],
+)
+def test_an_aggregate_results_send_process(tmp_path, extra, kind, detail):
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(_aggregates(**extra)))
+    import_run("vllm-bench", path, tmp_path / "run", html=False)
+    arrival = load_scenario(tmp_path / "run" / "scenario.yaml").workload.arrival
+    assert arrival.kind == kind
+    assert (arrival.rate_rps if kind == "constant" else arrival.cv) == pytest.approx(detail)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"max_concurrency": 8}, "max_concurrency: sends waited for a free slot"),
+        ({"completed": 0}, "completed: no request completed"),
+        ({"num_prompts": 100}, "num_prompts: 100, fewer than completed"),
+        ({"ttfts": [0.1]}, "input_lens: missing; a replay needs every per-request list"),
+        ({"mean_ttft_ms": None, "median_ttft_ms": None, "p99_ttft_ms": None,
+          "mean_e2el_ms": None, "median_e2el_ms": None, "p99_e2el_ms": None},
+         "mean_ttft_ms: missing"),
+        ({"total_input_tokens": -5}, "total_input_tokens"),
+    ],
+)
+def test_an_aggregate_result_that_cannot_be_replayed_is_one_line(tmp_path, extra, message):
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(_aggregates(**extra)))
+    with pytest.raises(RecordError, match=message):
+        import_run("vllm-bench", path, tmp_path / "run", html=False)
+    assert not (tmp_path / "run").exists()
