@@ -230,6 +230,10 @@ class Replica:
         lagging = self._state.lagging
         while True:
             if not self._state.has_work() and self._state.has_arrivals():
+                # vLLM's plan made while the last step ran found nothing to schedule: it
+                # waited for that step's output (freeing what finished), then planned again
+                # with every arrival.
+                self._completion.release_lagging()
                 self._state.promote_arrivals(all_of_them=True)
             if not self._state.has_work():
                 self._completion.release_lagging()  # nothing in flight: its output is in
