@@ -15,11 +15,10 @@ from sim.cli.common import UsageError
 
 __all__ = ["add_commands"]
 
-FORMATS = ("inference-perf", "lifecycle", "vllm-bench", "sglang-bench")
-
-
 def add_commands(subparsers) -> None:
     """Register ``import-run``. Mutates ``subparsers``."""
+    from sim.recorded import FORMATS
+
     cmd = subparsers.add_parser(
         "import-run", help="a real engine's recorded run as an observed run folder + its replay"
     )

@@ -1,8 +1,8 @@
 """Recorded runs of real engines: import them, replay them, compare with them.
 
 * :func:`import_run` reads a recorded run (a format's module each: ``inference_perf``,
-  ``lifecycle``, ``vllm_bench``, ``sglang_bench``) and writes its observed run folder with
-  the scenario that replays it (:mod:`.folder`).
+  ``lifecycle``, ``bench_json`` for vllm-bench and sglang-bench, ``otel``) and writes its
+  observed run folder with the scenario that replays it (:mod:`.folder`).
 * :mod:`.stages` compares a simulation with a recorded run stage by stage.
 * :mod:`.calibrate` fits the analytic model's physical efficiencies to recorded runs.
 """
@@ -16,7 +16,7 @@ from sim.recorded.run import EngineConfig, RecordedRun, RecordError
 
 __all__ = ["FORMATS", "RecordError", "import_run", "read_recorded"]
 
-FORMATS = ("inference-perf", "lifecycle", "vllm-bench", "sglang-bench")
+FORMATS = ("inference-perf", "lifecycle", "vllm-bench", "sglang-bench", "otel")
 
 
 def read_recorded(fmt: str, path: Path, *, engine: EngineConfig, model: str | None,
@@ -40,6 +40,10 @@ def read_recorded(fmt: str, path: Path, *, engine: EngineConfig, model: str | No
 
         return bench_json.read_run(path, fmt, engine=engine, model=model, hardware=hardware,
                                    metadata=metadata)  # fmt: skip
+    if fmt == "otel":
+        from sim.recorded import otel
+
+        return otel.read_run(path, engine=engine, model=model, hardware=hardware)
     raise RecordError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
@@ -85,17 +89,26 @@ def _named(run: RecordedRun, path: Path, source: str | None) -> RecordedRun:
 
 
 def _with_engine_log(run: RecordedRun, path: Path) -> RecordedRun:
-    """``run`` with what its engine's log says: the prefix cache hit rate, noted."""
+    """``run`` with what its engine's log says: the prefix cache hit rate, and the
+    engine arguments it logged where the run did not record them; both noted."""
     import dataclasses
 
+    from sim.recorded.engine_args import engine_config, merged
     from sim.recorded.engine_log import VLLM_HIT_RATE_REQUESTS, read_engine_log
 
     files = dict(run.files)
     log = read_engine_log(path, files)
-    note = (
-        f"engine log: {log.lines} stats line(s); the last gives a prefix cache hit rate of "
-        f"{100 * log.prefix_hit_rate:.1f} % (vLLM's: over its last {VLLM_HIT_RATE_REQUESTS:,} "
-        "requests)"
-    )
+    notes = []
+    if log.prefix_hit_rate is not None:
+        notes.append(
+            f"engine log: {log.lines} stats line(s); the last gives a prefix cache hit rate "
+            f"of {100 * log.prefix_hit_rate:.1f} % (vLLM's: over its last "
+            f"{VLLM_HIT_RATE_REQUESTS:,} requests)"
+        )
+    engine = run.engine
+    if log.arguments:
+        engine = merged(engine_config(log.arguments, str(path)), run.engine)
+        names = ", ".join(sorted(log.arguments))
+        notes.append(f"engine log: its non-default args give {names}")
     return dataclasses.replace(run, files=files, prefix_hit_rate=log.prefix_hit_rate,
-                               notes=(*run.notes, note))  # fmt: skip
+                               engine=engine, notes=(*run.notes, *notes))  # fmt: skip

@@ -125,3 +125,40 @@ def vllm_bench(path: Path, *, start_times: bool = True, **extra) -> Path:
     result.update(extra)
     path.write_text(json.dumps(result))
     return path
+
+
+def otel_span(start_s: float, ttft: float, e2e: float, prompt: int, output: int,
+              name: str = "llm_request") -> dict:  # fmt: skip
+    """One span as vLLM 0.33.0's do_tracing emits it, in OTLP/JSON (64-bit ints as text)."""
+    attributes = {
+        "gen_ai.latency.time_to_first_token": {"doubleValue": ttft},
+        "gen_ai.latency.e2e": {"doubleValue": e2e},
+        "gen_ai.latency.time_in_queue": {"doubleValue": 0.001},
+        "gen_ai.usage.prompt_tokens": {"intValue": str(prompt)},
+        "gen_ai.usage.completion_tokens": {"intValue": str(output)},
+        "gen_ai.request.id": {"stringValue": f"cmpl-{start_s}"},
+    }
+    return {
+        "traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174",
+        "name": name, "kind": 2, "startTimeUnixNano": str(int(start_s * 1e9)),
+        "endTimeUnixNano": str(int((start_s + e2e) * 1e9)),
+        "attributes": [{"key": k, "value": v} for k, v in attributes.items()],
+    }  # fmt: skip
+
+
+def otel_export(path: Path, spans: list[dict], *, per_line: int = 2) -> Path:
+    """A collector's file output: ``per_line`` spans an ExportTraceServiceRequest a line."""
+    lines = []
+    for i in range(0, len(spans), per_line):
+        lines.append(json.dumps({"resourceSpans": [{
+            "resource": {"attributes": [{"key": "service.name",
+                                         "value": {"stringValue": "vllm"}}]},
+            "scopeSpans": [{"scope": {"name": "vllm.llm_engine"},
+                            "spans": spans[i : i + per_line]}]}]}))  # fmt: skip
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+#: Lines of a vLLM 0.33.0 server's log as it writes them (written here, in its format):
+#: the non-default args (one not a literal), the version, one stats line.
+VLLM_LOG = (Path(__file__).parent / "data" / "vllm-serve.log").read_text()

@@ -414,3 +414,51 @@ def test_an_aggregate_result_that_cannot_be_replayed_is_one_line(tmp_path, extra
     with pytest.raises(RecordError, match=message):
         import_run("vllm-bench", path, tmp_path / "run", html=False)
     assert not (tmp_path / "run").exists()
+
+
+def test_vllm_request_spans_import_with_the_engine_log(tmp_path):
+    """OTLP/JSON spans (vLLM 0.33.0's llm_request) become a trace on the engine's clock;
+    the engine log gives the version (async scheduling), the non-default args and the
+    prefix hit rate; spans of other names are skipped."""
+    from tests.recorded.fixtures import VLLM_LOG, otel_export, otel_span
+
+    spans = [otel_span(1.7e9 + 0.5 * i, 0.05 + 0.01 * i, 0.5 + 0.1 * i, 300 + i, 20)
+             for i in range(5)] + [otel_span(1.7e9, 0, 0, 0, 0, name="http_request")]  # fmt: skip
+    path = otel_export(tmp_path / "traces.jsonl", spans)
+    (tmp_path / "vllm.log").write_text(VLLM_LOG)
+    out = tmp_path / "run"
+    summary = import_run("otel", path, out, hardware="h100-sxm", model="llama-3.1-8b",
+                         engine_log=tmp_path / "vllm.log", html=False)  # fmt: skip
+    assert summary["num_requests"] == 5 and summary["recorded"]["clock"] == "engine"
+    assert summary["ttft_s"]["p50"] == pytest.approx(0.07)
+    rows = [json.loads(line) for line in (out / "requests.jsonl").open()]
+    assert [r["arrival_s"] for r in rows] == pytest.approx([0.0, 0.5, 1.0, 1.5, 2.0])
+    assert [r["input_tokens"] for r in rows] == [300, 301, 302, 303, 304]
+    engine = summary["recorded"]["engine"]
+    assert (engine["max_num_seqs"], engine["version"]) == (64, "0.33.0")
+    assert summary["recorded"]["prefix_hit_rate"] == pytest.approx(0.125)
+    scenario = load_scenario(out / "scenario.yaml")
+    assert scenario.scheduler.async_scheduling and scenario.scheduler.max_num_batched_tokens == 4096
+    assert main(["run", str(out / "scenario.yaml"), "--out", str(tmp_path / "sim"), "--quiet",
+                 "--no-report"]) == 0  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda s: s["attributes"].pop(1), "gen_ai.latency.e2e: missing"),
+        (lambda s: s["attributes"][3]["value"].update(intValue="-3"), "prompt_tokens"),
+        (lambda s: s.update(startTimeUnixNano="soon"), "start_ns"),
+        (lambda s: s["attributes"][0]["value"].update(doubleValue=9.0), "before"),
+        (lambda s: s.update(name="other"), "no 'llm_request' span"),
+    ],
+)
+def test_a_bad_span_is_one_line(tmp_path, change, message):
+    from tests.recorded.fixtures import otel_export, otel_span
+
+    span = otel_span(1.7e9, 0.05, 0.5, 300, 20)
+    change(span)
+    path = otel_export(tmp_path / "traces.jsonl", [span])
+    with pytest.raises(RecordError, match=message):
+        import_run("otel", path, tmp_path / "run", hardware="h100-sxm", model="llama-3.1-8b")
+    assert not (tmp_path / "run").exists()
