@@ -39,6 +39,8 @@ def add_commands(subparsers) -> None:
         metavar="FILE",
         help="lifecycle: the workload JSONL with input_tok_ids (prompt identity)",
     )
+    cmd.add_argument("--benchmark", type=int, metavar="I",
+                     help="guidellm: which benchmark of the report (0 first)")
     cmd.add_argument("--engine-log", metavar="FILE",
                      help="the engine's log (vLLM's stats lines: its prefix cache hit rate)")
     cmd.add_argument("--source", help="how the run's origin is named in its folder (default: "
@@ -65,6 +67,7 @@ def cmd_import_run(args) -> int:
             metadata=Path(args.metadata) if args.metadata else None,
             prompts=Path(args.prompts) if args.prompts else None,
             engine_log=Path(args.engine_log) if args.engine_log else None,
+            benchmark=args.benchmark,
             force=args.force, html=not args.no_report, source=args.source,
         )  # fmt: skip
     except RecordError as err:

@@ -1,8 +1,8 @@
 """Recorded runs of real engines: import them, replay them, compare with them.
 
 * :func:`import_run` reads a recorded run (a format's module each: ``inference_perf``,
-  ``lifecycle``, ``bench_json`` for vllm-bench and sglang-bench, ``otel``) and writes its
-  observed run folder with the scenario that replays it (:mod:`.folder`).
+  ``lifecycle``, ``bench_json`` for vllm-bench and sglang-bench, ``otel``, ``guidellm``) and
+  writes its observed run folder with the scenario that replays it (:mod:`.folder`).
 * :mod:`.stages` compares a simulation with a recorded run stage by stage.
 * :mod:`.calibrate` fits the analytic model's physical efficiencies to recorded runs.
 """
@@ -16,12 +16,13 @@ from sim.recorded.run import EngineConfig, RecordedRun, RecordError
 
 __all__ = ["FORMATS", "RecordError", "import_run", "read_recorded"]
 
-FORMATS = ("inference-perf", "lifecycle", "vllm-bench", "sglang-bench", "otel")
+FORMATS = ("inference-perf", "lifecycle", "vllm-bench", "sglang-bench", "otel", "guidellm")
 
 
 def read_recorded(fmt: str, path: Path, *, engine: EngineConfig, model: str | None,
                   hardware: str | None, metadata: Path | None = None,
-                  prompts: Path | None = None) -> RecordedRun:  # fmt: skip
+                  prompts: Path | None = None,
+                  benchmark: int | None = None) -> RecordedRun:  # fmt: skip
     """The recorded run at ``path`` in format ``fmt``; RecordError (one line) if it
     cannot be read as that format."""
     if not path.exists():
@@ -40,6 +41,11 @@ def read_recorded(fmt: str, path: Path, *, engine: EngineConfig, model: str | No
 
         return bench_json.read_run(path, fmt, engine=engine, model=model, hardware=hardware,
                                    metadata=metadata)  # fmt: skip
+    if fmt == "guidellm":
+        from sim.recorded import guidellm
+
+        return guidellm.read_run(path, engine=engine, model=model, hardware=hardware,
+                                 benchmark=benchmark)  # fmt: skip
     if fmt == "otel":
         from sim.recorded import otel
 
@@ -50,8 +56,9 @@ def read_recorded(fmt: str, path: Path, *, engine: EngineConfig, model: str | No
 def import_run(fmt: str, path: Path, out: Path, *, model: str | None = None,
                hardware: str | None = None, engine_args: Path | None = None,
                metadata: Path | None = None, prompts: Path | None = None,
-               engine_log: Path | None = None, force: bool = False, html: bool = True,
-               argv=None, source: str | None = None) -> dict[str, Any]:  # fmt: skip
+               engine_log: Path | None = None, benchmark: int | None = None,
+               force: bool = False, html: bool = True, argv=None,
+               source: str | None = None) -> dict[str, Any]:  # fmt: skip
     """Read the recorded run and write its folder at ``out``; returns its summary.
     ``source`` names where the run came from (default: ``path``); the files read are
     named relative to it. ``engine_log``: the engine's log, for what it says of the run
@@ -63,7 +70,7 @@ def import_run(fmt: str, path: Path, out: Path, *, model: str | None = None,
 
     engine = read_engine_args(engine_args) if engine_args is not None else EngineConfig()
     run = read_recorded(fmt, path, engine=engine, model=model, hardware=hardware,
-                        metadata=metadata, prompts=prompts)  # fmt: skip
+                        metadata=metadata, prompts=prompts, benchmark=benchmark)  # fmt: skip
     if engine_log is not None:
         run = _with_engine_log(run, engine_log)
     run = _named(run, path, source)

@@ -162,3 +162,40 @@ def otel_export(path: Path, spans: list[dict], *, per_line: int = 2) -> Path:
 #: Lines of a vLLM 0.33.0 server's log as it writes them (written here, in its format):
 #: the non-default args (one not a literal), the version, one stats line.
 VLLM_LOG = (Path(__file__).parent / "data" / "vllm-serve.log").read_text()
+
+
+def guidellm_request(start: float, prompt: str, tokens: int, *, ttft: float = 0.04,
+                     step: float = 0.01, cached: int | None = 0, error: str | None = None
+                     ) -> dict:  # fmt: skip
+    """One GenerativeRequestStats as GuideLLM (report schema 2) serialises it, with the
+    fields a replay reads and some it does not."""
+    end = start + ttft + step * (tokens - 1)
+    return {
+        "type_": "generative_request_stats", "request_id": f"req-{start}",
+        "request_args": json.dumps({"method": "POST", "stream": True,
+                                    "body": {"prompt": prompt, "max_tokens": tokens}}),
+        "output": "x" * tokens,
+        "info": {"request_id": f"req-{start}", "status": "errored" if error else "completed",
+                 "error": error, "timings": {"request_start": start, "request_end": end}},
+        "input_metrics": {"total_tokens": len(prompt) // 4},
+        "output_metrics": {"total_tokens": tokens},
+        "request_start_time": start, "request_end_time": end, "request_latency": end - start,
+        "prompt_tokens": len(prompt) // 4, "cached_tokens": cached, "output_tokens": tokens,
+        "time_to_first_token_ms": None if error else 1e3 * ttft,
+    }  # fmt: skip
+
+
+def guidellm_report(path: Path, benchmarks: list[tuple[str, list, list]]) -> Path:
+    """benchmarks.json: a (strategy, successful, errored) triple a benchmark."""
+    report = {
+        "metadata": {"version": 2, "guidellm_version": "0.4.0"},
+        "config": {"profile": "sweep"},
+        "benchmarks": [{
+            "type_": "generative_benchmark",
+            "config": {"strategy": {"type_": kind, "rate": 2.0 if kind != "synchronous" else None}},
+            "metrics": {}, "scheduler_state": {}, "scheduler_metrics": {},
+            "requests": {"successful": ok, "errored": bad, "incomplete": []},
+        } for kind, ok, bad in benchmarks],
+    }  # fmt: skip
+    path.write_text(json.dumps(report))
+    return path

@@ -462,3 +462,38 @@ def test_a_bad_span_is_one_line(tmp_path, change, message):
     with pytest.raises(RecordError, match=message):
         import_run("otel", path, tmp_path / "run", hardware="h100-sxm", model="llama-3.1-8b")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_guidellm_report_imports_one_benchmark(tmp_path, capsys):
+    """A sweep's report: --benchmark picks one (none given: one line listing them); its
+    requests become a trace, prompts sharing their text's start share blocks, failures
+    are counted, and the cached tokens the server reported give the recorded hit rate."""
+    from tests.recorded.fixtures import guidellm_report, guidellm_request
+
+    system = "you are a helpful assistant. " * 30
+    ok = [guidellm_request(1000.0 + 0.5 * i, system + f"question {i} " * 10, 8,
+                           cached=0 if i == 0 else 200) for i in range(6)]  # fmt: skip
+    bad = [guidellm_request(1001.2, "short", 4, error="Traceback ...\nTimeoutError: 300 s")]
+    path = guidellm_report(tmp_path / "benchmarks.json",
+                           [("synchronous", ok[:2], []), ("constant", ok, bad)])  # fmt: skip
+    with pytest.raises(RecordError, match=r"2 benchmarks \(0: synchronous, 1: constant\)"):
+        import_run("guidellm", path, tmp_path / "a", hardware="h100-sxm", model="llama-3-8b")
+    out = tmp_path / "run"
+    summary = import_run("guidellm", path, out, hardware="h100-sxm", model="llama-3-8b",
+                         benchmark=1, html=False)  # fmt: skip
+    assert (summary["num_requests"], summary["num_rejected"]) == (7, 1)
+    assert summary["rejected_reasons"] == {"TimeoutError: 300 s": 1}
+    assert summary["ttft_s"]["p50"] == pytest.approx(0.04)  # as the client timed it
+    rows = [json.loads(line) for line in (out / "requests.jsonl").open()]
+    assert rows[0]["arrival_s"] == 0.0 and rows[1]["hash_ids"][:5] == rows[0]["hash_ids"][:5]
+    assert any("strategy constant at 2" in n for n in summary["recorded"]["notes"])
+    capsys.readouterr()
+    assert main(["validate", str(out / "scenario.yaml"), "--observed", str(out), "--out",
+                 str(tmp_path / "v"), "--no-report"]) == 0  # fmt: skip
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("prefix cache"))
+    assert "(cached prompt tokens the server reported, the whole run)" in line
+    prompts = sum(r["prompt_tokens"] for r in ok)
+    assert f"recorded {100 * 1000 / prompts:.1f} %" in line
+    with pytest.raises(RecordError, match="--benchmark: 5: the report has benchmarks 0 to 1"):
+        import_run("guidellm", path, tmp_path / "b", hardware="h100-sxm", model="llama-3-8b",
+                   benchmark=5)  # fmt: skip
