@@ -117,12 +117,24 @@ def cmd_validate_observed(args) -> int:
     write_run(simulated, scenario, out / "simulated", html=not args.no_report, force=True)
     report = build_report(scenario, observed, _as_the_client_saw(simulated.summary, observed),
                           run=str(run), cost_model=cost_model,
-                          prefix=_prefix_rates(observed, simulated))  # fmt: skip
+                          prefix=_prefix_rates(observed, simulated),
+                          series=_series_means(observed, simulated))  # fmt: skip
     with atomic_file(out / "validation.json") as partial:
         partial.write_text(json.dumps(report, indent=2, sort_keys=True, allow_nan=False) + "\n")
     print(format_report(report))
     print(f"wrote {out}/validation.json and {out}/simulated/")
     return 0
+
+
+def _series_means(observed: dict, simulated) -> dict | None:
+    """The recording's own time series (running, waiting, generated tokens a second)
+    and the replay's, time-averaged over the span it covers; None without one."""
+    from sim.recorded.stages import series_means
+
+    series = (observed.get("recorded") or {}).get("series")
+    if not series or not series.get("t"):
+        return None
+    return {name: list(pair) for name, pair in series_means(simulated.steps, series).items()}
 
 
 def _prefix_rates(observed: dict, simulated) -> dict | None:

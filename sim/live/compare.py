@@ -85,10 +85,13 @@ def mape(metrics: dict[str, dict]) -> dict[str, Any]:
 PREFIX_WARN_POINTS = 5.0
 
 
-def build_report(scenario, observed: dict, simulated: dict, *, run: str,
-                 cost_model: dict, prefix: dict | None = None) -> dict[str, Any]:  # fmt: skip
+def build_report(scenario, observed: dict, simulated: dict, *, run: str, cost_model: dict,
+                 prefix: dict | None = None,
+                 series: dict | None = None) -> dict[str, Any]:  # fmt: skip
     """validation.json of ``validate --observed`` (JSON-ready); ``prefix``: the prefix
-    cache hit rates of both, ``{recorded, replay, over}`` (None: neither known)."""
+    cache hit rates of both, ``{recorded, replay, over}`` (None: neither known);
+    ``series``: the recording's time series against the replay's, time-averaged,
+    ``{running, waiting, gen_tok_s: [recorded, simulated]}`` (None: it has none)."""
     report = {
         "kind": "observed",
         "scenario": scenario.name,
@@ -100,6 +103,7 @@ def build_report(scenario, observed: dict, simulated: dict, *, run: str,
     }
     report.update(compare_runs(observed, simulated))
     report["prefix_hit_rate"] = prefix
+    report["series"] = series
     return report
 
 
@@ -134,6 +138,11 @@ def format_report(report: dict[str, Any]) -> str:
     for side in sorted({v for v in verdict.values() if v in _VERDICTS}):
         lines.append(f"verdict {_VERDICTS[side]}")
     lines += _prefix_lines(report.get("prefix_hit_rate"))
+    if report.get("series"):
+        cells = "   ".join(f"{name} {a:,.1f} / {b:,.1f}" for name, (a, b) in
+                           report["series"].items())  # fmt: skip
+        lines.append(f"step level (the engine's own time series, time-averaged; recorded / "
+                     f"simulated): {cells}")
     observed, simulated = counts["observed"], counts["simulated"]
     errors = ", ".join(f"{k}: {v}" for k, v in report["errors"].items()) or "none"
     lines.append(

@@ -497,3 +497,24 @@ def test_a_guidellm_report_imports_one_benchmark(tmp_path, capsys):
     with pytest.raises(RecordError, match="--benchmark: 5: the report has benchmarks 0 to 1"):
         import_run("guidellm", path, tmp_path / "b", hardware="h100-sxm", model="llama-3-8b",
                    benchmark=5)  # fmt: skip
+
+
+def test_validate_sets_the_recorded_time_series_beside_the_replays(tmp_path, capsys):
+    """A recording with the engine's own series (timeseries.csv): validate --observed prints
+    its time-averaged running and waiting requests and generated tokens a second beside the
+    replay's, as the corpus bench does."""
+    folder = lifecycle_folder(tmp_path / "vllm", rows=6)
+    rows = ["t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct"]
+    rows += [f"{t},300.0,{40.0 + t},{2 + t % 2},0,{1.5}" for t in range(4)]
+    (folder / "timeseries.csv").write_text("\n".join(rows) + "\n")
+    out = tmp_path / "run"
+    import_run("lifecycle", folder / "requests.jsonl", out, html=False)
+    capsys.readouterr()
+    assert main(["validate", str(out / "scenario.yaml"), "--observed", str(out), "--out",
+                 str(tmp_path / "v"), "--no-report"]) == 0  # fmt: skip
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("step level"))
+    series = json.loads((tmp_path / "v" / "validation.json").read_text())["series"]
+    # averaged over the seconds both cover (the replay ends before the recording's t = 3)
+    assert 2 < series["running"][0] < 3 and series["gen_tok_s"][0] > 40
+    recorded, simulated = series["running"]
+    assert f"running {recorded:,.1f} / {simulated:,.1f}" in line
