@@ -64,13 +64,17 @@ def import_run(fmt: str, path: Path, out: Path, *, model: str | None = None,
     named relative to it. ``engine_log``: the engine's log, for what it says of the run
     (sim.recorded.engine_log: the prefix cache hit rate). Raises RecordError (one line)
     for a bad file, an unknown model or GPU."""
+    import dataclasses
+
     from sim.recorded.engine_args import read_engine_args
     from sim.recorded.folder import import_folder
     from sim.recorded.models import resolve_hardware_name, resolve_model_source
 
     engine = read_engine_args(engine_args) if engine_args is not None else EngineConfig()
-    run = read_recorded(fmt, path, engine=engine, model=model, hardware=hardware,
+    run = read_recorded(fmt, path, engine=engine, model=model, hardware=None,
                         metadata=metadata, prompts=prompts, benchmark=benchmark)  # fmt: skip
+    if hardware is not None:
+        run = dataclasses.replace(run, hardware=hardware, hardware_guessed=run.hardware is None)
     if engine_log is not None:
         run = _with_engine_log(run, engine_log)
     run = _named(run, path, source)

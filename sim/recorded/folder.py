@@ -31,6 +31,7 @@ from sim.live.observed import observed_summary, write_observed
 from sim.live.replay import ReplayOptions, ReplayResult
 from sim.output.files import write_outputs
 from sim.output.steplog import StepLog
+from sim.recorded import gpu_check
 from sim.recorded.replay import MODEL_FILE, origin_of, replay_scenario, write_trace
 from sim.recorded.run import METRICS, RecordedRun, RecordError, StageFigures
 from sim.run.folders import atomic_folder, run_metadata
@@ -52,6 +53,9 @@ def import_folder(out: Path, run: RecordedRun, *, model: str | Path, hardware: A
         raw, notes = replay_scenario(run, name=out.name, model=section, hardware=hardware)
         if run.requests is not None:
             write_trace(stage, run)
+            if run.hardware_guessed:
+                ranked, sampled = gpu_check.fits(raw, run.requests, stage)
+                notes.append(gpu_check.note(str(hardware), ranked, sampled))
         header = _header(run, notes)
         (stage / SCENARIO_FILE).write_text(header + yaml.safe_dump(raw, sort_keys=False))
         try:

@@ -144,6 +144,9 @@ class RecordedRun:
     ``running`` and ``waiting`` requests and ``gen_tok_s`` generated tokens a second)."""
     files: dict[str, str] = field(default_factory=dict)
     """Each file read -> its sha256, so a corpus entry names exactly what it came from."""
+    hardware_guessed: bool = False
+    """The recording names no GPU and ``hardware`` is the user's (sim.recorded.gpu_check
+    then says which preset its decode speed fits)."""
     prefix_hit_rate: float | None = None
     """The engine's own prefix cache hit rate where it logged one (a fraction;
     :mod:`sim.recorded.engine_log` says over which requests), else None."""

@@ -518,3 +518,38 @@ def test_validate_sets_the_recorded_time_series_beside_the_replays(tmp_path, cap
     assert 2 < series["running"][0] < 3 and series["gen_tok_s"][0] > 40
     recorded, simulated = series["running"]
     assert f"running {recorded:,.1f} / {simulated:,.1f}" in line
+
+
+def test_a_guessed_gpu_is_checked_against_the_recorded_decode_speed(tmp_path):
+    """A run that names no GPU, recorded (here: simulated) on an H100: imported with a
+    guessed --hardware rtx-4090, its note says the RTX 4090 prices the decode steps far
+    slower and the H100 fits nearest; a run that names its GPU is not checked."""
+    import csv
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "model: llama-3-8b\nhardware: h100-sxm\n"
+        "workload: {arrival: {kind: poisson, rate_rps: 4}, input: {kind: uniform, min: 200, "
+        "max: 800}, output: {kind: uniform, min: 50, max: 300}}\n"
+        "simulation: {num_requests: 120, seed: 3}\n"
+    )
+    assert main(["run", str(scenario), "--out", str(tmp_path / "h100"), "--quiet",
+                 "--no-report"]) == 0  # fmt: skip
+    with (tmp_path / "h100" / "requests.csv").open() as handle:
+        rows = [json.dumps({"queued_ts": 50 + float(r["arrival_s"]),
+                            "first_token_ts": 50 + float(r["first_token_s"]),
+                            "last_token_ts": 50 + float(r["finish_s"]),
+                            "input_toks": int(r["prompt_tokens"]),
+                            "output_toks": int(r["output_tokens"])})
+                for r in csv.DictReader(handle)]  # fmt: skip
+    (tmp_path / "requests.jsonl").write_text("\n".join(rows) + "\n")
+    summary = import_run("lifecycle", tmp_path / "requests.jsonl", tmp_path / "run",
+                         hardware="rtx-4090", model="llama-3-8b", html=False)  # fmt: skip
+    note = next(n for n in summary["recorded"]["notes"] if n.startswith("GPU:"))
+    slower = float(note.split("rtx-4090 prices its decode steps ")[1].split(" %")[0])
+    assert slower > 50 and "% slow" in note  # a 4090 decodes 8B far slower than an H100
+    assert note.split("nearest presets: ")[1].startswith("h100-sxm")
+    folder = lifecycle_folder(tmp_path / "named")  # meta.json names an RTX 4090
+    named = import_run("lifecycle", folder / "requests.jsonl", tmp_path / "named-run",
+                       hardware="rtx-4090", html=False)  # fmt: skip
+    assert not any(n.startswith("GPU:") for n in named["recorded"]["notes"])
