@@ -130,7 +130,8 @@ def _chosen(report: Report, benchmark: int | None, where: str) -> Benchmark:
                           "--benchmark I")  # fmt: skip
     index = benchmark or 0
     if not 0 <= index < count:
-        raise RecordError(f"--benchmark: {index}: the report has benchmarks 0 to {count - 1}")
+        raise RecordError(f"{where}: --benchmark: {index}: the report has benchmarks 0 to "
+                          f"{count - 1}")  # fmt: skip
     return report.benchmarks[index]
 
 

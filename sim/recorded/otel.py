@@ -131,11 +131,15 @@ def _request(item: tuple[str, Span], at: str) -> RequestSpan:
     missing = [key for key in (_TTFT, _E2E, _PROMPT, _OUTPUT) if attributes.get(key) is None]
     if missing:
         raise RecordError(f"{where}: {SPAN_NAME} span: {missing[0]}: missing")
-    return parse(RequestSpan, {
+    request = parse(RequestSpan, {
         "start_ns": span.startTimeUnixNano, "ttft_s": attributes[_TTFT],
         "e2e_s": attributes[_E2E], "prompt_tokens": attributes[_PROMPT],
         "output_tokens": attributes[_OUTPUT],
     }, f"{where}: {SPAN_NAME} span")  # fmt: skip
+    if request.e2e_s < request.ttft_s:
+        raise RecordError(f"{where}: {SPAN_NAME} span: {_E2E}: {request.e2e_s!r} s, before its "
+                          f"{_TTFT} of {request.ttft_s!r} s")  # fmt: skip
+    return request
 
 
 def _columns(requests: list[RequestSpan]) -> RecordedRequests:
@@ -143,9 +147,6 @@ def _columns(requests: list[RequestSpan]) -> RecordedRequests:
     send = (start - start.min()).astype(np.float64) / 1e9
     ttft = np.asarray([r.ttft_s for r in requests])
     e2e = np.asarray([r.e2e_s for r in requests])
-    if np.any(e2e < ttft):
-        i = int(np.argmax(e2e < ttft))
-        raise RecordError(f"span {i}: {_E2E}: {e2e[i]!r} before {_TTFT} {ttft[i]!r}")
     size = len(requests)
     return RecordedRequests(
         send, send + ttft, send + e2e,

@@ -433,7 +433,114 @@ BENCH = {
 }
 
 
+# -------------------------------------------------- aggregates, otel, guidellm, engine log
+
+
+def aggregates(change: dict, *culprits: str):
+    """An aggregate-only ``vllm bench serve`` result with ``change`` applied."""
+    base = {
+        "num_prompts": 20, "request_rate": 2.0, "completed": 20, "failed": 0,
+        "total_input_tokens": 20 * 512, "total_output_tokens": 20 * 64, "duration": 11.0,
+        "mean_ttft_ms": 40.0, "median_ttft_ms": 38.0, "p99_ttft_ms": 90.0,
+        "mean_e2el_ms": 700.0, "median_e2el_ms": 690.0, "p99_e2el_ms": 900.0,
+        "model_id": "meta-llama/Llama-3.1-8B",
+    }  # fmt: skip
+    return lambda folder: _whole_file(folder, json.dumps({**base, **change}), *culprits)
+
+
+def spans(change, *culprits: str, keep: bool = True):
+    """An OTLP/JSON export of two vLLM request spans, the second changed by ``change``
+    (``keep`` False: spans of another name only)."""
+    from tests.recorded.fixtures import otel_export, otel_span
+
+    def build(folder: Path) -> tuple[list[str], list[str]]:
+        name = "llm_request" if keep else "http_request"
+        items = [otel_span(1.7e9 + i, 0.05, 0.5, 300, 20, name=name) for i in range(2)]
+        change(items[1])
+        path = otel_export(folder / "traces.jsonl", items)
+        return ["import-run", "otel", str(path), "--out", str(folder / "out"), "--hardware",
+                "h100-sxm", "--model", "llama-3.1-8b"], ["traces.jsonl", *culprits]  # fmt: skip
+
+    return build
+
+
+def guide(change, *culprits: str, extra: tuple[str, ...] = ()):
+    """A GuideLLM report of one constant-rate benchmark, its second request changed."""
+    from tests.recorded.fixtures import guidellm_report, guidellm_request
+
+    def build(folder: Path) -> tuple[list[str], list[str]]:
+        ok = [guidellm_request(1000.0 + i, f"prompt {i} " * 40, 8) for i in range(3)]
+        change(ok[1])
+        path = guidellm_report(folder / "benchmarks.json", [("constant", ok, [])])
+        return ["import-run", "guidellm", str(path), "--out", str(folder / "out"),
+                "--hardware", "h100-sxm", "--model", "llama-3-8b", *extra], [
+                "benchmarks.json", *culprits]  # fmt: skip
+
+    return build
+
+
+def engine_log(text: str, *culprits: str):
+    def build(folder: Path) -> tuple[list[str], list[str]]:
+        args, _ = _lifecycle(lambda source: [])(folder)
+        (folder / "vllm.log").write_text(text)
+        return [*args, "--engine-log", str(folder / "vllm.log")], ["vllm.log", *culprits]
+
+    return build
+
+
+_STATS = ("Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 1.0 "
+          "tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.0%, Prefix "
+          "cache hit rate: {}%\n")  # fmt: skip
+
+OTHERS = {
+    "aggregates: completed a word": aggregates({"completed": "all"}, "completed"),
+    "aggregates: total_input_tokens negative": aggregates(
+        {"total_input_tokens": -1}, "total_input_tokens"
+    ),
+    "aggregates: no completed request": aggregates({"completed": 0}, "completed"),
+    "aggregates: more requests than num_prompts": aggregates(
+        {"num_prompts": 5}, "num_prompts"
+    ),
+    "aggregates: max_concurrency": aggregates({"max_concurrency": 4}, "max_concurrency"),
+    "aggregates: no latency figure": aggregates(
+        {"mean_ttft_ms": None, "median_ttft_ms": None, "p99_ttft_ms": None,
+         "mean_e2el_ms": None, "median_e2el_ms": None, "p99_e2el_ms": None}, "mean_ttft_ms"
+    ),  # fmt: skip
+    "aggregates: request_rate -1": aggregates({"request_rate": -1}, "request_rate"),
+    "otel: an attribute missing": spans(lambda s: s["attributes"].pop(0),
+                                        "time_to_first_token"),  # fmt: skip
+    "otel: a negative count": spans(
+        lambda s: s["attributes"][3]["value"].update(intValue="-1"), "prompt_tokens"
+    ),
+    "otel: a start that is a word": spans(lambda s: s.update(startTimeUnixNano="x"), "start_ns"),
+    "otel: E2E before the first token": spans(
+        lambda s: s["attributes"][1]["value"].update(doubleValue=0.01), "e2e"
+    ),
+    "otel: attributes not a list": spans(lambda s: s.update(attributes={"a": 1}), "attributes"),
+    "otel: no request span": spans(lambda s: None, "llm_request", keep=False),
+    "guidellm: a start that is a word": guide(
+        lambda r: r.update(request_start_time="noon"), "request_start_time"
+    ),
+    "guidellm: prompt tokens negative": guide(lambda r: r.update(prompt_tokens=-3),
+                                              "prompt_tokens"),  # fmt: skip
+    "guidellm: a success without its TTFT": guide(
+        lambda r: r.update(time_to_first_token_ms=None), "time_to_first_token_ms"
+    ),
+    "guidellm: an end before its start": guide(
+        lambda r: r.update(request_end_time=1.0), "request_end_time"
+    ),
+    "guidellm: --benchmark 3 of 1": guide(lambda r: None, "--benchmark", extra=("--benchmark",
+                                                                                "3")),  # fmt: skip
+    "engine log: no stats and no arguments": engine_log("INFO starting\n", "stats line"),
+    "engine log: a hit rate over 100 %": engine_log(_STATS.format("180.0"), "180.0"),
+    "engine log: an argument of the wrong kind": engine_log(
+        "non-default args: {'max_num_seqs': 'many'}\n", "max_num_seqs"
+    ),
+}
+
+
 CASES = {
+    **{name: build for name, build in OTHERS.items()},
     **{f"lifecycle: {name}": build for name, build in LIFECYCLE.items()},
     **{f"inference-perf: {name}": build for name, build in INFERENCE_PERF.items()},
     **{f"vllm-bench: {name}": build for name, build in BENCH.items()},
