@@ -143,7 +143,7 @@ def test_serve_observe_calibrate_validate(scenario, tmp_path):
     report = json.loads((validation / "validation.json").read_text())
     assert report["kind"] == "observed" and report["simulated_cost_model"]["kind"] == "calibrated"
     latencies = ("ttft_s", "tpot_s", "e2e_s", "itl_s")
-    expected = {f"{m}.{q}" for m in latencies for q in ("p50", "p90", "p99")}
+    expected = {f"{m}.{q}" for m in latencies for q in ("mean", "p50", "p90", "p99")}
     expected |= {"throughput_rps", "throughput_tok_s"}
     assert set(report["metrics"]) == expected
     for name, row in report["metrics"].items():  # both sides were measured
@@ -152,7 +152,8 @@ def test_serve_observe_calibrate_validate(scenario, tmp_path):
                                                  / row["observed"])  # fmt: skip
     assert {report["verdict"]["observed"], report["verdict"]["simulated"]} <= set(VERDICTS)
     assert report["counts"]["simulated"]["num_finished"] == NUM_REQUESTS
-    assert "| ttft_s.p50 |" in result.stdout
+    assert "| ttft_s.p50 |" in result.stdout and "| ttft_s.mean |" in result.stdout
+    assert report["mape"]["figures"] == 13 and "MAPE" in result.stdout  # every figure measured
 
     result = run_cli(["compare", str(observed), str(validation / "simulated")])
     assert result.returncode == 0, result.describe()
