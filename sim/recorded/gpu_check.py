@@ -2,15 +2,15 @@
 
 Many recordings do not say which GPU served them, and the user's ``--hardware`` is then
 a guess. The recording holds the evidence: each request's decode interval (its first
-token to its end) and output length give its time per output token, and the other
-requests decoding at the same moment give the batch it decoded in. For every GPU preset
-the analytic cost model prices a decode-only step of that batch (each sequence at its
-prompt plus half its output), and the preset whose median ratio of predicted to
-recorded step time is nearest 1 is the one the recording fits.
-
-The prediction is of decode-only steps: steps that also ran a prompt's chunk are longer,
-so a recording with much prefill in flight reads somewhat slower than any preset. The
-check says which preset fits and by how much; it changes nothing.
+token to its end) and output length give its time per output token, the other requests
+decoding at the same moment give the batch it decoded in, and the prompts whose first
+token came during its decode give the prompt tokens its steps carried (their rate over
+the interval, times its step time: a busy engine's steps mix prefill chunks into the
+decodes). For every GPU preset the analytic cost model prices such a step (each decoding
+sequence at its prompt plus half its output, the prompt tokens as one chunk), and the
+preset whose median ratio of predicted to recorded step time is nearest 1 is the one
+the recording fits. The check says which preset fits and by how much; it changes
+nothing.
 """
 
 from __future__ import annotations
@@ -35,23 +35,27 @@ class Fit:
     error: float
 
 
-def decode_samples(requests: RecordedRequests) -> tuple[np.ndarray, list[np.ndarray]]:
-    """(recorded time per output token, the contexts decoding with it) for up to
-    :data:`SAMPLE` finished requests of two tokens or more."""
+def decode_samples(requests: RecordedRequests) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """(recorded time per output token, the contexts decoding with it, the prompt tokens
+    a step of its carried) for up to :data:`SAMPLE` finished requests of two tokens or
+    more."""
     first, end, out = requests.first_token_s, requests.end_s, requests.output_tokens
     ok = np.flatnonzero(np.isfinite(first) & np.isfinite(end) & (out >= 2) & (end > first))
     if ok.size == 0:
-        return np.zeros(0), []
+        return np.zeros(0), [], np.zeros(0)
     picked = ok[np.linspace(0, ok.size - 1, min(SAMPLE, ok.size)).astype(int)]
     middle = (first + end) / 2
     decoding = np.isfinite(first) & np.isfinite(end)
     context = requests.prompt_tokens + requests.output_tokens // 2
     tpot = (end[picked] - first[picked]) / (out[picked] - 1)
-    batches = []
-    for i in picked.tolist():
+    batches, prompts = [], []
+    for k, i in enumerate(picked.tolist()):
         inside = decoding & (first <= middle[i]) & (middle[i] < end)
         batches.append(np.maximum(context[inside], 1).astype(np.int64))
-    return tpot, batches
+        started = np.isfinite(first) & (first >= first[i]) & (first < end[i])
+        rate = requests.prompt_tokens[started].sum() / (end[i] - first[i])
+        prompts.append(rate * tpot[k])
+    return tpot, batches, np.asarray(prompts)
 
 
 def fits(raw: dict[str, Any], requests: RecordedRequests, base_dir) -> tuple[list[Fit], int]:
@@ -62,7 +66,7 @@ def fits(raw: dict[str, Any], requests: RecordedRequests, base_dir) -> tuple[lis
     from sim.config.presets import HARDWARE_PRESETS
     from sim.run.build import analytic_executor
 
-    tpot, batches = decode_samples(requests)
+    tpot, batches, prompts = decode_samples(requests)
     if tpot.size == 0:
         return [], 0
     out = []
@@ -72,7 +76,10 @@ def fits(raw: dict[str, Any], requests: RecordedRequests, base_dir) -> tuple[lis
         except ScenarioError:
             continue  # the model does not fit that card
         executor = analytic_executor(scenario)
-        predicted = np.asarray([executor.decode_steps(b, 1)[0] for b in batches])
+        predicted = np.asarray([
+            executor.predict([(0, round(n))] if n >= 1 else [], batch)
+            for batch, n in zip(batches, prompts.tolist(), strict=True)
+        ])  # fmt: skip
         out.append(Fit(name, statistics.median((predicted / tpot).tolist()) - 1))
     return sorted(out, key=lambda fit: abs(fit.error)), int(tpot.size)
 
@@ -86,8 +93,8 @@ def note(guess: str, ranked: list[Fit], count: int) -> str:
     said = (f"--hardware {guess} prices its decode steps {_pct(mine.error)}" if mine
             else f"--hardware {guess} was not priced (the model does not fit it)")  # fmt: skip
     nearest = ", ".join(f"{fit.hardware} {_pct(fit.error)}" for fit in ranked[:3])
-    return (f"GPU: the recording names none; {said} (median over {count} requests, "
-            f"decode-only steps); nearest presets: {nearest}")
+    return (f"GPU: the recording names none; {said} (median over {count} requests' steps); "
+            f"nearest presets: {nearest}")
 
 
 def _pct(error: float) -> str:
