@@ -22,7 +22,8 @@ def add_commands(subparsers) -> None:
     cmd = subparsers.add_parser(
         "import-run", help="a real engine's recorded run as an observed run folder + its replay"
     )
-    cmd.add_argument("format", choices=FORMATS, help="what wrote the run (see the README)")
+    cmd.add_argument("format", choices=FORMATS,
+                     help="what wrote the run (docs/recorded-runs.md: what each needs)")
     cmd.add_argument("path", help="the recorded run: its report folder or file")
     cmd.add_argument("--out", required=True, help="the run folder to write")
     cmd.add_argument("--model", help="preset, config.json, or HuggingFace repository name")
