@@ -64,36 +64,11 @@ def summarize(
     table = request_table(outcomes)
     measured = np.arange(table["req_id"].shape[0]) >= warmup_requests
     duration = _duration_s(table, measured)
-    done = measured & table["finished"]
     meets = _meets_slo(table, slo_ttft_s, slo_tpot_s)  # every request, warm-up included
-    met_slo = meets & measured
     summary: dict[str, Any] = {
-        "num_requests": int(table["req_id"].shape[0]),
-        "num_measured": int(measured.sum()),
+        **_request_figures(table, measured, duration, meets, slo_ttft_s, slo_tpot_s),
         "warmup_requests": int(warmup_requests),
-        "num_finished": int(table["finished"].sum()),
-        "num_rejected": int(table["rejected"].sum()),
-        "rejected_reasons": dict(
-            sorted(Counter(table["rejected_reason"][table["rejected"]]).items())
-        ),
-        "duration_s": duration,
-        "throughput_rps": _rate(done.sum(), duration),
-        "throughput_tok_s": _rate(table["output_tokens"][done].sum(), duration),
-        "ttft_s": _distribution(table["ttft_s"][measured]),
-        "tpot_s": _distribution(table["tpot_s"][measured]),
-        "e2e_s": _distribution(table["e2e_s"][measured]),
-        "slo_ttft_s": float(slo_ttft_s),
-        "slo_tpot_s": float(slo_tpot_s),
-        "goodput": _ratio(met_slo.sum(), measured.sum()),
-        "goodput_rps": _rate(met_slo.sum(), duration),
-        "mean_batch_size": _mean(steps.column("batch_size")),
-        "num_preemptions": int(table["preemptions"].sum()),
-        "prefix_hit_rate": _prefix_hit_rate(table, np.ones_like(measured)),
-        "num_replicas": int(num_replicas),
-        "total_slots": int(total_slots),
-        "num_blocks": int(total_slots // block_size),
-        "block_size": int(block_size),
-        "kv": _kv_split(steps.columns(_KV_READS), total_slots, block_size, _max(peak_used_blocks)),
+        **_pool_figures(steps, total_slots, block_size, peak_used_blocks, num_replicas),
     }
     if cost_model is not None:
         summary["cost_model"] = dict(cost_model)
@@ -123,6 +98,48 @@ def summarize(
     if per_replica is not None:
         summary["per_replica"] = per_replica
     return summary
+
+
+def _request_figures(table, measured, duration, meets, slo_ttft_s, slo_tpot_s) -> dict:
+    """What the requests did: counts, rejections, throughput, latency distributions,
+    goodput against the SLO, preemptions and prefix hits (latency and goodput over the
+    ``measured`` requests, counts over all)."""
+    done = measured & table["finished"]
+    met_slo = meets & measured
+    return {
+        "num_requests": int(table["req_id"].shape[0]),
+        "num_measured": int(measured.sum()),
+        "num_finished": int(table["finished"].sum()),
+        "num_rejected": int(table["rejected"].sum()),
+        "rejected_reasons": dict(
+            sorted(Counter(table["rejected_reason"][table["rejected"]]).items())
+        ),
+        "duration_s": duration,
+        "throughput_rps": _rate(done.sum(), duration),
+        "throughput_tok_s": _rate(table["output_tokens"][done].sum(), duration),
+        "ttft_s": _distribution(table["ttft_s"][measured]),
+        "tpot_s": _distribution(table["tpot_s"][measured]),
+        "e2e_s": _distribution(table["e2e_s"][measured]),
+        "slo_ttft_s": float(slo_ttft_s),
+        "slo_tpot_s": float(slo_tpot_s),
+        "goodput": _ratio(met_slo.sum(), measured.sum()),
+        "goodput_rps": _rate(met_slo.sum(), duration),
+        "num_preemptions": int(table["preemptions"].sum()),
+        "prefix_hit_rate": _prefix_hit_rate(table, np.ones_like(measured)),
+    }
+
+
+def _pool_figures(steps, total_slots, block_size, peaks, num_replicas) -> dict:
+    """What the engine held: its batches, replicas, KV pool and the pool's use over time
+    (sim.output.steplog's slot split)."""
+    return {
+        "mean_batch_size": _mean(steps.column("batch_size")),
+        "num_replicas": int(num_replicas),
+        "total_slots": int(total_slots),
+        "num_blocks": int(total_slots // block_size),
+        "block_size": int(block_size),
+        "kv": _kv_split(steps.columns(_KV_READS), total_slots, block_size, _max(peaks)),
+    }
 
 
 def _per_replica(table, steps, measured, duration, total_slots, block_size, peaks, replicas):
