@@ -18,11 +18,10 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from sim.output.benchmark import benchmark_key
+
 _LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
 _QUANTILES = ("mean", "p50", "p90", "p99")
-#: ITL figures, as the benchmark block names them (milliseconds there).
-_ITL = {"mean": "mean_itl_ms", "p50": "median_itl_ms", "p90": "p90_itl_ms",
-        "p99": "p99_itl_ms"}  # fmt: skip
 _THROUGHPUTS = ("throughput_rps", "throughput_tok_s")
 #: The figures the MAPE averages over (module doc).
 MAPE_FIGURES = (*(f"{m}.{q}" for m in _LATENCIES for q in _QUANTILES), "throughput_rps")
@@ -59,7 +58,8 @@ def compare_runs(observed: dict, simulated: dict) -> dict[str, Any]:
             real = (observed.get(metric) or {}).get(quantile)
             model = (simulated.get(metric) or {}).get(quantile)
             metrics[f"{metric}.{quantile}"] = _row(real, model)
-    for quantile, key in _ITL.items():
+    for quantile in _QUANTILES:
+        key = benchmark_key(quantile, "itl")  # milliseconds in the benchmark block
         metrics[f"itl_s.{quantile}"] = _row(_itl_s(observed, key), _itl_s(simulated, key))
     for metric in _THROUGHPUTS:
         metrics[metric] = _row(observed.get(metric), simulated.get(metric))

@@ -68,6 +68,15 @@ def _per_s(count: int, duration: float | None) -> float | None:
     return count / duration if duration else None
 
 
+#: pagesim's figure names -> the clients' (vLLM's and SGLang's benchmark, inference-perf).
+CLIENT_STAT_NAMES = {"mean": "mean", "p50": "median", "p90": "p90", "p99": "p99"}
+
+
+def benchmark_key(stat: str, metric: str) -> str:
+    """A figure's key in a benchmark block: ("p50", "itl") -> ``median_itl_ms``."""
+    return f"{CLIENT_STAT_NAMES.get(stat, stat)}_{metric}_ms"
+
+
 def percentile_name(p: float) -> str:
     """vLLM's spelling: ``p99``, ``p99.9``."""
     return f"p{int(p)}" if float(p).is_integer() else f"p{p}"
@@ -78,7 +87,7 @@ def _stats_ms(
 ) -> dict[str, float | None]:
     keep = counts > 0
     values, counts = values[keep], counts[keep]
-    names = [f"mean_{metric}_ms", f"median_{metric}_ms", f"std_{metric}_ms"]
+    names = [benchmark_key(stat, metric) for stat in ("mean", "p50", "std")]
     names += [f"{percentile_name(p)}_{metric}_ms" for p in percentiles]
     if values.size == 0:
         return dict.fromkeys(names, None)

@@ -25,9 +25,10 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
 
+from sim.output.benchmark import benchmark_key
 from sim.recorded.fields import Count, Elapsed, Published
 from sim.recorded.files import Record, parse, parse_value
-from sim.recorded.run import RecordedRun, RecordError, StageFigures
+from sim.recorded.run import QUANTILES, RecordedRun, RecordError, StageFigures
 
 
 def _send_rate(value: Any) -> Any:
@@ -56,7 +57,6 @@ Burstiness = Annotated[
 #: Latency figures as the clients name them (milliseconds): metric -> name in the key.
 _METRICS = {"ttft_s": ("ttft",), "tpot_s": ("tpot",), "itl_s": ("itl",),
             "e2e_s": ("e2el", "e2e_latency")}  # fmt: skip
-_STATS = {"mean": "mean", "p50": "median", "p90": "p90", "p99": "p99"}
 
 
 class Aggregates(Record):
@@ -126,10 +126,10 @@ def _latency(raw: dict[str, Any], where: str) -> dict[str, dict[str, float]]:
     """The latency figures the file printed, in seconds (a missing one left out)."""
     out: dict[str, dict[str, float]] = {}
     for metric, names in _METRICS.items():
-        for stat, key in _STATS.items():
+        for stat in QUANTILES:
             for name in names:
-                value = parse_value(Published, raw.get(f"{key}_{name}_ms"), where,
-                                    f"{key}_{name}_ms")  # fmt: skip
+                key = benchmark_key(stat, name)
+                value = parse_value(Published, raw.get(key), where, key)
                 if value is not None:
                     out.setdefault(metric, {})[stat] = value / 1e3
                     break

@@ -29,11 +29,12 @@ from sim.config.loader import validate_scenario
 from sim.live.client import Attempt
 from sim.live.observed import observed_summary, write_observed
 from sim.live.replay import ReplayOptions, ReplayResult
+from sim.output.benchmark import benchmark_key
 from sim.output.files import write_outputs
 from sim.output.steplog import StepLog
 from sim.recorded import gpu_check
 from sim.recorded.replay import MODEL_FILE, origin_of, replay_scenario, write_trace
-from sim.recorded.run import METRICS, RecordedRun, RecordError, StageFigures
+from sim.recorded.run import METRICS, QUANTILES, RecordedRun, RecordError, StageFigures
 from sim.run.folders import atomic_folder, run_metadata
 from sim.workload.generate import generate_requests
 
@@ -160,13 +161,9 @@ def aggregate_summary(run: RecordedRun, scenario) -> dict[str, Any]:
         "cost_model": {"kind": "observed", "endpoint": f"recorded {run.format}"},
         "observed": {"endpoint": f"recorded {run.format}: {run.source}", "errors": {}},
         # the ITL figures, where they were published, as a client's benchmark block
-        "benchmark": {f"{name}_itl_ms": 1e3 * value for stat, name in _ITL_NAMES.items()
+        "benchmark": {benchmark_key(stat, "itl"): 1e3 * value for stat in QUANTILES
                       if (value := whole.latency.get("itl_s", {}).get(stat)) is not None},
     }
-
-
-#: ITL statistics -> their names in a summary's benchmark block (milliseconds there).
-_ITL_NAMES = {"mean": "mean", "p50": "median", "p90": "p90", "p99": "p99"}
 
 
 def _pooled(stages: tuple[StageFigures, ...]) -> StageFigures:

@@ -6,9 +6,10 @@ package doc).
 
 from __future__ import annotations
 
+from sim.output.benchmark import CLIENT_STAT_NAMES
 from sim.recorded.fields import Count, Published
 from sim.recorded.files import Record
-from sim.recorded.run import RecordError, StageFigures
+from sim.recorded.run import QUANTILES, RecordError, StageFigures
 
 _LATENCIES = {
     "ttft_s": "time_to_first_token",
@@ -16,7 +17,6 @@ _LATENCIES = {
     "itl_s": "inter_token_latency",
     "e2e_s": "request_latency",
 }
-_QUANTILE_KEYS = {"mean": "mean", "p50": "median", "p90": "p90", "p99": "p99"}
 
 
 class Quantiles(Record):
@@ -71,7 +71,7 @@ def figures(report: Report, index: int, where: str) -> StageFigures:
     for metric, key in _LATENCIES.items():
         table = getattr(ok.latency, key) if ok.latency else None
         if table is not None:
-            values = {q: getattr(table, k) for q, k in _QUANTILE_KEYS.items()}
+            values = {q: getattr(table, CLIENT_STAT_NAMES[q]) for q in QUANTILES}
             latency[metric] = {q: v for q, v in values.items() if v is not None}
     throughput = ok.throughput or Throughput()
     sent = load.count if load.count is not None else (ok.count or 0)
