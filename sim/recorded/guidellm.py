@@ -32,14 +32,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from pydantic import Field
 
 from sim.recorded.fields import Count, Elapsed, Published, Seconds
 from sim.recorded.files import Record, parse, read_json, read_yaml, sha256_of
-from sim.recorded.prefixes import DEFAULT_BLOCK_TOKENS, shareable_note, text_blocks
+from sim.recorded.prefixes import (
+    DEFAULT_BLOCK_TOKENS,
+    payload_text,
+    shareable_note,
+    text_blocks,
+)
 from sim.recorded.run import EngineConfig, RecordedRequests, RecordedRun, RecordError
 
 #: Strategies whose sends waited for a free slot (closed loop).
@@ -109,10 +113,7 @@ def read_run(path: Path, *, engine: EngineConfig, model: str | None, hardware: s
         notes.append(f"a {strategy.type_} client sent when a slot freed: the replay sends at "
                      "the recorded instants (the engine's load, not the feedback)")  # fmt: skip
     if requests.prefix_blocks is not None:
-        order = np.argsort(requests.send_s, kind="stable")
-        notes.append(shareable_note([requests.prefix_blocks[i] for i in order],
-                                    requests.prompt_tokens[order], block,
-                                    "prompt text (request_args)"))  # fmt: skip
+        notes.append(shareable_note(requests, "prompt text (request_args)"))
     return RecordedRun(
         format="guidellm", source=str(path), model=model, hardware=hardware, engine=engine,
         requests=requests, notes=tuple(notes), files=files,
@@ -174,15 +175,8 @@ def _columns(rows: list[tuple[GuideRequest, str]], where: str,
 
 
 def _prompt_text(arguments: str | None) -> str | None:
-    """The body's ``prompt``, or its ``messages`` as JSON, of a request's arguments."""
+    """The prompt of a request's arguments (JSON: its ``body``)."""
     try:
-        body = (json.loads(arguments) or {}).get("body") if arguments else None
+        return payload_text((json.loads(arguments) or {}).get("body")) if arguments else None
     except (ValueError, AttributeError):
         return None
-    if not isinstance(body, dict):
-        return None
-    text: Any = body.get("prompt", body.get("messages"))
-    if text is None:
-        return None
-    return text if isinstance(text, str) else json.dumps(text)
-

@@ -173,9 +173,7 @@ def read_run(path: Path, *, engine: EngineConfig, model: str | None, hardware: s
         chains = token_blocks(_prompt_ids(prompts, len(rows), files), requests.prompt_tokens,
                               block)  # fmt: skip
         requests = requests._replace(prefix_blocks=chains, prefix_block_tokens=block)
-        order = np.argsort(requests.send_s, kind="stable")
-        notes.append(shareable_note([chains[i] for i in order], requests.prompt_tokens[order],
-                                    block, "prompt token ids (--prompts)"))  # fmt: skip
+        notes.append(shareable_note(requests, "prompt token ids (--prompts)"))
     notes.append(
         "arrivals are the engine's queued times (first at 0): TTFT and E2E count from the "
         "engine queueing the request, not from the client's send"

@@ -21,9 +21,13 @@ continues its chain past them from their digest alone, so equal prompts stay equ
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+
+from sim.recorded.run import RecordedRequests
 
 #: The block of a chain when the run logged none: vLLM's default block size, a divisor
 #: of every common one (so block-aligned prefix hits come out the same at 32 or 64).
@@ -78,20 +82,20 @@ def text_blocks(texts: Sequence[str | None], lengths: np.ndarray,
     return tuple(chains)
 
 
-def shareable_note(chains: Sequence[np.ndarray], prompt_tokens: np.ndarray, block: int,
-                   source: str) -> str:  # fmt: skip
-    """A note: the share of prompt tokens in full blocks an earlier prompt sent (what an
-    unbounded prefix cache would hit; ``chains`` and ``prompt_tokens`` in send order)."""
+def shareable_note(requests: RecordedRequests, source: str) -> str:
+    """A note: the share of prompt tokens in full blocks an earlier request sent (what an
+    unbounded prefix cache would hit), in send order; ``requests`` carries its chains."""
+    block, chains = requests.prefix_block_tokens, requests.prefix_blocks or ()
     seen: set[int] = set()
     shared = 0
-    for chain, tokens in zip(chains, prompt_tokens.tolist(), strict=True):
-        full = min(len(chain), tokens // block)
+    for i in np.argsort(requests.send_s, kind="stable").tolist():
+        full = min(len(chains[i]), int(requests.prompt_tokens[i]) // block)
         hits = 0
-        while hits < full and int(chain[hits]) in seen:
+        while hits < full and int(chains[i][hits]) in seen:
             hits += 1
         shared += hits * block
-        seen.update(int(i) for i in chain[:full])
-    total = int(prompt_tokens.sum())
+        seen.update(int(j) for j in chains[i][:full])
+    total = int(requests.prompt_tokens.sum())
     return (
         f"{source}: prompts share prefixes block by block ({block}-token blocks); "
         f"{100 * shared / max(total, 1):.1f} % of prompt tokens lie in blocks an earlier "
@@ -99,4 +103,15 @@ def shareable_note(chains: Sequence[np.ndarray], prompt_tokens: np.ndarray, bloc
     )
 
 
-__all__ = ["DEFAULT_BLOCK_TOKENS", "shareable_note", "text_blocks", "token_blocks"]
+def payload_text(payload: Any) -> str | None:
+    """A request body's prompt: its ``prompt``, or its ``messages`` in order as JSON (a
+    shared system message is then a shared start); None for neither."""
+    if not isinstance(payload, dict):
+        return None
+    text = payload.get("prompt", payload.get("messages"))
+    if text is None:
+        return None
+    return text if isinstance(text, str) else json.dumps(text)
+
+
+__all__ = ["DEFAULT_BLOCK_TOKENS", "payload_text", "shareable_note", "text_blocks", "token_blocks"]

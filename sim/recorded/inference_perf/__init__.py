@@ -44,8 +44,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import numpy as np
-
 from sim.recorded.files import parse, read_json, read_yaml, sha256_of
 from sim.recorded.inference_perf.config import Config, model_name, origins, replay_workload
 from sim.recorded.inference_perf.records import requests_of
@@ -104,10 +102,7 @@ def read_run(path: Path, *, engine: EngineConfig, model: str | None,
         requests, line_times = requests_of(read_json(per_request), str(per_request), out_len,
                                          block)  # fmt: skip
         if requests.prefix_blocks is not None:
-            order = np.argsort(requests.send_s, kind="stable")
-            notes.append(shareable_note(
-                [requests.prefix_blocks[i] for i in order], requests.prompt_tokens[order],
-                block, "prompt text (the per-request records' request payloads)"))  # fmt: skip
+            notes.append(shareable_note(requests, "prompt text (the records' request payloads)"))
     else:
         line_times = any(line_timestamps(s) for s in (*stages, summary) if s is not None)
     if line_times:

@@ -13,7 +13,7 @@ from pydantic import BeforeValidator
 
 from sim.recorded.fields import Count, Seconds
 from sim.recorded.files import Record, parse
-from sim.recorded.prefixes import text_blocks
+from sim.recorded.prefixes import payload_text, text_blocks
 from sim.recorded.run import RecordedRequests, RecordError
 
 
@@ -51,7 +51,7 @@ def requests_of(records: Any, where: str, out_len: int | None, block: int):
     SSE line (two a token)."""
     if not isinstance(records, list) or not records:
         raise RecordError(f"{where}: expected a non-empty list of request records")
-    send, first, end, prompt, output, keys, errors, times = [], [], [], [], [], [], [], []
+    send, first, end, prompt, output, texts, errors, times = [], [], [], [], [], [], [], []
     line_pairs = []
     for i, raw in enumerate(records):
         at = f"{where}: record {i}"
@@ -70,7 +70,7 @@ def requests_of(records: Any, where: str, out_len: int | None, block: int):
         times.append(stamps)
         prompt.append(info.input_tokens)
         output.append(info.output_tokens)
-        keys.append(_prompt_text(record.request))
+        texts.append(_prompt_text(record.request))
         errors.append(record.error)
     line_times = bool(line_pairs) and np.mean(line_pairs) > 0.5
     if line_times:  # keep one time a token: the data lines (even indices), not [DONE]
@@ -84,7 +84,7 @@ def requests_of(records: Any, where: str, out_len: int | None, block: int):
         np.asarray(output, dtype=np.int64), np.full(len(send), -1, dtype=np.int64),
         tuple(errors), tuple(t - origin for t in times),
     )  # fmt: skip
-    chains = text_blocks(keys, requests.prompt_tokens, block)
+    chains = text_blocks(texts, requests.prompt_tokens, block)
     if chains is not None:
         requests = requests._replace(prefix_blocks=chains, prefix_block_tokens=block)
     return requests, line_times
@@ -102,15 +102,11 @@ def _paired(stamps: np.ndarray) -> bool:
 
 
 def _prompt_text(request: Any) -> str | None:
-    """The request's prompt: its payload's ``prompt``, or its ``messages`` in order as
-    JSON (a shared system message is then a shared start), or None."""
+    """The prompt of a record's ``request`` (its payload as JSON, or the text itself)."""
     if not isinstance(request, str):
         return None
     try:
         payload = json.loads(request)
     except ValueError:
-        payload = request
-    text = payload.get("prompt", payload.get("messages")) if isinstance(payload, dict) else payload
-    if text is None:
-        return None
-    return text if isinstance(text, str) else json.dumps(text)
+        return request
+    return payload if isinstance(payload, str) else payload_text(payload)
