@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +65,6 @@ def import_run(fmt: str, path: Path, out: Path, *, model: str | None = None,
     named relative to it. ``engine_log``: the engine's log, for what it says of the run
     (sim.recorded.engine_log: the prefix cache hit rate). Raises RecordError (one line)
     for a bad file, an unknown model or GPU."""
-    import dataclasses
-
     from sim.recorded.engine_args import read_engine_args
     from sim.recorded.folder import import_folder
     from sim.recorded.models import resolve_hardware_name, resolve_model_source
@@ -87,8 +86,6 @@ def import_run(fmt: str, path: Path, out: Path, *, model: str | None = None,
 def _named(run: RecordedRun, path: Path, source: str | None) -> RecordedRun:
     """``run`` with its source named ``source`` and its files relative to ``path``'s
     folder (so a run folder does not hold the importing machine's paths)."""
-    import dataclasses
-
     base = path if path.is_dir() else path.parent
     files = {}
     for name, digest in run.files.items():
@@ -102,8 +99,6 @@ def _named(run: RecordedRun, path: Path, source: str | None) -> RecordedRun:
 def _with_engine_log(run: RecordedRun, path: Path) -> RecordedRun:
     """``run`` with what its engine's log says: the prefix cache hit rate, and the
     engine arguments it logged where the run did not record them; both noted."""
-    import dataclasses
-
     from sim.recorded.engine_args import engine_config, merged
     from sim.recorded.engine_log import VLLM_HIT_RATE_REQUESTS, read_engine_log
 
