@@ -109,6 +109,11 @@ class Replica:
         self._state.before_read = self.settle
         self.process = env.process(self._loop())
 
+    @property
+    def executor(self) -> Executor:
+        """What prices (or runs) this replica's steps."""
+        return self._executor
+
     def _now(self) -> float:
         return self.env.now
 

@@ -39,17 +39,8 @@ from collections.abc import Callable
 
 import simpy
 
-from policies.routing import ROUTERS
-from sim.engine.cluster import Cluster
 from sim.engine.records import RequestOutcome, StepRecord
-from sim.engine.replica import Replica
-from sim.run.build import (
-    build_allocator,
-    engine_config,
-    make_policy,
-    policy_context,
-    replica_policies,
-)
+from sim.run.build import build_cluster, build_replica
 from sim.workload.request import Request
 from sim.workload.tokens import SyntheticOutputs, output_token_ids, stream_id
 
@@ -109,22 +100,20 @@ class EngineDriver:
         self.env = simpy.Environment()
         self._seed, self._vocab = scenario.simulation.seed, scenario.model.vocab_size
         outputs = SyntheticOutputs(self._seed, self._vocab)
-        replicas = []
-        for index in range(scenario.routing.replicas):
-            context = policy_context(scenario, (), replica=index)
-            allocator = build_allocator(scenario, context)
-            executor = WallClockExecutor(make_executor(scenario, allocator), self.env, self.now)
+        replicas = [
             # One event per step, never a fast-forwarded decode stretch: each step runs
             # for real and its tokens go out as soon as it ends.
-            replicas.append(Replica(
-                self.env, index, allocator, executor, replica_policies(scenario, context),
-                engine_config(scenario, allocator), outputs, _Steps(self._on_step),
-                self._on_done, fast_forward=False,
-            ))  # fmt: skip
-        routing = scenario.routing
-        router = make_policy(scenario, ROUTERS, "routing.router", routing.router,
-                             routing.params, policy_context(scenario))  # fmt: skip
-        self.cluster = Cluster(self.env, replicas, router)
+            build_replica(
+                scenario, self.env, index,
+                make_executor=lambda alloc: WallClockExecutor(
+                    make_executor(scenario, alloc), self.env, self.now
+                ),
+                outputs=outputs, steps=_Steps(self._on_step), on_done=self._on_done,
+                fast_forward=False,
+            )  # fmt: skip
+            for index in range(scenario.routing.replicas)
+        ]
+        self.cluster = build_cluster(scenario, self.env, replicas)
         self._thread = threading.Thread(target=self._run, name="pagesim-engine", daemon=True)
 
     # -- called from any thread ----------------------------------------------------------

@@ -28,11 +28,10 @@ from typing import Any
 import numpy as np
 import simpy
 
-from policies.routing import ROUTERS
 from sim.config import Scenario
 from sim.config.textfile import parse_json, read_text
-from sim.engine import Cluster, Replica
-from sim.run.build import build_allocator, engine_config, policy_context, replica_policies
+from sim.engine import Replica
+from sim.run.build import build_cluster, build_replica
 from sim.workload.request import Request
 
 FORMAT = "pagesim-parity"
@@ -249,27 +248,22 @@ def replay(record: dict[str, Any], *, notes: bool = True) -> Replayed:
     ``notes`` the steps are only timed, not noted (what a plain run costs)."""
     scenario = scenario_of(record)
     requests, names, index_of = stream_requests(record)
-    context = policy_context(scenario, requests, replica=0)
-    allocator = build_allocator(scenario, context)
-    executor = (
-        RecordingExecutor(record["step_time"], names) if notes else StepTime(record["step_time"])
-    )
     env = simpy.Environment()
     done = []
-    replica = Replica(
-        env,
-        0,
-        allocator,
-        executor,
-        replica_policies(scenario, context),
-        engine_config(scenario, allocator),
-        RecordedOutputs(index_of, {r.req_id for r in requests if r.n > 1}),
-        _NoSteps(),
-        done.append,
+    replica = build_replica(
+        scenario, env, 0,
+        make_executor=lambda _: (
+            RecordingExecutor(record["step_time"], names)
+            if notes
+            else StepTime(record["step_time"])
+        ),
+        outputs=RecordedOutputs(index_of, {r.req_id for r in requests if r.n > 1}),
+        steps=_NoSteps(), on_done=done.append, requests=requests,
         fast_forward=not notes,  # (noting every step needs them one by one)
-    )
+    )  # fmt: skip
+    executor = replica.executor
     executor.replica = replica  # (a StepTime ignores it)
-    cluster = Cluster(env, [replica], ROUTERS.get("round-robin")())
+    cluster = build_cluster(scenario, env, [replica], requests)
     env.process(cluster.arrivals(requests))
     env.run()
     result = Replayed(steps=getattr(executor, "steps", []))

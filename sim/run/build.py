@@ -1,10 +1,14 @@
 """Building a run's parts from a validated scenario: allocators, executors (cost models
-or the real backend), engine configuration and policies.
+or the real backend), engine configuration and policies, and from them the replicas and
+the cluster that ``pagesim run``, the live engine and the parity replay all serve with.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
+
+import simpy
 
 from backend.base import Allocator
 from backend.blocks import BlockManager
@@ -22,6 +26,7 @@ from policies.context import (
 from policies.eviction import EVICTORS
 from policies.preemption import MODES, VICTIMS
 from policies.registry import Registry, UnknownPolicy
+from policies.routing import ROUTERS
 from policies.scheduling import SCHEDULERS
 from sim.config.allocators import construct
 from sim.config.costs import CostParams
@@ -31,8 +36,14 @@ from sim.costs.analytic import AnalyticCostModel
 from sim.costs.calibrated import CalibratedCostModel, CalibrationError, load, shape_mismatch
 from sim.costs.profile import ProfileCostModel
 from sim.costs.vidur import ProfileError, load_vidur_profile
+from sim.engine.cluster import Cluster
 from sim.engine.config import EngineConfig, ReplicaPolicies
+from sim.engine.executor import TokenSource
 from sim.engine.guard import guarded, guarded_evictor
+from sim.engine.records import RequestOutcome
+from sim.engine.replica import Replica
+from sim.engine.stretch import StepSink
+from sim.workload.tokens import BlankOutputs
 
 
 def policy_context(
@@ -186,6 +197,47 @@ def replica_policies(scenario, context: PolicyContext) -> ReplicaPolicies:
         scenario, VICTIMS, "preemption.victim", preemption.victim, preemption.params, context
     )
     return ReplicaPolicies(scheduler, batching, admission, victim, mode, context.served_tokens)
+
+
+def build_replica(
+    scenario,
+    env: simpy.Environment,
+    index: int,
+    *,
+    make_executor: Callable[[Allocator], object],
+    outputs: TokenSource,
+    steps: StepSink,
+    on_done: Callable[[RequestOutcome], None],
+    requests: Sequence = (),
+    fast_forward: bool = True,
+) -> Replica:
+    """Replica ``index`` of ``scenario`` on ``env``: its allocator, the executor
+    ``make_executor(allocator)`` returns, its policies (built knowing ``requests``) and
+    engine options. Decode token ids come from ``outputs``, or from blank ones where
+    neither the allocator nor the executor reads them (drawing ids costs time)."""
+    context = policy_context(scenario, requests, replica=index)
+    allocator = build_allocator(scenario, context)
+    executor = make_executor(allocator)
+    if not any(getattr(part, "reads_token_ids", True) for part in (allocator, executor)):
+        outputs = BlankOutputs()
+    return Replica(
+        env, index, allocator, executor, replica_policies(scenario, context),
+        engine_config(scenario, allocator), outputs, steps, on_done,
+        fast_forward=fast_forward,
+    )  # fmt: skip
+
+
+def build_cluster(
+    scenario, env: simpy.Environment, replicas: Sequence[Replica], requests: Sequence = ()
+) -> Cluster:
+    """The cluster of ``replicas`` behind the scenario's router (built knowing
+    ``requests``)."""
+    routing = scenario.routing
+    router = make_policy(
+        scenario, ROUTERS, "routing.router", routing.router, routing.params,
+        policy_context(scenario, requests),
+    )  # fmt: skip
+    return Cluster(env, list(replicas), router)
 
 
 #: Where a section's main policy takes its params (the others: ``<field>.params``).

@@ -17,32 +17,22 @@ from typing import Any
 import numpy as np
 import simpy
 
-from policies.routing import ROUTERS
 from sim.config.errors import ScenarioError
 from sim.costs.profile import ProfileCostModel
-from sim.engine.cluster import Cluster
 from sim.engine.guard import PolicyFailure
 from sim.engine.records import UNFINISHED_REASON, RequestOutcome
-from sim.engine.replica import Replica
 from sim.output.benchmark import DEFAULT_PERCENTILES
 from sim.output.files import write_outputs
 from sim.output.report import write_report
 from sim.output.steplog import StepLog
 from sim.output.summary import summarize
 from sim.output.trace import write_trace
-from sim.run.build import (
-    build_allocator,
-    build_executor,
-    engine_config,
-    make_policy,
-    policy_context,
-    replica_policies,
-)
+from sim.run.build import build_cluster, build_executor, build_replica
 from sim.run.folders import atomic_folder, run_metadata
 from sim.run.progress import Progress
 from sim.run.warnings import run_warnings
 from sim.workload.generate import WorkloadError, generate_requests
-from sim.workload.tokens import BlankOutputs, SyntheticOutputs
+from sim.workload.tokens import SyntheticOutputs
 
 
 @dataclass
@@ -89,16 +79,7 @@ def simulate(
     replicas, executors = _build_replicas(
         scenario, requests, env, steps, on_done, make_executor, fast_forward
     )
-    routing = scenario.routing
-    router = make_policy(
-        scenario,
-        ROUTERS,
-        "routing.router",
-        routing.router,
-        routing.params,
-        policy_context(scenario, requests),
-    )
-    cluster = Cluster(env, replicas, router)
+    cluster = build_cluster(scenario, env, replicas, requests)
     env.process(cluster.arrivals(requests))
     try:
         env.run(until=scenario.simulation.max_sim_time_s)
@@ -116,7 +97,7 @@ def simulate(
     # own peak. SimPy processes and replicas refer to each other, hence the collection;
     # a million-request run gets back ~100 MiB.
     done.clear()
-    del env, cluster, router, replicas, executors
+    del env, cluster, replicas, executors
     gc.collect()
     summary = summarize(
         outcomes,
@@ -133,25 +114,18 @@ def simulate(
 
 
 def _build_replicas(scenario, requests, env, steps, on_done, make_executor, fast_forward):
-    """Every replica of ``scenario`` on ``env`` (its allocator, executor, policies and
-    engine options), writing to ``steps`` and reporting to ``on_done``; returns the
-    replicas and their executors."""
-    seed = scenario.simulation.seed
-    outputs = SyntheticOutputs(seed, scenario.model.vocab_size)
-    blank = BlankOutputs()  # where no allocator or executor reads decode token ids
-    replicas, executors = [], []
-    for index in range(scenario.routing.replicas):
-        context = policy_context(scenario, requests, replica=index)
-        allocator = build_allocator(scenario, context)
-        executors.append(make_executor(scenario, allocator))
-        reads = (allocator, executors[-1])
-        tokens = outputs if any(getattr(r, "reads_token_ids", True) for r in reads) else blank
-        replicas.append(Replica(
-            env, index, allocator, executors[-1], replica_policies(scenario, context),
-            engine_config(scenario, allocator), tokens, steps, on_done,
+    """Every replica of ``scenario`` on ``env`` (sim.run.build.build_replica), writing to
+    ``steps`` and reporting to ``on_done``; returns the replicas and their executors."""
+    outputs = SyntheticOutputs(scenario.simulation.seed, scenario.model.vocab_size)
+    replicas = [
+        build_replica(
+            scenario, env, index, make_executor=lambda alloc: make_executor(scenario, alloc),
+            outputs=outputs, steps=steps, on_done=on_done, requests=requests,
             fast_forward=fast_forward,
-        ))  # fmt: skip
-    return replicas, executors
+        )  # fmt: skip
+        for index in range(scenario.routing.replicas)
+    ]
+    return replicas, [replica.executor for replica in replicas]
 
 
 def _engine_figures(scenario, replicas, executors) -> dict[str, Any]:

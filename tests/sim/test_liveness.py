@@ -4,8 +4,8 @@ Hypothesis draws small scenarios (tiny model, tiny pools, every registered polic
 admission and preemption modes, swap on/off, prefix caching on/off, 1-3 replicas, n
 samples, prefix groups, sessions, tenants, priorities) and runs each to completion with
 ``sim.run.simulate`` itself. The runner's executor factory wraps the real one and its
-replica class is wrapped (``unittest.mock.patch``) so the test sees what the runner built without
-re-implementing it. For every run:
+replica class is wrapped (``unittest.mock.patch``, where sim.run.build assembles the
+replicas) so the test sees what the runner built without re-implementing it. For every run:
 
 * every request finished with its whole output, or was rejected with a reason, and none
   was left unfinished at the horizon (liveness);
@@ -29,7 +29,7 @@ import numpy as np
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-import sim.run.runner
+import sim.run.build
 from policies.admission import ADMISSION
 from policies.batching import BATCHING
 from policies.eviction import EVICTORS
@@ -90,7 +90,7 @@ def simulate_observed(scenario) -> Run:
         replicas.append(replica_class(*args, **kwargs))
         return replicas[-1]
 
-    with mock.patch.object(sim.run.runner, "Replica", recorded_replica):
+    with mock.patch.object(sim.run.build, "Replica", recorded_replica):
         result = simulate(scenario, executor_factory=counting_executor)
     assert len(executors) == len(replicas) == scenario.routing.replicas
     return Run(result, replicas, executors)
