@@ -35,6 +35,8 @@ from typing import ClassVar, Literal, NamedTuple, Protocol
 
 import numpy as np
 
+from backend.capabilities import hide_bypassed_unchecked_forms
+
 
 class OutOfBlocks(RuntimeError):
     """A free-list miss: the request needs more blocks (or slots) than are free.
@@ -161,7 +163,16 @@ def as_tokens(token_ids: Sequence[int] | np.ndarray, *, allow_empty: bool = Fals
 
 
 class Allocator(ABC):
-    """KV-cache bookkeeping for a set of live sequences (see the module docstring)."""
+    """KV-cache bookkeeping for a set of live sequences (see the module docstring).
+
+    Optional capabilities are declared by having their methods, and the engine checks
+    them with ``isinstance`` against their Protocols (``backend.capabilities``,
+    ``backend.stretch.DecodeStretches``). A subclass overriding a command loses the
+    unchecked form it inherited (``backend.capabilities.UNCHECKED_FORMS``)."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        hide_bypassed_unchecked_forms(cls)
 
     # -- capabilities: class attributes, read before an instance is built -----------------
     #: Whether ``enable_prefix_caching=True`` at construction turns a prefix cache on
@@ -350,19 +361,6 @@ class Allocator(ABC):
     @abstractmethod
     def check_invariants(self) -> None:
         """Verify the whole state; raise AssertionError on any broken invariant."""
-
-
-def unchecked_entry(allocator: object, unchecked: str, checked: str):
-    """``allocator``'s bound method ``unchecked`` (an input-trusting form of command
-    ``checked``, for a caller that guarantees its input) if it has one that a subclass
-    has not bypassed, else None. A class overriding ``checked`` below where ``unchecked``
-    is defined must see every call, so its ``checked`` is used."""
-    mro = type(allocator).__mro__
-    at_unchecked = next((i for i, cls in enumerate(mro) if unchecked in vars(cls)), None)
-    at_checked = next((i for i, cls in enumerate(mro) if checked in vars(cls)), len(mro))
-    if at_unchecked is None or at_unchecked > at_checked:
-        return None
-    return getattr(allocator, unchecked)
 
 
 class AllocatorFactory(Protocol):

@@ -3,7 +3,7 @@
 When nothing but a fixed set of sequences decodes for ``k`` steps (nothing arrives,
 finishes or is preempted), the engine may hand the allocator all ``k`` steps in one call
 (``append_steps``) instead of ``k`` calls of ``append_batch``. An allocator opts in by
-having both methods below; the engine steps one at a time with any other.
+having both methods below (:class:`DecodeStretches`); the engine steps one at a time with any other.
 
 * ``plain_decode_steps(seq_ids, limit) -> int``: the most steps, up to ``limit``, that
   the distinct on-device ``seq_ids`` can take, one token each per step, with no
@@ -20,16 +20,20 @@ having both methods below; the engine steps one at a time with any other.
 
 from __future__ import annotations
 
+from typing import Protocol, runtime_checkable
+
 import numpy as np
 
 from backend.base import Allocator, KVUsage
 
 
-def supports_stretches(allocator: object) -> bool:
-    """Whether ``allocator`` offers the two stretch methods."""
-    return callable(getattr(allocator, "plain_decode_steps", None)) and callable(
-        getattr(allocator, "append_steps", None)
-    )
+@runtime_checkable
+class DecodeStretches(Protocol):
+    """An allocator that can run a decode stretch in one call (this module's doc)."""
+
+    def plain_decode_steps(self, seq_ids: np.ndarray, limit: int) -> int: ...
+
+    def append_steps(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> dict: ...
 
 
 def usage_columns(usages: list[KVUsage]) -> dict[str, np.ndarray]:

@@ -55,8 +55,8 @@ from sim_speed import CASES, ROOT, child_figures
 
 # (group, kind) -> "module:Owner.attr" or "module:function"; the label is "Owner.attr" (or
 # "module.function"). Each attribute must be in the owner's own namespace: patching it there
-# keeps the MRO, so the engine's choice of unchecked allocator entries (backend.base.
-# unchecked_entry) is unchanged; a target that moved fails loudly (KeyError).
+# keeps the MRO, so the engine's choice of unchecked allocator entries (the Protocols of
+# backend.base) is unchanged; a target that moved fails loudly (KeyError).
 PLAN, ALLOC, COST, APPLY, RECORD = "plan", "allocator", "cost model", "apply", "record"
 ARRIVE, FFWD, SIMPY = "arrivals & routing", "fast-forward", "SimPy + loop remainder"
 GC, ONCE = "garbage collector", "before and after the loop"

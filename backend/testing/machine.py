@@ -45,7 +45,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from backend.base import AllocatorFactory, ReservingAllocator, unchecked_entry
+from backend.base import AllocatorFactory, ReservingAllocator
+from backend.capabilities import TrustedAllocate, TrustedAppendBatch
 from backend.testing import checks
 from backend.testing.harness import STAT_NAMES, Harness, supports_prefix_caching
 from backend.testing.shadow import SeqRef
@@ -148,7 +149,7 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         )
         # Every other new sequence goes through the engine's unchecked entry where the
         # allocator has one (same command; chosen by id so that no draw changes).
-        trusted = unchecked_entry(alloc, "allocate_trusted", "allocate") if sid % 2 else None
+        trusted = alloc.allocate_trusted if sid % 2 and isinstance(alloc, TrustedAllocate) else None
         if trusted is not None:
             tokens = np.asarray(prompt, dtype=np.int32)
             done, hit = self.attempt("allocate", trusted, sid, tokens, salt, computed_tokens)
@@ -215,7 +216,9 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         used, shared = alloc.usage().used_blocks, any(map(self.shares_last_block, batch))
         token_ids = np.array(tokens[: len(batch)], np.int32)
         # The engine's own entry, where the allocator has one: the same command unchecked.
-        unchecked = unchecked_entry(alloc, "append_batch_trusted", "append_batch")
+        unchecked = (
+            alloc.append_batch_trusted if isinstance(alloc, TrustedAppendBatch) else None
+        )
         command = unchecked if trusted else None
         done, moves = self.attempt("append_batch", command or alloc.append_batch, ids, token_ids)
         if not done:

@@ -4,7 +4,7 @@ tokens it feeds back come from.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -21,6 +21,30 @@ class Executor(Protocol):
     def execute(self, batch: Batch) -> float:
         """Seconds the step takes (predicted or measured)."""
         ...
+
+
+@runtime_checkable
+class PricesDecodeStretches(Protocol):
+    """An executor that prices a decode stretch in one call (sim/engine/stretch.py)."""
+
+    def decode_steps(self, context_lens: np.ndarray, steps: int) -> np.ndarray:
+        """Seconds of each of ``steps`` decode-only steps of one batch whose context
+        lengths are ``context_lens`` at the first and grow by one a step."""
+        ...
+
+
+@runtime_checkable
+class DeclaresTokenReads(Protocol):
+    """An allocator or executor that declares whether it reads the token ids it is given:
+    decode token ids are drawn only where one does (drawing them costs time). One that
+    declares nothing is taken to read them."""
+
+    reads_token_ids: bool
+
+
+def reads_token_ids(part: object) -> bool:
+    """Whether ``part`` (an allocator or an executor) reads token ids."""
+    return part.reads_token_ids if isinstance(part, DeclaresTokenReads) else True
 
 
 class TokenSource(Protocol):

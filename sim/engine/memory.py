@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from backend.capabilities import UnpublishesBlocks
 from sim.engine.config import EngineConfig, ReplicaPolicies
 from sim.engine.executor import TokenSource
 from sim.engine.guard import PolicyFailure, brief
@@ -38,6 +39,7 @@ class Memory:
     ):
         self.state = state
         self.alloc = state.alloc
+        self._unpublishes = isinstance(self.alloc, UnpublishesBlocks)
         self.cfg = config
         self.victims = policies.victim
         self.mode = policies.mode
@@ -106,9 +108,8 @@ class Memory:
         if self.cfg.async_frees_lag and len(decodes["seq_id"]):
             # vLLM registers a decode-filled block once the token filling it is known, a
             # step after it ran: a sequence preempted before then never registered it.
-            unpublish = getattr(self.alloc, "unpublish_last_block", None)
-            for seq_id in decodes["seq_id"].tolist() if unpublish else ():
-                unpublish(seq_id)
+            for seq_id in decodes["seq_id"].tolist() if self._unpublishes else ():
+                self.alloc.unpublish_last_block(seq_id)
         for seq_id in seq_ids(prefills, decodes):
             self.alloc.free(seq_id)
         self.requeue_for_recompute(request, prefills, decodes)

@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from backend.base import OutOfBlocks, ReservingAllocator, unchecked_entry
+from backend.base import OutOfBlocks, ReservingAllocator
+from backend.capabilities import TrustedAllocate, TrustedAppendBatch
 from backend.step import Batch, PrefillChunk
 from sim.engine.config import EngineConfig, ReplicaPolicies
 from sim.engine.executor import TokenSource
@@ -30,12 +31,21 @@ from sim.engine.view import EngineView
 from sim.workload.request import Request
 
 
+def batch_appender(alloc) -> Callable[[np.ndarray, np.ndarray], list]:
+    """``append_batch`` of the engine's decode batch, its own running set (distinct, on
+    the device, int64 ids; int32 tokens): the allocator's unchecked entry where it has
+    one."""
+    if isinstance(alloc, TrustedAppendBatch):
+        return alloc.append_batch_trusted
+    return alloc.append_batch
+
+
 def prompt_allocator(alloc) -> Callable[[int, np.ndarray, int, int], int]:
     """``allocate(seq_id, prompt, salt, max_new_tokens)`` of a prompt none of whose KV is
     computed yet: the allocator's unchecked entry where it has one (prompts are the
     workload's int32 arrays, sequence ids the engine's own count)."""
-    trusted = unchecked_entry(alloc, "allocate_trusted", "allocate")
-    if trusted is not None:
+    if isinstance(alloc, TrustedAllocate):
+        trusted = alloc.allocate_trusted
         return lambda seq_id, tokens, salt, _max_new_tokens: trusted(seq_id, tokens, salt, 0)
 
     def checked(seq_id: int, tokens: np.ndarray, salt: int, max_new_tokens: int) -> int:
@@ -68,10 +78,7 @@ class StepPlanner:
         self.admission = policies.admission
         self.view = view  # what the scheduler reads
         self._logged_preemptions = 0  # num_preemptions already in a step's record
-        # The decode batch is the engine's own running set (distinct, on the device,
-        # int64 ids; int32 tokens): the allocator's unchecked entry where it has one.
-        trusted = unchecked_entry(self.alloc, "append_batch_trusted", "append_batch")
-        self.append_batch = trusted or self.alloc.append_batch
+        self.append_batch = batch_appender(self.alloc)
         self._allocate = prompt_allocator(self.alloc)
         # Reserving (contiguous) allocators size a request's region from the start
         # (``reserve(prompt, max_new_tokens)``), so they always admit by whole prompt.

@@ -25,11 +25,12 @@ from typing import Protocol
 
 import numpy as np
 
-from backend.base import KVUsage, unchecked_entry
+from backend.base import KVUsage
+from backend.capabilities import TrustedAppendSteps
 from backend.step import Batch
-from backend.stretch import supports_stretches
+from backend.stretch import DecodeStretches
 from sim.engine.config import ReplicaPolicies
-from sim.engine.executor import Executor, TokenSource
+from sim.engine.executor import Executor, PricesDecodeStretches, TokenSource
 from sim.engine.gaps import TokenGaps
 from sim.engine.guard import check_duration
 from sim.engine.memory import Memory
@@ -107,17 +108,21 @@ class FastForward:
         policies = parts.policies
         self.enabled = (
             enabled
-            and supports_stretches(self.alloc)
-            and callable(getattr(parts.executor, "decode_steps", None))
+            and isinstance(self.alloc, DecodeStretches)
+            and isinstance(parts.executor, PricesDecodeStretches)
             # a mode that promises a decode step when nothing else is queued
             and getattr(policies.batching, "decode_stretches", False) is True
             # tokens counted per tenant as steps end are read by other replicas' policies
             and policies.served_tokens is None
         )
         # The engine's own batch: the allocator's unchecked entry where it has one.
-        self._append_steps = unchecked_entry(
-            self.alloc, "append_steps_trusted", "append_steps"
-        ) or getattr(self.alloc, "append_steps", None)
+        self._append_steps = (
+            self.alloc.append_steps_trusted
+            if isinstance(self.alloc, TrustedAppendSteps)
+            else self.alloc.append_steps
+            if isinstance(self.alloc, DecodeStretches)
+            else None
+        )
         self.current: Stretch | None = None
         self.steps_forwarded = 0  # steps applied as part of a stretch
         self.last_duration = 0.0  # of the latest step (the replica's scale of a step)

@@ -38,12 +38,11 @@ from sim.costs.profile import ProfileCostModel
 from sim.costs.vidur import ProfileError, load_vidur_profile
 from sim.engine.cluster import Cluster
 from sim.engine.config import EngineConfig, ReplicaPolicies
-from sim.engine.executor import TokenSource
+from sim.engine.executor import TokenSource, reads_token_ids
 from sim.engine.guard import guarded, guarded_evictor
 from sim.engine.records import RequestOutcome
 from sim.engine.replica import Replica
 from sim.engine.stretch import StepSink
-from sim.workload.tokens import BlankOutputs
 
 
 def policy_context(
@@ -210,16 +209,18 @@ def build_replica(
     on_done: Callable[[RequestOutcome], None],
     requests: Sequence = (),
     fast_forward: bool = True,
+    blank: TokenSource | None = None,
 ) -> Replica:
     """Replica ``index`` of ``scenario`` on ``env``: its allocator, the executor
     ``make_executor(allocator)`` returns, its policies (built knowing ``requests``) and
-    engine options. Decode token ids come from ``outputs``, or from blank ones where
-    neither the allocator nor the executor reads them (drawing ids costs time)."""
+    engine options. Decode token ids come from ``outputs``, or from ``blank`` (one
+    shared by the replicas: it caches its arrays) where neither the allocator nor the
+    executor reads them (drawing ids costs time)."""
     context = policy_context(scenario, requests, replica=index)
     allocator = build_allocator(scenario, context)
     executor = make_executor(allocator)
-    if not any(getattr(part, "reads_token_ids", True) for part in (allocator, executor)):
-        outputs = BlankOutputs()
+    if blank is not None and not (reads_token_ids(allocator) or reads_token_ids(executor)):
+        outputs = blank
     return Replica(
         env, index, allocator, executor, replica_policies(scenario, context),
         engine_config(scenario, allocator), outputs, steps, on_done,

@@ -32,7 +32,7 @@ from sim.run.folders import atomic_folder, run_metadata
 from sim.run.progress import Progress
 from sim.run.warnings import run_warnings
 from sim.workload.generate import WorkloadError, generate_requests
-from sim.workload.tokens import SyntheticOutputs
+from sim.workload.tokens import BlankOutputs, SyntheticOutputs
 
 
 @dataclass
@@ -117,11 +117,12 @@ def _build_replicas(scenario, requests, env, steps, on_done, make_executor, fast
     """Every replica of ``scenario`` on ``env`` (sim.run.build.build_replica), writing to
     ``steps`` and reporting to ``on_done``; returns the replicas and their executors."""
     outputs = SyntheticOutputs(scenario.simulation.seed, scenario.model.vocab_size)
+    blank = BlankOutputs()  # where no allocator or executor reads decode token ids
     replicas = [
         build_replica(
             scenario, env, index, make_executor=lambda alloc: make_executor(scenario, alloc),
             outputs=outputs, steps=steps, on_done=on_done, requests=requests,
-            fast_forward=fast_forward,
+            fast_forward=fast_forward, blank=blank,
         )  # fmt: skip
         for index in range(scenario.routing.replicas)
     ]

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from backend.base import InvalidRequest, OutOfBlocks
 from backend.blocks import BlockManager
-from backend.stretch import append_steps_one_by_one, supports_stretches
+from backend.stretch import DecodeStretches, append_steps_one_by_one
 
 
 @st.composite
@@ -112,4 +112,4 @@ def test_a_shared_partly_filled_block_grants_no_stretch():
     manager.allocate(0, np.array([1, 2]), max_new_tokens=8)
     manager.fork(0, 1)  # both hold the half-filled block: the next write copies
     assert manager.plain_decode_steps(np.array([0, 1]), 5) == 0
-    assert supports_stretches(manager)
+    assert isinstance(manager, DecodeStretches)

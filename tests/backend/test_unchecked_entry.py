@@ -4,8 +4,8 @@ plug-in subclassing the block manager sees every call it overrides."""
 
 from __future__ import annotations
 
-from backend.base import unchecked_entry
 from backend.blocks import BlockManager
+from backend.capabilities import UNCHECKED_FORMS, TrustedAllocate, TrustedAppendBatch
 from backend.contiguous import MODES, ContiguousAllocator
 
 
@@ -17,6 +17,15 @@ class OverridesAllocate(BlockManager):
 class OverridesTheUncheckedForm(OverridesAllocate):
     def allocate_trusted(self, seq, tokens, salt, computed_tokens=None):
         return super().allocate_trusted(seq, tokens, salt, computed_tokens)
+
+
+PROTOCOL_OF = {"allocate_trusted": TrustedAllocate, "append_batch_trusted": TrustedAppendBatch}
+
+
+def unchecked_entry(allocator, unchecked: str, checked: str):
+    """The engine's choice: the unchecked form where the allocator declares it."""
+    assert UNCHECKED_FORMS[unchecked] == checked
+    return getattr(allocator, unchecked) if isinstance(allocator, PROTOCOL_OF[unchecked]) else None
 
 
 def entry(cls, unchecked="allocate_trusted", checked="allocate"):
@@ -45,3 +54,17 @@ def test_a_subclass_overriding_both_gets_its_own_unchecked_form():
 def test_an_allocator_without_an_unchecked_form_has_none():
     alloc = ContiguousAllocator(64, mode=next(iter(MODES)), max_model_len=32)
     assert unchecked_entry(alloc, "allocate_trusted", "allocate") is None
+
+
+class CheckedAllocate:  # a mixin that is no Allocator, listed before the block manager
+    def allocate(self, seq_id, token_ids, **kwargs):
+        return super().allocate(seq_id, token_ids, **kwargs)
+
+
+class MixedIn(CheckedAllocate, BlockManager):
+    pass
+
+
+def test_a_mixin_overriding_the_checked_command_above_the_manager_gets_every_call():
+    assert entry(MixedIn) is None
+    assert entry(MixedIn, "append_batch_trusted", "append_batch") is not None

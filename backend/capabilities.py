@@ -1,0 +1,74 @@
+"""The optional capabilities an allocator declares by having their methods, each a
+runtime-checkable Protocol the engine checks with ``isinstance`` (never an attribute
+probe). A method set to None is not had: that is how :class:`backend.base.Allocator`
+takes the unchecked form of a command away from a subclass that overrides the command
+(:data:`UNCHECKED_FORMS`). Decode stretches are ``backend.stretch.DecodeStretches``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = [
+    "UNCHECKED_FORMS",
+    "TrustedAllocate",
+    "TrustedAppendBatch",
+    "TrustedAppendSteps",
+    "UnpublishesBlocks",
+    "hide_bypassed_unchecked_forms",
+]
+
+
+#: Each unchecked entry an allocator may offer, with the command it is the input-trusting
+#: form of (for a caller that guarantees its input: the engine's own sequence ids,
+#: int32 tokens, a batch of distinct live sequences).
+UNCHECKED_FORMS = {
+    "allocate_trusted": "allocate",
+    "append_batch_trusted": "append_batch",
+    "append_steps_trusted": "append_steps",
+}
+
+
+def hide_bypassed_unchecked_forms(cls: type) -> None:
+    """Set to None (no Protocol's member) each unchecked form of ``cls`` defined above a
+    class that overrides its checked command: a subclass overriding a command must see
+    every call, so the engine cannot go around it. Called once per class, at creation."""
+    mro = cls.__mro__
+    for unchecked, checked in UNCHECKED_FORMS.items():
+        at_unchecked = next((i for i, c in enumerate(mro) if unchecked in vars(c)), None)
+        at_checked = next((i for i, c in enumerate(mro) if checked in vars(c)), len(mro))
+        if at_unchecked is not None and at_unchecked > at_checked:
+            setattr(cls, unchecked, None)
+
+
+@runtime_checkable
+class TrustedAllocate(Protocol):
+    """``allocate`` for a prompt of int32 ``tokens`` under a new engine sequence id."""
+
+    def allocate_trusted(
+        self, seq: int, tokens: np.ndarray, salt: int, computed_tokens: int | None = None
+    ) -> int: ...
+
+
+@runtime_checkable
+class TrustedAppendBatch(Protocol):
+    """``append_batch`` for distinct live device sequences (int64) and int32 tokens."""
+
+    def append_batch_trusted(self, seqs: np.ndarray, tokens: np.ndarray) -> list: ...
+
+
+@runtime_checkable
+class TrustedAppendSteps(Protocol):
+    """``append_steps`` (a decode stretch, backend.stretch) for the engine's own batch."""
+
+    def append_steps_trusted(self, seqs: np.ndarray, tokens: np.ndarray) -> dict: ...
+
+
+@runtime_checkable
+class UnpublishesBlocks(Protocol):
+    """An allocator whose prefix cache can take back the newest block a sequence
+    published (vLLM registers a decode-filled block a step late under async scheduling)."""
+
+    def unpublish_last_block(self, seq_id: int) -> None: ...
