@@ -38,6 +38,7 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
         interconnect_bytes_s=300 * _GB,
         num_sms=108,
         sustained_bandwidth_fraction=0.958,
+        custom_allreduce_busbw={2: 0.64, 4: 0.45, 8: 0.47},  # [aic] a100_sxm vLLM 0.14.0 (links.py)
     ),
     # NVIDIA A100 Tensor Core GPU datasheet (SXM, 80GB HBM2e): 2,039 GB/s
     "a100-80gb": HardwareSpec(
@@ -49,6 +50,7 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
         interconnect_bytes_s=300 * _GB,
         num_sms=108,
         sustained_bandwidth_fraction=0.86,
+        custom_allreduce_busbw={2: 0.64, 4: 0.45, 8: 0.47},  # [aic] a100_sxm vLLM 0.14.0 (links.py)
     ),
     # NVIDIA H100 Tensor Core GPU datasheet (SXM5, 80GB HBM3): 3.35 TB/s, NVLink 900 GB/s,
     # PCIe Gen5 128 GB/s; dense = half the "with sparsity" figures
@@ -68,6 +70,7 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
         interconnect_bytes_s=450 * _GB,
         num_sms=132,
         sustained_bandwidth_fraction=0.95,
+        custom_allreduce_busbw={2: 0.58, 4: 0.46, 8: 0.42},  # [aic] vLLM 0.14.0 (links.py)
     ),
     # NVIDIA H200 Tensor Core GPU datasheet (SXM, 141GB HBM3e): 4.8 TB/s, same compute and
     # links as H100 SXM
@@ -86,6 +89,7 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
         interconnect_bytes_s=450 * _GB,
         num_sms=132,
         sustained_bandwidth_fraction=0.93,
+        custom_allreduce_busbw={2: 0.58, 4: 0.50, 8: 0.21},  # [aic] h200_sxm vLLM 0.14.0 (links.py)
     ),
     # NVIDIA L4 Tensor Core GPU datasheet (24GB GDDR6): 300 GB/s, PCIe Gen4 x16 64 GB/s,
     # no NVLink (tensor parallelism goes over PCIe). At 72 W its clock drops under load:
@@ -151,6 +155,7 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
         sustained_bandwidth_fraction=0.977,
         gemm_efficiency=0.743,
         link="pcie-p2p",
+        custom_allreduce_busbw={2: 0.59},  # [aic] vLLM 0.14.0 (links.py)
     ),
     # NVIDIA L40 datasheet: 181.05 TFLOPS dense BF16 (half the L40S: FP32 accumulate at half
     # rate), 362 FP8, 90.5 FP32, 864 GB/s, 142 SMs, PCIe Gen4 x16. [stream] l40: 844 GB/s read.
@@ -227,6 +232,7 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
         streaming_fraction=0.895,
         gemm_efficiency=0.892,
         link="pcie-p2p",
+        custom_allreduce_busbw={2: 0.21},  # [aic] vLLM 0.19.0 (links.py)
     ),
     # NVIDIA A10G (AWS G5; no public datasheet): GA102 with 80 SMs (torch device properties),
     # 24 GB GDDR6 at 600 GB/s (AWS's figure), PCIe Gen4. Dense BF16 ~70 TFLOPS: 80 SMs x 512
@@ -256,6 +262,7 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
         interconnect_bytes_s=900 * _GB,
         num_sms=148,
         gemm_efficiency=0.776,
+        custom_allreduce_busbw={2: 0.17, 4: 0.18, 8: 0.27},  # [aic] b200_sxm vLLM 0.19.0 (links.py)
     ),
     # NVIDIA H20 (Hopper, 96 GB): 148 TFLOPS dense BF16, 296 FP8, 96 GB HBM3 at 4.0 TB/s, 78
     # SMs (torch device properties), NVLink 900 GB/s (450 per direction) ([aic] h20_sxm.yaml).

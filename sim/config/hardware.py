@@ -13,7 +13,7 @@ weights and add no matmul FLOPs worth modelling.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_serializer, model_validator
 
@@ -192,7 +192,14 @@ _EXTRAS = dict.fromkeys(("config", "rope_theta", "rope_scaling", "sliding_window
 
 #: HardwareSpec fields a dump leaves out while they are null (measured on some cards only).
 _HARDWARE_EXTRAS = dict.fromkeys(
-    ("cuda_memory_bytes", "streaming_fraction", "gemm_efficiency", "attention_efficiency", "link")
+    (
+        "cuda_memory_bytes",
+        "streaming_fraction",
+        "gemm_efficiency",
+        "attention_efficiency",
+        "custom_allreduce_busbw",
+        "link",
+    )
 )
 
 
@@ -239,6 +246,12 @@ class HardwareSpec(StrictModel):
     attention_efficiency: float | None = Field(default=None, gt=0.0, le=1.0)
     """Measured FlashAttention main-loop throughput over ``flops``, where this card has been
     measured; null: ``cost_model.params.attention_efficiency`` (which, set, wins)."""
+    custom_allreduce_busbw: dict[PositiveInt, Annotated[float, Field(gt=0.0, le=1.0)]] | None = None
+    """Measured bus bandwidth of vLLM's custom all-reduce inside a CUDA graph over the link's
+    one-direction bandwidth, at decode-sized messages (0.5-4 MiB: a step's hidden states), by
+    tensor-parallel GPU count, where this card has been measured (sim.config.links); null: the
+    link's nccl-tests fraction for every size. A set ``cost_model.params.interconnect_efficiency``
+    wins over it."""
     link: LinkKind | None = None
     """What connects the GPUs of a tensor-parallel group (sim.config.links): ``nvlink``,
     ``pcie-p2p`` (PCIe with peer-to-peer), ``pcie-host`` (PCIe through host memory: GeForce

@@ -34,6 +34,16 @@ interpolated linearly in ``n`` between them (held beyond).
   point-to-point over NDR InfiniBand (together-nccl-tests B200 collective scaling
   report), ~46-48 us for small all-reduces over 2 nodes (NVIDIA/nccl#1244, 2 x 8 H20).
 
+Below :data:`CUSTOM_KERNEL_MAX_BYTES` vLLM's custom kernel reaches less than nccl-tests'
+large-message bus bandwidth, and how much less depends on the card: NVIDIA measured it
+inside a CUDA graph (aiconfigurator@095f58a, systems/data/<gpu>/comm/vllm/<version>/
+custom_allreduce_perf) and :attr:`HardwareSpec.custom_allreduce_busbw` holds the median
+over 0.5-4 MiB where a card was measured: H100 SXM 0.58 / 0.46 / 0.42 of 450 GB/s on 2 /
+4 / 8 GPUs (vLLM 0.14.0), H200 0.58 / 0.50 / 0.21, A100 SXM 0.64 / 0.45 / 0.47, B200 0.17
+/ 0.18 / 0.27 of 900 (0.19.0), L40S 0.59 of 32 on 2, and RTX PRO 6000 Server 0.21 of 64
+on 2 (0.19.0: ~13 GB/s, where nccl-tests reaches 38.6). Between the measured GPU counts
+the fraction is interpolated linearly.
+
 Outside CUDA graphs (vLLM captures steps of up to 512 tokens) vLLM's all-reduce has an
 eager floor of ~20 us on H100 and H200 and ~44 us on A100 (aiconfigurator, eager mode):
 :data:`EAGER_LATENCY_S` is added to the latency of a larger step's all-reduces on an
@@ -56,6 +66,11 @@ EAGER_LATENCY_S = 15e-6
 #: Steps of more tokens than this run outside CUDA graphs (vLLM's default largest
 #: captured batch, compilation_config max_capture_size 512).
 CUDA_GRAPH_MAX_TOKENS = 512
+
+
+#: vLLM's custom all-reduce takes messages below this many bytes (custom_all_reduce.py
+#: ``max_size=8192 * 1024``); larger ones go to NCCL.
+CUSTOM_KERNEL_MAX_BYTES = 8 * 1024 * 1024
 
 
 class LinkModel(NamedTuple):
@@ -102,3 +117,26 @@ def link_bytes_s(kind: str, interconnect_bytes_s: float, host_link_bytes_s: floa
     if source == "interconnect":
         return interconnect_bytes_s
     return host_link_bytes_s if source == "host" else NIC_BYTES_S
+
+
+def custom_kernel_runs(kind: str, gpus: int, nbytes: float) -> bool:
+    """Whether vLLM's custom all-reduce takes ``nbytes`` over ``gpus`` GPUs on a ``kind``
+    link: a link it runs on (on PCIe, two GPUs only) and a message below its limit."""
+    if not LINKS[kind].custom_kernel or (kind == "pcie-p2p" and gpus > 2):
+        return False
+    return nbytes < CUSTOM_KERNEL_MAX_BYTES
+
+
+def measured_at(by_gpus: dict[int, float], gpus: int) -> float:
+    """A figure measured at some GPU counts, at ``gpus``: linear between the nearest
+    measured counts, the nearest one outside them."""
+    counts = sorted(by_gpus)
+    below = [n for n in counts if n <= gpus]
+    above = [n for n in counts if n >= gpus]
+    if not below or not above:
+        return by_gpus[counts[0] if not below else counts[-1]]
+    low, high = below[-1], above[0]
+    if low == high:
+        return by_gpus[low]
+    share = (gpus - low) / (high - low)
+    return by_gpus[low] + (by_gpus[high] - by_gpus[low]) * share

@@ -32,8 +32,9 @@ uses them.
   ``decode_attention_efficiency``, after a floor of ``decode_attention_floor_s`` (a
   split-KV kernel plus the kernel merging its partial results).
 * **All-reduce** (tensor parallelism): ``2 (tp-1)/tp`` of the message at the bus
-  bandwidth nccl-tests measured on the hardware's kind of link, after that link's
-  latency (:mod:`sim.config.links`; ``interconnect_efficiency`` and
+  bandwidth nccl-tests measured on the hardware's kind of link, or, for a message vLLM's
+  custom kernel takes, the bus bandwidth that kernel was measured at on this card, after
+  that link's latency (:mod:`sim.config.links`; ``interconnect_efficiency`` and
   ``allreduce_latency_s`` override them); outside a CUDA graph vLLM's custom kernel pays
   its eager floor.
 
@@ -54,8 +55,10 @@ from sim.config.links import (
     EAGER_LATENCY_S,
     LINKS,
     busbw_fraction,
+    custom_kernel_runs,
     link_bytes_s,
     link_latency_s,
+    measured_at,
 )
 
 
@@ -82,6 +85,7 @@ class GpuKernels:
             hardware.sustained_bandwidth_bytes_s * params.elementwise_efficiency
         )
         self._link = hardware.link_kind
+        self._custom_allreduce_busbw = hardware.custom_allreduce_busbw
         self._link_bandwidth = link_bytes_s(
             self._link, hardware.interconnect_bytes_s, hardware.host_link_bytes_s
         )
@@ -190,9 +194,19 @@ class GpuKernels:
             latency = link_latency_s(link, tensor_parallel)
             if not graphed and LINKS[link].custom_kernel:
                 latency += EAGER_LATENCY_S
-        fraction = params.interconnect_efficiency or busbw_fraction(link, tensor_parallel)
+        fraction = params.interconnect_efficiency or self._busbw_fraction(nbytes, tensor_parallel)
         ring = 2 * (tensor_parallel - 1) / tensor_parallel * nbytes
         return latency + ring / (self._link_bandwidth * fraction)
+
+
+    def _busbw_fraction(self, nbytes: float, gpus: int) -> float:
+        """The bus bandwidth fraction of an all-reduce of ``nbytes`` over ``gpus`` GPUs:
+        the card's measured custom-kernel figure where that kernel takes the message,
+        else nccl-tests' figure for the link (sim.config.links)."""
+        custom = self._custom_allreduce_busbw
+        if custom and custom_kernel_runs(self._link, gpus, nbytes):
+            return measured_at(custom, gpus)
+        return busbw_fraction(self._link, gpus)
 
 
 def _measured(params: CostParams, hardware: HardwareSpec, field: str) -> float:

@@ -180,6 +180,34 @@ def test_allreduce_uses_the_measured_figures_of_the_link():
     assert pcie.allreduce(64, 8) > 4 * pcie.allreduce(64, 2)
 
 
+def test_a_message_the_custom_kernel_takes_moves_at_its_measured_bandwidth():
+    """Below vLLM's 8 MiB limit the card's measured custom-kernel fraction prices the
+    bytes (interpolated between measured GPU counts); at the limit and above, nccl-tests'
+    fraction of the link; two PCIe GPUs use it, more fall back to NCCL; a scenario's
+    interconnect_efficiency wins over both."""
+    from sim.config.links import CUSTOM_KERNEL_MAX_BYTES, busbw_fraction, link_latency_s
+
+    h100 = GpuKernels(H100, CostParams(), dtype_bytes=2)
+    decode = 2 * 128 * 8192  # 2 MiB: 128 tokens of an 8,192-wide bf16 residual
+    for gpus, fraction in ((2, 0.58), (4, 0.46), (6, 0.44), (8, 0.42)):
+        ring = 2 * (gpus - 1) / gpus * decode
+        expected = link_latency_s("nvlink", gpus) + ring / (450e9 * fraction)
+        assert h100.allreduce(decode, gpus) == pytest.approx(expected)
+    large = CUSTOM_KERNEL_MAX_BYTES
+    expected = link_latency_s("nvlink", 2) + large / (450e9 * busbw_fraction("nvlink", 2))
+    assert h100.allreduce(large, 2) == pytest.approx(expected)
+    server = GpuKernels(HARDWARE_PRESETS["rtx-pro-6000-server"], CostParams(), dtype_bytes=2)
+    assert server.allreduce(decode, 2) == pytest.approx(
+        link_latency_s("pcie-p2p", 2) + decode / (64e9 * 0.21)
+    )
+    four = 2 * 3 / 4 * decode / (64e9 * busbw_fraction("pcie-p2p", 4))
+    assert server.allreduce(decode, 4) == pytest.approx(link_latency_s("pcie-p2p", 4) + four)
+    chosen = GpuKernels(H100, CostParams(interconnect_efficiency=0.9), dtype_bytes=2)
+    assert chosen.allreduce(decode, 2) == pytest.approx(
+        link_latency_s("nvlink", 2) + decode / (450e9 * 0.9)
+    )
+
+
 def test_a_scenario_efficiency_wins_over_the_cards_measured_one():
     l40s = HARDWARE_PRESETS["l40s"]
     measured = GpuKernels(l40s, CostParams(), dtype_bytes=2)
