@@ -61,6 +61,8 @@ RULES = (
     Rule(r"^git worktree add|--root \.\./before", "elsewhere",
          "a side-by-side bench against old commits checked out beside the checkout"),
     Rule(r"vs_vllm_block_pool\.py --vllm-src PATH", "elsewhere", "needs a vLLM source tree"),
+    Rule(r"pip install pyarrow|costmodel_vs_aiconfigurator\.py AIC/", "elsewhere",
+         "needs aiconfigurator's measured tables (not shipped) and pyarrow (a download)"),
     Rule(r"^HYPOTHESIS_PROFILE=nightly", "nightly", "the long property-test run"),
     Rule(r"bench/(allocator|trace_export|costmodel_vs_profiles|recorded_runs|parity/compare)\.py",
          "nightly", "a benchmark (minutes)"),
