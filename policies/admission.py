@@ -22,8 +22,8 @@ __all__ = ["ADMISSION", "AdmissionPolicy", "FirstChunk", "WholePrompt", "WholeSe
 class AdmissionPolicy(Protocol):
     #: True: a prompt is allocated whole at admission (the engine skips ``first_tokens``).
     whole_prompt: bool
-    #: Optional (default False): admit only if the whole sequence's blocks are free now,
-    #: though only ``first_tokens`` of it are allocated.
+    #: Admit only if the whole sequence's blocks are free now, though only
+    #: ``first_tokens`` of it are allocated. A plug-in may leave it out (False).
     whole_sequence_must_fit: bool
 
     def first_tokens(self, prompt_tokens: int, cached_tokens: int, budget: int) -> int:
@@ -33,7 +33,13 @@ class AdmissionPolicy(Protocol):
         ...
 
 
-ADMISSION: Registry = Registry("admission")
+ADMISSION: Registry = Registry(
+    "admission",
+    field="scheduler.admission",
+    methods=("first_tokens",),
+    flags=("whole_prompt",),
+    optional_flags=("whole_sequence_must_fit",),
+)
 
 
 @ADMISSION.register("whole-prompt")
@@ -41,6 +47,7 @@ class WholePrompt:
     """The whole prompt's KV must fit now (vLLM)."""
 
     whole_prompt = True
+    whole_sequence_must_fit = False
 
     def first_tokens(self, prompt_tokens: int, cached_tokens: int, budget: int) -> int:
         return prompt_tokens
@@ -51,6 +58,7 @@ class FirstChunk:
     """Only the first chunk's KV must fit; later chunks take blocks as they run."""
 
     whole_prompt = False
+    whole_sequence_must_fit = False
 
     def first_tokens(self, prompt_tokens: int, cached_tokens: int, budget: int) -> int:
         return min(prompt_tokens, cached_tokens + max(budget, 1))

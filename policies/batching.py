@@ -88,9 +88,10 @@ class StepBuilder(Protocol):
 
 class BatchingMode(Protocol):
     chunks_prompts: bool
-    #: Optional (default False): True promises that with nothing waiting, prefilling or
-    #: swapped out, ``compose`` schedules the decodes and nothing else, and keeps no
-    #: per-step state, so the engine may fast-forward such steps (sim/engine/stretch.py).
+    #: True promises that with nothing waiting, prefilling or swapped out, ``compose``
+    #: schedules the decodes and nothing else, and keeps no per-step state, so the engine
+    #: may fast-forward such steps (sim/engine/stretch.py). A plug-in may leave it out
+    #: (False).
     decode_stretches: bool
 
     def compose(self, step: StepBuilder) -> None:
@@ -98,7 +99,13 @@ class BatchingMode(Protocol):
         ...
 
 
-BATCHING: Registry = Registry("batching")
+BATCHING: Registry = Registry(
+    "batching",
+    field="scheduler.batching",
+    methods=("compose",),
+    flags=("chunks_prompts",),
+    optional_flags=("decode_stretches",),
+)
 
 
 @BATCHING.register("mixed")

@@ -35,8 +35,13 @@ class PreemptionMode(Protocol):
         ...
 
 
-VICTIMS: Registry = Registry("preemption victim")
-MODES: Registry = Registry("preemption mode")
+VICTIMS: Registry = Registry(
+    "preemption victim",
+    field="preemption.victim",
+    params_field="preemption.params",
+    methods=("pick",),
+)
+MODES: Registry = Registry("preemption mode", field="preemption.mode", methods=("swap",))
 
 
 @MODES.register("recompute")

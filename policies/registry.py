@@ -1,4 +1,8 @@
-"""A tiny name -> plug-in registry, one per policy family.
+"""A tiny name -> plug-in registry, one per policy family, which is also the family's
+descriptor: the scenario field that names one of its policies, where that policy's
+parameters go, and what the engine asks of a built policy (the methods and bool flags of
+the family's Protocol). Validation, building and ``pagesim list`` read these; the
+families themselves are listed in :mod:`policies.families`.
 
 Scenarios name policies by string; the schema validates the name against the registry
 so a typo is a clear error listing the valid names, never a KeyError deep in a run.
@@ -23,11 +27,42 @@ class UnknownPolicy(ValueError):
 
 
 class Registry(Generic[T]):
-    """Maps names to plug-ins (classes or factories) of one family."""
+    """Maps names to plug-ins (classes or factories) of one family, and describes it.
 
-    def __init__(self, family: str):
+    ``field``: the scenario field that names a policy of the family (``scheduler.policy``;
+    default the family's name);
+    ``params_field``: where its constructor's keyword arguments are written (default
+    ``<field>.params``); ``methods``: what the engine calls on a built policy; ``flags``:
+    bool attributes it reads; ``optional_flags``: bool attributes a policy may leave out,
+    read as False (a plug-in's guard answers for them)."""
+
+    def __init__(
+        self,
+        family: str,
+        *,
+        field: str | None = None,
+        params_field: str | None = None,
+        methods: tuple[str, ...] = (),
+        flags: tuple[str, ...] = (),
+        optional_flags: tuple[str, ...] = (),
+    ):
         self.family = family
+        self.field = field or family
+        self.params_field = params_field or f"{self.field}.params"
+        self.methods, self.flags, self.optional_flags = methods, flags, optional_flags
         self._entries: dict[str, T] = {}
+
+    def missing_methods(self, policy: object) -> list[str]:
+        """The family's methods ``policy`` (a built plug-in) does not have."""
+        return [m for m in self.methods if not callable(getattr(policy, m, None))]
+
+    def bad_flag(self, policy: object) -> tuple[str, object] | None:
+        """A flag of ``policy`` that is not a bool, with its value (None: all are)."""
+        for flag in self.flags + self.optional_flags:
+            value = getattr(policy, flag, False if flag in self.optional_flags else None)
+            if not isinstance(value, bool):
+                return flag, value
+        return None
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: register the decorated object under ``name`` (unique)."""

@@ -24,7 +24,9 @@ class Router(Protocol):
         ...
 
 
-ROUTERS: Registry = Registry("router")
+ROUTERS: Registry = Registry(
+    "router", field="routing.router", params_field="routing.params", methods=("route",)
+)
 
 
 def least_outstanding(replicas: Sequence[ReplicaView]) -> int:

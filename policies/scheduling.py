@@ -29,7 +29,9 @@ class Scheduler(Protocol):
         ...
 
 
-SCHEDULERS: Registry = Registry("scheduler")
+SCHEDULERS: Registry = Registry(
+    "scheduler", field="scheduler.policy", params_field="scheduler.params", methods=("order",)
+)
 
 
 def resumed_first(

@@ -12,7 +12,15 @@ import heapq
 from backend.evictor import EvictorBase, LeastRecentlyUsed
 from policies.registry import Registry
 
-EVICTORS: Registry = Registry("eviction")
+EVICTORS: Registry = Registry(
+    "eviction",
+    field="eviction.policy",
+    params_field="eviction.params",
+    methods=(
+        "on_cached", "on_hit", "on_lookup", "on_removed", "pick_victims", "blocks",
+        "__len__", "__contains__",
+    ),
+)  # fmt: skip
 EVICTORS.register("lru")(LeastRecentlyUsed)  # the block manager's default
 
 

@@ -20,17 +20,6 @@ from sim.cli.common import UsageError, output_file
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 #: Policy families in the order a scenario's sections name them.
-FAMILIES = (
-    ("scheduling", "scheduler.policy"),
-    ("batching", "scheduler.batching"),
-    ("admission", "scheduler.admission"),
-    ("preemption", "preemption.victim"),
-    ("preemption mode", "preemption.mode"),
-    ("eviction", "eviction.policy"),
-    ("routing", "routing.router"),
-)
-
-
 def add_commands(subparsers) -> None:
     listing = subparsers.add_parser("list", help="what a scenario can name: presets, policies")
     listing.add_argument("what", choices=("models", "hardware", "policies", "scenarios"))
@@ -131,12 +120,11 @@ def _hardware() -> list[str]:
 
 def _policies() -> list[str]:
     from policies.context import CONTEXT_FIELDS
-    from sim.config.sections import policy_registry
+    from policies.families import FAMILIES
 
     lines: list[str] = []
-    for family, field in FAMILIES:
-        registry = policy_registry(family)
-        lines.append(f"{field} ({family}):")
+    for family, registry in FAMILIES.items():
+        lines.append(f"{registry.field} ({family}):")
         for name in registry.names():
             factory = registry.get(name)
             doc = _first_sentence(inspect.getdoc(factory) or "")

@@ -6,9 +6,6 @@ a typo lists the valid names.
 
 from __future__ import annotations
 
-import functools
-import importlib
-import pkgutil
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -35,33 +32,12 @@ from sim.config.schema import StrictModel, drop_unset
 _GIB = 1 << 30
 
 
-#: family -> (module in policies/, registry)
-_REGISTRIES = {
-    "admission": ("admission", "ADMISSION"),
-    "batching": ("batching", "BATCHING"),
-    "scheduling": ("scheduling", "SCHEDULERS"),
-    "preemption": ("preemption", "VICTIMS"),
-    "preemption mode": ("preemption", "MODES"),
-    "eviction": ("eviction", "EVICTORS"),
-    "routing": ("routing", "ROUTERS"),
-}
-
-
-@functools.cache
-def _import_policy_modules() -> None:
-    """Import every module of ``policies`` once, so everything that registers itself
-    has done so before a name is checked."""
-    import policies
-
-    for info in pkgutil.iter_modules(policies.__path__, "policies."):
-        importlib.import_module(info.name)
-
-
 def policy_registry(family: str):
-    """The registry of a policy family (``scheduling``, ``preemption``, ...)."""
-    _import_policy_modules()
-    module, name = _REGISTRIES[family]
-    return getattr(importlib.import_module(f"policies.{module}"), name)
+    """The registry of a policy family (``scheduling``, ``preemption``, ...): its names
+    and its descriptor (policies.families)."""
+    from policies.families import FAMILIES  # (imports every policy: only when asked)
+
+    return FAMILIES[family]
 
 
 def _check_policy(family: str, name: str) -> str:

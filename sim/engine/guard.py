@@ -60,20 +60,24 @@ def check_duration(seconds: Any) -> float:
     return float(seconds)
 
 
-def guarded(policy: Any, role: str) -> Any:
+def guarded(policy: Any, role: str, defaults: dict[str, Any] | None = None) -> Any:
     """``policy`` with every method call wrapped: an exception inside it becomes a
-    PolicyFailure for ``role``. Data attributes pass through unchanged."""
-    return _Guarded(policy, role)
+    PolicyFailure for ``role``. Data attributes pass through unchanged; ``defaults``
+    answers for those the policy leaves out (its family's optional flags)."""
+    return _Guarded(policy, role, defaults or {})
 
 
 class _Guarded:
-    __slots__ = ("_policy", "_role")
+    __slots__ = ("_defaults", "_policy", "_role")
 
-    def __init__(self, policy: Any, role: str):
+    def __init__(self, policy: Any, role: str, defaults: dict[str, Any] | None = None):
         object.__setattr__(self, "_policy", policy)
         object.__setattr__(self, "_role", role)
+        object.__setattr__(self, "_defaults", defaults or {})
 
     def __getattr__(self, name: str) -> Any:
+        if name in self._defaults:
+            return self._defaults[name]
         value = getattr(self._policy, name)
         if not callable(value):
             return value

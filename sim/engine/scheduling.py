@@ -90,8 +90,8 @@ class StepPlanner:
         self.first_chunk_admission = (
             not self.admission.whole_prompt and self.reserve is None and self.chunking
         )
-        self.whole_sequence = self.first_chunk_admission and getattr(
-            self.admission, "whole_sequence_must_fit", False
+        self.whole_sequence = (
+            self.first_chunk_admission and self.admission.whole_sequence_must_fit
         )
         self.prefill_cap = 0  # long_prefill_token_threshold in force this step (0: none)
 

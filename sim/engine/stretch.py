@@ -111,7 +111,7 @@ class FastForward:
             and isinstance(self.alloc, DecodeStretches)
             and isinstance(parts.executor, PricesDecodeStretches)
             # a mode that promises a decode step when nothing else is queued
-            and getattr(policies.batching, "decode_stretches", False) is True
+            and policies.batching.decode_stretches is True
             # tokens counted per tenant as steps end are read by other replicas' policies
             and policies.served_tokens is None
         )

@@ -86,7 +86,6 @@ def build_allocator(scenario, context: PolicyContext | None = None) -> Allocator
         evictor = make_policy(
             scenario,
             EVICTORS,
-            "eviction.policy",
             scenario.eviction.policy,
             scenario.eviction.params,
             context or policy_context(scenario, replica=0),
@@ -177,24 +176,20 @@ def replica_policies(scenario, context: PolicyContext) -> ReplicaPolicies:
     """The scheduling, batching, admission and preemption policies of one replica.
     Tokens served per tenant are counted only if the scheduler asks for them."""
     sched, preemption = scenario.scheduler, scenario.preemption
-    scheduler_class = load_policy(scenario, SCHEDULERS, "scheduler.policy", sched.policy)
+    scheduler_class = load_policy(scenario, SCHEDULERS, sched.policy)
     if "served_tokens" in context_parameters(scheduler_class):
         context = dataclasses.replace(context, served_tokens=ServedTokens())
-    scheduler = make_policy(
-        scenario, SCHEDULERS, "scheduler.policy", sched.policy, sched.params, context
-    )
+    scheduler = make_policy(scenario, SCHEDULERS, sched.policy, sched.params, context)
     choices = (
-        (BATCHING, "scheduler.batching", sched.batching),
-        (ADMISSION, "scheduler.admission", sched.admission),
-        (MODES, "preemption.mode", preemption.mode),
+        (BATCHING, sched.batching),
+        (ADMISSION, sched.admission),
+        (MODES, preemption.mode),
     )
     batching, admission, mode = (
-        make_policy(scenario, registry, field, choice.policy, choice.params, context)
-        for registry, field, choice in choices
+        make_policy(scenario, registry, choice.policy, choice.params, context)
+        for registry, choice in choices
     )
-    victim = make_policy(
-        scenario, VICTIMS, "preemption.victim", preemption.victim, preemption.params, context
-    )
+    victim = make_policy(scenario, VICTIMS, preemption.victim, preemption.params, context)
     return ReplicaPolicies(scheduler, batching, admission, victim, mode, context.served_tokens)
 
 
@@ -235,34 +230,22 @@ def build_cluster(
     ``requests``)."""
     routing = scenario.routing
     router = make_policy(
-        scenario, ROUTERS, "routing.router", routing.router, routing.params,
-        policy_context(scenario, requests),
-    )  # fmt: skip
+        scenario, ROUTERS, routing.router, routing.params, policy_context(scenario, requests)
+    )
     return Cluster(env, list(replicas), router)
 
 
-#: Where a section's main policy takes its params (the others: ``<field>.params``).
-_PARAMS_OF = {
-    "scheduler.policy": "scheduler.params",
-    "preemption.victim": "preemption.params",
-    "eviction.policy": "eviction.params",
-    "routing.router": "routing.params",
-}
-
-
-def make_policy(
-    scenario, registry: Registry, field: str, name: str, params: dict, context: PolicyContext
-):
-    """The policy a scenario names at ``field`` (e.g. "scheduler.policy"), built by
-    :func:`policies.context.build_policy`. Raises ScenarioError (one line) for a plug-in
-    that cannot be loaded or parameters the policy does not take."""
+def make_policy(scenario, registry: Registry, name: str, params: dict, context: PolicyContext):
+    """The policy a scenario names at ``registry.field`` (e.g. "scheduler.policy"), built
+    by :func:`policies.context.build_policy`. Raises ScenarioError (one line) for a
+    plug-in that cannot be loaded or parameters the policy does not take."""
+    field = registry.field
     try:
         policy = build_policy(registry, scenario.resolve_plugin(name), params, context)
     except UnknownPolicy as err:
         raise ScenarioError(f"{scenario.source}: {field}: {err}") from None
     except PolicyError as err:
-        params_at = _PARAMS_OF.get(field, f"{field}.params")
-        raise ScenarioError(f"{scenario.source}: {params_at}: {name}: {err}") from None
+        raise ScenarioError(f"{scenario.source}: {registry.params_field}: {name}: {err}") from None
     except Exception as err:
         if ":" not in name:
             raise  # a shipped policy failing to build is a bug: keep its traceback
@@ -272,52 +255,38 @@ def make_policy(
     # exception inside it stops the run with one line naming it (sim.engine.guard); the
     # shipped policies are trusted.
     if ":" in name:
-        _check_protocol(scenario, field, name, policy)
-        policy = guarded_evictor(policy) if registry is EVICTORS else guarded(policy, field)
+        _check_protocol(scenario, registry, name, policy)
+        if registry is EVICTORS:
+            return guarded_evictor(policy)
+        defaults = {f: False for f in registry.optional_flags if not hasattr(policy, f)}
+        return guarded(policy, field, defaults)
     return policy
 
 
-#: What each family's protocol asks of a policy object: methods, and flags that are bool.
-_PROTOCOL = {
-    "scheduler.policy": (("order",), ()),
-    "scheduler.batching": (("compose",), ("chunks_prompts",)),
-    "scheduler.admission": (("first_tokens",), ("whole_prompt",)),
-    "preemption.victim": (("pick",), ()),
-    "preemption.mode": (("swap",), ()),
-    "routing.router": (("route",), ()),
-    "eviction.policy": (
-        ("on_cached", "on_hit", "on_lookup", "on_removed", "pick_victims", "blocks"),
-        (),
-    ),
-}
-
-
-def _check_protocol(scenario, field: str, name: str, policy) -> None:
+def _check_protocol(scenario, registry: Registry, name: str, policy) -> None:
     """Raise ScenarioError (one line) if a plug-in lacks what its family calls."""
-    methods, flags = _PROTOCOL[field]
-    missing = [m for m in methods if not callable(getattr(policy, m, None))]
-    if field == "eviction.policy":
-        missing += [m for m in ("__len__", "__contains__") if not hasattr(policy, m)]
+    field = registry.field
+    missing = registry.missing_methods(policy)
     if missing:
         what = ", ".join(f"{m}()" for m in missing)
         raise ScenarioError(
             f"{scenario.source}: {field}: {name} built a {type(policy).__name__} without "
             f"{what} (see the protocol in policies/)"
         )
-    for flag in flags:
-        if not isinstance(getattr(policy, flag, None), bool):
-            raise ScenarioError(
-                f"{scenario.source}: {field}: {name}: {flag} must be True or False, "
-                f"got {getattr(policy, flag, None)!r}"
-            )
+    bad = registry.bad_flag(policy)
+    if bad is not None:
+        flag, value = bad
+        raise ScenarioError(
+            f"{scenario.source}: {field}: {name}: {flag} must be True or False, got {value!r}"
+        )
 
 
-def load_policy(scenario, registry: Registry, field: str, name: str):
-    """The class (or factory) a scenario names at ``field``, not built."""
+def load_policy(scenario, registry: Registry, name: str):
+    """The class (or factory) a scenario names at ``registry.field``, not built."""
     try:
         return registry.get(scenario.resolve_plugin(name))
     except UnknownPolicy as err:
-        raise ScenarioError(f"{scenario.source}: {field}: {err}") from None
+        raise ScenarioError(f"{scenario.source}: {registry.field}: {err}") from None
 
 
 def build_calibrated_executor(scenario) -> CalibratedCostModel:

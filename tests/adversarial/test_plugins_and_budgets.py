@@ -261,6 +261,25 @@ plugin(
 )
 plugin("batching without compose", B, "chunks_prompts = True", None, "compose()")
 plugin(
+    "batching optional flag not bool",
+    B,
+    "chunks_prompts = True\ndecode_stretches = 'yes'\ndef compose(self, step):\n    step.admit()",
+    None,
+    "decode_stretches",
+)
+plugin(
+    "admission optional flag not bool",
+    A,
+    (
+        "whole_prompt = False\n"
+        "whole_sequence_must_fit = 2\n"
+        "def first_tokens(self, total, cached, budget):\n"
+        "    return total"
+    ),
+    None,
+    "whole_sequence_must_fit",
+)
+plugin(
     "admission returns 0",
     A,
     "whole_prompt = False\ndef first_tokens(self, total, cached, budget):\n    return 0",
