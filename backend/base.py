@@ -352,6 +352,33 @@ class Allocator(ABC):
         at the head of the queue, which decides what counts as external fragmentation
         for contiguous allocators."""
 
+    # -- sizes: what a number of tokens takes, in this allocator's own units ------------
+    # The engine asks in tokens and gets blocks (slots, for an allocator that is not
+    # block based): it never does block arithmetic itself. The defaults count whole
+    # ``block_size`` blocks; an allocator with other units (groups, windows) answers
+    # for itself. Queries: nothing is mutated.
+    def blocks_for_tokens(self, tokens: int) -> int:
+        """Blocks ``tokens`` tokens of a new sequence take (nothing shared)."""
+        return -(-tokens // self.block_size)  # (integer ceil: no float division)
+
+    def blocks_to_grow(self, held: int, target: int) -> int:
+        """More blocks a sequence holding slots for ``held`` tokens needs to hold
+        ``target`` (0 if it already does)."""
+        size = self.block_size
+        return max(0, -(-target // size) - -(-held // size))
+
+    def tokens_that_fit(self, held: int, blocks: int) -> int:
+        """Tokens a sequence holding slots for ``held`` can add with ``blocks`` more
+        blocks (the free room of its last block included)."""
+        return (-held) % self.block_size + blocks * self.block_size
+
+    def blocks_for_samples(self, shared_tokens: int, tokens: int, samples: int) -> int:
+        """Blocks ``samples`` sequences of ``tokens`` tokens each take when the first
+        ``shared_tokens`` of them are one shared prefix (forks of one prompt: its full
+        blocks are held once)."""
+        shared = shared_tokens // self.block_size if samples > 1 else 0
+        return shared + samples * (self.blocks_for_tokens(tokens) - shared)
+
     def available_blocks(self) -> int:
         """Blocks a command could take now: free plus cached-evictable (``usage()``'s
         ``free_blocks + cached_blocks``; an allocator may answer it more cheaply)."""

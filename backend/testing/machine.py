@@ -194,6 +194,13 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
             return
         possible = self.query("can_append", lambda: alloc.can_append(sid, len(tokens)))
         shared = self.shares_last_block(sid)
+        if not shared and alloc.block_table_layout == "blocks":
+            # The engine grows a sequence by what the allocator says fits (its sizes).
+            held = len(self.seqs[sid].tokens)
+            room = alloc.tokens_that_fit(held, alloc.available_blocks())
+            fits = alloc.blocks_to_grow(held, held + len(tokens)) <= alloc.available_blocks()
+            assert fits == (len(tokens) <= room), "blocks_to_grow and tokens_that_fit disagree"
+            assert possible or not fits, f"{len(tokens)} tokens fit ({room} room); can_append no"
         done, moves = self.attempt("append", alloc.append, sid, tokens)
         assert done == possible, f"can_append said {possible}; append {verb(done)}"
         if done:

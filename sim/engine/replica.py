@@ -203,11 +203,9 @@ class Replica:
         """Blocks (slots for contiguous) a request holds at its largest, alone."""
         if self._planner.reserve is not None:
             return n * self._planner.reserve(prompt, output)
-        bs = self.alloc.block_size
-        # The last sampled token is never written, so KV peaks at prompt + output - 1.
-        peak = prompt + max(output - 1, 0)
-        shared = prompt // bs if n > 1 else 0  # full prompt blocks are shared by forks
-        return shared + n * (-(-peak // bs) - shared)  # (integer ceil: no float division)
+        # The last sampled token is never written, so KV peaks at prompt + output - 1;
+        # forks share the prompt.
+        return self.alloc.blocks_for_samples(prompt, prompt + max(output - 1, 0), n)
 
     # -- departures -----------------------------------------------------------------
     def _reject(self, request: Request, reason: str) -> None:
@@ -352,4 +350,5 @@ class Replica:
             return 0
         seq = self._state.waiting[0].seq
         remaining_out = seq.request.output_len - seq.generated
-        return self._planner.blocks_for(seq.tokens.shape[0], remaining_out) * self.alloc.block_size
+        blocks = self._planner.blocks_for(seq.tokens.shape[0], remaining_out)
+        return self.alloc.tokens_that_fit(0, blocks)  # the slots of those blocks

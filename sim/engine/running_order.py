@@ -38,10 +38,9 @@ def schedule_running(planner: PlannerOps, plan: StepPlan, moves: Moves, budget: 
     d = state.decodes
     order = np.argsort(d.seq_id, kind="stable")  # decode rows in the running list's order
     chunks, decoded_rows = _shares(planner, plan, order, budget)
-    size = planner.alloc.block_size
     # (the allocator counts copy-on-write of a shared last block too, as after a fork)
     needed = planner.alloc.blocks_needed_for_batch(d.seq_id[decoded_rows])
-    needed += sum(_chunk_blocks(seq, take, size) for seq, take in chunks)
+    needed += sum(_chunk_blocks(planner, seq, take) for seq, take in chunks)
     if needed <= state.available_blocks():
         for seq, take in chunks:
             planner.hold_chunk(seq, take)
@@ -81,10 +80,9 @@ def _shares(planner: PlannerOps, plan: StepPlan, order: np.ndarray, budget: int)
     return chunks, order[: before + max(0, min(budget, ids.shape[0] - before))]
 
 
-def _chunk_blocks(seq: PrefillSeq, take: int, size: int) -> int:
+def _chunk_blocks(planner: PlannerOps, seq: PrefillSeq, take: int) -> int:
     """Blocks ``seq`` needs beyond those it holds to compute its next ``take`` tokens."""
-    end = seq.computed + take
-    return max(0, -(-end // size) - -(-seq.held // size))
+    return planner.alloc.blocks_to_grow(seq.held, seq.computed + take)
 
 
 def _append_decodes(planner: PlannerOps, moves: Moves, seq_ids: np.ndarray) -> None:
@@ -140,7 +138,7 @@ def _live_ids(state) -> set[int]:
 
 def _allocate_one(planner: PlannerOps, moves, seq_id: int, seq, take: int) -> bool:
     if seq is not None:
-        if _chunk_blocks(seq, take, planner.alloc.block_size) > planner.state.available_blocks():
+        if _chunk_blocks(planner, seq, take) > planner.state.available_blocks():
             return False
         planner.hold_chunk(seq, take)
         return True

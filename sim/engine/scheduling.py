@@ -195,8 +195,7 @@ class StepPlanner:
         missing = seq.computed + take - seq.held
         if missing <= 0:
             return take
-        bs = self.alloc.block_size
-        room = (-seq.held) % bs + self.state.available_blocks() * bs
+        room = self.alloc.tokens_that_fit(seq.held, self.state.available_blocks())
         grow = min(missing, room)
         if grow > 0:
             self.alloc.append(seq.seq_id, seq.tokens[seq.held : seq.held + grow])
@@ -352,4 +351,4 @@ class StepPlanner:
     def blocks_for(self, tokens: int, max_new_tokens: int) -> int:
         if self.reserve is not None:
             return self.reserve(tokens, max_new_tokens)
-        return -(-tokens // self.alloc.block_size)  # (integer ceil: no float division)
+        return self.alloc.blocks_for_tokens(tokens)
