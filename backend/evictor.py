@@ -32,7 +32,7 @@ class Evictor(Protocol):
 
     def on_cached(self, block: int, now: int, key: int) -> None:
         """``block`` became cached-evictable (its last reference was released); ``key``
-        is the prefix key it is published under (backend/prefix_hash.py)."""
+        is the prefix key it is published under (backend/blocks/prefix_hash.py)."""
         ...
 
     def on_hit(self, block: int, now: int) -> None:

@@ -145,8 +145,8 @@ TARGETS = {
     ],
     (ONCE, "once"): [
         "sim.run.runner:generate_requests",
-        "sim.run.runner:policy_context",
-        "sim.run.runner:build_allocator",
+        "sim.run.build:policy_context",
+        "sim.run.build:build_allocator",
         "sim.run.runner:build_executor",
         ENGINE + "replica:Replica.__init__",
         ENGINE + "cluster:Cluster.unfinished_outcomes",

@@ -13,9 +13,9 @@ from typing import NamedTuple
 import numpy as np
 
 from backend.base import BlockMove, as_tokens, check_count
-from backend.block_pool import BlockPool
+from backend.blocks.block_pool import BlockPool
+from backend.blocks.prefix_index import PrefixIndex
 from backend.blocks.sequences import SequenceRegistry
-from backend.prefix_index import PrefixIndex
 
 
 class _BatchNeed(NamedTuple):

@@ -4,9 +4,9 @@ back.
 
 The manager composes four parts and keeps the block tables consistent across them:
 
-* the block pool (backend/block_pool.py): free list, refcounts, eviction hand-off,
+* the block pool (backend/blocks/block_pool.py): free list, refcounts, eviction hand-off,
   token-slot accounting and peak;
-* the prefix index (backend/prefix_index.py): published keys, key chains, hit checks;
+* the prefix index (backend/blocks/prefix_index.py): published keys, key chains, hit checks;
 * the sequence registry (sequences.py): per-sequence state, tables and id checks;
 * the memories ``slots`` and ``cpu_slots``: the token id held in every slot.
 
@@ -22,14 +22,14 @@ import pickle
 import numpy as np
 
 from backend.base import Allocator, BlockMove, KVUsage, as_tokens, check_count
-from backend.block_pool import BlockPool
+from backend.blocks.block_pool import BlockPool
+from backend.blocks.freelist import FreeList
 from backend.blocks.growth import Growth
+from backend.blocks.prefix_index import PrefixCacheStats, PrefixIndex, check_salt
 from backend.blocks.sequences import ON_DEVICE, SWAPPED, SequenceRegistry
 from backend.blocks.stretch import Stretches
 from backend.blocks.swap import Swap
 from backend.evictor import Evictor, LeastRecentlyUsed
-from backend.freelist import FreeList
-from backend.prefix_index import PrefixCacheStats, PrefixIndex, check_salt
 
 
 class BlockManager(Growth, Stretches, Swap, Allocator):

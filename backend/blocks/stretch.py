@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from backend.base import InvalidRequest, as_tokens
-from backend.block_pool import BlockPool
+from backend.blocks.block_pool import BlockPool
+from backend.blocks.prefix_index import PrefixIndex
 from backend.blocks.sequences import SequenceRegistry
-from backend.prefix_index import PrefixIndex
 
 
 class Stretches:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from backend.base import BlockMove, InvalidRequest, OutOfBlocks
-from backend.block_pool import BlockPool
+from backend.blocks.block_pool import BlockPool
+from backend.blocks.freelist import FreeList
+from backend.blocks.prefix_index import PrefixIndex
 from backend.blocks.sequences import ON_DEVICE, SWAPPED, SequenceRegistry
-from backend.freelist import FreeList
-from backend.prefix_index import PrefixIndex
 
 
 class Swap:

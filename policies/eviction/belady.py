@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from backend.prefix_hash import prefix_keys
+from backend.blocks.prefix_hash import prefix_keys
 from policies.eviction.base import EVICTORS, PriorityEvictor
 from policies.views import RequestInfo
 

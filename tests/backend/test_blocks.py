@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import backend.prefix_index as prefix_index_module
+import backend.blocks.prefix_index as prefix_index_module
 from backend.base import (
     BlockMove,
     DuplicateSequence,

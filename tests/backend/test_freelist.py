@@ -8,7 +8,7 @@ from collections import deque
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backend.freelist import FreeList
+from backend.blocks.freelist import FreeList
 
 
 def test_starts_full_in_ascending_order_and_takes_from_the_front():

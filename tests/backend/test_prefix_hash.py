@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backend.prefix_hash import (
+from backend.blocks.prefix_hash import (
     ROOT_KEY,
     block_digests,
     chain_keys,
@@ -72,7 +72,7 @@ def test_digest_sees_every_slot_and_token_order():
 def test_keys_are_the_same_in_another_process():
     program = (
         "import numpy as np;"
-        "from backend.prefix_hash import block_digests, chain_keys, slot_multipliers;"
+        "from backend.blocks.prefix_hash import block_digests, chain_keys, slot_multipliers;"
         "b = np.arange(48, dtype=np.int32).reshape(3, 16);"
         "print(chain_keys(block_digests(b, slot_multipliers(16)).tolist(), 5))"
     )

@@ -1,11 +1,11 @@
 """The prefix cache's index: which device blocks hold which prefixes, and the key chain
 of every live sequence.
 
-A full block is *published* under its prefix key (see backend/prefix_hash.py) once its
+A full block is *published* under its prefix key (see backend/blocks/prefix_hash.py) once its
 KV is computed; a later prompt whose leading blocks have the same keys may then share
 those blocks instead of computing them again. The index only maps keys to blocks and
 verifies hits; which blocks are free, in use or evictable is the block pool's business
-(backend/block_pool.py), and it tells the index which blocks it evicts (``drop``).
+(backend/blocks/block_pool.py), and it tells the index which blocks it evicts (``drop``).
 
 The index reads the device memory (the token id in every slot) to digest blocks that
 fill up and to verify a hit against the cached block's tokens; it never writes it.
@@ -19,7 +19,13 @@ from typing import NamedTuple
 import numpy as np
 
 from backend.base import InvalidRequest, grow_arrays
-from backend.prefix_hash import ROOT_KEY, block_digests, chain_keys, next_keys, slot_multipliers
+from backend.blocks.prefix_hash import (
+    ROOT_KEY,
+    block_digests,
+    chain_keys,
+    next_keys,
+    slot_multipliers,
+)
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 

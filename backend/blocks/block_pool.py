@@ -19,9 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from backend.base import OutOfBlocks
+from backend.blocks.freelist import FreeList
+from backend.blocks.prefix_index import PrefixIndex
 from backend.evictor import Evictor
-from backend.freelist import FreeList
-from backend.prefix_index import PrefixIndex
 
 
 class BlockPool:
