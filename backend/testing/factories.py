@@ -6,6 +6,7 @@ from __future__ import annotations
 from backend.base import AllocatorFactory
 from backend.blocks import BlockManager
 from backend.contiguous import NAMES, ContiguousAllocator
+from backend.shipped import PAGED
 
 
 def contiguous_factory(mode: str) -> AllocatorFactory:
@@ -29,6 +30,6 @@ def contiguous_factory(mode: str) -> AllocatorFactory:
 
 #: cache.allocator name -> factory (the paged manager with its default LRU evictor)
 SHIPPED: dict[str, AllocatorFactory] = {
-    "paged": BlockManager,
+    PAGED: BlockManager,
     **{name: contiguous_factory(mode) for name, mode in NAMES.items()},
 }

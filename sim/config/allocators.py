@@ -15,10 +15,9 @@ import inspect
 from pathlib import Path
 
 from backend.base import Allocator
+from backend.shipped import SHIPPED_ALLOCATORS as SHIPPED
 from policies.registry import UnknownPolicy, load_object
 
-#: the allocators pagesim ships, by name
-SHIPPED = ("paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle")
 PLUGIN_FORMS = "a plug-in 'module:Class' or 'path/file.py:Class'"
 
 

@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from backend.base import Allocator
+from backend.shipped import PAGED
 from policies.context import PolicyError, check_params
 from sim.config.allocators import PLUGIN_FORMS, is_plugin, load_allocator_class
 from sim.config.allocators import SHIPPED as SHIPPED_ALLOCATORS
@@ -152,7 +153,7 @@ class CacheSpec(StrictModel):
                 self._plugin = load_allocator_class(self.allocator, base_dir(info))
             except ValueError as err:
                 raise error_at("cache.allocator", str(err)) from None
-        supported = self.allocator == "paged" or (
+        supported = self.allocator == PAGED or (
             self._plugin is not None and self._plugin.supports_prefix_caching
         )
         if self.prefix_caching and not supported:

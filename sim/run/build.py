@@ -13,6 +13,7 @@ import simpy
 from backend.base import Allocator
 from backend.blocks import BlockManager
 from backend.contiguous import make_contiguous
+from backend.shipped import PAGED
 from policies.admission import ADMISSION
 from policies.batching import BATCHING
 from policies.context import (
@@ -82,7 +83,7 @@ def build_allocator(scenario, context: PolicyContext | None = None) -> Allocator
             )
         except ValueError as err:
             raise ScenarioError(f"{scenario.source}: cache.allocator: {err}") from None
-    if cache.allocator == "paged":
+    if cache.allocator == PAGED:
         evictor = make_policy(
             scenario,
             EVICTORS,

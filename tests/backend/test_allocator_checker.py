@@ -105,3 +105,11 @@ def test_the_leak_is_two_calls():
 def test_an_unbound_machine_says_so():
     with pytest.raises(AssertionError, match="for_factory"):
         AllocatorStateMachine().build(4, 1, 0, False)
+
+
+def test_one_list_of_shipped_allocators():
+    from backend.shipped import SHIPPED_ALLOCATORS
+    from backend.testing.factories import SHIPPED
+    from sim.config.allocators import SHIPPED as VALIDATED
+
+    assert tuple(SHIPPED) == SHIPPED_ALLOCATORS == VALIDATED
