@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim.config.costs import CostParams  # noqa: E402
+from sim.config.cost_params import CostParams  # noqa: E402
 from sim.config.presets import HARDWARE_PRESETS  # noqa: E402
 from sim.costs.kernels import GpuKernels  # noqa: E402
 

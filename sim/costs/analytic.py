@@ -50,7 +50,7 @@ from typing import NamedTuple
 import numpy as np
 
 from backend.step import Batch
-from sim.config.costs import CostParams
+from sim.config.cost_params import CostParams
 from sim.config.hardware import HardwareSpec, ModelSpec
 from sim.config.links import CUDA_GRAPH_MAX_TOKENS
 from sim.config.pool import check_tensor_parallel

@@ -38,7 +38,7 @@ uses them.
   ``allreduce_latency_s`` override them); outside a CUDA graph vLLM's custom kernel pays
   its eager floor.
 
-Each constant's source is on its field of :class:`sim.config.costs.CostParams`. Immutable;
+Each constant's source is on its field of :class:`sim.config.cost_params.CostParams`. Immutable;
 every method is pure.
 """
 
@@ -49,7 +49,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sim.config.costs import CostParams
+from sim.config.cost_params import CostParams
 from sim.config.hardware import HardwareSpec
 from sim.config.links import (
     EAGER_LATENCY_S,

@@ -28,7 +28,7 @@ random, so an expert receives ``n ~ Binomial(T, k / E)`` of the step's ``T`` tok
   time follows its total padded rows, which skew changes little.
 * The grouped GEMMs run at ``moe_gemm_efficiency`` of the peak and stream weights at
   ``moe_memory_efficiency`` of the sustained bandwidth (their sources are on
-  :class:`sim.config.costs.CostParams`); the other kernels are the dense ones.
+  :class:`sim.config.cost_params.CostParams`); the other kernels are the dense ones.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from sim.config.costs import MOE_GEMM_EFFICIENCY, MOE_MEMORY_EFFICIENCY, CostParams
+from sim.config.cost_params import MOE_GEMM_EFFICIENCY, MOE_MEMORY_EFFICIENCY, CostParams
 from sim.config.hardware import HardwareSpec, ModelSpec
 from sim.config.moe import expected_touched
 from sim.costs.kernels import GpuKernels, smooth_max

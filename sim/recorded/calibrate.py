@@ -259,7 +259,7 @@ def fit_runs(runs: Sequence[Path], *, jobs: int = 1, max_evaluations: int = 40,
 
 
 def _start_value(name: str, hardware: dict[str, Any]) -> float:
-    from sim.config.costs import CostParams
+    from sim.config.cost_params import CostParams
     from sim.config.links import busbw_fraction
 
     if name == "interconnect_efficiency":

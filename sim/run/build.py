@@ -30,7 +30,7 @@ from policies.registry import Registry, UnknownPolicy
 from policies.routing import ROUTERS
 from policies.scheduling import SCHEDULERS
 from sim.config.allocators import construct
-from sim.config.costs import CostParams
+from sim.config.cost_params import CostParams
 from sim.config.engines import profile_of
 from sim.config.errors import ScenarioError
 from sim.costs.analytic import AnalyticCostModel

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from backend.base import BlockMove
 from backend.step import Batch, PrefillChunk
-from sim.config.costs import CostParams
+from sim.config.cost_params import CostParams
 from sim.config.hardware import HardwareSpec
 from sim.config.pool import kv_pool_blocks
 from sim.config.presets import HARDWARE_PRESETS, MODEL_PRESETS

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from sim.config.costs import CostParams
+from sim.config.cost_params import CostParams
 from sim.config.hardware import HardwareSpec
 from sim.config.presets import HARDWARE_PRESETS
 from sim.costs.kernels import GpuKernels
