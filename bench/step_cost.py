@@ -63,15 +63,15 @@ GC, ONCE = "garbage collector", "before and after the loop"
 ENGINE, BLOCKS, TOKENS = "sim.engine.", "backend.blocks.", "sim.workload.tokens:"
 TARGETS = {
     (PLAN, "step"): [
-        ENGINE + "scheduling:StepPlanner.plan",
+        ENGINE + "planning.planner:StepPlanner.plan",
         ENGINE + "memory:Memory.swap_in_waiting",
-        ENGINE + "scheduling:StepPlanner.schedule_decodes",
+        ENGINE + "planning.planner:StepPlanner.schedule_decodes",
         TOKENS + "SyntheticOutputs.decode_inputs",
-        ENGINE + "scheduling:StepPlanner.schedule_running_prefills",
-        ENGINE + "scheduling:StepPlanner.admit_waiting",
+        ENGINE + "planning.planner:StepPlanner.schedule_running_prefills",
+        ENGINE + "planning.planner:StepPlanner.admit_waiting",
     ],
     (PLAN, "req"): [
-        ENGINE + "scheduling:StepPlanner.admit",
+        ENGINE + "planning.planner:StepPlanner.admit",
         ENGINE + "memory:Memory.make_room",
     ],
     (ALLOC, "step"): [

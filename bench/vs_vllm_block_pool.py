@@ -51,7 +51,7 @@ do for a running, decoding request):
   request in the other steps: the pool's own cost, the lowest vLLM can go. This is the
   reference of the issue's figures, and the strictest one.
 * pagesim ``append_batch_trusted``: one call per decode step for the whole batch (the
-  engine's path, ``sim/engine/scheduling.py``): the counterpart of vLLM's scheduler
+  engine's path, ``sim/engine/planning/planner.py``): the counterpart of vLLM's scheduler
   calling ``allocate_slots`` for every running request of a step, and the comparison the
   ratios are about.
 * pagesim ``append``: one call per sequence per step (checked), like vLLM's per-request

@@ -33,8 +33,8 @@ from sim.engine.deadlines import TIMED_OUT, Deadlines, abort
 from sim.engine.executor import Executor, TokenSource
 from sim.engine.guard import MAX_IDLE_STEPS, StuckRun, check_duration
 from sim.engine.memory import Memory
+from sim.engine.planning.planner import StepPlanner
 from sim.engine.records import RequestOutcome, StepRecord
-from sim.engine.scheduling import StepPlanner
 from sim.engine.sequences import StepPlan, new_entries
 from sim.engine.state import ReplicaState, RequestProgress
 from sim.engine.stretch import FastForward, InFlight, StepSink, StretchParts, next_delay

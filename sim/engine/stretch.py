@@ -34,8 +34,8 @@ from sim.engine.executor import Executor, PricesDecodeStretches, TokenSource
 from sim.engine.gaps import TokenGaps
 from sim.engine.guard import check_duration
 from sim.engine.memory import Memory
+from sim.engine.planning.planner import StepPlanner
 from sim.engine.records import STEP_FIELDS, Limit, StepRecord
-from sim.engine.scheduling import StepPlanner
 from sim.engine.sequences import StepPlan
 from sim.engine.state import ReplicaState
 

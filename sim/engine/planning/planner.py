@@ -2,7 +2,7 @@
 waiting requests are admitted, under the token budget, ``max_num_seqs`` and memory.
 
 The batching mode (policies.batching) decides the order of the moves through a
-:class:`~sim.engine.step_builder.StepBuilder`; this module carries them out. A prompt's
+:class:`~sim.engine.planning.step_builder.StepBuilder`; this module carries them out. A prompt's
 slots are allocated when its request is admitted (prefix-cache hits come back from
 ``allocate``); a decode appends one slot, and a free-list miss preempts (see
 :mod:`.memory`).
@@ -22,11 +22,11 @@ from sim.engine.config import EngineConfig, ReplicaPolicies
 from sim.engine.executor import TokenSource
 from sim.engine.guard import PolicyFailure, brief
 from sim.engine.memory import Memory
-from sim.engine.offers import batching_accepts, offered
+from sim.engine.planning.offers import batching_accepts, offered
+from sim.engine.planning.step_builder import StepBuilder
 from sim.engine.records import Limit
 from sim.engine.sequences import Moves, PrefillSeq, StepPlan
 from sim.engine.state import ReplicaState
-from sim.engine.step_builder import StepBuilder
 from sim.engine.view import EngineView
 from sim.workload.request import Request
 

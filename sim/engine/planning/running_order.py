@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from backend.base import OutOfBlocks
-from sim.engine.planner_ops import PlannerOps
+from sim.engine.planning.ops import PlannerOps
 from sim.engine.sequences import Moves, PrefillSeq, StepPlan
 
 #: (sequence id, its prefill, or None for a decode row), in the running list's order

@@ -1,6 +1,6 @@
 """What the step's moves use of the planner (:class:`PlannerOps`): the step builder and
 vLLM's running loop are written against this contract, not against
-``sim.engine.scheduling.StepPlanner``, which builds them; so the modules form no circle."""
+``sim.engine.planning.planner.StepPlanner``, which builds them; so the modules form no circle."""
 
 from __future__ import annotations
 

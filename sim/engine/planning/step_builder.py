@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sim.engine.planner_ops import PlannerOps
-from sim.engine.running_order import schedule_running
+from sim.engine.planning.ops import PlannerOps
+from sim.engine.planning.running_order import schedule_running
 from sim.engine.sequences import Moves, StepPlan
 from sim.workload.request import Request
 
