@@ -25,6 +25,7 @@ set a constant of pagesim. Needs pyarrow to read the tables (not a pagesim depen
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -123,8 +124,6 @@ def _regimes(kernels, attention, gemms, allreduce) -> None:
 
 def _nearest(table: dict, key: tuple) -> tuple:
     """The measured key nearest ``key`` (log distance over every field)."""
-    import math
-
     return min(table, key=lambda k: sum(abs(math.log(a / b)) for a, b in zip(k, key)))
 
 

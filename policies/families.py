@@ -6,10 +6,9 @@ policy.
 
 from __future__ import annotations
 
-import policies.eviction  # noqa: F401  (registers every eviction policy)
 from policies.admission import ADMISSION
 from policies.batching import BATCHING
-from policies.eviction.base import EVICTORS
+from policies.eviction import EVICTORS  # (the package: every eviction policy registered)
 from policies.preemption import MODES, VICTIMS
 from policies.registry import Registry
 from policies.routing import ROUTERS

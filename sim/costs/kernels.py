@@ -198,7 +198,6 @@ class GpuKernels:
         ring = 2 * (tensor_parallel - 1) / tensor_parallel * nbytes
         return latency + ring / (self._link_bandwidth * fraction)
 
-
     def _busbw_fraction(self, nbytes: float, gpus: int) -> float:
         """The bus bandwidth fraction of an all-reduce of ``nbytes`` over ``gpus`` GPUs:
         the card's measured custom-kernel figure where that kernel takes the message,

@@ -9,7 +9,6 @@ import pytest
 from policies.families import FAMILIES
 from sim.config.errors import ScenarioError
 from sim.config.loader import validate_scenario
-from sim.engine.guard import guarded
 from sim.run.build import make_policy, policy_context
 
 
@@ -34,10 +33,15 @@ class QuietMode:
 
 
 def test_a_plugin_leaving_out_an_optional_flag_reads_false_through_its_guard():
-    registry = FAMILIES["batching"]
-    assert registry.bad_flag(QuietMode()) is None
-    wrapped = guarded(QuietMode(), registry.field, {"decode_stretches": False})
-    assert wrapped.decode_stretches is False and wrapped.chunks_prompts is True
+    """make_policy wraps a plug-in that leaves out decode_stretches so that the engine,
+    which reads the flag without a default, gets False; its own flags pass through."""
+    scenario = validate_scenario({"model": "tiny"})
+    batching = FAMILIES["batching"]
+    assert not hasattr(QuietMode(), "decode_stretches")
+    built = make_policy(
+        scenario, batching, f"{__name__}:QuietMode", {}, policy_context(scenario, replica=0)
+    )
+    assert built.decode_stretches is False and built.chunks_prompts is True
 
 
 def test_the_builder_reads_the_params_field_from_the_descriptor():
