@@ -3,7 +3,6 @@
 from backend.base import (
     Allocator,
     AllocatorFactory,
-    BlockMove,
     DuplicateSequence,
     InvalidRequest,
     KVUsage,
@@ -11,11 +10,13 @@ from backend.base import (
     ReservingAllocator,
     UnknownSequence,
 )
+from backend.transfer import Medium, Transfer
 
 __all__ = [
     "Allocator",
     "AllocatorFactory",
-    "BlockMove",
+    "Medium",
+    "Transfer",
     "DuplicateSequence",
     "InvalidRequest",
     "KVUsage",

@@ -12,7 +12,9 @@ Every allocator (the paged block manager, the contiguous baselines) implements
   was, bit for bit. A free-list miss is not a bug; what happens next (queue, preempt,
   swap, evict, reject) is policy, decided by the caller.
 * Commands that need data to move (copy-on-write, swap) *return* the moves as a list
-  of :class:`BlockMove` for an executor to perform, in order, before the step runs.
+  of :class:`~backend.transfer.Transfer` for an executor to perform, in order, before
+  the step runs. Each names its route: copies and growth go GPU -> GPU, ``swap_out``
+  GPU -> CPU, ``swap_in`` CPU -> GPU.
 * Misuse (unknown id, double free, forking onto a live id, a non-positive size) raises
   a subclass of ``ValueError`` or ``KeyError`` with a message; never silent corruption.
 * ``check_invariants()`` verifies the whole state and raises ``AssertionError`` on a
@@ -36,6 +38,7 @@ from typing import ClassVar, Literal, NamedTuple, Protocol
 import numpy as np
 
 from backend.capabilities import hide_bypassed_unchecked_forms
+from backend.transfer import Transfer
 
 
 class OutOfBlocks(RuntimeError):
@@ -64,18 +67,6 @@ class DuplicateSequence(ValueError):
 
 class InvalidRequest(ValueError):
     """A size or argument that can never be valid (zero or negative, wrong shape)."""
-
-
-class BlockMove(NamedTuple):
-    """Copy the contents of block ``src`` into block ``dst``.
-
-    For copy-on-write both are device block ids; for swap-out ``src`` is a device block
-    and ``dst`` a CPU block; for swap-in the reverse. For contiguous allocators the unit
-    is one token slot range start (see the allocator's docs).
-    """
-
-    src: int
-    dst: int
 
 
 class KVUsage(NamedTuple):
@@ -180,8 +171,8 @@ class Allocator(ABC):
     #: ``cached_prefix_tokens`` always answer 0, whatever was asked. A scenario's
     #: ``cache.prefix_caching`` needs an allocator that supports it.
     supports_prefix_caching: ClassVar[bool] = False
-    #: How ``block_table`` and :class:`BlockMove` read. ``"blocks"``: one physical block
-    #: id per ``block_size`` tokens, in logical order, and a move copies a whole block.
+    #: How ``block_table`` and a :class:`Transfer`'s ids read. ``"blocks"``: one physical
+    #: block id per ``block_size`` tokens, in logical order; a move copies a whole block.
     #: ``"region"`` (the contiguous baselines): ``[first slot, length]`` of one region,
     #: ``block_size`` is 1 and a move copies one slot.
     block_table_layout: ClassVar[Literal["blocks", "region"]] = "blocks"
@@ -254,16 +245,16 @@ class Allocator(ABC):
         """Whether ``append`` of ``num_tokens`` tokens to ``seq_id`` would succeed now."""
 
     @abstractmethod
-    def append(self, seq_id: int, token_ids: Sequence[int] | np.ndarray) -> list[BlockMove]:
+    def append(self, seq_id: int, token_ids: Sequence[int] | np.ndarray) -> list[Transfer]:
         """Append tokens to a live sequence, taking new blocks only when the last is full.
 
-        Returns the copy-on-write moves needed (a shared, partly filled last block is
-        copied to a private block before it is written).
+        Returns the copy-on-write moves needed, GPU -> GPU (a shared, partly filled
+        last block is copied to a private block before it is written).
         Raises: OutOfBlocks (nothing changed), UnknownSequence.
         """
 
     @abstractmethod
-    def append_batch(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> list[BlockMove]:
+    def append_batch(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> list[Transfer]:
         """Append one token to each sequence of ``seq_ids`` (the decode step; hot path).
 
         All or nothing: if the blocks needed by the whole batch are not available,
@@ -277,7 +268,7 @@ class Allocator(ABC):
 
     # -- sharing and release -----------------------------------------------------------
     @abstractmethod
-    def fork(self, parent_id: int, child_id: int) -> list[BlockMove]:
+    def fork(self, parent_id: int, child_id: int) -> list[Transfer]:
         """Create ``child_id`` reading the same tokens as ``parent_id``.
 
         Paged: shares every block (refcounts up, no copy, returns []). Contiguous:
@@ -299,10 +290,10 @@ class Allocator(ABC):
         samples leave together). No mutation; raises UnknownSequence."""
 
     @abstractmethod
-    def swap_out(self, seq_id: int) -> list[BlockMove]:
+    def swap_out(self, seq_id: int) -> list[Transfer]:
         """Move a sequence's KV to the CPU pool; its device blocks are released.
 
-        Returns (device block, cpu block) moves. Raises OutOfBlocks (CPU pool full,
+        Returns the moves, GPU -> CPU. Raises OutOfBlocks (CPU pool full,
         nothing changed), UnknownSequence, InvalidRequest (already swapped out)."""
 
     @abstractmethod
@@ -313,8 +304,8 @@ class Allocator(ABC):
         mutation; raises UnknownSequence."""
 
     @abstractmethod
-    def swap_in(self, seq_id: int) -> list[BlockMove]:
-        """Bring a swapped-out sequence back to the device; returns (cpu, device) moves.
+    def swap_in(self, seq_id: int) -> list[Transfer]:
+        """Bring a swapped-out sequence back to the device; returns the moves, CPU -> GPU.
         Its tokens whose KV is not computed yet (a prompt swapped out mid-prefill: see
         ``allocate``'s ``computed_tokens`` and ``mark_computed``) come back in blocks no
         other sequence holds, since the caller computes them in place.

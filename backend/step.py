@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from backend.base import BlockMove
+from backend.transfer import NO_MOVES, MovedBlocks, Transfer, moved_blocks
 
 
 class PrefillChunk(NamedTuple):
@@ -30,18 +30,17 @@ class PrefillChunk(NamedTuple):
 
 class BatchShape(NamedTuple):
     """What a step's cost depends on: prefill chunks ``(start, num_tokens)``, each
-    decode's context length (the new token included), and the blocks moved."""
+    decode's context length (the new token included), and the blocks moved per route."""
 
     chunks: list[tuple[int, int]]
     decode_context_lens: np.ndarray
-    swap_blocks: int
-    copy_blocks: int
+    moved: MovedBlocks = NO_MOVES
 
 
 class Batch(NamedTuple):
-    """Everything one engine step asks an executor to do, in this order: swap-out,
-    swap-in and copy-on-write moves, then the forward pass over prefill chunks and one
-    decode token for each of ``decode_seq_ids``.
+    """Everything one engine step asks an executor to do, in this order: the block
+    transfers (swap-outs, swap-ins, copy-on-write copies), then the forward pass over
+    prefill chunks and one decode token for each of ``decode_seq_ids``.
 
     Slots for every token computed this step are already held by the allocator (the
     engine allocates/appends before it executes), so an executor only reads block tables.
@@ -54,9 +53,8 @@ class Batch(NamedTuple):
     #: int32, the token each decode sequence feeds this step (its newest token, whose slot
     #: the allocator already holds; its K/V is written this step, at position len - 1)
     decode_token_ids: np.ndarray
-    copies: tuple[BlockMove, ...] = ()
-    swap_out: tuple[BlockMove, ...] = ()
-    swap_in: tuple[BlockMove, ...] = ()
+    #: block moves in the order they run, each naming its route (see backend.transfer)
+    transfers: tuple[Transfer, ...] = ()
 
     @property
     def num_prefill_tokens(self) -> int:
@@ -71,8 +69,7 @@ class Batch(NamedTuple):
         return BatchShape(
             [(chunk.start, chunk.num_tokens) for chunk in self.prefills],
             self.decode_context_lens,
-            len(self.swap_out) + len(self.swap_in),
-            len(self.copies),
+            moved_blocks(self.transfers) if self.transfers else NO_MOVES,
         )
 
     @property

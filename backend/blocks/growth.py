@@ -12,10 +12,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from backend.base import BlockMove, as_tokens, check_count
+from backend.base import as_tokens, check_count
 from backend.blocks.block_pool import BlockPool
 from backend.blocks.prefix_index import PrefixIndex
 from backend.blocks.sequences import SequenceRegistry
+from backend.transfer import Transfer
 
 
 class _BatchNeed(NamedTuple):
@@ -57,7 +58,7 @@ class Growth:
         needed, _ = self._append_need(seq, check_count("num_tokens", num_tokens, 0))
         return needed <= self._pool.available()
 
-    def append(self, seq_id: int, token_ids) -> list[BlockMove]:
+    def append(self, seq_id: int, token_ids) -> list[Transfer]:
         seqs, pool = self._seqs, self._pool
         seq = seqs.on_device(seq_id)
         tokens = as_tokens(token_ids, allow_empty=True)
@@ -95,7 +96,7 @@ class Growth:
         offsets = np.arange(start - first * size, end - first * size)
         self.slots[blocks[offsets // size], offsets % size] = tokens
 
-    def _copy_on_write(self, seq: int, table: list[int], num_tokens: int) -> BlockMove:
+    def _copy_on_write(self, seq: int, table: list[int], num_tokens: int) -> Transfer:
         """Give ``seq`` (holding ``num_tokens``) a private copy of its shared, partly
         filled last block (the caller checked a block is available)."""
         shared = table[-1]
@@ -103,7 +104,7 @@ class Growth:
         self.slots[private] = self.slots[shared]
         table[-1] = private
         self._seqs.last_block[seq] = private
-        return BlockMove(shared, private)
+        return Transfer(shared, private)
 
     def _batch_need(self, seqs: np.ndarray) -> _BatchNeed:
         held = self._seqs.num_tokens[seqs]
@@ -132,10 +133,10 @@ class Growth:
         seqs, _ = self._seqs.check_batch(seq_ids, np.zeros(np.shape(seq_ids), np.int32))
         return self._batch_need(seqs).needed
 
-    def append_batch(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> list[BlockMove]:
+    def append_batch(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> list[Transfer]:
         return self.append_batch_trusted(*self._seqs.check_batch(seq_ids, token_ids))
 
-    def append_batch_trusted(self, seqs: np.ndarray, tokens: np.ndarray) -> list[BlockMove]:
+    def append_batch_trusted(self, seqs: np.ndarray, tokens: np.ndarray) -> list[Transfer]:
         """``append_batch`` for a caller that guarantees its input (the engine, whose
         decode batch is its own running set): ``seqs`` distinct on-device ids (int64),
         ``tokens`` int32 ids in range, one each. Unchecked: bad input corrupts the state
@@ -184,7 +185,7 @@ class Growth:
         registry.last_block[crossing] = fresh
         last[positions] = fresh
 
-    def _append_batch_sharing(self, seqs: np.ndarray, tokens: np.ndarray) -> list[BlockMove]:
+    def _append_batch_sharing(self, seqs: np.ndarray, tokens: np.ndarray) -> list[Transfer]:
         """``append_batch_trusted`` while some block is shared: members whose partly
         filled last block is shared copy it first."""
         registry, pool = self._seqs, self._pool
@@ -194,7 +195,7 @@ class Growth:
             return []
 
         pool.clock += 1
-        moves: list[BlockMove] = []
+        moves: list[Transfer] = []
         if need.crossing:
             crossing = np.flatnonzero(need.at_boundary)
             self._grow_at_boundary(seqs[crossing], crossing, need.last)

@@ -21,7 +21,7 @@ import pickle
 
 import numpy as np
 
-from backend.base import Allocator, BlockMove, KVUsage, as_tokens, check_count
+from backend.base import Allocator, KVUsage, as_tokens, check_count
 from backend.blocks.block_pool import BlockPool
 from backend.blocks.freelist import FreeList
 from backend.blocks.growth import Growth
@@ -30,6 +30,7 @@ from backend.blocks.sequences import ON_DEVICE, SWAPPED, SequenceRegistry
 from backend.blocks.stretch import Stretches
 from backend.blocks.swap import Swap
 from backend.evictor import Evictor, LeastRecentlyUsed
+from backend.transfer import Transfer
 
 
 class BlockManager(Growth, Stretches, Swap, Allocator):
@@ -208,7 +209,7 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
         return len(self._index.lookup(tokens, check_salt(salt))[1]) * self.block_size
 
     # -- sharing and release ------------------------------------------------------------------
-    def fork(self, parent_id: int, child_id: int) -> list[BlockMove]:
+    def fork(self, parent_id: int, child_id: int) -> list[Transfer]:
         parent = self._seqs.on_device(parent_id)
         child = self._seqs.new_id(child_id)
         self._pool.clock += 1

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from backend.base import BlockMove, InvalidRequest, OutOfBlocks
+from backend.base import InvalidRequest, OutOfBlocks
 from backend.blocks.block_pool import BlockPool
 from backend.blocks.freelist import FreeList
 from backend.blocks.prefix_index import PrefixIndex
 from backend.blocks.sequences import ON_DEVICE, SWAPPED, SequenceRegistry
+from backend.transfer import CPU, GPU, Transfer
 
 
 class Swap:
@@ -38,7 +39,7 @@ class Swap:
         # every holder), so the sum is exact.
         return sum(len(registry.tables[seq]) for seq in seqs) <= len(self._cpu_free)
 
-    def swap_out(self, seq_id: int) -> list[BlockMove]:
+    def swap_out(self, seq_id: int) -> list[Transfer]:
         registry = self._seqs
         seq = registry.on_device(seq_id)
         device = registry.tables[seq]
@@ -55,7 +56,7 @@ class Swap:
         self._pool.release(device, int(registry.num_tokens[seq]))
         registry.tables[seq] = cpu
         registry.set_state(seq, SWAPPED)
-        return [BlockMove(d, c) for d, c in zip(device, cpu)]
+        return [Transfer(d, c, GPU, CPU) for d, c in zip(device, cpu)]
 
     def _swap_in_plan(self, seq: int) -> tuple[list[int], int, int]:
         """(device blocks to share instead of copying, blocks to take, of the shared ones
@@ -93,7 +94,7 @@ class Swap:
             return needed <= self._pool.available(revived)
         return sum(len(registry.tables[seq]) for seq in seqs) <= self._pool.available()
 
-    def swap_in(self, seq_id: int) -> list[BlockMove]:
+    def swap_in(self, seq_id: int) -> list[Transfer]:
         registry, pool = self._seqs, self._pool
         seq = registry.live(seq_id)
         if registry.state[seq] != SWAPPED:
@@ -115,7 +116,7 @@ class Swap:
         self._index.republish(seq, len(hits), table)
         registry.set_state(seq, ON_DEVICE)
         registry.last_block[seq] = table[-1]
-        return [BlockMove(c, d) for c, d in zip(copied, device)]
+        return [Transfer(c, d, CPU, GPU) for c, d in zip(copied, device)]
 
     def _check_cpu_pool(self, swapped: list[int]) -> None:
         """Assert the ``swapped`` sequences' tables and the CPU free list partition the

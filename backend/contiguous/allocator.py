@@ -9,7 +9,7 @@ O(holes) <= O(live sequences + 1), never O(num_slots).
 
 Block tables and moves are in slots: ``block_table(seq)`` is ``[start, length]`` of the
 region (on the device: the reservation; while swapped out: the CPU copy, which holds only
-the tokens), and every :class:`BlockMove` copies ONE slot (``src`` slot -> ``dst`` slot),
+the tokens), and every :class:`Transfer` copies ONE slot (``src`` slot -> ``dst`` slot),
 one move per token copied. Simple and obviously correct; an executor may coalesce runs.
 
 A request is admitted only if prompt + true output length <= ``max_model_len`` (its
@@ -27,7 +27,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from backend.base import (
-    BlockMove,
     InvalidRequest,
     KVUsage,
     OutOfBlocks,
@@ -39,6 +38,7 @@ from backend.contiguous.growth import Growth
 from backend.contiguous.modes import MODES, NAMES, reserved_slots
 from backend.contiguous.regions import NOT_LIVE, ON_CPU, ON_DEVICE, will_fill
 from backend.contiguous.swap import Swap
+from backend.transfer import Transfer
 
 
 class ContiguousAllocator(Growth, Swap, ReservingAllocator):
@@ -135,7 +135,7 @@ class ContiguousAllocator(Growth, Swap, ReservingAllocator):
         return 0
 
     # -- sharing and release ---------------------------------------------------------------
-    def fork(self, parent_id: int, child_id: int) -> list[BlockMove]:
+    def fork(self, parent_id: int, child_id: int) -> list[Transfer]:
         """Give ``child_id`` its own region of the parent's reservation size (lowest hole
         that fits) holding a copy of the parent's tokens; returns one move per copied
         slot (parent slot -> child slot). The child inherits the parent's true length.
@@ -151,7 +151,7 @@ class ContiguousAllocator(Growth, Swap, ReservingAllocator):
         src = int(self._start[parent])
         tokens = self.slots[src : src + held].copy()
         self._place(child, start, size, tokens, int(self._target[parent]))
-        return [BlockMove(src + i, start + i) for i in range(held)]
+        return [Transfer(src + i, start + i) for i in range(held)]
 
     def free(self, seq_id: int) -> None:
         """Release the sequence's region (device or CPU). Raises UnknownSequence."""

@@ -11,9 +11,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from backend.base import BlockMove, InvalidRequest, as_tokens, check_count
+from backend.base import InvalidRequest, as_tokens, check_count
 from backend.contiguous.regions import ON_DEVICE, Regions
 from backend.contiguous.slot_space import SlotSpace
+from backend.transfer import Transfer
 
 
 class Growth(Regions):
@@ -39,7 +40,7 @@ class Growth(Regions):
         space.release(start, reserved)
         return new_start
 
-    def _resize(self, sid: int, new_start: int, needed: int) -> list[BlockMove]:
+    def _resize(self, sid: int, new_start: int, needed: int) -> list[Transfer]:
         """Point ``sid`` at its grown region, copying its tokens if it moved. The caller
         takes ``sid`` out of the usage sums before and puts it back after."""
         old_start, held = int(self._start[sid]), int(self._tokens[sid])
@@ -47,7 +48,7 @@ class Growth(Regions):
         if new_start == old_start:
             return []
         self.slots[new_start : new_start + held] = self.slots[old_start : old_start + held]
-        return [BlockMove(old_start + i, new_start + i) for i in range(held)]
+        return [Transfer(old_start + i, new_start + i) for i in range(held)]
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
         """Whether ``append`` of ``num_tokens`` would succeed now (False while swapped)."""
@@ -62,7 +63,7 @@ class Growth(Regions):
         grows_in_place = self._device.hole_at(start + reserved) >= needed - reserved
         return grows_in_place or self._device.first_fit(needed) is not None
 
-    def append(self, seq_id: int, token_ids: Sequence[int] | np.ndarray) -> list[BlockMove]:
+    def append(self, seq_id: int, token_ids: Sequence[int] | np.ndarray) -> list[Transfer]:
         """Write tokens after the sequence's last one.
 
         Within the reservation nothing moves. Past it, the region grows to exactly the
@@ -74,7 +75,7 @@ class Growth(Regions):
         tokens = as_tokens(token_ids)
         held = int(self._tokens[sid])
         needed = held + tokens.shape[0]
-        moves: list[BlockMove] = []
+        moves: list[Transfer] = []
         new_start = None
         if needed > self._reserved[sid]:
             start, reserved = int(self._start[sid]), int(self._reserved[sid])
@@ -95,7 +96,7 @@ class Growth(Regions):
         ids = self._batch_ids(seq_ids)
         return int(np.count_nonzero(self._tokens[ids] >= self._reserved[ids]))
 
-    def append_batch(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> list[BlockMove]:
+    def append_batch(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> list[Transfer]:
         """Append one token to each sequence (the decode step), vectorised.
 
         Sequences whose reservation is full grow by one slot as in :meth:`append`; all
@@ -116,7 +117,7 @@ class Growth(Regions):
         self._fill_slots += int(np.count_nonzero(held >= self._target[ids]))
         return moves
 
-    def _grow_full(self, full: np.ndarray) -> list[BlockMove]:
+    def _grow_full(self, full: np.ndarray) -> list[Transfer]:
         """Grow each sequence of ``full`` by one slot, all or nothing."""
         if full.shape[0] == 0:
             return []
@@ -129,7 +130,7 @@ class Growth(Regions):
                 raise self._out_of_slots(f"grow sequence {sid}", reserved + 1, space)
             plan.append((sid, new_start, reserved + 1))
         self._device = space
-        moves: list[BlockMove] = []
+        moves: list[Transfer] = []
         self._account(full, -1)
         for sid, new_start, needed in plan:  # in planning order: later plans may reuse
             moves += self._resize(sid, new_start, needed)  # slots freed by earlier ones

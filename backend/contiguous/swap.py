@@ -6,9 +6,10 @@ fits them; swap-in re-reserves the full region at the lowest device hole that fi
 
 from __future__ import annotations
 
-from backend.base import BlockMove, InvalidRequest
+from backend.base import InvalidRequest
 from backend.contiguous.regions import ON_CPU, ON_DEVICE, Regions
 from backend.contiguous.slot_space import SlotSpace
+from backend.transfer import CPU, GPU, Transfer
 
 
 class Swap(Regions):
@@ -25,7 +26,7 @@ class Swap(Regions):
             return False
         return self._places_in_turn(self._cpu, [int(self._tokens[sid]) for sid in sids])
 
-    def swap_out(self, seq_id: int) -> list[BlockMove]:
+    def swap_out(self, seq_id: int) -> list[Transfer]:
         """Copy the held tokens to the lowest CPU hole that fits them (only tokens travel,
         not the empty reservation) and release the device region; the reservation size
         is remembered for swap-in. Returns (device slot, CPU slot) moves, one per token.
@@ -42,7 +43,7 @@ class Swap(Regions):
         self._account(sid, -1)
         self._device.release(src, int(self._reserved[sid]))
         self._where[sid], self._start[sid] = ON_CPU, dst
-        return [BlockMove(src + i, dst + i) for i in range(held)]
+        return [Transfer(src + i, dst + i, GPU, CPU) for i in range(held)]
 
     def can_swap_in(self, *seq_ids: int) -> bool:
         sids = [self._lookup(seq_id) for seq_id in seq_ids]
@@ -62,7 +63,7 @@ class Swap(Regions):
             trial.take(start, size)
         return True
 
-    def swap_in(self, seq_id: int) -> list[BlockMove]:
+    def swap_in(self, seq_id: int) -> list[Transfer]:
         """Re-reserve the full region at the lowest device hole that fits and copy the
         tokens back. Returns (CPU slot, device slot) moves, one per token. Raises
         OutOfBlocks (nothing changed), UnknownSequence, InvalidRequest (not swapped)."""
@@ -78,4 +79,4 @@ class Swap(Regions):
         self.slots[dst : dst + held] = self.cpu_slots[src : src + held]
         self._where[sid], self._start[sid] = ON_DEVICE, dst
         self._account(sid, +1)
-        return [BlockMove(src + i, dst + i) for i in range(held)]
+        return [Transfer(src + i, dst + i, CPU, GPU) for i in range(held)]

@@ -108,9 +108,7 @@ class PagedExecutor:
             torch.set_num_threads(previous)
 
     def _step(self, batch: Batch) -> None:
-        self.kv.swap_out(batch.swap_out)
-        self.kv.swap_in(batch.swap_in)
-        self.kv.copy_blocks(batch.copies)
+        self.kv.transfer(batch.transfers)
         self.last_sampled, self.last_logits = {}, {}
         if batch.batch_size == 0:
             return

@@ -8,13 +8,15 @@ copy-on-write or swap move of one block id is one indexed copy over all layers a
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from itertools import groupby
+from operator import attrgetter
 
 import numpy as np
 import torch
 
-from backend.base import BlockMove
 from backend.paged import ops
 from backend.paged.shape import ModelShape
+from backend.transfer import DEVICE_COPY, SWAP_IN, SWAP_OUT, Transfer
 
 
 class KVCache:
@@ -70,7 +72,18 @@ class KVCache:
         return self.data[:, :, 0].numel() * self.data.element_size()
 
     # -- block moves -------------------------------------------------------------------
-    def copy_blocks(self, moves: Sequence[BlockMove]) -> None:
+    def transfer(self, transfers: Sequence[Transfer]) -> None:
+        """Perform ``transfers`` in order, each run of one route as one batched move.
+        Mutates the pools written. Raises ValueError for a route between pools this
+        cache does not have (disk, a remote store, another instance)."""
+        for route, run in groupby(transfers, key=attrgetter("src_medium", "dst_medium")):
+            perform = self._performers.get(route)
+            if perform is None:
+                src, dst = route
+                raise ValueError(f"the KV cache has no move from {src.value} to {dst.value}")
+            perform(self, list(run))
+
+    def copy_blocks(self, moves: Sequence[Transfer]) -> None:
         """Copy-on-write: device block ``src`` -> device block ``dst`` for every move, all
         layers, with the result of performing the moves in order. Independent moves go in
         one batched launch. Mutates device blocks."""
@@ -78,7 +91,7 @@ class KVCache:
             src, dst = self._move_indices(wave, self.device, self.device)
             ops.copy_blocks(self.data, src, dst, use_triton=self.use_triton)
 
-    def swap_out(self, moves: Sequence[BlockMove]) -> None:
+    def swap_out(self, moves: Sequence[Transfer]) -> None:
         """Device block ``src`` -> CPU block ``dst`` for every move, in order (one gather,
         one transfer, one scatter per wave). Mutates the CPU pool only."""
         for wave in independent_waves(moves, same_pool=False):
@@ -86,7 +99,7 @@ class KVCache:
             staged = self.data.index_select(2, src).to("cpu", non_blocking=False)
             self.cpu_data.index_copy_(2, dst, staged)
 
-    def swap_in(self, moves: Sequence[BlockMove]) -> None:
+    def swap_in(self, moves: Sequence[Transfer]) -> None:
         """CPU block ``src`` -> device block ``dst`` for every move, in order. Mutates
         device blocks only."""
         for wave in independent_waves(moves, same_pool=False):
@@ -94,13 +107,15 @@ class KVCache:
             staged = self.cpu_data.index_select(2, src).to(self.device)
             self.data.index_copy_(2, dst, staged)
 
+    _performers = {DEVICE_COPY: copy_blocks, SWAP_OUT: swap_out, SWAP_IN: swap_in}
+
     @staticmethod
     def _move_indices(
-        moves: Sequence[BlockMove], src_device: torch.device, dst_device: torch.device
+        moves: Sequence[Transfer], src_device: torch.device, dst_device: torch.device
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The moves' source and destination block ids, each on the device of the pool
         it indexes (no round trip through the GPU for the CPU pool's ids)."""
-        pairs = torch.tensor([tuple(m) for m in moves], dtype=torch.int64)
+        pairs = torch.tensor([(m.src, m.dst) for m in moves], dtype=torch.int64)
         return pairs[:, 0].to(src_device), pairs[:, 1].to(dst_device)
 
     # -- reading back (tests, debugging) -------------------------------------------------
@@ -116,7 +131,7 @@ class KVCache:
         return blocks.reshape(layers, two, nb * bs, heads, dim)[:, :, :num_tokens]
 
 
-def independent_waves(moves: Sequence[BlockMove], *, same_pool: bool) -> Iterator[list[BlockMove]]:
+def independent_waves(moves: Sequence[Transfer], *, same_pool: bool) -> Iterator[list[Transfer]]:
     """Split moves into consecutive waves that can each run as one parallel launch and
     still give the result of performing every move in order.
 
@@ -124,17 +139,18 @@ def independent_waves(moves: Sequence[BlockMove], *, same_pool: bool) -> Iterato
     must win) or, within one pool, reads a block the wave writes or writes a block the wave
     reads (a parallel kernel would race). The allocator's moves are almost always one wave.
     """
-    wave: list[BlockMove] = []
+    wave: list[Transfer] = []
     reads: set[int] = set()
     writes: set[int] = set()
-    for src, dst in moves:
+    for move in moves:
+        src, dst = move.src, move.dst
         conflict = dst in writes
         if same_pool:
             conflict = conflict or src in writes or dst in reads
         if conflict:
             yield wave
             wave, reads, writes = [], set(), set()
-        wave.append(BlockMove(src, dst))
+        wave.append(move)
         reads.add(src)
         writes.add(dst)
     if wave:

@@ -50,6 +50,7 @@ from backend.capabilities import TrustedAllocate, TrustedAppendBatch
 from backend.testing import checks
 from backend.testing.harness import STAT_NAMES, Harness, supports_prefix_caching
 from backend.testing.shadow import SeqRef
+from backend.transfer import DEVICE_COPY, SWAP_IN, SWAP_OUT
 
 PREFIXES = ((1, 2, 3, 4, 5, 6, 7, 8), (1, 2, 3, 4, 9, 9, 9, 9), (5, 5, 5, 5, 5, 5, 5, 5))
 TOKENS = st.lists(st.integers(0, 3), min_size=1, max_size=4)
@@ -239,7 +240,7 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
     def grown(self, appended: dict[int, list[int]], moves, what: str) -> None:
         """The executor performs ``moves``, then computes the appended tokens' KV (an
         append is computed in the step that makes it, with all the sequence held)."""
-        self.memory.move(moves, src="device", dst="device", what=what)
+        self.memory.move(moves, route=DEVICE_COPY, what=what)
         for sid, tokens in appended.items():
             self.seqs[sid].tokens.extend(tokens)
             self.compute_through(sid, len(self.seqs[sid].tokens))
@@ -261,7 +262,7 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         if not done:
             return multiple()
         self.new_seq(state.tokens, state.salt, state.computed)
-        self.memory.move(moves, src="device", dst="device", what="fork")
+        self.memory.move(moves, route=DEVICE_COPY, what="fork")
         self.count("forks")
         return SeqRef(child)
 
@@ -319,8 +320,7 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
                 assert done or not possible, f"can_{name} said yes for the group; {name} refused"
             if not done:
                 return
-            src, dst = ("device", "cpu") if out else ("cpu", "device")
-            self.memory.move(moves, src=src, dst=dst, what=name)
+            self.memory.move(moves, route=SWAP_OUT if out else SWAP_IN, what=name)
             self.seqs[sid].swapped = out
             if not out:
                 self.check_uncomputed_private(sid)

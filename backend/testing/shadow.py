@@ -4,10 +4,11 @@
 their KV computed, its tenant salt, where it lives). :class:`KVMemory` is what a real
 executor's KV memory would hold if it did exactly what the allocator's block tables and
 moves say: it computes a token's KV into the slot the table names, performs every
-returned :class:`~backend.base.BlockMove` in order, and recomputes nothing a prefix hit
-shares. Reading a sequence back through its table from this memory must give its own
-tokens; a missing copy-on-write, a wrong swap move or a prefix hit on blocks that do not
-hold the prompt's KV shows up as a wrong read, whatever the allocator says about itself.
+returned :class:`~backend.transfer.Transfer` in order (each on the route its command
+must take), and recomputes nothing a prefix hit shares. Reading a sequence back
+through its table from this memory must give its own tokens; a missing copy-on-write, a
+wrong swap move or a prefix hit on blocks that do not hold the prompt's KV shows up as a
+wrong read, whatever the allocator says about itself.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from backend.base import Allocator, BlockMove
+from backend.base import Allocator
+from backend.transfer import CPU, GPU, Route, Transfer
 
 #: the content of a slot no KV was ever computed into
 UNWRITTEN = -1
@@ -105,20 +107,26 @@ class KVMemory:
         memory = self.cpu if swapped else self.device
         return [int(memory[b, o]) for b, o in self.positions(blocks, 0, count)]
 
-    def move(self, moves: Iterable[BlockMove], *, src: str, dst: str, what: str) -> int:
-        """Perform ``moves`` in order from the ``src`` to the ``dst`` pool ("device" or
-        "cpu"); returns how many. Asserts each is a BlockMove of two ids in range."""
-        pools = {"device": self.device, "cpu": self.cpu}
+    def move(self, moves: Iterable[Transfer], *, route: Route, what: str) -> int:
+        """Perform ``moves`` in order; returns how many. Asserts each is a Transfer of
+        ``route`` (what ``what`` must return), of group 0 and between ids in range."""
+        src, dst = route
+        pools = {GPU: self.device, CPU: self.cpu}
         source, target = pools[src], pools[dst]
         count = 0
         for move in moves:
-            assert isinstance(move, tuple) and len(move) == 2, f"{what}: {move!r} is no BlockMove"
-            s, d = int(move[0]), int(move[1])
+            assert isinstance(move, Transfer), f"{what}: {move!r} is no Transfer"
+            assert move.route == route, (
+                f"{what}: {move!r} goes {move.src_medium.value} -> {move.dst_medium.value}, "
+                f"not {src.value} -> {dst.value}"
+            )
+            assert move.group == 0, f"{what}: {move!r} names group {move.group} of one"
+            s, d = int(move.src), int(move.dst)
             assert 0 <= s < source.shape[0], (
-                f"{what}: move {move} reads {src} block {s}, out of range"
+                f"{what}: move {move} reads {src.value} block {s}, out of range"
             )
             assert 0 <= d < target.shape[0], (
-                f"{what}: move {move} writes {dst} block {d}, out of range"
+                f"{what}: move {move} writes {dst.value} block {d}, out of range"
             )
             target[d] = source[s]
             count += 1

@@ -28,8 +28,10 @@ Why this split:
 * The LM head runs once per sequence (the engine samples from the last position only),
   not once per token. A non-final prefill chunk is charged one too; it is < 0.1 % of a
   chunk's FLOPs.
-* Swaps and copy-on-write copies run before the forward pass and block it (vLLM v0 does
-  them synchronously), so they add rather than overlap.
+* Block transfers run before the forward pass and block it (vLLM v0 does them
+  synchronously), so they add rather than overlap. Each is priced by the link its route
+  crosses: a swap crosses the host link once, a device copy streams HBM twice (read and
+  write). A route no link here carries (disk, a remote store) is refused by name.
 * CPU overhead is its own term (``cpu_s``), apart from GPU time: it is what a faster GPU
   does not shorten, and what engines work hardest to hide. With ``cpu_overlap`` (vLLM's
   async scheduling) ``cpu_s`` is only what the step's GPU time does not cover, so the step
@@ -50,6 +52,14 @@ from typing import NamedTuple
 import numpy as np
 
 from backend.step import Batch
+from backend.transfer import (
+    DEVICE_COPY,
+    NO_MOVES,
+    SWAP_IN,
+    SWAP_OUT,
+    MovedBlocks,
+    moved_blocks,
+)
 from sim.config.cost_params import CostParams
 from sim.config.hardware import HardwareSpec, ModelSpec
 from sim.config.links import CUDA_GRAPH_MAX_TOKENS
@@ -153,8 +163,13 @@ class AnalyticCostModel:
         kv_token = model.kv_bytes_per_token(tp, kv_element_bytes)
         self._kv_bytes_per_layer_token = kv_token // model.num_layers
         block_bytes = block_size * kv_token
-        self._s_per_swapped_block = block_bytes / hardware.host_link_bytes_s
-        self._s_per_copied_block = 2 * block_bytes / self.kernels.copy_bytes_s()
+        # Seconds one block takes on each link, and the link each route crosses. Blocks
+        # are summed per link before pricing, host link first.
+        self._s_per_block_on = {
+            "host link": block_bytes / hardware.host_link_bytes_s,
+            "device memory": 2 * block_bytes / self.kernels.copy_bytes_s(),
+        }
+        self._link_of = {SWAP_OUT: "host link", SWAP_IN: "host link", DEVICE_COPY: "device memory"}
         # Scalars every step reads, looked up once (the parameters are frozen).
         self._layers = model.num_layers
         self._cpu_step_s = params.cpu_step_overhead_s
@@ -217,8 +232,7 @@ class AnalyticCostModel:
             chunks,
             num_decodes,
             int(_sum(lens)) if num_decodes else 0,
-            len(batch.swap_out) + len(batch.swap_in),
-            len(batch.copies),
+            moved_blocks(batch.transfers) if batch.transfers else NO_MOVES,
         )
         return sum(parts)  # as StepCost.total_s sums them
 
@@ -226,16 +240,16 @@ class AnalyticCostModel:
         self,
         prefill_chunks: Sequence[tuple[int, int]],
         decode_context_lens: np.ndarray,
-        swap_blocks: int = 0,
-        copy_blocks: int = 0,
+        moved: MovedBlocks = NO_MOVES,
     ) -> float:
         """Predicted seconds for prefill chunks ``(start, num_tokens)`` plus one decode
         token per entry of ``decode_context_lens`` (each counting the new token), plus
-        ``swap_blocks`` host<->device and ``copy_blocks`` device copies.
+        the blocks ``moved`` per route.
 
-        Raises ValueError for a chunk with a negative start or no tokens. Decode
-        lengths are trusted (the engine builds them; checking costs a second pass)."""
-        return sum(self._parts_of(prefill_chunks, decode_context_lens, swap_blocks, copy_blocks))
+        Raises ValueError for a chunk with a negative start or no tokens, or for a route
+        no link here carries. Decode lengths are trusted (the engine builds them;
+        checking costs a second pass)."""
+        return sum(self._parts_of(prefill_chunks, decode_context_lens, moved))
 
     def decode_steps(self, context_lens: np.ndarray, steps: int) -> np.ndarray:
         """Seconds of ``steps`` decode-only steps of one batch (a decode stretch) whose
@@ -244,7 +258,7 @@ class AnalyticCostModel:
         (the same IEEE operations in the same order, elementwise)."""
         num = int(context_lens.shape[0])
         context = int(context_lens.sum()) if num else 0
-        first = self._parts((), num, context, 0, 0)  # the parts that do not change
+        first = self._parts((), num, context, NO_MOVES)  # the parts that do not change
         contexts = context + num * np.arange(steps, dtype=np.int64)
         decode = self._layers * self.kernels.decode_attentions(
             num, contexts, self._kv_bytes_per_layer_token
@@ -265,33 +279,45 @@ class AnalyticCostModel:
         prefill_chunks: Sequence[tuple[int, int]],
         decode_context_lens: np.ndarray,
         *,
-        swap_blocks: int = 0,
-        copy_blocks: int = 0,
+        moved: MovedBlocks = NO_MOVES,
     ) -> StepCost:
         """Like :meth:`predict`, split by cause."""
         return StepCost._make(
-            self._parts_of(prefill_chunks, decode_context_lens, swap_blocks, copy_blocks)
+            self._parts_of(prefill_chunks, decode_context_lens, moved)
         )
 
     def _parts_of(
         self,
         prefill_chunks: Sequence[tuple[int, int]],
         decode_context_lens: np.ndarray,
-        swap_blocks: int,
-        copy_blocks: int,
+        moved: MovedBlocks,
     ) -> tuple[float, ...]:
         """:meth:`_parts` of a step given as :meth:`predict` takes it."""
         num_decodes = int(decode_context_lens.shape[0])
         decode_context = int(decode_context_lens.sum()) if num_decodes else 0
-        return self._parts(prefill_chunks, num_decodes, decode_context, swap_blocks, copy_blocks)
+        return self._parts(prefill_chunks, num_decodes, decode_context, moved)
+
+    def _transfers_s(self, moved: MovedBlocks) -> float:
+        """Seconds the blocks ``moved`` take, per link. Raises ValueError for a route no
+        link here carries."""
+        blocks = dict.fromkeys(self._s_per_block_on, 0)
+        for route, count in moved.items():
+            link = self._link_of.get(route)
+            if link is None:
+                src, dst = route
+                raise ValueError(
+                    f"no link prices moves from {src.value} to {dst.value} "
+                    f"(the analytic model knows {', '.join(sorted(self._s_per_block_on))})"
+                )
+            blocks[link] += count
+        return sum([blocks[link] * s for link, s in self._s_per_block_on.items()])
 
     def _parts(
         self,
         prefill_chunks: Sequence[tuple[int, int]],
         num_decodes: int,
         decode_context: int,
-        swap_blocks: int,
-        copy_blocks: int,
+        moved: MovedBlocks,
     ) -> tuple[float, ...]:
         """A step's :class:`StepCost` fields, in order, as a plain tuple (the one place
         they are computed: breakdown, predict and execute all read them from here).
@@ -305,9 +331,7 @@ class AnalyticCostModel:
                 )
             prefill_tokens += num_tokens
         num_seqs = len(prefill_chunks) + num_decodes
-        data_movement = (
-            swap_blocks * self._s_per_swapped_block + copy_blocks * self._s_per_copied_block
-        )
+        data_movement = self._transfers_s(moved) if moved else 0.0
         if num_seqs == 0:
             cpu = self._cpu_step_s if data_movement else 0.0
             return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, data_movement, cpu)

@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from backend.step import Batch
+from backend.transfer import DEVICE_COPY, NO_MOVES, SWAP_IN, SWAP_OUT, MovedBlocks
 from sim.config.textfile import parse_json, read_text
 from sim.config.user_errors import UserError
 
@@ -96,12 +97,14 @@ class CalibrationError(UserError, ValueError):
 def step_features(
     prefill_chunks: Sequence[tuple[int, int]],
     decode_context_lens: np.ndarray,
-    swap_blocks: int = 0,
-    copy_blocks: int = 0,
+    moved: MovedBlocks = NO_MOVES,
 ) -> np.ndarray:
     """The feature vector (float64, ``len(FEATURES)``) of one step: prefill chunks
-    ``(start, num_tokens)``, decode contexts (the new token included) and block moves.
-    Pure; O(chunks) Python plus one numpy sum and max over the decodes."""
+    ``(start, num_tokens)``, decode contexts (the new token included) and the blocks
+    moved per route (swaps, either way, and device copies are the two move features).
+    Pure; O(chunks) Python plus one numpy sum and max over the decodes. Raises
+    ValueError for a route neither feature counts."""
+    swapped, copied = _swapped_and_copied(moved) if moved else (0, 0)
     num_decodes = int(len(decode_context_lens))
     decode_sum = decode_max = 0
     if num_decodes:
@@ -130,11 +133,24 @@ def step_features(
             context,
             decode_sum,
             num_decodes * decode_max,
-            swap_blocks,
-            copy_blocks,
+            swapped,
+            copied,
         ],
         dtype=np.float64,
     )
+
+
+def _swapped_and_copied(moved: MovedBlocks) -> tuple[int, int]:
+    swapped = copied = 0
+    for route, count in moved.items():
+        if route == DEVICE_COPY:
+            copied += count
+        elif route in (SWAP_OUT, SWAP_IN):
+            swapped += count
+        else:
+            src, dst = route
+            raise ValueError(f"no calibrated feature counts moves from {src.value} to {dst.value}")
+    return swapped, copied
 
 
 def batch_features(batch: Batch) -> np.ndarray:
@@ -276,9 +292,9 @@ class CalibratedCostModel:
         (see :meth:`sim.costs.analytic.AnalyticCostModel.decode_steps`)."""
         return np.array([self.predict([], context_lens + i) for i in range(steps)])
 
-    def predict(self, *shape, **moves) -> float:
+    def predict(self, *shape, **moved) -> float:
         """Same arguments as :meth:`sim.costs.analytic.AnalyticCostModel.predict`."""
-        return float(np.sum(step_features(*shape, **moves) * self._coefficients))
+        return float(np.sum(step_features(*shape, **moved) * self._coefficients))
 
 
 def shape_mismatch(calibration: Calibration, model_spec: Any) -> str:

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from backend.step import Batch
+from backend.transfer import NO_MOVES, MovedBlocks
 from sim.costs.analytic import AnalyticCostModel, StepCost
 from sim.costs.vidur import VidurProfile
 
@@ -73,22 +74,19 @@ class ProfileCostModel:
         (see :meth:`sim.costs.analytic.AnalyticCostModel.decode_steps`)."""
         return np.array([self.predict([], context_lens + i) for i in range(steps)])
 
-    def predict(self, *shape, **moves) -> float:
+    def predict(self, *shape, **moved) -> float:
         """Same arguments as :meth:`sim.costs.analytic.AnalyticCostModel.predict`."""
-        return self.breakdown(*shape, **moves).total_s
+        return self.breakdown(*shape, **moved).total_s
 
     def breakdown(
         self,
         prefill_chunks: Sequence[tuple[int, int]],
         decode_context_lens: np.ndarray,
-        swap_blocks: int = 0,
-        copy_blocks: int = 0,
+        moved: MovedBlocks = NO_MOVES,
     ) -> StepCost:
         """Like :meth:`AnalyticCostModel.breakdown`, each part from the profile where
         it was measured. Counts the step and its fallbacks."""
-        base = self.analytic.breakdown(
-            prefill_chunks, decode_context_lens, swap_blocks=swap_blocks, copy_blocks=copy_blocks
-        )
+        base = self.analytic.breakdown(prefill_chunks, decode_context_lens, moved=moved)
         num_decodes = int(decode_context_lens.shape[0])
         num_seqs = len(prefill_chunks) + num_decodes
         if num_seqs == 0:

@@ -262,7 +262,7 @@ class Replica:
                 preemptions = self._state.num_preemptions
                 batch, plan = self._planner.plan()
                 counts = batch_counts(batch)
-                if counts[0] == 0 and not batch.swap_out:
+                if counts[0] == 0 and not batch.transfers:
                     if lagging or self._state.num_preemptions != preemptions:
                         # Plan again, the next record carrying this plan's preemptions: after
                         # the frees of the step in flight (vLLM: its output is in), or, when

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from backend.base import BlockMove
+from backend.transfer import Transfer
 from sim.engine.records import Limit
 from sim.workload.request import Request
 
@@ -142,9 +142,19 @@ class StepPlan:
 
 @dataclass
 class Moves:
-    copies: list[BlockMove] = field(default_factory=list)
-    swap_out: list[BlockMove] = field(default_factory=list)
-    swap_in: list[BlockMove] = field(default_factory=list)
+    """The transfers a step's planning collects, kept apart by what asked for them."""
+
+    copies: list[Transfer] = field(default_factory=list)
+    swap_out: list[Transfer] = field(default_factory=list)
+    swap_in: list[Transfer] = field(default_factory=list)
+
+    def in_order(self) -> tuple[Transfer, ...]:
+        """All of them in the order an executor performs them: swap-outs first (they
+        free the device blocks that swap-ins and copies were then given), then swap-ins,
+        then copy-on-write copies."""
+        if not (self.swap_out or self.swap_in):
+            return tuple(self.copies)
+        return (*self.swap_out, *self.swap_in, *self.copies)
 
 
 def seq_ids(prefills: list[PrefillSeq], decodes: dict[str, np.ndarray]) -> list[int]:

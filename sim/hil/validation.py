@@ -82,8 +82,8 @@ class RecordingExecutor:
 
     def execute(self, batch: Batch) -> float:
         seconds = self.inner.execute(batch)
-        moves = len(batch.swap_out) + len(batch.swap_in) + len(batch.copies)
-        if not moves:  # re-running moves would move data twice; a forward pass is idempotent
+        # Re-running transfers would move data twice; a forward pass is idempotent.
+        if not batch.transfers:
             for _ in range(self.repeats - 1):
                 seconds = min(seconds, self.inner.execute(batch))
         self.records.append(MeasuredStep(batch.shape(), float(seconds)))

@@ -9,11 +9,12 @@ catch them.
 from __future__ import annotations
 
 from backend.blocks import BlockManager
+from backend.transfer import Transfer
 
 
 class NoCopyOnWrite(BlockManager):
     """Appending to a shared, partly filled last block (after a fork) writes into it in
-    place: no private copy, no BlockMove, the sibling's next token lands on top."""
+    place: no private copy, no Transfer, the sibling's next token lands on top."""
 
     def _append_need(self, seq, num_new):
         needed, cow = super()._append_need(seq, num_new)
@@ -102,6 +103,15 @@ UncheckedLeakyFree = unchecked(LeakyFree)
 UncheckedFreePublishesUncomputed = unchecked(FreePublishesUncomputed)
 UncheckedFreeKeepsKeys = unchecked(FreeKeepsKeys)
 UncheckedSharedAcrossTenants = unchecked(SharedAcrossTenants)
+
+
+class SwapOutWithoutRoute(BlockManager):
+    """``swap_out`` moves the right blocks but returns them as device copies (the route
+    an allocator written before transfers named their media would give): an executor
+    would copy device blocks into device blocks and the CPU pool would stay empty."""
+
+    def swap_out(self, seq_id):
+        return [Transfer(move.src, move.dst) for move in super().swap_out(seq_id)]
 
 
 class FreeHangs(BlockManager):

@@ -64,6 +64,7 @@ BROKEN = {
     "UncheckedSharedAcrossTenants": ": never computed under that salt",
     "CountsRefusedLookups": "changed snapshot()",
     "SwapInSharesUncomputed": "has not computed",
+    "SwapOutWithoutRoute": "goes gpu -> gpu, not gpu -> cpu",
 }
 
 

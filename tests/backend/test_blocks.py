@@ -7,7 +7,6 @@ import pytest
 
 import backend.blocks.prefix_index as prefix_index_module
 from backend.base import (
-    BlockMove,
     DuplicateSequence,
     InvalidRequest,
     OutOfBlocks,
@@ -15,6 +14,7 @@ from backend.base import (
 )
 from backend.blocks import BlockManager
 from backend.evictor import LeastRecentlyUsed
+from backend.transfer import CPU, GPU, Transfer
 from policies.context import PolicyContext, build_policy
 from policies.eviction import EVICTORS
 
@@ -84,7 +84,7 @@ def test_fork_shares_every_block_and_cow_copies_the_partly_filled_last_block():
     assert mgr.block_table(1) == [0, 1] and mgr.usage().used_blocks == 2
     assert mgr.usage().token_slots == 6  # shared blocks count once
 
-    assert mgr.append(1, [9]) == [BlockMove(1, 2)]
+    assert mgr.append(1, [9]) == [Transfer(1, 2)]
     assert mgr.block_table(1) == [0, 2] and mgr.block_table(0) == [0, 1]
     assert mgr.read_tokens(1).tolist() == [1, 2, 3, 4, 5, 6, 9]
     assert mgr.read_tokens(0).tolist() == [1, 2, 3, 4, 5, 6]
@@ -107,7 +107,7 @@ def test_batch_cow_copies_once_when_every_sharer_writes():
     mgr.allocate(0, [1, 2])
     mgr.fork(0, 1)
     assert mgr.blocks_needed_for_batch(np.array([0, 1])) == 1
-    assert mgr.append_batch(np.array([0, 1]), np.array([3, 4])) == [BlockMove(0, 1)]
+    assert mgr.append_batch(np.array([0, 1]), np.array([3, 4])) == [Transfer(0, 1)]
     assert mgr.block_table(0) == [1] and mgr.block_table(1) == [0]
     assert mgr.read_tokens(0).tolist() == [1, 2, 3] and mgr.read_tokens(1).tolist() == [1, 2, 4]
     mgr.check_invariants()
@@ -280,7 +280,7 @@ def test_swap_round_trip_moves_and_contents():
     mgr.allocate(0, [1, 2, 3])  # blocks 0, 1
     mgr.allocate(1, [4])  # block 2
     assert mgr.can_swap_out(0)
-    assert mgr.swap_out(0) == [BlockMove(0, 0), BlockMove(1, 1)]
+    assert mgr.swap_out(0) == [Transfer(0, 0, GPU, CPU), Transfer(1, 1, GPU, CPU)]
     assert mgr.is_swapped(0) and mgr.block_table(0) == [0, 1]
     assert mgr.read_tokens(0).tolist() == [1, 2, 3]
     assert mgr.num_free_blocks == 3 and mgr.num_free_cpu_blocks == 1
@@ -288,7 +288,7 @@ def test_swap_round_trip_moves_and_contents():
 
     assert mgr.can_swap_in(0)
     # The free list is [3, 1, 0]: block 3 was never used, then the release (tail first).
-    assert mgr.swap_in(0) == [BlockMove(0, 3), BlockMove(1, 1)]
+    assert mgr.swap_in(0) == [Transfer(0, 3, CPU, GPU), Transfer(1, 1, CPU, GPU)]
     assert not mgr.is_swapped(0) and mgr.read_tokens(0).tolist() == [1, 2, 3]
     assert mgr.num_free_cpu_blocks == 3
     mgr.append(0, [5])
@@ -321,7 +321,7 @@ def test_swap_refused_cleanly_when_either_pool_is_full():
     assert mgr.snapshot() == before
 
     mgr.allocate(1, [1])  # block 2
-    assert mgr.swap_out(1) == [BlockMove(2, 0)]
+    assert mgr.swap_out(1) == [Transfer(2, 0, GPU, CPU)]
     mgr.allocate(2, [5, 6])  # takes block 2 again: the device pool is full
     before = mgr.snapshot()
     assert not mgr.can_swap_in(1)
@@ -499,10 +499,10 @@ def test_swap_in_shares_blocks_still_cached_instead_of_copying():
     mgr = caching(8, 2, num_cpu_blocks=4)
     mgr.allocate(0, [1, 2, 3, 4, 5])  # blocks 0, 1 full (cached keys), block 2 partial
     mgr.fork(0, 1)
-    assert mgr.swap_out(1) == [BlockMove(0, 0), BlockMove(1, 1), BlockMove(2, 2)]
+    assert mgr.swap_out(1) == [Transfer(b, b, GPU, CPU) for b in (0, 1, 2)]
     assert mgr.num_used_blocks == 3  # the parent still holds every block
     # The full blocks are shared again (no copy); only the partial block comes back.
-    assert mgr.swap_in(1) == [BlockMove(2, 3)]
+    assert mgr.swap_in(1) == [Transfer(2, 3, CPU, GPU)]
     assert mgr.block_table(1) == [0, 1, 3] and mgr.read_tokens(1).tolist() == [1, 2, 3, 4, 5]
     assert mgr.prefix_cache_stats == (5, 0)  # a swap-in is not a prompt lookup
     mgr.check_invariants()

@@ -23,6 +23,7 @@ from hypothesis.stateful import (
 
 from backend.base import InvalidRequest, OutOfBlocks
 from backend.blocks import BlockManager
+from backend.transfer import CPU, GPU, Transfer
 from policies.context import PolicyContext, build_policy
 from policies.eviction import EVICTORS
 
@@ -130,7 +131,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
         if moves:
             event("copy-on-write")
         held, size = len(self.shadow[seq]), self.mgr.block_size
-        for src, dst in moves:
+        for src, dst, *_ in moves:
             # CoW copied the shared, partly filled block into a private one in place;
             # the original keeps its tokens for the other readers.
             assert self.mgr.block_table(seq)[held // size] == dst
@@ -193,7 +194,8 @@ class BlockManagerMachine(RuleBasedStateMachine):
             return
         assert possible and self.mgr.is_swapped(seq)
         # Every device block, in table order, goes to the CPU block now in the table.
-        assert moves == list(zip(device, self.mgr.block_table(seq)))
+        cpu = self.mgr.block_table(seq)
+        assert moves == [Transfer(d, c, GPU, CPU) for d, c in zip(device, cpu)]
         self.swapped.add(seq)
 
     @precondition(lambda self: self.swapped)
@@ -210,7 +212,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
         # Blocks still cached on the device are shared again; the rest (a tail) are copied.
         table = self.mgr.block_table(seq)
         shared = len(table) - len(moves)
-        assert moves == list(zip(cpu[shared:], table[shared:]))
+        assert moves == [Transfer(c, d, CPU, GPU) for c, d in zip(cpu[shared:], table[shared:])]
         self.swapped.discard(seq)
 
     @rule(count=st.integers(1, 3))

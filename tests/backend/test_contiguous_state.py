@@ -19,8 +19,9 @@ from hypothesis.stateful import (
     rule,
 )
 
-from backend.base import BlockMove, InvalidRequest, OutOfBlocks
+from backend.base import InvalidRequest, OutOfBlocks
 from backend.contiguous import ContiguousAllocator, SlotSpace
+from backend.transfer import CPU, GPU, Transfer
 
 TOKENS = st.lists(st.integers(0, 1000), min_size=1, max_size=6)
 
@@ -153,7 +154,7 @@ class ContiguousMachine(RuleBasedStateMachine):
         moves = []
         if new_start != seq.start:
             event("growth relocated")
-            moves = [BlockMove(seq.start + i, new_start + i) for i in range(len(seq.tokens))]
+            moves = [Transfer(seq.start + i, new_start + i) for i in range(len(seq.tokens))]
         seq.start, seq.reserved = new_start, needed
         return moves
 
@@ -246,7 +247,7 @@ class ContiguousMachine(RuleBasedStateMachine):
             return multiple()
         moves = self.alloc.fork(parent, child)
         held = len(shadow.tokens)
-        assert moves == [BlockMove(shadow.start + i, start + i) for i in range(held)]
+        assert moves == [Transfer(shadow.start + i, start + i) for i in range(held)]
         self.mark(self.owner, start, shadow.reserved, child)
         self.shadow[child] = Seq(list(shadow.tokens), start, shadow.reserved, shadow.target)
         self.note_peak()
@@ -275,7 +276,7 @@ class ContiguousMachine(RuleBasedStateMachine):
             self.refused("swap_out", lambda: self.alloc.swap_out(seq))
             return
         assert self.alloc.swap_out(seq) == [
-            BlockMove(shadow.start + i, dst + i) for i in range(held)
+            Transfer(shadow.start + i, dst + i, GPU, CPU) for i in range(held)
         ]
         self.mark(self.owner, shadow.start, shadow.reserved, None)
         self.mark(self.cpu_owner, dst, held, seq)
@@ -295,7 +296,7 @@ class ContiguousMachine(RuleBasedStateMachine):
             return
         held = len(shadow.tokens)
         assert self.alloc.swap_in(seq) == [
-            BlockMove(shadow.start + i, dst + i) for i in range(held)
+            Transfer(shadow.start + i, dst + i, CPU, GPU) for i in range(held)
         ]
         self.mark(self.cpu_owner, shadow.start, held, None)
         self.mark(self.owner, dst, shadow.reserved, seq)

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from backend.step import Batch, PrefillChunk
+from backend.transfer import CPU, DEVICE_COPY, GPU, SWAP_IN, SWAP_OUT, Medium, Transfer
 from sim.config.errors import ScenarioError
 from sim.config.loader import validate_scenario
 from sim.costs.calibrated import (
@@ -61,9 +62,15 @@ def test_step_features_of_a_mixed_step():
 
 
 def test_an_empty_step_has_only_its_moves():
-    row = step_features([], np.zeros(0, dtype=np.int64), swap_blocks=3, copy_blocks=2)
+    moved = {SWAP_OUT: 2, SWAP_IN: 1, DEVICE_COPY: 2}
+    row = step_features([], np.zeros(0, dtype=np.int64), moved)
     expected = {"swapped_blocks": 3, "copied_blocks": 2}
     assert dict(zip(FEATURES, row)) == {name: expected.get(name, 0) for name in FEATURES}
+
+
+def test_a_route_no_feature_counts_is_refused_by_name():
+    with pytest.raises(ValueError, match="from cpu to disk"):
+        step_features([], np.zeros(0, dtype=np.int64), {(Medium.CPU, Medium.DISK): 1})
 
 
 def test_the_default_grid_identifies_every_forward_pass_coefficient():
@@ -194,14 +201,14 @@ def test_executor_predicts_features_times_coefficients():
     model = CalibratedCostModel(calibration)
     chunk = PrefillChunk(0, 32, np.arange(16, dtype=np.int32))
     contexts = np.array([10, 20], dtype=np.int64)
+    swaps = (Transfer(3, 4, GPU, CPU), Transfer(5, 6, GPU, CPU))
     batch = Batch((chunk,), np.array([1, 2]), contexts, np.zeros(2, dtype=np.int32),
-                  copies=((1, 2),), swap_out=((3, 4), (5, 6)))  # fmt: skip
-    expected = step_features([(32, 16)], contexts, swap_blocks=2, copy_blocks=1)
+                  transfers=(*swaps, Transfer(1, 2)))  # fmt: skip
+    moved = {SWAP_OUT: 2, DEVICE_COPY: 1}
+    expected = step_features([(32, 16)], contexts, moved)
     expected = float(expected @ calibration.vector())
     assert model.execute(batch) == pytest.approx(expected)
-    assert model.predict([(32, 16)], contexts, swap_blocks=2, copy_blocks=1) == pytest.approx(
-        expected
-    )
+    assert model.predict([(32, 16)], contexts, moved=moved) == pytest.approx(expected)
     assert expected > 0
 
 

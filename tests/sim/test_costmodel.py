@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from backend.base import BlockMove
 from backend.step import Batch, PrefillChunk
+from backend.transfer import CPU, DEVICE_COPY, GPU, SWAP_IN, SWAP_OUT, Medium, Transfer
 from sim.config.cost_params import CostParams
 from sim.config.hardware import HardwareSpec
 from sim.config.pool import kv_pool_blocks
@@ -154,9 +154,15 @@ def test_swaps_and_copies_by_hand():
     block_bytes = 4 * tiny_kv_bytes_per_token(2)  # block_size 4
     swap = 3 * block_bytes / TOY_GPU.host_link_bytes_s
     copy = 2 * (2 * block_bytes) / BANDWIDTH  # read and write on the device
-    cost = tiny_model().breakdown([], NO_DECODES, swap_blocks=3, copy_blocks=2)
+    moved = {SWAP_OUT: 2, SWAP_IN: 1, DEVICE_COPY: 2}
+    cost = tiny_model().breakdown([], NO_DECODES, moved=moved)
     assert cost.data_movement_s == pytest.approx(swap + copy)
     assert cost.total_s == pytest.approx(swap + copy + 1e-3)  # a step, but no sequences
+
+
+def test_a_route_no_link_carries_is_refused_by_name():
+    with pytest.raises(ValueError, match="from gpu to disk"):
+        tiny_model().predict([], NO_DECODES, moved={(Medium.GPU, Medium.DISK): 1})
 
 
 def test_empty_step_costs_nothing():
@@ -191,13 +197,17 @@ def test_execute_reads_the_batch_like_predict():
         decode_seq_ids=np.array([3, 4, 5], dtype=np.int64),
         decode_context_lens=np.array([7, 40, 2], dtype=np.int64),
         decode_token_ids=np.zeros(3, dtype=np.int32),
-        copies=(BlockMove(1, 2),),
-        swap_out=(BlockMove(3, 0), BlockMove(4, 1)),
-        swap_in=(BlockMove(5, 6),),
+        transfers=(
+            Transfer(3, 0, GPU, CPU),
+            Transfer(4, 1, GPU, CPU),
+            Transfer(5, 6, CPU, GPU),
+            Transfer(1, 2),
+        ),
     )
-    expected = model.predict([(0, 5), (16, 9)], np.array([7, 40, 2]), swap_blocks=3, copy_blocks=1)
+    moved = {SWAP_OUT: 2, SWAP_IN: 1, DEVICE_COPY: 1}
+    expected = model.predict([(0, 5), (16, 9)], np.array([7, 40, 2]), moved=moved)
     assert model.execute(batch) == pytest.approx(expected)
-    assert model.execute(batch) > model.execute(batch._replace(swap_in=()))
+    assert model.execute(batch) > model.execute(batch._replace(transfers=batch.transfers[:2]))
 
 
 # --- monotonicity (property tests over presets) ----------------------------------------
@@ -230,12 +240,17 @@ def test_more_work_is_never_faster(model, gpu, tp, prefills, decodes, data):
         grown_prefills[i] = (start + data.draw(st.integers(0, 512)), n + 1)
     grown = cost.predict(grown_prefills, np.array(grown_decodes, dtype=np.int64))
     assert grown >= base
-    assert cost.predict(list(prefills), np.array(decodes), swap_blocks=1) > base
+    assert cost.predict(list(prefills), np.array(decodes), moved={SWAP_OUT: 1}) > base
 
 
 def batch_of(chunks, contexts, swaps: int = 0, copies: int = 0) -> Batch:
     """A batch of prefill ``chunks`` ``(start, tokens)``, decodes of ``contexts`` and moves."""
-    moves = tuple(BlockMove(i, i + 1) for i in range(swaps + copies))
+    out, back = swaps // 2, swaps - swaps // 2
+    moves = (
+        *(Transfer(i, i + 1, GPU, CPU) for i in range(out)),
+        *(Transfer(i, i + 1, CPU, GPU) for i in range(back)),
+        *(Transfer(i, i + 1) for i in range(copies)),
+    )
     return Batch(
         prefills=tuple(
             PrefillChunk(i, start, np.zeros(n, dtype=np.int32))
@@ -244,9 +259,7 @@ def batch_of(chunks, contexts, swaps: int = 0, copies: int = 0) -> Batch:
         decode_seq_ids=np.arange(len(contexts), dtype=np.int64),
         decode_context_lens=np.array(contexts, dtype=np.int64),
         decode_token_ids=np.zeros(len(contexts), dtype=np.int32),
-        copies=moves[swaps:],
-        swap_out=moves[: swaps // 2],
-        swap_in=moves[swaps // 2 : swaps],
+        transfers=moves,
     )
 
 
@@ -267,7 +280,8 @@ def test_execute_predict_and_breakdown_agree_bit_for_bit(model_name, tp, shape):
     seconds = model.execute(batch)
     assert type(seconds) is float
     assert seconds.hex() == model.predict(*batch.shape()).hex()
-    total = model.breakdown(*batch.shape()[:2], swap_blocks=swaps, copy_blocks=copies).total_s
+    moved = {SWAP_OUT: swaps // 2, SWAP_IN: swaps - swaps // 2, DEVICE_COPY: copies}
+    total = model.breakdown(*batch.shape()[:2], moved=moved).total_s
     assert seconds.hex() == total.hex()
 
 

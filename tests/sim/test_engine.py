@@ -9,6 +9,7 @@ import simpy
 
 from backend.blocks import BlockManager
 from backend.contiguous import make_contiguous
+from backend.transfer import DEVICE_COPY, SWAP_IN, SWAP_OUT, moved_blocks
 from policies.admission import ADMISSION
 from policies.batching import BATCHING
 from policies.preemption import MODES, VICTIMS
@@ -27,13 +28,12 @@ class FixedStep:
 
     def execute(self, batch):
         prefill = tuple((c.seq_id, c.start, c.num_tokens) for c in batch.prefills)
+        moved = moved_blocks(batch.transfers)
         self.log.append(
             (
                 prefill,
                 batch.decode_seq_ids.tolist(),
-                len(batch.copies),
-                len(batch.swap_out),
-                len(batch.swap_in),
+                *(moved.get(route, 0) for route in (DEVICE_COPY, SWAP_OUT, SWAP_IN)),
             )
         )
         return self.seconds

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import yaml
 
-from backend.base import BlockMove
 from backend.step import Batch, PrefillChunk
+from backend.transfer import CPU, GPU, Transfer
 from sim.cli import main
 from sim.config.errors import ScenarioError
 from sim.config.hardware import ModelSpec
@@ -154,7 +154,7 @@ def test_a_presets_config_json_runs_exactly_like_the_preset(preset, tmp_path):
         decode_seq_ids=np.arange(1, 65, dtype=np.int64),
         decode_context_lens=np.arange(100, 6500, 100, dtype=np.int64),
         decode_token_ids=np.zeros(64, dtype=np.int32),
-        swap_in=(BlockMove(1, 2),),
+        transfers=(Transfer(1, 2, CPU, GPU),),
     )
     times = [analytic_executor(s).execute(batch) for s in (by_name, by_config)]
     assert times[0] == times[1] > 0

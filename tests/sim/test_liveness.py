@@ -30,6 +30,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 import sim.run.build
+from backend.transfer import SWAP_IN, SWAP_OUT, moved_blocks
 from policies.admission import ADMISSION
 from policies.batching import BATCHING
 from policies.eviction import EVICTORS
@@ -63,8 +64,9 @@ class CountingExecutor:
     def execute(self, batch):
         if len(self.swap_out) >= MAX_STEPS:
             raise Livelock(f"more than {MAX_STEPS} steps on one replica")
-        self.swap_out.append(len(batch.swap_out))
-        self.swap_in.append(len(batch.swap_in))
+        moved = moved_blocks(batch.transfers)
+        self.swap_out.append(moved.get(SWAP_OUT, 0))
+        self.swap_in.append(moved.get(SWAP_IN, 0))
         return self.inner.execute(batch)
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from backend.step import Batch
+from backend.transfer import CPU, GPU, SWAP_OUT, Transfer
 from sim.cli import main
 from sim.config.loader import validate_scenario
 from sim.costs.calibrated import FEATURES, CalibratedCostModel, Calibration
@@ -188,9 +189,9 @@ def test_recording_executor_keeps_the_minimum_of_its_repeats():
 
 def test_recording_executor_runs_steps_that_move_blocks_once():
     recorder = RecordingExecutor(FakeExecutor([3.0, 1.0]), repeats=2)
-    assert recorder.execute(decode_batch(swap_out=((1, 2),))) == 3.0
+    assert recorder.execute(decode_batch(transfers=(Transfer(1, 2, GPU, CPU),))) == 3.0
     assert recorder.inner.calls == 1
-    assert recorder.records[0].shape.swap_blocks == 1
+    assert recorder.records[0].shape.moved == {SWAP_OUT: 1}
 
 
 def test_end_to_end_errors_are_relative_to_the_measured_run():

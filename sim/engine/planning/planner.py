@@ -134,9 +134,7 @@ class StepPlanner:
             decode_ids,
             decode_ctx,
             decode_tokens,
-            tuple(moves.copies),
-            tuple(moves.swap_out),
-            tuple(moves.swap_in),
+            moves.in_order(),
         )
         return batch, plan
 

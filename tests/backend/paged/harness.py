@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from backend.base import BlockMove
 from backend.blocks import BlockManager
 from backend.paged import ModelShape
 from backend.paged.executor import PagedExecutor
 from backend.step import Batch, PrefillChunk
+from backend.transfer import Transfer
 
 TINY = ModelShape(
     num_layers=2, hidden_size=64, num_heads=8, num_kv_heads=2, head_dim=16,
@@ -35,10 +35,10 @@ class PagedHarness:
             shape, self.alloc, dtype=dtype, use_triton=use_triton, seed=seed, device=device,
             cpu_threads=1,
         )  # fmt: skip
-        self.copies: list[BlockMove] = []
+        self.copies: list[Transfer] = []
         self.copies_done = 0  # copy-on-write moves executed so far
-        self.swap_out_moves: list[BlockMove] = []
-        self.swap_in_moves: list[BlockMove] = []
+        self.swap_out_moves: list[Transfer] = []
+        self.swap_in_moves: list[Transfer] = []
 
     def admit(self, seq_id: int, prompt) -> int:
         """Allocate a prompt; returns how many leading tokens need no compute (a cache
@@ -72,9 +72,7 @@ class PagedHarness:
             decode_seq_ids=ids,
             decode_context_lens=np.array([self.alloc.num_tokens(int(s)) for s in ids], np.int64),
             decode_token_ids=tokens,
-            copies=tuple(self.copies),
-            swap_out=tuple(self.swap_out_moves),
-            swap_in=tuple(self.swap_in_moves),
+            transfers=(*self.swap_out_moves, *self.swap_in_moves, *self.copies),
         )
         self.copies_done += len(self.copies)
         self.copies, self.swap_out_moves, self.swap_in_moves = [], [], []

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from backend.base import BlockMove
 from backend.paged import KVCache, ModelShape, ops
 from backend.paged import reference as ref
 from backend.paged.model import LlamaModel
 from backend.paged.reference import ContiguousRunner
 from backend.step import Batch
+from backend.transfer import CPU, GPU, Transfer
 
 from .harness import PagedHarness
 from .helpers import relative_error, scattered_layout
@@ -78,11 +78,11 @@ def test_block_moves_on_device_and_pinned_pool(rng):
     assert cache.cpu_data.is_pinned()
     cache.data.normal_()
     before = cache.data.clone()
-    cache.copy_blocks([BlockMove(3, 30), BlockMove(4, 31)])
+    cache.copy_blocks([Transfer(3, 30), Transfer(4, 31)])
     assert torch.equal(cache.data[:, :, 30], before[:, :, 3])
-    cache.swap_out([BlockMove(30, 0), BlockMove(7, 5)])
+    cache.swap_out([Transfer(30, 0, GPU, CPU), Transfer(7, 5, GPU, CPU)])
     cache.data.zero_()
-    cache.swap_in([BlockMove(0, 1), BlockMove(5, 2)])
+    cache.swap_in([Transfer(0, 1, CPU, GPU), Transfer(5, 2, CPU, GPU)])
     assert torch.equal(cache.data[:, :, 1], before[:, :, 3])
     assert torch.equal(cache.data[:, :, 2], before[:, :, 7])
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from backend.base import BlockMove
 from backend.paged import KVCache, ModelShape, slot_mapping
 from backend.paged.kv_cache import independent_waves
+from backend.transfer import CPU, GPU, Medium, Transfer
 
 from .helpers import TRITON_DEVICE, needs_triton
 
@@ -34,9 +34,9 @@ def test_copy_blocks_copies_every_layer_and_only_the_destinations(rng, use_trito
     device = TRITON_DEVICE if use_triton else "cpu"
     cache = _random_pool(rng, device=device, use_triton=use_triton)
     before = cache.data.clone()
-    moves = [BlockMove(1, 4), BlockMove(1, 0), BlockMove(3, 5)]
+    moves = [Transfer(1, 4), Transfer(1, 0), Transfer(3, 5)]
     cache.copy_blocks(moves)
-    for src, dst in moves:
+    for src, dst, *_ in moves:
         assert torch.equal(cache.data[:, :, dst], before[:, :, src])
     for untouched in (1, 2, 3):
         assert torch.equal(cache.data[:, :, untouched], before[:, :, untouched])
@@ -51,8 +51,8 @@ def test_dependent_copies_act_as_if_performed_in_order(rng, use_triton):
     before = cache.data.clone()
     # A chain (1 -> 4 -> 5), a block overwritten twice (0), and a read of a block that a
     # later move overwrites (2 read, then written).
-    cache.copy_blocks([BlockMove(1, 4), BlockMove(4, 5), BlockMove(2, 0), BlockMove(3, 0),
-                       BlockMove(2, 1), BlockMove(3, 2)])  # fmt: skip
+    cache.copy_blocks([Transfer(1, 4), Transfer(4, 5), Transfer(2, 0), Transfer(3, 0),
+                       Transfer(2, 1), Transfer(3, 2)])  # fmt: skip
     expected = before.clone()
     for src, dst in [(1, 4), (4, 5), (2, 0), (3, 0), (2, 1), (3, 2)]:
         expected[:, :, dst] = expected[:, :, src]
@@ -60,7 +60,7 @@ def test_dependent_copies_act_as_if_performed_in_order(rng, use_triton):
 
 
 def test_waves_split_only_at_conflicts():
-    moves = [BlockMove(1, 4), BlockMove(2, 5), BlockMove(4, 6), BlockMove(7, 5)]
+    moves = [Transfer(1, 4), Transfer(2, 5), Transfer(4, 6), Transfer(7, 5)]
     waves = list(independent_waves(moves, same_pool=True))
     assert waves == [moves[:2], moves[2:]]
     # Between pools (swap) reading a src that is also some dst id is no conflict.
@@ -70,14 +70,38 @@ def test_waves_split_only_at_conflicts():
 def test_swap_round_trip_restores_contents_into_other_blocks(rng):
     cache = _random_pool(rng)
     before = cache.data.clone()
-    cache.swap_out([BlockMove(2, 3), BlockMove(5, 0)])
+    cache.swap_out([Transfer(2, 3, GPU, CPU), Transfer(5, 0, GPU, CPU)])
     assert torch.equal(cache.cpu_data[:, :, 3], before[:, :, 2])
     assert torch.equal(cache.cpu_data[:, :, 0], before[:, :, 5])
     cache.data.fill_(float("nan"))  # the device blocks were released and reused
-    cache.swap_in([BlockMove(3, 1), BlockMove(0, 4)])
+    cache.swap_in([Transfer(3, 1, CPU, GPU), Transfer(0, 4, CPU, GPU)])
     assert torch.equal(cache.data[:, :, 1], before[:, :, 2])
     assert torch.equal(cache.data[:, :, 4], before[:, :, 5])
     assert cache.data[:, :, [0, 2, 3, 5]].isnan().all()
+
+
+def test_transfer_performs_each_route_in_order(rng):
+    """One call with a step's transfers (swap-out, swap-in, copy) gives what the three
+    pool methods give in that order: the swap-in writes the block the swap-out read."""
+    transfers = [
+        Transfer(2, 3, GPU, CPU), Transfer(1, 2, CPU, GPU), Transfer(2, 5), Transfer(4, 0),
+    ]  # fmt: skip
+    by_route, in_one = _random_pool(rng), _random_pool(rng)
+    in_one.data.copy_(by_route.data)
+    in_one.cpu_data.copy_(by_route.cpu_data)
+    by_route.swap_out(transfers[:1])
+    by_route.swap_in(transfers[1:2])
+    by_route.copy_blocks(transfers[2:])
+    in_one.transfer(transfers)
+    assert torch.equal(in_one.data, by_route.data)
+    assert torch.equal(in_one.cpu_data, by_route.cpu_data)
+    assert not torch.equal(in_one.data[:, :, 5], in_one.cpu_data[:, :, 3])  # 2 was rewritten
+
+
+def test_transfer_refuses_a_route_it_has_no_pool_for(rng):
+    cache = _random_pool(rng)
+    with pytest.raises(ValueError, match="no move from cpu to disk"):
+        cache.transfer([Transfer(0, 0, CPU, Medium.DISK)])
 
 
 def test_read_sequence_follows_the_block_table(rng):

@@ -1,0 +1,72 @@
+"""Where a block's KV lives, and the one kind of move that carries it elsewhere.
+
+An allocator's commands that need data to move (copy-on-write, growth of a contiguous
+region, swap) return :class:`Transfer` values; the engine hands them, in order, to the
+executor of the step. Each names both ends: the medium and the id there. So the cost
+model prices a move by its route (a device copy streams HBM twice; a swap crosses the
+host link) and the real backend performs it by route, without inferring the direction
+from which list a move arrived in. Tiers below the GPU (CPU memory, local disk, a store
+shared by the cluster) and KV cache groups add routes and groups, not new move types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from enum import Enum
+from types import MappingProxyType
+from typing import NamedTuple
+
+
+class Medium(Enum):
+    """Where a block's KV lives."""
+
+    GPU = "gpu"  # the device pool of this instance
+    CPU = "cpu"  # host memory of this instance (the swap space)
+    DISK = "disk"  # local storage of this instance
+    REMOTE = "remote"  # a store shared by the instances of a cluster
+    PEER = "peer"  # another instance's device pool
+
+    def __repr__(self) -> str:  # short in test failures and transfer reprs
+        return self.name
+
+
+GPU, CPU = Medium.GPU, Medium.CPU
+
+#: ``(source medium, destination medium)``.
+Route = tuple[Medium, Medium]
+DEVICE_COPY: Route = (GPU, GPU)
+SWAP_OUT: Route = (GPU, CPU)
+SWAP_IN: Route = (CPU, GPU)
+
+
+class Transfer(NamedTuple):
+    """Copy the contents of ``src`` (in ``src_medium``) into ``dst`` (in ``dst_medium``).
+
+    The unit is the allocator's (see ``Allocator.block_table_layout``): a block for the
+    paged managers, one token slot for the contiguous baselines. ``group`` is the KV
+    cache group whose table the ids belong to (0 for a model with one group). The
+    defaults make ``Transfer(src, dst)`` a device copy, as copy-on-write is."""
+
+    src: int
+    dst: int
+    src_medium: Medium = GPU
+    dst_medium: Medium = GPU
+    group: int = 0
+
+    @property
+    def route(self) -> Route:
+        return (self.src_medium, self.dst_medium)
+
+
+#: Blocks moved in one step, per route, as cost models take them.
+MovedBlocks = Mapping[Route, int]
+NO_MOVES: MovedBlocks = MappingProxyType({})
+
+
+def moved_blocks(transfers: Iterable[Transfer]) -> MovedBlocks:
+    """How many of ``transfers`` take each route (routes in first-seen order)."""
+    counts: dict[Route, int] = {}
+    for transfer in transfers:
+        route = (transfer.src_medium, transfer.dst_medium)
+        counts[route] = counts.get(route, 0) + 1
+    return counts
