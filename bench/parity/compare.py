@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from sim.config.engines import VLLM_VERSION  # noqa: E402
+from policies.vllm_v1 import VLLM_VERSION  # noqa: E402
 from sim.recorded.parity import compare, read_record, replay  # noqa: E402
 
 

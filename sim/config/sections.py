@@ -209,7 +209,7 @@ class SchedulerSpec(StrictModel):
     """Whose scheduling rules the replicas follow: ``vllm-v1`` (default), vLLM V1's scheduler
     step for step, or ``pagesim``, the simulator's own (mixed batching, whole-prompt admission,
     the last arrival preempted, a 1 % watermark): ``vllm-v1`` (pinned to the version it is checked
-    against, sim/config/engines.py): it sets the batching mode, admission, victim and watermark
+    against, policies/vllm_v1.py): it sets the batching mode, admission, victim and watermark
     this section and ``preemption`` leave unset, offers a scheduled chunk's blocks to prefix
     lookups in the same step, and keeps vLLM's null block out of the pool."""
     policy: str = Field(default="fcfs", validate_default=True)

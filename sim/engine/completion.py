@@ -30,6 +30,8 @@ class Completion:
         outputs: TokenSource,
         finish: Callable[[int, float], None],
         served_tokens: ServedTokens | None,
+        *,
+        lag_frees: bool = False,
     ):
         self.state = state
         self.alloc = state.alloc
@@ -42,7 +44,7 @@ class Completion:
         # vLLM's async scheduling plans the next step before this one's output is in:
         # a finished sequence stays in its running set, blocks and max_num_seqs slot,
         # until after that plan (ReplicaState.lagging).
-        self.lag_frees = False
+        self.lag_frees = lag_frees
 
     def release(self, seq_id: int) -> None:
         """A finished sequence's blocks go back to the pool (now, or after the next plan

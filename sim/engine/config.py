@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from policies.admission import AdmissionPolicy
 from policies.batching import BatchingMode
 from policies.context import ServedTokens
+from policies.engine_rules import EngineRules
 from policies.preemption import PreemptionMode, VictimPolicy
 from policies.scheduling import Scheduler
 
@@ -23,10 +24,8 @@ class EngineConfig:
     async_scheduling: bool = False  # arrivals during a step wait one more step
     request_timeout_s: float | None = None  # the client gives up (sim/engine/deadlines.py)
     long_prefill_token_threshold: int = 0  # most prompt tokens a step gives one request
-    same_step_prefix_hits: bool = False  # a scheduled chunk's blocks hit in its own step
-    watermark_for_resumed: bool = False  # the watermark holds for resumed requests too
-    fan_out_samples: bool = False  # n > 1: one request per sample, each prefilled (vLLM V1)
-    async_frees_lag: bool = False  # async: a finished sequence frees after the next plan
+    #: the engine profile's own rules (scheduler.engine), called at named points of a step
+    rules: EngineRules = field(default_factory=EngineRules)
 
 
 @dataclass(frozen=True)

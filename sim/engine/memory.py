@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from backend.capabilities import UnpublishesBlocks
 from sim.engine.config import EngineConfig, ReplicaPolicies
 from sim.engine.executor import TokenSource
 from sim.engine.guard import PolicyFailure, brief
@@ -39,7 +38,6 @@ class Memory:
     ):
         self.state = state
         self.alloc = state.alloc
-        self._unpublishes = isinstance(self.alloc, UnpublishesBlocks)
         self.cfg = config
         self.victims = policies.victim
         self.mode = policies.mode
@@ -71,7 +69,7 @@ class Memory:
             problem = f"returned {brief(victim)}, which is not one of the running requests"
             raise PolicyFailure("preemption.victim", "pick()", problem)
         state.in_flight[victim.req_id].preempted(self.view.now)
-        if self.cfg.fan_out_samples and len(state.seq_ids_of(victim)) > 1:
+        if self.cfg.rules.fan_out_samples and len(state.seq_ids_of(victim)) > 1:
             # Each sample is a request of its own (vLLM V1): only the newest one goes.
             self.release(victim, *self.detach_newest(victim))
             return
@@ -105,11 +103,8 @@ class Memory:
 
     def release(self, request: Request, prefills, decodes) -> None:
         """Free detached sequences (on the device or swapped out) and re-queue them."""
-        if self.cfg.async_frees_lag and len(decodes["seq_id"]):
-            # vLLM registers a decode-filled block once the token filling it is known, a
-            # step after it ran: a sequence preempted before then never registered it.
-            for seq_id in decodes["seq_id"].tolist() if self._unpublishes else ():
-                self.alloc.unpublish_last_block(seq_id)
+        if len(decodes["seq_id"]):
+            self.cfg.rules.decodes_preempted(self.alloc, decodes["seq_id"].tolist())
         for seq_id in seq_ids(prefills, decodes):
             self.alloc.free(seq_id)
         self.requeue_for_recompute(request, prefills, decodes)

@@ -95,9 +95,9 @@ class Replica:
         self._memory = Memory(self._state, config, policies, outputs, self.view)
         self._planner = StepPlanner(self._state, config, policies, self._memory, outputs, self.view)
         self._completion = Completion(
-            self._state, self._memory, outputs, self._finished, policies.served_tokens
-        )
-        self._completion.lag_frees = config.async_frees_lag
+            self._state, self._memory, outputs, self._finished, policies.served_tokens,
+            lag_frees=config.rules.frees_lag,
+        )  # fmt: skip
         parts = StretchParts(
             index, self._state, self._planner, self._memory, self._completion.gaps, executor,
             outputs, policies, steps,
@@ -173,7 +173,7 @@ class Replica:
         progress.prompt = self._tokens.prompt(request)
         self._state.in_flight[request.req_id] = progress
         self._deadlines.add(request)
-        entries = new_entries(request, progress.prompt, fan_out=self._cfg.fan_out_samples)
+        entries = new_entries(request, progress.prompt, fan_out=self._cfg.rules.fan_out_samples)
         if self._cfg.async_scheduling and self._wake is None:
             # A step is running, and the next one is already scheduled (vLLM's async
             # scheduling plans a step while the one before it runs).

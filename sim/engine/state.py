@@ -67,7 +67,7 @@ class ReplicaState:
         # progress, and those of the step before, which the next plan may not see yet.
         self.arriving: list[WaitingEntry] = []
         self.ready: list[WaitingEntry] = []
-        # Async scheduling under vLLM's rules (EngineConfig.async_frees_lag): sequences
+        # Async scheduling under vLLM's rules (EngineRules.frees_lag): sequences
         # that finished in the step whose output the next plan cannot see yet. vLLM
         # removes them from its running list only when that output is processed, after
         # the plan: until then they hold their blocks and a max_num_seqs slot.

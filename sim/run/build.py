@@ -155,7 +155,7 @@ def analytic_executor(scenario) -> AnalyticCostModel:
 
 def engine_config(scenario, allocator: Allocator) -> EngineConfig:
     sched = scenario.scheduler
-    rules = profile_of(sched.engine).rules
+    rules = profile_of(sched.engine).rules(async_scheduling=sched.async_scheduling)
     return EngineConfig(
         max_num_seqs=sched.max_num_seqs,
         max_num_batched_tokens=sched.max_num_batched_tokens,
@@ -166,10 +166,7 @@ def engine_config(scenario, allocator: Allocator) -> EngineConfig:
         async_scheduling=sched.async_scheduling,
         request_timeout_s=scenario.workload.request_timeout_s,
         long_prefill_token_threshold=sched.long_prefill_token_threshold,
-        same_step_prefix_hits=rules.same_step_prefix_hits,
-        watermark_for_resumed=rules.watermark_for_resumed,
-        fan_out_samples=rules.fan_out_samples,
-        async_frees_lag=rules.async_frees_lag and sched.async_scheduling,
+        rules=rules,
     )
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.config.engines import VLLM_VERSION
+from policies.vllm_v1 import VLLM_VERSION
 from sim.recorded.parity import compare, read_record, replay
 
 HERE = Path(__file__).resolve().parent

@@ -72,6 +72,7 @@ class StepPlanner:
         self.state = state
         self.alloc = state.alloc
         self.cfg = config
+        self.rules = config.rules
         self.memory, self.outputs = memory, outputs
         self.scheduler = policies.scheduler
         self.batching = policies.batching
@@ -120,9 +121,7 @@ class StepPlanner:
             PrefillChunk(s.seq_id, s.computed, s.tokens[s.computed : s.computed + n])
             for s, n in plan.chunks
         )
-        if not self.cfg.same_step_prefix_hits:  # (else take_chunk published them already)
-            for seq, take in plan.chunks:
-                self.alloc.mark_computed(seq.seq_id, seq.computed + take)
+        self.rules.step_planned(self.alloc, ((s.seq_id, s.computed + n) for s, n in plan.chunks))
         # Preemptions made while planning, and any made between steps (see Replica.unblock).
         preemptions = self.state.num_preemptions
         plan.num_preempted = preemptions - self._logged_preemptions
@@ -173,12 +172,11 @@ class StepPlanner:
         return budget
 
     def take_chunk(self, plan: StepPlan, seq: PrefillSeq, take: int) -> None:
-        """``take`` tokens of ``seq`` run this step (their slots are held). With
-        same-step prefix hits (vLLM) its full blocks are offered to lookups now, so a
-        request admitted later in this step hits them; else once the step is planned."""
+        """``take`` tokens of ``seq`` run this step (their slots are held); the engine's
+        rules say whether its full blocks are offered to lookups now (vLLM: a request
+        admitted later in this step hits them) or once the step is planned."""
         plan.chunks.append((seq, take))
-        if self.cfg.same_step_prefix_hits:
-            self.alloc.mark_computed(seq.seq_id, seq.computed + take)
+        self.rules.chunk_scheduled(self.alloc, seq.seq_id, seq.computed + take)
 
     def hold_chunk(self, seq: PrefillSeq, take: int) -> None:
         """Hold the slots of ``seq``'s next ``take`` tokens (whose blocks are free)."""
@@ -291,10 +289,8 @@ class StepPlanner:
         total = seq.tokens.shape[0]
         remaining_out = request.output_len - seq.generated
         tokens = seq.tokens
-        # The watermark is waived on an empty replica and (but for vLLM) for resumed
-        # requests.
-        resumed_exempt = seq.resumed and not self.cfg.watermark_for_resumed
-        watermark = not resumed_exempt and state.num_running_seqs() > 0
+        # The watermark is waived on an empty replica, and where the rules say.
+        watermark = self.rules.watermark_applies(seq.resumed) and state.num_running_seqs() > 0
         if self.first_chunk_admission or watermark:
             cached = self.alloc.cached_prefix_tokens(seq.tokens, salt=request.tenant)
             if self.whole_sequence and not self.sequence_fits(seq, cached, watermark):

@@ -1,0 +1,75 @@
+"""The ``vllm-v1`` engine profile: vLLM V1's ``Scheduler.schedule``
+(vllm/v1/core/sched/scheduler.py and kv_cache_manager.py of the pinned version), held
+step for step against recorded decisions of the real scheduler by ``tests/parity/``.
+
+Its policies, by name from the registries:
+
+* ``scheduler.batching: vllm-v1`` (``policies/batching.py``): the running loop in
+  admission order (``sim/engine/planning/running_order.py``), then admissions, none in
+  a step that preempted;
+* ``scheduler.admission: whole-sequence``: admission only if the whole sequence fits,
+  allocation per chunk (vLLM's ``scheduler_reserve_full_isl``);
+* ``preemption.victim: last-admitted``, the tail of the running list, or under
+  ``priority`` ``lowest-priority`` (lowest priority, latest arrival); vLLM's priority
+  queue keeps preempted requests in priority order (``scheduler.policy:
+  strict-priority``); preemption recomputes;
+* a watermark of 0.
+
+Its rules (:class:`VllmV1Rules`), what no policy decides:
+
+* a chunk's full blocks are offered to prefix lookups as soon as it is scheduled, so a
+  request admitted later in the same step hits them;
+* the watermark, when set, holds for resumed requests too, whenever anything runs;
+* block 0 is vLLM's null block: one usable block fewer than ``cache.num_blocks`` (and
+  the watermark is a fraction of the pool counting it);
+* ``n > 1`` fans out into n requests with one prefill each (vllm/v1/engine/
+  parallel_sampling.py), the later ones hitting the first one's prompt blocks;
+* under async scheduling (the default since vLLM 0.12) step k+1 is planned before step
+  k's output is processed: a sequence that finished in step k still holds its blocks
+  and its ``max_num_seqs`` slot in that plan, and a block filled by step k's decode is
+  registered in the prefix cache only once its token is known, so a sequence preempted
+  before then never registered it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from backend.base import Allocator
+from backend.capabilities import UnpublishesBlocks
+from policies.engine_rules import EngineProfile, EngineRules
+
+VLLM_VERSION = "0.33.0"
+
+
+class VllmV1Rules(EngineRules):
+    reserved_blocks = 1  # the null block
+    fan_out_samples = True
+
+    def chunk_scheduled(self, alloc: Allocator, seq_id: int, computed: int) -> None:
+        alloc.mark_computed(seq_id, computed)
+
+    def step_planned(self, alloc: Allocator, chunks: Iterable[tuple[int, int]]) -> None:
+        pass  # each chunk was published when it was scheduled
+
+    def watermark_applies(self, resumed: bool) -> bool:
+        return True
+
+    @property
+    def frees_lag(self) -> bool:
+        return self.async_scheduling
+
+    def decodes_preempted(self, alloc: Allocator, seq_ids: list[int]) -> None:
+        if self.frees_lag and isinstance(alloc, UnpublishesBlocks):
+            for seq_id in seq_ids:
+                alloc.unpublish_last_block(seq_id)
+
+
+VLLM_V1 = EngineProfile(
+    "vllm-v1",
+    f"vllm {VLLM_VERSION}",
+    scheduler={"batching": "vllm-v1", "admission": "whole-sequence", "watermark": 0.0},
+    preemption={"victim": "last-admitted", "mode": "recompute"},
+    priority_preemption={"victim": "lowest-priority", "mode": "recompute"},
+    rules=VllmV1Rules,
+)
