@@ -326,6 +326,20 @@ class Allocator(ABC):
         """Physical block ids (CPU block ids while swapped out) of a live sequence, in
         logical order. For contiguous allocators: the region's first slot and length."""
 
+    @property
+    def num_kv_groups(self) -> int:
+        """KV cache groups this allocator keeps a block table for. Layers whose KV has
+        one attention type and geometry form a group (vLLM's KV cache groups: full
+        attention, a sliding window); every group draws from the one pool ``usage``
+        splits, and a :class:`~backend.transfer.Transfer`'s ``group`` indexes them. 1
+        for every allocator pagesim ships."""
+        return 1
+
+    def block_tables(self, seq_id: int) -> tuple[list[int], ...]:
+        """One block table per KV cache group, in group order; group 0's is
+        ``block_table(seq_id)``. No mutation; raises UnknownSequence."""
+        return (self.block_table(seq_id),)
+
     @abstractmethod
     def held_blocks(self, seq_id: int) -> int:
         """Device blocks (token slots, for allocators that are not block based) a live
@@ -339,9 +353,9 @@ class Allocator(ABC):
 
     @abstractmethod
     def usage(self, next_request_tokens: int = 0) -> KVUsage:
-        """The pool split in slots. ``next_request_tokens`` is the size of the request
-        at the head of the queue, which decides what counts as external fragmentation
-        for contiguous allocators."""
+        """The pool split in slots (the one pool every KV cache group draws from).
+        ``next_request_tokens`` is the size of the request at the head of the queue,
+        which decides what counts as external fragmentation for contiguous allocators."""
 
     # -- sizes: what a number of tokens takes, in this allocator's own units ------------
     # The engine asks in tokens and gets blocks (slots, for an allocator that is not

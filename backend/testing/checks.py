@@ -22,7 +22,7 @@ def observe(alloc: Allocator, seqs: dict[int, Seq]) -> tuple[Any, ...]:
         (
             sid,
             alloc.read_tokens(sid).tolist(),
-            list(alloc.block_table(sid)),
+            [list(table) for table in alloc.block_tables(sid)],
             alloc.is_swapped(sid),
             alloc.num_tokens(sid),
             alloc.held_blocks(sid),

@@ -58,6 +58,8 @@ class Harness:
             enable_prefix_caching=prefix_caching,
         )
         assert isinstance(self.alloc, Allocator), f"the factory built {self.alloc!r}"
+        groups = self.alloc.num_kv_groups
+        assert groups == 1, f"num_kv_groups is {groups}: the checker covers one KV cache group"
         self.caching = prefix_caching
         self.memory = KVMemory(self.alloc)
         self.seqs: dict[int, Seq] = {}

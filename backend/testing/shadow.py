@@ -71,6 +71,10 @@ class KVMemory:
         """The physical blocks (slots, for a region) holding ``seq``'s tokens in order,
         from its block table, checked for shape and range."""
         table = [int(b) for b in alloc.block_table(seq_id)]
+        tables = alloc.block_tables(seq_id)
+        assert len(tables) == 1 and [int(b) for b in tables[0]] == table, (
+            f"{seq.name}: block_tables gives {tables}, not its one table {table}"
+        )
         pool = self.cpu if seq.swapped else self.device
         where = "CPU" if seq.swapped else "device"
         held = len(seq.tokens)

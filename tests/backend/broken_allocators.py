@@ -114,6 +114,21 @@ class SwapOutWithoutRoute(BlockManager):
         return [Transfer(move.src, move.dst) for move in super().swap_out(seq_id)]
 
 
+class GroupTableDisagrees(BlockManager):
+    """``block_tables`` (one table per KV cache group) gives group 0 a table that is not
+    ``block_table``'s: its last block is left out."""
+
+    def block_tables(self, seq_id):
+        return (self.block_table(seq_id)[:-1],)
+
+
+class ClaimsTwoGroups(BlockManager):
+    """Says it keeps two KV cache groups, which the checker does not cover yet: it must
+    say so rather than check one group and pass."""
+
+    num_kv_groups = 2
+
+
 class FreeHangs(BlockManager):
     """``free`` never returns (a plug-in stuck in a loop)."""
 
