@@ -230,52 +230,17 @@ class Replica:
 
     # -- the loop ---------------------------------------------------------------------
     def _loop(self):
-        lagging = self._state.lagging
+        """Plan, execute, apply, one step after another, while there is work."""
         while True:
-            if not self._state.has_work() and self._state.has_arrivals():
-                # vLLM's plan made while the last step ran found nothing to schedule: it
-                # waited for that step's output (freeing what finished), then planned again
-                # with every arrival.
-                self._completion.release_lagging()
-                self._state.promote_arrivals(all_of_them=True)
-            if not self._state.has_work():
-                self._completion.release_lagging()  # nothing in flight: its output is in
+            if not self._work_ready():
                 self._wake = self.env.event()
                 yield self._wake
                 self._wake = None
                 continue
-            if not lagging and self._fast.begin(self.env.now, self._stretch_horizon) is not None:
-                try:
-                    yield from self._wait_until(self._fast.current.end_s)
-                except simpy.Interrupt:  # cut short by settle(): one step may be running
-                    step, self._in_flight = self._in_flight, None
-                    if step is None:
-                        continue
-                    yield from self._wait_until(step.end_s)
-                    batch, plan, duration = step.batch, step.plan, step.duration
-                    counts = batch_counts(batch)
-                else:
-                    self._count_steps(self._fast.finish())
-                    self._expire()
-                    continue
-            else:
-                preemptions = self._state.num_preemptions
-                batch, plan = self._planner.plan()
-                counts = batch_counts(batch)
-                if counts[0] == 0 and not batch.transfers:
-                    if lagging or self._state.num_preemptions != preemptions:
-                        # Plan again, the next record carrying this plan's preemptions: after
-                        # the frees of the step in flight (vLLM: its output is in), or, when
-                        # this plan preempted and so admitted nothing (vLLM), admitting now.
-                        self._planner.carry_preemptions(plan)
-                        self._completion.release_lagging()
-                    else:
-                        unblock(self._state, self._memory, plan, self._reject)
-                    continue
-                self._watch(counts)
-                duration = check_duration(self._executor.execute(batch))
-                self._completion.release_lagging()
-                yield self.env.timeout(duration)
+            step = yield from self._next_step()
+            if step is None:
+                continue
+            plan, duration, counts = step
             self._completion.apply(plan, self.env.now)
             self._expire()
             if self._state.has_arrivals():
@@ -283,6 +248,67 @@ class Replica:
             self._fast.last_duration = duration
             self.num_steps += 1
             self._steps.record(self._step_record(counts, duration, plan), self.env.now)
+
+    def _work_ready(self) -> bool:
+        """Whether there is work to plan now. With nothing to plan, the step in flight's
+        output is in: what finished in it frees (async scheduling's lag ends)."""
+        state = self._state
+        if not state.has_work() and state.has_arrivals():
+            # vLLM's plan made while the last step ran found nothing to schedule: it
+            # waited for that step's output (freeing what finished), then planned again
+            # with every arrival.
+            self._completion.release_lagging()
+            state.promote_arrivals(all_of_them=True)
+        if state.has_work():
+            return True
+        self._completion.release_lagging()
+        return False
+
+    def _next_step(self):
+        """The one source of steps: waits until the next step to apply has run and
+        returns its ``(plan, duration, batch counts)``, or None when there is none to
+        apply (a decode stretch applied whole, or a plan that scheduled nothing). A
+        stretch is taken only with no frees lagging (it plans no step of its own)."""
+        lagging = self._state.lagging
+        if not lagging and self._fast.begin(self.env.now, self._stretch_horizon) is not None:
+            return (yield from self._forward())
+        return (yield from self._run_planned())
+
+    def _forward(self):
+        """Fast-forward through the decode stretch begun; None once it is applied whole.
+        Cut short by ``settle()``, the one step of it running then is returned."""
+        try:
+            yield from self._wait_until(self._fast.current.end_s)
+        except simpy.Interrupt:
+            step, self._in_flight = self._in_flight, None
+            if step is None:
+                return None
+            yield from self._wait_until(step.end_s)
+            return step.plan, step.duration, batch_counts(step.batch)
+        self._count_steps(self._fast.finish())
+        self._expire()
+        return None
+
+    def _run_planned(self):
+        """Plan one step and execute it; None (at once) when it schedules nothing."""
+        preemptions = self._state.num_preemptions
+        batch, plan = self._planner.plan()
+        counts = batch_counts(batch)
+        if counts[0] == 0 and not batch.transfers:
+            if self._state.lagging or self._state.num_preemptions != preemptions:
+                # Plan again, the next record carrying this plan's preemptions: after
+                # the frees of the step in flight (vLLM: its output is in), or, when
+                # this plan preempted and so admitted nothing (vLLM), admitting now.
+                self._planner.carry_preemptions(plan)
+                self._completion.release_lagging()
+            else:
+                unblock(self._state, self._memory, plan, self._reject)
+            return None
+        self._watch(counts)
+        duration = check_duration(self._executor.execute(batch))
+        self._completion.release_lagging()
+        yield self.env.timeout(duration)
+        return plan, duration, counts
 
     def _stretch_horizon(self) -> float:
         """A stretch ends by the next arrival or the next client deadline."""
