@@ -13,6 +13,7 @@ import numpy as np
 
 __all__ = [
     "UNCHECKED_FORMS",
+    "Snapshots",
     "TrustedAllocate",
     "TrustedAppendBatch",
     "TrustedAppendSteps",
@@ -64,6 +65,15 @@ class TrustedAppendSteps(Protocol):
     """``append_steps`` (a decode stretch, backend.stretch) for the engine's own batch."""
 
     def append_steps_trusted(self, seqs: np.ndarray, tokens: np.ndarray) -> dict: ...
+
+
+@runtime_checkable
+class Snapshots(Protocol):
+    """An allocator that can show its whole mutable state (pure caches aside) as one
+    comparable value: the allocator checker then holds refused calls and queries to
+    leaving all of it unchanged, not only what the interface shows."""
+
+    def snapshot(self) -> object: ...
 
 
 @runtime_checkable

@@ -10,14 +10,14 @@ from collections.abc import Callable
 from typing import Any
 
 from backend.base import Allocator
+from backend.capabilities import Snapshots
 from backend.testing.shadow import KVMemory, Seq
 
 
 def observe(alloc: Allocator, seqs: dict[int, Seq]) -> tuple[Any, ...]:
-    """Everything the interface shows, and the allocator's ``snapshot()`` if it has one
-    (an optional hook: a comparable value of its whole mutable state, pure caches
-    aside, as BlockManager.snapshot): a refused command or a query must leave it all
-    unchanged."""
+    """Everything the interface shows, and the allocator's ``snapshot()`` if it declares
+    one (:class:`~backend.capabilities.Snapshots`, as BlockManager does): a refused
+    command or a query must leave it all unchanged."""
     per_seq = tuple(
         (
             sid,
@@ -29,8 +29,7 @@ def observe(alloc: Allocator, seqs: dict[int, Seq]) -> tuple[Any, ...]:
         )
         for sid in sorted(seqs)
     )
-    snapshot = getattr(alloc, "snapshot", None)
-    whole = snapshot() if callable(snapshot) else None
+    whole = alloc.snapshot() if isinstance(alloc, Snapshots) else None
     return (per_seq, alloc.usage(), alloc.num_free_cpu_blocks, alloc.peak_used_blocks, whole)
 
 

@@ -5,8 +5,13 @@ plug-in subclassing the block manager sees every call it overrides."""
 from __future__ import annotations
 
 from backend.blocks import BlockManager
-from backend.capabilities import UNCHECKED_FORMS, TrustedAllocate, TrustedAppendBatch
-from backend.contiguous import MODES, ContiguousAllocator
+from backend.capabilities import (
+    UNCHECKED_FORMS,
+    Snapshots,
+    TrustedAllocate,
+    TrustedAppendBatch,
+)
+from backend.contiguous import MODES, ContiguousAllocator, make_contiguous
 
 
 class OverridesAllocate(BlockManager):
@@ -68,3 +73,9 @@ class MixedIn(CheckedAllocate, BlockManager):
 def test_a_mixin_overriding_the_checked_command_above_the_manager_gets_every_call():
     assert entry(MixedIn) is None
     assert entry(MixedIn, "append_batch_trusted", "append_batch") is not None
+
+
+def test_the_snapshot_capability_is_declared_by_having_the_method():
+    """The checker compares snapshots only of allocators that declare them."""
+    assert isinstance(BlockManager(4, 2), Snapshots)
+    assert not isinstance(make_contiguous("contiguous-max", 8, max_model_len=4), Snapshots)
