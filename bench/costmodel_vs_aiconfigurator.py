@@ -33,8 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim.config.cost_params import CostParams  # noqa: E402
-from sim.config.presets import HARDWARE_PRESETS  # noqa: E402
+from sim.catalog.cost_params import CostParams  # noqa: E402
+from sim.catalog.presets import HARDWARE_PRESETS  # noqa: E402
 from sim.costs.kernels import GpuKernels  # noqa: E402
 
 HEAD_DIM = 128

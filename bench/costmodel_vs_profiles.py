@@ -42,8 +42,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim.config.hardware import ModelSpec  # noqa: E402
-from sim.config.presets import HARDWARE_PRESETS  # noqa: E402
+from sim.catalog.hardware import ModelSpec  # noqa: E402
+from sim.catalog.presets import HARDWARE_PRESETS  # noqa: E402
 from sim.costs.analytic import AnalyticCostModel  # noqa: E402
 from sim.costs.vidur import VidurProfile, load_vidur_profile  # noqa: E402
 

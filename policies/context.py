@@ -65,8 +65,8 @@ class PolicyContext:
     slo: SLO
     block_size: int
     num_blocks: int  # one replica's device pool, in blocks (slots for contiguous pools)
-    model: Any  # sim.config.hardware.ModelSpec: name, layers, heads, max_model_len, ...
-    hardware: Any  # sim.config.hardware.HardwareSpec: name, memory, bandwidth, flops
+    model: Any  # sim.catalog.hardware.ModelSpec: name, layers, heads, max_model_len, ...
+    hardware: Any  # sim.catalog.hardware.HardwareSpec: name, memory, bandwidth, flops
     num_replicas: int
     replica: int | None = None  # which replica the policy serves (None: the router)
     requests: Sequence[RequestInfo] = ()

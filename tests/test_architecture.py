@@ -15,9 +15,11 @@ MAX_MODULE_LINES = 400
 MAX_CLASS_LINES = 300
 MAX_FUNCTION_LINES = 80  # DEVELOPERS.md: "a function over ~80 lines is a prompt to look"
 #: Modules that are one concept and may run longer (a size never justifies splitting a
-#: concept across files), each with the concept, up to ONE_CONCEPT_MAX_LINES.
+#: concept across files), each with the concept, up to ONE_CONCEPT_MAX_LINES; a class of
+#: one of them may run as long as its module may. Functions are measured everywhere.
 ONE_CONCEPT = {
     "backend.base": "the allocator contract: its ABC, errors, value types and sizes",
+    "sim.engine.replica": "one replica as a SimPy process: admission, its step loop, records",
 }
 ONE_CONCEPT_MAX_LINES = 600
 
@@ -27,6 +29,8 @@ LAYERS = (
     {"backend"},  # allocators, the step's batch, block moves
     {"backend.paged"},  # the real torch/Triton backend over those
     {"policies"},  # scheduling, batching, preemption, eviction, routing
+    {"sim.inputs"},  # what every reader of user input shares: strict models, text files
+    {"sim.catalog"},  # models, GPUs, links and the physics constants, with their sources
     {"sim.config"},  # the scenario and everything it resolves
     {"sim.workload"},  # requests from a scenario
     {"sim.engine", "sim.costs"},  # serving them step by step; what a step costs
@@ -103,7 +107,8 @@ def test_module_class_and_function_sizes(name):
     for node in ast.walk(ast.parse(source)):
         size = getattr(node, "end_lineno", 0) - getattr(node, "lineno", 0) + 1
         if isinstance(node, ast.ClassDef):
-            assert size <= MAX_CLASS_LINES, f"{name}.{node.name}: {size} lines"
+            class_limit = limit if name in ONE_CONCEPT else MAX_CLASS_LINES
+            assert size <= class_limit, f"{name}.{node.name}: {size} lines"
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             assert size <= MAX_FUNCTION_LINES, f"{name}.{node.name}(): {size} lines"
 

@@ -11,7 +11,7 @@ import signal
 import sys
 from pathlib import Path
 
-from sim.config.user_errors import UserError
+from sim.inputs.user_errors import UserError
 
 USER_ERROR = 2
 

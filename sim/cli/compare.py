@@ -92,7 +92,7 @@ def _write_page(target, paths, summaries, scenarios, belady, plotly_js) -> Path:
 def read_json(path: Path, run_dir: str, *, finite: bool = True):
     """A run's JSON file; UsageError (one line naming it) if it is missing, unreadable,
     not UTF-8 or not JSON (NaN and infinities too, with ``finite``)."""
-    from sim.config.textfile import parse_json, read_text
+    from sim.inputs.textfile import parse_json, read_text
 
     run = Path(run_dir)
     if run.exists() and not run.is_dir():
@@ -137,7 +137,7 @@ def read_csv_columns(
     line naming the file, and the line) if it is missing, unreadable, not UTF-8, not
     CSV, lacks a column (one of ``optional`` absent is all zeros), has a short row or a
     cell that is not a number."""
-    from sim.config.textfile import reading
+    from sim.inputs.textfile import reading
 
     if not path.exists() and not path.is_symlink():
         raise UsageError(f"{path}: not found (--html needs {run_dir}'s CSV files)")

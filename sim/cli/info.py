@@ -56,9 +56,9 @@ def cmd_list(args) -> int:
 def _models(configs: list[str]) -> list[str]:
     """The presets (with the repository their figures come from), the shipped
     config.json files (scenarios/models/) and ``configs``, each with where it came from."""
-    from sim.config.hardware import ModelSpec
+    from sim.catalog.hardware import ModelSpec
+    from sim.catalog.presets import MODEL_PRESETS, MODEL_SOURCES
     from sim.config.hf_config import ConfigError, read_model_config
-    from sim.config.presets import MODEL_PRESETS, MODEL_SOURCES
 
     header = ("model", "params", "layers", "hidden", "heads q/kv", "KV/token", "max len", "source")
     rows = [header]
@@ -100,7 +100,7 @@ def _bytes(n: int) -> str:
 
 
 def _hardware() -> list[str]:
-    from sim.config.presets import HARDWARE_PRESETS
+    from sim.catalog.presets import HARDWARE_PRESETS
 
     rows = [("hardware", "memory", "bandwidth", "bf16 dense", "SMs", "host link")]
     for name, h in sorted(HARDWARE_PRESETS.items()):
@@ -159,7 +159,7 @@ def _params(factory, context_fields) -> str:
 def _scenarios() -> list[str]:
     import yaml
 
-    from sim.config.textfile import read_text
+    from sim.inputs.textfile import read_text
 
     rows = [("scenario", "description")]
     for path in sorted(p for p in SCENARIOS.rglob("*.yaml") if p.parent.name != "sweeps"):

@@ -174,7 +174,7 @@ def _profile_rows(model, *, block_size, device, dtype, max_num_seqs, max_batched
 
 
 def cmd_profile(args) -> int:
-    from sim.config.presets import resolve_model
+    from sim.catalog.presets import resolve_model
     from sim.hil.profiling import write_profile
     from sim.run.folders import atomic_file
 

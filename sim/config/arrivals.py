@@ -1,5 +1,5 @@
 """Arrival processes of the ``workload`` section: Poisson, gamma, evenly spaced, staged
-rates, or a trace replayed (:mod:`sim.config.traces` reads the trace files). Re-exported
+rates, or a trace replayed (:mod:`sim.inputs.traces` reads the trace files). Re-exported
 by :mod:`sim.config.workload`; :mod:`sim.workload.sampling` draws the instants.
 """
 
@@ -18,8 +18,8 @@ from pydantic import (
 )
 
 from sim.config.files import FileRef, resolve_existing_file
-from sim.config.schema import StrictModel, drop_unset
-from sim.config.traces import MOONCAKE_BLOCK_TOKENS, Trace, load_trace
+from sim.inputs.schema import StrictModel, drop_unset
+from sim.inputs.traces import MOONCAKE_BLOCK_TOKENS, Trace, load_trace
 
 
 class PoissonArrival(StrictModel):

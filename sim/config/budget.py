@@ -15,7 +15,7 @@ import math
 import os
 from pathlib import Path
 
-from sim.config.user_errors import UserError
+from sim.inputs.user_errors import UserError
 
 #: Fraction of physical memory a run may plan to use.
 BUDGET_FRACTION = 0.5

@@ -1,7 +1,7 @@
 """The ``cost_model`` section: which model gives step times.
 
 * :class:`CostModelSpec`: ``analytic`` (with ``params`` overrides of
-  :class:`sim.config.cost_params.CostParams`, the analytic model's constants), ``calibrated``
+  :class:`sim.catalog.cost_params.CostParams`, the analytic model's constants), ``calibrated``
   (a fitted file) or ``profile`` (Vidur's published GPU profiles under ``path``).
 * The names Vidur's profiles use for pagesim's presets, for ``profile`` defaults.
 """
@@ -18,10 +18,10 @@ from pydantic import (
     model_validator,
 )
 
-from sim.config.cost_params import CostParams
+from sim.catalog.cost_params import CostParams
+from sim.catalog.hardware import HardwareSpec, ModelSpec
 from sim.config.errors import error_at
 from sim.config.files import FileRef, resolve_existing_dir, resolve_existing_file
-from sim.config.hardware import HardwareSpec, ModelSpec
 
 __all__ = ["CostModelSpec", "CostParams", "default_network", "vidur_names"]
 

@@ -15,9 +15,9 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from sim.config.arrivals import ArrivalSpec
-from sim.config.hints import did_you_mean
-from sim.config.user_errors import UserError
 from sim.config.workload import LengthDist
+from sim.inputs.hints import did_you_mean
+from sim.inputs.user_errors import UserError
 
 
 class ScenarioError(UserError, ValueError):

@@ -18,7 +18,7 @@ from pydantic import (
     model_validator,
 )
 
-from sim.config.schema import StrictModel
+from sim.inputs.schema import StrictModel
 
 
 def base_dir(info: ValidationInfo) -> Path:

@@ -43,13 +43,13 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationInfo
 
+from sim.catalog.presets import expand_preset
 from sim.config.errors import error_at
 from sim.config.files import base_dir
 from sim.config.hf_moe import MLA_TYPES, MOE_TYPES, read_mla, read_moe
-from sim.config.hints import did_you_mean
-from sim.config.presets import expand_preset
-from sim.config.textfile import parse_json, read_text
-from sim.config.user_errors import UserError
+from sim.inputs.hints import did_you_mean
+from sim.inputs.textfile import parse_json, read_text
+from sim.inputs.user_errors import UserError
 
 
 class ModelType(NamedTuple):
@@ -108,7 +108,7 @@ class ConfigError(UserError, ValueError):
 def expand_model(value: Any, info: ValidationInfo) -> Any:
     """The scenario's ``model`` before ModelSpec validates it: ``{config: PATH, ...}`` as
     the fields read from the file with the others on top (and ``config`` kept as
-    written); presets as :func:`~sim.config.presets.expand_preset` expands them."""
+    written); presets as :func:`~sim.catalog.presets.expand_preset` expands them."""
     if not isinstance(value, dict) or value.get("config") is None:
         return expand_preset(value, "model")
     written = value["config"]

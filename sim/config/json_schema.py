@@ -25,9 +25,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from sim.catalog.hardware import HardwareSpec, ModelSpec
+from sim.catalog.presets import HARDWARE_PRESETS, MODEL_PRESETS
 from sim.config.arrivals import PoissonArrival
-from sim.config.hardware import HardwareSpec, ModelSpec
-from sim.config.presets import HARDWARE_PRESETS, MODEL_PRESETS
 from sim.config.scenario import Scenario
 from sim.config.sections import (
     EvictionSpec,

@@ -13,14 +13,14 @@ from pydantic import (
     ValidationError,
 )
 
+from sim.catalog.hardware import HardwareSpec, ModelSpec
 from sim.config.errors import ScenarioError, error_path, format_validation_error
-from sim.config.hardware import HardwareSpec, ModelSpec
-from sim.config.hints import did_you_mean
 from sim.config.scenario import Scenario
-from sim.config.textfile import check_regular_file, check_size, non_utf8_line
 from sim.config.workload import (
     expand_length_shorthand,
 )
+from sim.inputs.hints import did_you_mean
+from sim.inputs.textfile import check_regular_file, check_size, non_utf8_line
 
 
 def load_scenario(

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from sim.config.errors import error_at
-from sim.config.schema import StrictModel
+from sim.inputs.schema import StrictModel
 
 
 class SLOSpec(StrictModel):

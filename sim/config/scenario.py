@@ -10,7 +10,7 @@ Placement decisions:
 * ``tensor_parallel`` is a top-level field (the ``hardware`` section is one GPU's
   datasheet, shared by every GPU of the group).
 * ``cache.num_blocks`` set: the device pool has exactly that many blocks. Unset (the
-  default): the pool is derived from memory by :func:`sim.config.pool.kv_pool_blocks`
+  default): the pool is derived from memory by :func:`sim.catalog.pool.kv_pool_blocks`
   (capacity x ``gpu_memory_utilization`` - weights / tp - activation reserve). Either
   way it is sized once, at validation, and read from ``Scenario.kv_pool``.
 * ``cache.cpu_swap_gib`` is per GPU (as vLLM's ``swap_space``); ``num_cpu_blocks`` sets
@@ -40,19 +40,17 @@ from pydantic import (
     model_validator,
 )
 
+from sim.catalog.hardware import HardwareSpec, ModelSpec
+from sim.catalog.pool import KVPool, check_experts_split, check_given_pool, check_tensor_parallel
+from sim.catalog.presets import expand_preset
 from sim.config.arrivals import TraceArrival
 from sim.config.budget import OverBudget, check_memory
 from sim.config.costs import CostModelSpec
 from sim.config.engines import apply_engine_profile, profile_of
 from sim.config.errors import error_at
 from sim.config.files import resolve_existing_file
-from sim.config.hardware import HardwareSpec, ModelSpec
 from sim.config.hf_config import expand_model
-from sim.config.overrides import apply_overrides, read_overrides
-from sim.config.pool import KVPool, check_experts_split, check_given_pool, check_tensor_parallel
-from sim.config.presets import expand_preset
 from sim.config.run_sections import BackendSpec, SimulationSpec, SLOSpec
-from sim.config.schema import StrictModel, drop_unset
 from sim.config.sections import (
     CacheSpec,
     EvictionSpec,
@@ -61,6 +59,8 @@ from sim.config.sections import (
     SchedulerSpec,
 )
 from sim.config.workload import WorkloadSpec
+from sim.inputs.overrides import apply_overrides, read_overrides
+from sim.inputs.schema import StrictModel, drop_unset
 
 ResolvedModel = Annotated[ModelSpec, BeforeValidator(expand_model)]
 

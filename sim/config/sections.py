@@ -21,14 +21,14 @@ from pydantic import (
 from backend.base import Allocator
 from backend.shipped import PAGED
 from policies.context import PolicyError, check_params
+from sim.catalog.hardware import HardwareSpec, ModelSpec
+from sim.catalog.pool import kv_pool_blocks
 from sim.config.allocators import PLUGIN_FORMS, is_plugin, load_allocator_class
 from sim.config.allocators import SHIPPED as SHIPPED_ALLOCATORS
 from sim.config.errors import error_at
 from sim.config.files import base_dir
-from sim.config.hardware import HardwareSpec, ModelSpec
-from sim.config.hints import did_you_mean
-from sim.config.pool import kv_pool_blocks
-from sim.config.schema import StrictModel, drop_unset
+from sim.inputs.hints import did_you_mean
+from sim.inputs.schema import StrictModel, drop_unset
 
 _GIB = 1 << 30
 

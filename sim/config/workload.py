@@ -25,8 +25,8 @@ from sim.config.arrivals import (
     TraceArrival,
 )
 from sim.config.files import FileRef, resolve_existing_file
-from sim.config.schema import StrictModel
-from sim.config.tables import load_length_table
+from sim.inputs.schema import StrictModel
+from sim.inputs.tables import load_length_table
 
 #: Output stream ids are ``req_id * STREAM_STRIDE + sample_index`` (sim.workload.tokens),
 #: which bounds ``n``.

@@ -60,10 +60,10 @@ from backend.transfer import (
     MovedBlocks,
     moved_blocks,
 )
-from sim.config.cost_params import CostParams
-from sim.config.hardware import HardwareSpec, ModelSpec
-from sim.config.links import CUDA_GRAPH_MAX_TOKENS
-from sim.config.pool import check_tensor_parallel
+from sim.catalog.cost_params import CostParams
+from sim.catalog.hardware import HardwareSpec, ModelSpec
+from sim.catalog.links import CUDA_GRAPH_MAX_TOKENS
+from sim.catalog.pool import check_tensor_parallel
 from sim.costs.kernels import GpuKernels
 from sim.costs.mla import attention_head_dim, mla_ops
 from sim.costs.moe import MOE_LAYER_GEMMS, MoELayer

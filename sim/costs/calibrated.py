@@ -61,8 +61,8 @@ import numpy as np
 
 from backend.step import Batch
 from backend.transfer import DEVICE_COPY, NO_MOVES, SWAP_IN, SWAP_OUT, MovedBlocks
-from sim.config.textfile import parse_json, read_text
-from sim.config.user_errors import UserError
+from sim.inputs.textfile import parse_json, read_text
+from sim.inputs.user_errors import UserError
 
 FORMAT = "pagesim-calibration"
 

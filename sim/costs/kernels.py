@@ -3,7 +3,7 @@
 Every kernel pays a floor (:attr:`CostParams.kernel_floor_s`: a kernel occupies the GPU
 for a few microseconds however little it does) plus the time of its work on the
 datasheet's peak FLOP/s and the *sustained* memory bandwidth
-(:attr:`~sim.config.hardware.HardwareSpec.sustained_bandwidth_fraction` of the datasheet figure,
+(:attr:`~sim.catalog.hardware.HardwareSpec.sustained_bandwidth_fraction` of the datasheet figure,
 as a read-bound STREAM kernel measures it), each scaled by how well that kind of kernel
 uses them.
 
@@ -34,11 +34,11 @@ uses them.
 * **All-reduce** (tensor parallelism): ``2 (tp-1)/tp`` of the message at the bus
   bandwidth nccl-tests measured on the hardware's kind of link, or, for a message vLLM's
   custom kernel takes, the bus bandwidth that kernel was measured at on this card, after
-  that link's latency (:mod:`sim.config.links`; ``interconnect_efficiency`` and
+  that link's latency (:mod:`sim.catalog.links`; ``interconnect_efficiency`` and
   ``allreduce_latency_s`` override them); outside a CUDA graph vLLM's custom kernel pays
   its eager floor.
 
-Each constant's source is on its field of :class:`sim.config.cost_params.CostParams`. Immutable;
+Each constant's source is on its field of :class:`sim.catalog.cost_params.CostParams`. Immutable;
 every method is pure.
 """
 
@@ -49,9 +49,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sim.config.cost_params import CostParams
-from sim.config.hardware import HardwareSpec
-from sim.config.links import (
+from sim.catalog.cost_params import CostParams
+from sim.catalog.hardware import HardwareSpec
+from sim.catalog.links import (
     EAGER_LATENCY_S,
     LINKS,
     busbw_fraction,
@@ -184,7 +184,7 @@ class GpuKernels:
     # -- communication ------------------------------------------------------------------
     def allreduce(self, nbytes: float, tensor_parallel: int, *, graphed: bool = True) -> float:
         """An all-reduce of ``nbytes`` over ``tensor_parallel`` GPUs (0 for one) on the
-        hardware's link (sim.config.links); ``graphed`` False: outside a CUDA graph, where
+        hardware's link (sim.catalog.links); ``graphed`` False: outside a CUDA graph, where
         vLLM's custom kernel pays its eager floor."""
         if tensor_parallel <= 1:
             return 0.0
@@ -201,7 +201,7 @@ class GpuKernels:
     def _busbw_fraction(self, nbytes: float, gpus: int) -> float:
         """The bus bandwidth fraction of an all-reduce of ``nbytes`` over ``gpus`` GPUs:
         the card's measured custom-kernel figure where that kernel takes the message,
-        else nccl-tests' figure for the link (sim.config.links)."""
+        else nccl-tests' figure for the link (sim.catalog.links)."""
         custom = self._custom_allreduce_busbw
         if custom and custom_kernel_runs(self._link, gpus, nbytes):
             return measured_at(custom, gpus)

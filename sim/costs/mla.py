@@ -16,7 +16,7 @@ does ~30 FLOPs a byte read, memory bound on every GPU pagesim knows).
 
 from __future__ import annotations
 
-from sim.config.hardware import ModelSpec
+from sim.catalog.hardware import ModelSpec
 from sim.costs.kernels import GpuKernels
 
 

@@ -14,7 +14,7 @@ What the model charges (uniform routing: each token picks ``k`` distinct experts
 random, so an expert receives ``n ~ Binomial(T, k / E)`` of the step's ``T`` tokens):
 
 * **Weights read**: only the experts some token touched, ``E (1 - (1 - k/E)^T)`` of
-  them (:func:`sim.config.moe.expected_touched`): ``k`` at one token, all of them in a
+  them (:func:`sim.catalog.moe.expected_touched`): ``k`` at one token, all of them in a
   large batch. This is why a decode step of a sparse model reads far less than its
   weights, and why it grows quickly with the batch.
 * **Compute**: the padded rows, ``E x BLOCK_SIZE_M x E[ceil(n / BLOCK_SIZE_M)]``: an
@@ -28,7 +28,7 @@ random, so an expert receives ``n ~ Binomial(T, k / E)`` of the step's ``T`` tok
   time follows its total padded rows, which skew changes little.
 * The grouped GEMMs run at ``moe_gemm_efficiency`` of the peak and stream weights at
   ``moe_memory_efficiency`` of the sustained bandwidth (their sources are on
-  :class:`sim.config.cost_params.CostParams`); the other kernels are the dense ones.
+  :class:`sim.catalog.cost_params.CostParams`); the other kernels are the dense ones.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ from statistics import NormalDist
 
 import numpy as np
 
-from sim.config.cost_params import MOE_GEMM_EFFICIENCY, MOE_MEMORY_EFFICIENCY, CostParams
-from sim.config.hardware import HardwareSpec, ModelSpec
-from sim.config.moe import expected_touched
+from sim.catalog.cost_params import MOE_GEMM_EFFICIENCY, MOE_MEMORY_EFFICIENCY, CostParams
+from sim.catalog.hardware import HardwareSpec, ModelSpec
+from sim.catalog.moe import expected_touched
 from sim.costs.kernels import GpuKernels, smooth_max
 
 #: The MoE layer's kernels, in execution order (they replace mlp_up_proj, mlp_act and

@@ -37,9 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.config.hardware import ModelSpec
-from sim.config.user_errors import UserError
+from sim.catalog.hardware import ModelSpec
 from sim.costs.analytic import LAYER_OPS
+from sim.inputs.user_errors import UserError
 
 __all__ = [
     "DENSE_OPS",

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from backend.step import Batch, PrefillChunk
-from sim.config.textfile import INT64_MAX, count, reading
 from sim.costs.calibrated import model_shape_key, step_features
+from sim.inputs.textfile import INT64_MAX, count, reading
 from sim.run.progress import Progress
 
 __all__ = [

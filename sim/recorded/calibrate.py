@@ -91,7 +91,7 @@ class Fit:
     evaluations: int = 0
 
     def overrides(self, scenario_hardware: dict[str, Any]) -> dict[str, Any]:
-        """The calibration file's sections (sim.config.overrides)."""
+        """The calibration file's sections (sim.inputs.overrides)."""
         hardware = {k: v for k, v in self.values.items() if PARAMS[k].section == "hardware"}
         streaming = scenario_hardware.get("streaming_fraction")
         base = scenario_hardware.get("sustained_bandwidth_fraction", 0.9)
@@ -259,8 +259,8 @@ def fit_runs(runs: Sequence[Path], *, jobs: int = 1, max_evaluations: int = 40,
 
 
 def _start_value(name: str, hardware: dict[str, Any]) -> float:
-    from sim.config.cost_params import CostParams
-    from sim.config.links import busbw_fraction
+    from sim.catalog.cost_params import CostParams
+    from sim.catalog.links import busbw_fraction
 
     if name == "interconnect_efficiency":
         return busbw_fraction(hardware.get("link") or "nvlink", 2)
@@ -325,7 +325,7 @@ def _map(function: Callable, runs, calibration, stage_s, jobs):
 
 
 def write_calibration(fit: Fit, hardware: dict[str, Any], path: Path, command: str) -> None:
-    """The calibration file a scenario names (sim.config.overrides)."""
+    """The calibration file a scenario names (sim.inputs.overrides)."""
     sections = fit.overrides(hardware)
     sections["fit"] = {
         "command": command, "runs": fit.runs, "left_out": fit.left_out,

@@ -15,7 +15,7 @@ max_model_len                  model.max_model_len
 block_size                     cache.block_size (default 16)
 enable_prefix_caching          cache.prefix_caching (V1 default: on)
 gpu_memory_utilization         cache.gpu_memory_utilization (default 0.9): the pool is
-                               derived from memory as vLLM does (sim.config.pool)
+                               derived from memory as vLLM does (sim.catalog.pool)
 num_gpu_blocks (logged)        cache.num_blocks = N: vLLM keeps block 0 as its null
                                block, so N - 1 hold KV (the vllm-v1 profile's rule)
 tensor_parallel_size           tensor_parallel

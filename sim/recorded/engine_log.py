@@ -57,7 +57,7 @@ class EngineLog:
 def read_engine_log(path: Path, files: dict[str, str]) -> EngineLog:
     """The stats lines of vLLM's log ``path`` (module doc); records its sha256 in
     ``files``. RecordError (one line) for a file that cannot be read or holds none."""
-    from sim.config.textfile import read_text
+    from sim.inputs.textfile import read_text
 
     files[str(path)] = sha256_of(path)
     text = read_text(path, RecordError)

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from sim.config.errors import format_validation_error
-from sim.config.textfile import check_regular_file, parse_json, read_text
+from sim.inputs.textfile import check_regular_file, parse_json, read_text
 from sim.recorded.run import RecordError
 
 
@@ -42,7 +42,7 @@ def _text(path: Path) -> str:
 
 
 def read_json(path: Path) -> Any:
-    """The JSON value in ``path`` (sim.config.textfile.parse_json: no NaN, no 10^400)."""
+    """The JSON value in ``path`` (sim.inputs.textfile.parse_json: no NaN, no 10^400)."""
     try:
         return parse_json(_text(path))
     except ValueError as err:

@@ -61,9 +61,9 @@ def decode_samples(requests: RecordedRequests) -> tuple[np.ndarray, list[np.ndar
 def fits(raw: dict[str, Any], requests: RecordedRequests, base_dir) -> tuple[list[Fit], int]:
     """Every preset the replay's model fits on, nearest first (module doc), and how many
     requests were sampled; ``raw`` is the replay's scenario mapping."""
+    from sim.catalog.presets import HARDWARE_PRESETS
     from sim.config.errors import ScenarioError
     from sim.config.loader import validate_scenario
-    from sim.config.presets import HARDWARE_PRESETS
     from sim.run.build import analytic_executor
 
     tpot, batches, prompts = decode_samples(requests)

@@ -44,7 +44,7 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import AliasChoices, BeforeValidator, Field
 
-from sim.config.textfile import reading
+from sim.inputs.textfile import reading
 from sim.recorded.engine_args import engine_config, merged
 from sim.recorded.fields import Count, Seconds
 from sim.recorded.files import Record, parse, read_json, read_json_lines, sha256_of

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.config.hints import did_you_mean
-from sim.config.presets import HARDWARE_PRESETS, MODEL_PRESETS, shipped_config_for
+from sim.catalog.presets import HARDWARE_PRESETS, MODEL_PRESETS, shipped_config_for
+from sim.inputs.hints import did_you_mean
 from sim.recorded.run import RecordError
 
 #: pagesim's shipped config.json files (a checkout's scenarios/models/).

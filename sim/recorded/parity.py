@@ -29,8 +29,8 @@ import numpy as np
 import simpy
 
 from sim.config import Scenario
-from sim.config.textfile import parse_json, read_text
 from sim.engine import Replica
+from sim.inputs.textfile import parse_json, read_text
 from sim.run.build import build_cluster, build_replica
 from sim.workload.request import Request
 

@@ -5,7 +5,7 @@ Each prompt becomes one id per block of ``block`` tokens (its last block partial
 numbered in order of first sight; two prompts get equal ids exactly for the blocks over
 which they agree from their start (a chained digest: a block's id stands for everything
 before its end). The replay's trace carries these ids as ``hash_ids``
-(sim.config.traces), never the recorded tokens or text.
+(sim.inputs.traces), never the recorded tokens or text.
 
 * From token ids (:func:`token_blocks`): exact, block by block.
 * From text (:func:`text_blocks`): the prompt's text, cut at the same character offsets

@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import Field
 from pydantic.dataclasses import dataclass as typed_dataclass
 
-from sim.config.user_errors import UserError
+from sim.inputs.user_errors import UserError
 from sim.recorded.fields import Count, Size
 
 #: The latency metrics a recorded run may carry, each with its mean and quantiles.

@@ -184,7 +184,7 @@ def read_requests_csv(path) -> Requests:
     cell that is not a number."""
     import csv
 
-    from sim.config.textfile import reading
+    from sim.inputs.textfile import reading
 
     with reading(path, RecordError), open(path, encoding="utf-8", newline="") as handle:
         reader = csv.DictReader(handle)

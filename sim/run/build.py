@@ -29,8 +29,8 @@ from policies.preemption import MODES, VICTIMS
 from policies.registry import Registry, UnknownPolicy
 from policies.routing import ROUTERS
 from policies.scheduling import SCHEDULERS
+from sim.catalog.cost_params import CostParams
 from sim.config.allocators import construct
-from sim.config.cost_params import CostParams
 from sim.config.engines import profile_of
 from sim.config.errors import ScenarioError
 from sim.costs.analytic import AnalyticCostModel

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from sim.config.user_errors import UserError
+from sim.inputs.user_errors import UserError
 
 #: Packages whose versions a run's metadata records.
 RECORDED_PACKAGES = ("pagesim", "simpy", "numpy", "pydantic", "torch", "triton")

@@ -1,7 +1,7 @@
 """``pagesim capacity``: for each configuration (the scenario with ``--vary`` values), the
 highest arrival rate (``workload.arrival.rate_rps``) that meets the SLO, found by
 bracketing and bisection (sim.sweep.search) to a stated tolerance; and, where the GPU has
-a list price (sim.config.prices), the cost per million output tokens at that rate, with
+a list price (sim.catalog.prices), the cost per million output tokens at that rate, with
 the cheapest configuration that meets the SLO marked.
 
 Each probe is a full run (a run too short to judge is run again, longer: sim.sweep.task),
@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sim.catalog.prices import cost_per_million_tokens, gpu_price
 from sim.config.errors import ScenarioError
 from sim.config.loader import _read_yaml
-from sim.config.prices import cost_per_million_tokens, gpu_price
 from sim.sweep.points import Point, resolve_point
 from sim.sweep.search import RateSearch
 from sim.sweep.slo import Bound, default_bounds, meets

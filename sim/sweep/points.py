@@ -16,7 +16,7 @@ from typing import Any
 
 from sim.config.errors import ScenarioError
 from sim.config.loader import apply_override, validate_scenario
-from sim.config.textfile import parse_json, read_text
+from sim.inputs.textfile import parse_json, read_text
 from sim.run.folders import scenario_hash
 from sim.sweep.spec import axis_text, describe, override
 

@@ -30,7 +30,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from sim.config.errors import ScenarioError, format_validation_error
 from sim.config.loader import _read_yaml, _schema_path_problem
-from sim.config.schema import StrictModel
+from sim.inputs.schema import StrictModel
 
 #: Most points one sweep may expand to (a typo such as 1e6 seeds is a mistake, not a plan).
 MAX_POINTS = 100_000

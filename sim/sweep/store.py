@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sim.config.textfile import parse_json, read_text
+from sim.inputs.textfile import parse_json, read_text
 from sim.run.folders import _version, atomic_file, atomic_folder, check_target
 from sim.sweep.points import Point, finished_summary
 from sim.sweep.progress import SweepProgress

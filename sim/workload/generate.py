@@ -39,8 +39,6 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from sim.config.arrivals import TraceArrival
-from sim.config.tables import load_length_table
-from sim.config.user_errors import UserError
 from sim.config.workload import (
     CategoricalSpec,
     EmpiricalLength,
@@ -48,6 +46,8 @@ from sim.config.workload import (
     SessionsSpec,
     WorkloadSpec,
 )
+from sim.inputs.tables import load_length_table
+from sim.inputs.user_errors import UserError
 from sim.workload.prompts import PromptBook
 from sim.workload.request import Request
 from sim.workload.sampling import arrival_times, sample_lengths

@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 
 from sim.config.arrivals import GammaArrival, PoissonArrival, StagedArrival
-from sim.config.tables import load_length_table
 from sim.config.workload import (
     LENGTH_PRESETS,
     EmpiricalLength,
@@ -18,6 +17,7 @@ from sim.config.workload import (
     Role,
     UniformLength,
 )
+from sim.inputs.tables import load_length_table
 
 
 def _lognormal(mean: float, cv: float, size: int, rng: np.random.Generator) -> np.ndarray:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.config.traces import MOONCAKE_BLOCK_TOKENS
 from sim.config.workload import STREAM_STRIDE
+from sim.inputs.traces import MOONCAKE_BLOCK_TOKENS
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)

@@ -224,7 +224,7 @@ def scenario_with(tmp_path, calibration: Calibration, model: str = "tiny"):
 
 
 def test_build_calibrated_executor_reads_the_scenarios_file(tmp_path):
-    from sim.config.presets import MODEL_PRESETS
+    from sim.catalog.presets import MODEL_PRESETS
 
     calibration = sample_calibration(model_shape=model_shape_key(MODEL_PRESETS["tiny"]))
     executor = build_calibrated_executor(scenario_with(tmp_path, calibration))
@@ -232,7 +232,7 @@ def test_build_calibrated_executor_reads_the_scenarios_file(tmp_path):
 
 
 def test_build_calibrated_executor_refuses_another_models_profile(tmp_path):
-    from sim.config.presets import MODEL_PRESETS
+    from sim.catalog.presets import MODEL_PRESETS
 
     calibration = sample_calibration(model_shape=model_shape_key(MODEL_PRESETS["llama-3-8b"]))
     with pytest.raises(ScenarioError, match="profile this model"):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from sim.catalog.prices import GPU_PRICES, cost_per_million_tokens, gpu_price
 from sim.cli import main
-from sim.config.prices import GPU_PRICES, cost_per_million_tokens, gpu_price
 from sim.sweep.search import RateSearch
 from sim.sweep.slo import Bound, meets, parse_bound
 from tests.browser import check_page

@@ -7,9 +7,9 @@ import importlib.metadata
 import pytest
 
 from policies.scheduling import SCHEDULERS
+from sim.catalog.presets import HARDWARE_PRESETS, MODEL_PRESETS
 from sim.cli import main
 from sim.config.loader import load_scenario
-from sim.config.presets import HARDWARE_PRESETS, MODEL_PRESETS
 
 
 def out_of(capsys, *argv):

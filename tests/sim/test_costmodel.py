@@ -11,10 +11,10 @@ from pydantic import ValidationError
 
 from backend.step import Batch, PrefillChunk
 from backend.transfer import CPU, DEVICE_COPY, GPU, SWAP_IN, SWAP_OUT, Medium, Transfer
-from sim.config.cost_params import CostParams
-from sim.config.hardware import HardwareSpec
-from sim.config.pool import kv_pool_blocks
-from sim.config.presets import HARDWARE_PRESETS, MODEL_PRESETS
+from sim.catalog.cost_params import CostParams
+from sim.catalog.hardware import HardwareSpec
+from sim.catalog.pool import kv_pool_blocks
+from sim.catalog.presets import HARDWARE_PRESETS, MODEL_PRESETS
 from sim.costs.analytic import LAYER_OPS, AnalyticCostModel
 from sim.costs.vidur import DENSE_OPS
 

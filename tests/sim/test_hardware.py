@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from sim.config.hardware import HardwareSpec, ModelSpec
-from sim.config.presets import HARDWARE_PRESETS, MODEL_PRESETS, resolve_hardware, resolve_model
+from sim.catalog.hardware import HardwareSpec, ModelSpec
+from sim.catalog.presets import HARDWARE_PRESETS, MODEL_PRESETS, resolve_hardware, resolve_model
 
 TINY_FIELDS = dict(
     num_layers=2,

@@ -17,16 +17,16 @@ import yaml
 
 from backend.step import Batch, PrefillChunk
 from backend.transfer import CPU, GPU, Transfer
-from sim.cli import main
-from sim.config.errors import ScenarioError
-from sim.config.hardware import ModelSpec
-from sim.config.loader import load_scenario, validate_scenario
-from sim.config.presets import (
+from sim.catalog.hardware import ModelSpec
+from sim.catalog.presets import (
     MODEL_PRESETS,
     MODEL_SOURCES,
     SHIPPED_CONFIGS,
     shipped_config_for,
 )
+from sim.cli import main
+from sim.config.errors import ScenarioError
+from sim.config.loader import load_scenario, validate_scenario
 from sim.run.build import analytic_executor
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,6 +16,7 @@ import pytest
 import yaml
 from pydantic import BaseModel, BeforeValidator
 
+from sim.catalog.presets import HARDWARE_PRESETS, MODEL_PRESETS
 from sim.config.errors import ScenarioError
 from sim.config.json_schema import (
     ARRIVAL_FIELD,
@@ -27,7 +28,6 @@ from sim.config.json_schema import (
     scenario_json_schema,
 )
 from sim.config.loader import validate_scenario
-from sim.config.presets import HARDWARE_PRESETS, MODEL_PRESETS
 from sim.config.scenario import Scenario
 from sim.config.sections import policy_registry
 

@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from sim.config.cost_params import CostParams
-from sim.config.hardware import HardwareSpec
-from sim.config.presets import HARDWARE_PRESETS
+from sim.catalog.cost_params import CostParams
+from sim.catalog.hardware import HardwareSpec
+from sim.catalog.presets import HARDWARE_PRESETS
 from sim.costs.kernels import GpuKernels
 
 H100 = HARDWARE_PRESETS["h100-sxm"]
@@ -163,7 +163,7 @@ def test_allreduce_uses_the_measured_figures_of_the_link():
     """With no override, an all-reduce over NVLink costs vLLM's custom-kernel latency and
     the nccl-tests bus bandwidth fraction; over PCIe through host memory far more; and
     outside a CUDA graph the custom kernel's eager floor is added."""
-    from sim.config.links import EAGER_LATENCY_S, busbw_fraction, link_latency_s
+    from sim.catalog.links import EAGER_LATENCY_S, busbw_fraction, link_latency_s
 
     params = CostParams()
     nvlink = GpuKernels(H100, params, dtype_bytes=2)
@@ -185,7 +185,7 @@ def test_a_message_the_custom_kernel_takes_moves_at_its_measured_bandwidth():
     bytes (interpolated between measured GPU counts); at the limit and above, nccl-tests'
     fraction of the link; two PCIe GPUs use it, more fall back to NCCL; a scenario's
     interconnect_efficiency wins over both."""
-    from sim.config.links import CUSTOM_KERNEL_MAX_BYTES, busbw_fraction, link_latency_s
+    from sim.catalog.links import CUSTOM_KERNEL_MAX_BYTES, busbw_fraction, link_latency_s
 
     h100 = GpuKernels(H100, CostParams(), dtype_bytes=2)
     decode = 2 * 128 * 8192  # 2 MiB: 128 tokens of an 8,192-wide bf16 residual

@@ -1,4 +1,4 @@
-"""Mixture-of-experts models: what is read, counted and priced (sim/config/moe.py,
+"""Mixture-of-experts models: what is read, counted and priced (sim/catalog/moe.py,
 sim/costs/moe.py)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import yaml
 
+from sim.catalog.moe import expected_touched
 from sim.cli import main
 from sim.config.loader import validate_scenario
-from sim.config.moe import expected_touched
 from sim.costs.moe import block_m, expected_tiles
 from sim.run.build import analytic_executor
 

@@ -42,7 +42,7 @@ def blocker(tmp_path) -> Path:
 
 
 def valid_calibration(tmp_path) -> Path:
-    from sim.config.presets import MODEL_PRESETS
+    from sim.catalog.presets import MODEL_PRESETS
     from sim.costs.calibrated import FEATURES, Calibration, model_shape_key, save
 
     shape = model_shape_key(MODEL_PRESETS["tiny"])

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sim.catalog.presets import HARDWARE_PRESETS, MODEL_PRESETS
 from sim.cli import main
 from sim.config.errors import ScenarioError
 from sim.config.loader import validate_scenario
-from sim.config.presets import HARDWARE_PRESETS, MODEL_PRESETS
 from sim.costs.analytic import AnalyticCostModel
 from sim.costs.profile import ProfileCostModel
 from sim.costs.vidur import DENSE_OPS, Grid2D, ProfileError, Table1D, load_vidur_profile

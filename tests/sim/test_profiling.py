@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sim.catalog.presets import MODEL_PRESETS
 from sim.cli import main
-from sim.config.presets import MODEL_PRESETS
 from sim.costs.calibrated import FEATURES
 from sim.hil.profiling import (
     CSV_COLUMNS,

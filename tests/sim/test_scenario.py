@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sim.catalog.pool import kv_pool_blocks
+from sim.catalog.presets import HARDWARE_PRESETS, MODEL_PRESETS
 from sim.config.errors import ScenarioError
 from sim.config.loader import load_scenario, validate_scenario
-from sim.config.pool import kv_pool_blocks
-from sim.config.presets import HARDWARE_PRESETS, MODEL_PRESETS
 from sim.config.scenario import Scenario
 from sim.run.build import build_allocator, policy_context, replica_policies
 from sim.workload.generate import generate_requests
@@ -391,11 +391,11 @@ def test_every_reader_error_is_a_user_error_the_cli_reports_in_one_line():
     from sim.cli.common import UsageError
     from sim.config.budget import OverBudget
     from sim.config.hf_config import ConfigError
-    from sim.config.tables import LengthTableError
-    from sim.config.traces import TraceError
-    from sim.config.user_errors import UserError
     from sim.costs.calibrated import CalibrationError
     from sim.costs.vidur import ProfileError
+    from sim.inputs.tables import LengthTableError
+    from sim.inputs.traces import TraceError
+    from sim.inputs.user_errors import UserError
     from sim.recorded.run import RecordError
     from sim.run.folders import FolderExists
     from sim.workload.generate import WorkloadError

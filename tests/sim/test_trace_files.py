@@ -13,9 +13,9 @@ import pytest
 from sim.cli import main
 from sim.config.errors import ScenarioError
 from sim.config.loader import load_scenario
-from sim.config.tables import LengthTableError, load_length_table
-from sim.config.textfile import INT64_MAX
-from sim.config.traces import TraceError, load_trace
+from sim.inputs.tables import LengthTableError, load_length_table
+from sim.inputs.textfile import INT64_MAX
+from sim.inputs.traces import TraceError, load_trace
 
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 TINY = """\

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from sim.config.presets import MODEL_PRESETS
-from sim.config.traces import TraceError, load_trace
+from sim.catalog.presets import MODEL_PRESETS
 from sim.config.workload import LENGTH_PRESETS, PresetLength, WorkloadSpec
+from sim.inputs.traces import TraceError, load_trace
 from sim.workload.generate import WorkloadError, generate_requests
 from sim.workload.sampling import sample_lengths
 from sim.workload.tokens import (

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pydantic import PositiveInt
 
-from sim.config.schema import StrictModel
+from sim.inputs.schema import StrictModel
 
 
 class MLASpec(StrictModel):

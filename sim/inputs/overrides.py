@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from sim.config.textfile import read_text
+from sim.inputs.textfile import read_text
 
 SECTIONS = ("hardware", "cost_model", "fit")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
-from sim.config.schema import StrictModel
+from sim.inputs.schema import StrictModel
 
 
 class MoESpec(StrictModel):

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from sim.config.gpus import HARDWARE_PRESETS
-from sim.config.hardware import HardwareSpec, ModelSpec
-from sim.config.hints import did_you_mean
+from sim.catalog.gpus import HARDWARE_PRESETS
+from sim.catalog.hardware import HardwareSpec, ModelSpec
+from sim.inputs.hints import did_you_mean
 
 MODEL_PRESETS: dict[str, ModelSpec] = {
     # meta-llama/Meta-Llama-3-8B config.json (bf16, rope, GQA 32/8)
@@ -147,7 +147,7 @@ SHIPPED_CONFIGS: dict[str, tuple[str, str]] = {
         "Qwen/Qwen3-235B-A22B",
         "ai-dynamo/aiconfigurator@0b077da aic-core/src/aiconfigurator_core/model_configs/",
     ),
-    "deepseek-v2-lite": (  # MoE with multi-head latent attention (sim/config/mla.py)
+    "deepseek-v2-lite": (  # MoE with multi-head latent attention (sim/catalog/mla.py)
         "deepseek-ai/DeepSeek-V2-Lite",
         "inference-sim/inference-sim@78dc73e model_configs/deepseek-v2-lite/",
     ),

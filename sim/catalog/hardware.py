@@ -1,4 +1,4 @@
-"""Model and accelerator specs (pydantic, frozen); the presets are in :mod:`sim.config.presets`.
+"""Model and accelerator specs (pydantic, frozen); the presets are in :mod:`sim.catalog.presets`.
 
 A scenario names a model and a GPU either by preset (``"llama-3-8b"``, ``"h100-sxm"``) or
 by an explicit shape; :func:`resolve_model` / :func:`resolve_hardware` accept both, plus a
@@ -17,10 +17,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_serializer, model_validator
 
-from sim.config.links import LinkKind
-from sim.config.mla import MLASpec
-from sim.config.moe import MoESpec
-from sim.config.schema import StrictModel, drop_unset
+from sim.catalog.links import LinkKind
+from sim.catalog.mla import MLASpec
+from sim.catalog.moe import MoESpec
+from sim.inputs.schema import StrictModel, drop_unset
 
 DtypeName = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 
@@ -73,11 +73,11 @@ class ModelSpec(StrictModel):
     a window the config switches off). Carried, not modelled: the KV cache keeps every token of a
     sequence, as it does for the mistral-7b preset."""
     moe: MoESpec | None = None
-    """Mixture-of-experts layers (sim.config.moe): routed experts, top-k, expert width, shared
+    """Mixture-of-experts layers (sim.catalog.moe): routed experts, top-k, expert width, shared
     experts and the layers that stay dense; read from a Mixtral, Qwen2-MoE or Qwen3-MoE
     config.json. Null: a dense model (every layer's MLP is ``intermediate_size`` wide)."""
     mla: MLASpec | None = None
-    """Multi-head latent attention (sim.config.mla, DeepSeek-V2/V3): one latent of
+    """Multi-head latent attention (sim.catalog.mla, DeepSeek-V2/V3): one latent of
     ``kv_lora_rank + qk_rope_head_dim`` elements cached per token and layer, on every GPU of a
     tensor-parallel group, instead of K and V per KV head. Null: K and V per head."""
 
@@ -249,11 +249,11 @@ class HardwareSpec(StrictModel):
     custom_allreduce_busbw: dict[PositiveInt, Annotated[float, Field(gt=0.0, le=1.0)]] | None = None
     """Measured bus bandwidth of vLLM's custom all-reduce inside a CUDA graph over the link's
     one-direction bandwidth, at decode-sized messages (0.5-4 MiB: a step's hidden states), by
-    tensor-parallel GPU count, where this card has been measured (sim.config.links); null: the
+    tensor-parallel GPU count, where this card has been measured (sim.catalog.links); null: the
     link's nccl-tests fraction for every size. A set ``cost_model.params.interconnect_efficiency``
     wins over it."""
     link: LinkKind | None = None
-    """What connects the GPUs of a tensor-parallel group (sim.config.links): ``nvlink``,
+    """What connects the GPUs of a tensor-parallel group (sim.catalog.links): ``nvlink``,
     ``pcie-p2p`` (PCIe with peer-to-peer), ``pcie-host`` (PCIe through host memory: GeForce
     cards), ``xgmi`` (AMD Infinity Fabric) or ``network`` (GPUs in different nodes). Null:
     ``nvlink`` when ``interconnect_bytes_s`` is above ``host_link_bytes_s``, else

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from sim.config.hardware import HardwareSpec, ModelSpec
+from sim.catalog.hardware import HardwareSpec, ModelSpec
 
 
 class KVPool(NamedTuple):

@@ -1,10 +1,10 @@
 """The hardware presets: one GPU's datasheet figures each, with what has been measured
-on it, every figure with its source (re-exported by :mod:`sim.config.presets`).
+on it, every figure with its source (re-exported by :mod:`sim.catalog.presets`).
 """
 
 from __future__ import annotations
 
-from sim.config.hardware import HardwareSpec
+from sim.catalog.hardware import HardwareSpec
 
 # --- hardware presets ---------------------------------------------------------------------
 # Capacities are the datasheet's decimal GB (the usable figure nvidia-smi shows is a few
@@ -132,7 +132,7 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
     # --- PCIe cards, B200, H20, GH200, MI300X. Measured figures (gemm_efficiency: best
     # dense BF16 matmul over the dense peak; sustained_bandwidth_fraction: a streaming
     # kernel over the datasheet bandwidth) and the link each card's TP group uses
-    # (sim.config.links). Sources by key:
+    # (sim.catalog.links). Sources by key:
     #   [matmul] zzc0721/torch-performance-test-data@9d82827 database.md (torch.matmul,
     #     the best of square sizes 1024-10240); [mamf] stas00/ml-engineering@744d01e
     #     compute/accelerator/README.md "Maximum Achievable Matmul FLOPS"; [aic] NVIDIA
@@ -298,7 +298,7 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
     # matrix cores), 2614.9 FP8, 163.4 FP32, 192 GB HBM3 at 5.3 TB/s, 304 CUs, PCIe Gen5.
     # BabelStream Dot 3.87 TB/s (Azure ND MI300X v5: 0.730). Best BF16 GEMM 708 TFLOPS (AMD's
     # "Measuring Max-Achievable FLOPs" blog via AMD-AGI/TraceLens: 0.542). xGMI: 7 links of
-    # 64 GB/s per direction, all-to-all (448 GB/s; sim.config.links "xgmi").
+    # 64 GB/s per direction, all-to-all (448 GB/s; sim.catalog.links "xgmi").
     "mi300x": HardwareSpec(
         name="mi300x",
         flops={

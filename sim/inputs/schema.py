@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
-from sim.config.hints import did_you_mean
+from sim.inputs.hints import did_you_mean
 
 
 class StrictModel(BaseModel):

@@ -23,8 +23,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from sim.config.textfile import INT64_MAX, beyond_int64, count, parse_json, reading
-from sim.config.user_errors import UserError
+from sim.inputs.textfile import INT64_MAX, beyond_int64, count, parse_json, reading
+from sim.inputs.user_errors import UserError
 
 
 class TraceError(UserError, ValueError):

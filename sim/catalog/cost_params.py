@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, model_serializer
 
-from sim.config.schema import StrictModel, drop_unset
+from sim.inputs.schema import StrictModel, drop_unset
 
 __all__ = ["MOE_GEMM_EFFICIENCY", "MOE_MEMORY_EFFICIENCY", "CostParams", "Fraction", "Seconds"]
 
@@ -85,11 +85,11 @@ class CostParams(StrictModel):
     tokens)."""
     interconnect_efficiency: Fraction | None = None
     """Fraction of the link's one-direction bandwidth an all-reduce's bus bandwidth reaches; null:
-    what nccl-tests measured on that kind of link at that group size (sim.config.links: 0.68-0.79
+    what nccl-tests measured on that kind of link at that group size (sim.catalog.links: 0.68-0.79
     over NVLink, 0.39-0.61 over PCIe with P2P, 0.47 through host memory)."""
     allreduce_latency_s: Seconds | None = None
     """Latency, in seconds, of one small all-reduce; null: the measured figure of the link and group
-    size (sim.config.links: ~5 us over NVLink with vLLM's custom kernel in a CUDA graph, 5-25 us
+    size (sim.catalog.links: ~5 us over NVLink with vLLM's custom kernel in a CUDA graph, 5-25 us
     over PCIe, 9-39 us through host memory)."""
     cpu_step_overhead_s: Seconds = 5e-4
     """CPU seconds per step not hidden behind the GPU (schedule, prepare inputs, process outputs):

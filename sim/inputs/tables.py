@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.config.textfile import INT64_MAX, beyond_int64, count, reading
-from sim.config.user_errors import UserError
+from sim.inputs.textfile import INT64_MAX, beyond_int64, count, reading
+from sim.inputs.user_errors import UserError
 
 
 class LengthTableError(UserError, ValueError):
