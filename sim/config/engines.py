@@ -22,28 +22,29 @@ def profile_of(name: str) -> EngineProfile:
 DEFAULT_ENGINE = "vllm-v1"
 
 
-def apply_engine_profile(data: Any) -> Any:
-    """The scenario's raw ``data`` with its engine profile's defaults filled in where
-    the scenario says nothing; anything malformed is left for validation to report.
-    Under ``vllm-v1``, ``scheduler.policy: priority`` means vLLM's queue
-    (``strict-priority``)."""
-    if not isinstance(data, dict):
-        return data
-    sched = data.get("scheduler", {})
-    if not isinstance(sched, dict):
-        return data
-    engine = sched.get("engine", DEFAULT_ENGINE)
-    if engine not in PROFILES:
-        return data
+def scheduler_with_defaults(section: Any) -> Any:
+    """The ``scheduler`` section's own input with its engine's defaults under what it
+    sets; anything malformed is left for validation to report. Under an engine whose
+    profile was checked against a real one, ``policy: priority`` without params means
+    that engine's queue (``strict-priority``)."""
+    if not isinstance(section, dict):
+        return section
+    profile = PROFILES.get(section.get("engine", DEFAULT_ENGINE))
+    if profile is None or not profile.checked_against:
+        return section
+    section = {**profile.scheduler, **section}
+    if section.get("policy") == "priority" and not section.get("params"):
+        section["policy"] = "strict-priority"
+    return section
+
+
+def preemption_with_defaults(section: Any, engine: str, policy: str) -> Any:
+    """The ``preemption`` section's own input with the defaults of the validated
+    scheduler's ``engine`` under what it sets (its priority ones under a priority
+    ``policy``)."""
     profile = PROFILES[engine]
-    if not profile.checked_against:
-        return data
-    sched = {**profile.scheduler, **sched}
-    priority = sched.get("policy") in ("priority", "strict-priority")
-    if sched.get("policy") == "priority" and not sched.get("params"):
-        sched["policy"] = "strict-priority"
-    preemption = data.get("preemption", {})
-    if not isinstance(preemption, dict):
-        return {**data, "scheduler": sched}
+    if not isinstance(section, dict) or not profile.checked_against:
+        return section
+    priority = policy in ("priority", "strict-priority")
     defaults = profile.priority_preemption if priority else profile.preemption
-    return {**data, "scheduler": sched, "preemption": {**defaults, **preemption}}
+    return {**defaults, **section}

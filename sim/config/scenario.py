@@ -36,6 +36,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationInfo,
+    field_validator,
     model_serializer,
     model_validator,
 )
@@ -46,7 +47,7 @@ from sim.catalog.presets import expand_preset
 from sim.config.arrivals import TraceArrival
 from sim.config.budget import OverBudget, check_memory
 from sim.config.costs import CostModelSpec
-from sim.config.engines import apply_engine_profile, profile_of
+from sim.config.engines import preemption_with_defaults, profile_of
 from sim.config.errors import error_at
 from sim.config.files import resolve_existing_file
 from sim.config.hf_config import expand_model
@@ -108,9 +109,9 @@ class Scenario(StrictModel):
     layer ends in the same all-reduce. Only for a model with ``moe``."""
     cache: CacheSpec = Field(default_factory=CacheSpec)
     """The KV cache: block size, pool size, prefix caching, CPU swap space and allocator."""
-    scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
+    scheduler: SchedulerSpec = Field(default_factory=dict, validate_default=True)
     """The step scheduler: admission order, batching mode, per-step limits, chunked prefill."""
-    preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
+    preemption: PreemptionSpec = Field(default_factory=dict, validate_default=True)
     """Who is preempted when a step runs out of KV blocks, and how (recompute or swap)."""
     eviction: EvictionSpec = Field(default_factory=EvictionSpec)
     """Which cached prefix block is reclaimed first (with ``cache.prefix_caching``)."""
@@ -145,11 +146,15 @@ class Scenario(StrictModel):
         except ValueError as err:
             raise error_at("calibration", str(err)) from None
 
-    @model_validator(mode="before")
+    @field_validator("preemption", mode="before")
     @classmethod
-    def _engine_profile(cls, data: Any) -> Any:
-        """The defaults of ``scheduler.engine``'s profile under the scenario's own."""
-        return apply_engine_profile(data)
+    def _engine_defaults(cls, section: Any, info: ValidationInfo) -> Any:
+        """What this section leaves unset comes from the validated scheduler's engine
+        profile (nothing when the scheduler section did not validate)."""
+        scheduler = info.data.get("scheduler")
+        if scheduler is None:
+            return section
+        return preemption_with_defaults(section, scheduler.engine, scheduler.policy)
 
     @model_validator(mode="before")
     @classmethod

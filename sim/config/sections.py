@@ -25,6 +25,7 @@ from sim.catalog.hardware import HardwareSpec, ModelSpec
 from sim.catalog.pool import kv_pool_blocks
 from sim.config.allocators import PLUGIN_FORMS, is_plugin, load_allocator_class
 from sim.config.allocators import SHIPPED as SHIPPED_ALLOCATORS
+from sim.config.engines import scheduler_with_defaults
 from sim.config.errors import error_at
 from sim.config.files import base_dir
 from sim.inputs.hints import did_you_mean
@@ -252,6 +253,12 @@ class SchedulerSpec(StrictModel):
     budget), ``prefill-first``, ``decode-first``, ``static`` (request-level batching) or
     ``vllm-v1`` (vLLM V1's step, what the default ``vllm-v1`` engine sets). A name, or
     ``{policy: NAME, params: {...}}``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_defaults(cls, data: Any) -> Any:
+        """What this section leaves unset comes from its engine's profile."""
+        return scheduler_with_defaults(data)
 
     @field_validator("policy")
     @classmethod
