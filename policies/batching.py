@@ -36,67 +36,17 @@ The modes users compare (Vidur models several of them as replica schedulers):
   empty and runs until all its requests finish; nothing new is admitted meanwhile (a
   member preempted by recompute may come back).
 
-Policies never import the engine: the step builder is the :class:`StepBuilder` protocol.
+Policies never import the engine: the step builder is the :class:`StepBuilder` protocol
+(policies/views.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol
-
 from policies.registry import Registry
-from policies.views import RequestInfo
+from policies.views import BatchingMode, StepBuilder
+from policies.vllm_v1 import VllmV1
 
 __all__ = ["BATCHING", "BatchingMode", "StepBuilder"]
-
-
-class StepBuilder(Protocol):
-    """What a batching mode may do with the step being planned (the engine provides it)."""
-
-    def decodes(self) -> None: ...
-
-    def running_prefills(self) -> None: ...
-
-    def running(self) -> None:
-        """Decodes and running prompt chunks together, in admission order (instead of
-        ``decodes()`` and ``running_prefills()``)."""
-        ...
-
-    def admit(
-        self, only: Callable[[RequestInfo], bool] | None = None, beyond_budget: bool = False
-    ) -> list[RequestInfo]:
-        """Admit waiting requests (those ``only`` accepts, stopping at the first it
-        refuses; with ``beyond_budget`` also when the step's token budget is spent,
-        their prompts then run in later steps); returns the requests admitted."""
-        ...
-
-    @property
-    def has_prefill_chunks(self) -> bool:
-        """Whether the step holds any prompt chunk so far."""
-        ...
-
-    @property
-    def replica_empty(self) -> bool:
-        """No sequence running, prefilling or swapped out on this replica."""
-        ...
-
-    @property
-    def preempted(self) -> bool:
-        """Whether planning this step has preempted a request so far."""
-        ...
-
-
-class BatchingMode(Protocol):
-    chunks_prompts: bool
-    #: True promises that with nothing waiting, prefilling or swapped out, ``compose``
-    #: schedules the decodes and nothing else, and keeps no per-step state, so the engine
-    #: may fast-forward such steps (sim/engine/stretch.py). A plug-in may leave it out
-    #: (False).
-    decode_stretches: bool
-
-    def compose(self, step: StepBuilder) -> None:
-        """Plan one step with ``step``'s moves; mutates the mode's own state only."""
-        ...
 
 
 BATCHING: Registry = Registry(
@@ -143,19 +93,7 @@ class DecodeFirst(Mixed):
     chunks_prompts = False
 
 
-@BATCHING.register("vllm-v1")
-class VllmV1:
-    """vLLM V1's step: running requests first, in the order they were admitted (decodes
-    and prompt chunks share the budget in that order), then new prompts, but not in a
-    step that had to preempt (vllm/v1/core/sched/scheduler.py, ``schedule``)."""
-
-    chunks_prompts = True
-    decode_stretches = True  # nothing waiting or prefilling: the running loop is decodes
-
-    def compose(self, step: StepBuilder) -> None:
-        step.running()
-        if not step.preempted:
-            step.admit()
+BATCHING.register("vllm-v1")(VllmV1)  # the vllm-v1 engine profile's mode (its module)
 
 
 @BATCHING.register("static")

@@ -4,11 +4,13 @@ The engine implements these Protocols (sim/engine/view.py) and hands policies no
 else: schedulers, victim policies and routers see a :class:`ReplicaView`, never the
 replica itself, so a policy can order, pick or route but not change engine state. The
 views answer from live state (no copies on the hot path); what they return is
-immutable (numbers, tuples, the frozen requests).
+immutable (numbers, tuples, the frozen requests). A batching mode composes a step
+through :class:`StepBuilder`, the moves the engine offers it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -102,4 +104,53 @@ class ReplicaView(Protocol):
 
     def first_token_s(self, request: RequestInfo) -> float:
         """When its first token came out (NaN before)."""
+        ...
+
+
+class StepBuilder(Protocol):
+    """What a batching mode may do with the step being planned (the engine provides it)."""
+
+    def decodes(self) -> None: ...
+
+    def running_prefills(self) -> None: ...
+
+    def running(self) -> None:
+        """Decodes and running prompt chunks together, in admission order (instead of
+        ``decodes()`` and ``running_prefills()``)."""
+        ...
+
+    def admit(
+        self, only: Callable[[RequestInfo], bool] | None = None, beyond_budget: bool = False
+    ) -> list[RequestInfo]:
+        """Admit waiting requests (those ``only`` accepts, stopping at the first it
+        refuses; with ``beyond_budget`` also when the step's token budget is spent,
+        their prompts then run in later steps); returns the requests admitted."""
+        ...
+
+    @property
+    def has_prefill_chunks(self) -> bool:
+        """Whether the step holds any prompt chunk so far."""
+        ...
+
+    @property
+    def replica_empty(self) -> bool:
+        """No sequence running, prefilling or swapped out on this replica."""
+        ...
+
+    @property
+    def preempted(self) -> bool:
+        """Whether planning this step has preempted a request so far."""
+        ...
+
+
+class BatchingMode(Protocol):
+    chunks_prompts: bool
+    #: True promises that with nothing waiting, prefilling or swapped out, ``compose``
+    #: schedules the decodes and nothing else, and keeps no per-step state, so the engine
+    #: may fast-forward such steps (sim/engine/stretch.py). A plug-in may leave it out
+    #: (False).
+    decode_stretches: bool
+
+    def compose(self, step: StepBuilder) -> None:
+        """Plan one step with ``step``'s moves; mutates the mode's own state only."""
         ...

@@ -4,9 +4,10 @@ step for step against recorded decisions of the real scheduler by ``tests/parity
 
 Its policies, by name from the registries:
 
-* ``scheduler.batching: vllm-v1`` (``policies/batching.py``): the running loop in
-  admission order (``sim/engine/planning/running_order.py``), then admissions, none in
-  a step that preempted;
+* ``scheduler.batching: vllm-v1`` (:class:`VllmV1`, below): the running loop in
+  admission order (the engine's ``step.running()``, sim/engine/planning/
+  running_order.py: decodes and prompt chunks share the budget in that order, a miss
+  preempts the victim policy's pick), then admissions, none in a step that preempted;
 * ``scheduler.admission: whole-sequence``: admission only if the whole sequence fits,
   allocation per chunk (vLLM's ``scheduler_reserve_full_isl``);
 * ``preemption.victim: last-admitted``, the tail of the running list, or under
@@ -38,8 +39,24 @@ from collections.abc import Iterable
 from backend.base import Allocator
 from backend.capabilities import UnpublishesBlocks
 from policies.engine_rules import EngineProfile, EngineRules
+from policies.views import StepBuilder
 
 VLLM_VERSION = "0.33.0"
+
+
+class VllmV1:
+    """vLLM V1's step: running requests first, in the order they were admitted (decodes
+    and prompt chunks share the budget in that order), then new prompts, but not in a
+    step that had to preempt (vllm/v1/core/sched/scheduler.py, ``schedule``). Registered
+    as the batching mode ``vllm-v1`` (policies/batching.py)."""
+
+    chunks_prompts = True
+    decode_stretches = True  # nothing waiting or prefilling: the running loop is decodes
+
+    def compose(self, step: StepBuilder) -> None:
+        step.running()
+        if not step.preempted:
+            step.admit()
 
 
 class VllmV1Rules(EngineRules):
