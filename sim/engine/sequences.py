@@ -8,6 +8,7 @@ policies order, and what one step decided.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -128,16 +129,38 @@ class WaitingEntry:
         return self.seq.resumed
 
 
+class StepPlan(NamedTuple):
+    """What the scheduler decided for one step, complete and immutable once planned;
+    applied after the step's time passes (planning builds it as a :class:`PlanDraft`)."""
+
+    decode_rows: int = 0  # the first rows of the decode set that decode this step
+    chunks: tuple[tuple[PrefillSeq, int], ...] = ()  # (prefill, tokens it computes)
+    num_preempted: int = 0
+    limit: Limit = Limit.NONE
+    asked_scheduler: bool = False  # the batching mode asked for admissions
+    held_by: str = ""  # the policy that held waiting requests back (limit POLICY)
+
+
 @dataclass
-class StepPlan:
-    """What the scheduler decided for one step; applied after the step's time passes."""
+class PlanDraft:
+    """A :class:`StepPlan` while the step is being planned (planning mutates it)."""
 
     decode_rows: int = 0
     chunks: list[tuple[PrefillSeq, int]] = field(default_factory=list)
     num_preempted: int = 0
     limit: Limit = Limit.NONE
-    asked_scheduler: bool = False  # the batching mode asked for admissions
-    held_by: str = ""  # the policy that held waiting requests back (limit POLICY)
+    asked_scheduler: bool = False
+    held_by: str = ""
+
+    def final(self) -> StepPlan:
+        return StepPlan(
+            self.decode_rows,
+            tuple(self.chunks),
+            self.num_preempted,
+            self.limit,
+            self.asked_scheduler,
+            self.held_by,
+        )
 
 
 @dataclass

@@ -13,7 +13,7 @@ from backend.base import Allocator
 from sim.engine.config import EngineConfig
 from sim.engine.executor import TokenSource
 from sim.engine.memory import Memory
-from sim.engine.sequences import Moves, PrefillSeq, StepPlan
+from sim.engine.sequences import Moves, PlanDraft, PrefillSeq
 from sim.engine.state import ReplicaState
 from sim.workload.request import Request
 
@@ -32,25 +32,25 @@ class PlannerOps(Protocol):
     #: allocator's unchecked entry where it has one)
     append_batch: Callable[[np.ndarray, np.ndarray], list]
 
-    def schedule_decodes(self, plan: StepPlan, moves: Moves):
+    def schedule_decodes(self, plan: PlanDraft, moves: Moves):
         """Give every decoding sequence one slot, preempting on a free-list miss; returns
         the decode arrays (ids, contexts, input tokens)."""
 
-    def schedule_running_prefills(self, plan: StepPlan, budget: int) -> int:
+    def schedule_running_prefills(self, plan: PlanDraft, budget: int) -> int:
         """Run the next chunk of each prefilling sequence; returns the budget left."""
 
-    def take_chunk(self, plan: StepPlan, seq: PrefillSeq, take: int) -> None:
+    def take_chunk(self, plan: PlanDraft, seq: PrefillSeq, take: int) -> None:
         """``take`` tokens of ``seq`` run this step (their slots are held)."""
 
     def hold_chunk(self, seq: PrefillSeq, take: int) -> None:
         """Hold the slots of ``seq``'s next ``take`` tokens (raises OutOfBlocks)."""
 
-    def chunk_size(self, seq: PrefillSeq, budget: int, plan: StepPlan) -> int:
+    def chunk_size(self, seq: PrefillSeq, budget: int, plan: PlanDraft) -> int:
         """Prompt tokens of ``seq`` to compute this step (0: none)."""
 
     def admit_waiting(
         self,
-        plan: StepPlan,
+        plan: PlanDraft,
         budget: int,
         only: Callable[[Request], bool] | None = None,
         beyond_budget: bool = False,

@@ -25,7 +25,7 @@ from sim.engine.memory import Memory
 from sim.engine.planning.offers import batching_accepts, offered
 from sim.engine.planning.step_builder import StepBuilder
 from sim.engine.records import Limit
-from sim.engine.sequences import Moves, PrefillSeq, StepPlan
+from sim.engine.sequences import Moves, PlanDraft, PrefillSeq, StepPlan
 from sim.engine.state import ReplicaState
 from sim.engine.view import EngineView
 from sim.workload.request import Request
@@ -107,7 +107,7 @@ class StepPlanner:
 
     def plan(self) -> tuple[Batch, StepPlan]:
         """The next step's batch and what to apply when its time has passed."""
-        plan = StepPlan()
+        plan = PlanDraft()
         moves = Moves()
         # vLLM caps a prompt's share only when another request could use the budget.
         state = self.state
@@ -135,10 +135,10 @@ class StepPlanner:
             decode_tokens,
             moves.in_order(),
         )
-        return batch, plan
+        return batch, plan.final()
 
     # -- decodes and running prefills ---------------------------------------------------
-    def schedule_decodes(self, plan: StepPlan, moves: Moves):
+    def schedule_decodes(self, plan: PlanDraft, moves: Moves):
         """Give every decoding sequence one slot, preempting on a free-list miss."""
         d = self.state.decodes
         while len(d):
@@ -158,7 +158,7 @@ class StepPlanner:
         d.context += 1
         return d.seq_id.copy(), d.context.copy(), tokens
 
-    def schedule_running_prefills(self, plan: StepPlan, budget: int) -> int:
+    def schedule_running_prefills(self, plan: PlanDraft, budget: int) -> int:
         for seq in self.state.prefilling:
             if budget <= 0:
                 break
@@ -171,7 +171,7 @@ class StepPlanner:
             budget -= take
         return budget
 
-    def take_chunk(self, plan: StepPlan, seq: PrefillSeq, take: int) -> None:
+    def take_chunk(self, plan: PlanDraft, seq: PrefillSeq, take: int) -> None:
         """``take`` tokens of ``seq`` run this step (their slots are held); the engine's
         rules say whether its full blocks are offered to lookups now (vLLM: a request
         admitted later in this step hits them) or once the step is planned."""
@@ -198,14 +198,14 @@ class StepPlanner:
             seq.held += grow
         return min(take, seq.held - seq.computed)
 
-    def chunk_size(self, seq: PrefillSeq, budget: int, plan: StepPlan) -> int:
+    def chunk_size(self, seq: PrefillSeq, budget: int, plan: PlanDraft) -> int:
         """Prompt tokens of ``seq`` to compute this step (0: none)."""
         remaining = seq.tokens.shape[0] - seq.computed
         if self.prefill_cap and self.chunking:
             remaining = min(remaining, self.prefill_cap)
         return self.whole_prompt_size(remaining, budget, plan)
 
-    def whole_prompt_size(self, remaining: int, budget: int, plan: StepPlan) -> int:
+    def whole_prompt_size(self, remaining: int, budget: int, plan: PlanDraft) -> int:
         """Tokens of a prompt with ``remaining`` to compute that this step takes: up to
         the budget with chunking; else all of them or none, except that a prompt longer
         than the budget (a resumed request's prompt + outputs) may run alone, so that it
@@ -218,7 +218,7 @@ class StepPlanner:
     # -- admission ------------------------------------------------------------------------
     def admit_waiting(
         self,
-        plan: StepPlan,
+        plan: PlanDraft,
         budget: int,
         only: Callable[[Request], bool] | None = None,
         beyond_budget: bool = False,
@@ -267,7 +267,7 @@ class StepPlanner:
             plan.held_by = "scheduler.policy"
         return [entry.request for entry in admitted], budget
 
-    def fits_whole(self, seq: PrefillSeq, budget: int, plan: StepPlan) -> bool:
+    def fits_whole(self, seq: PrefillSeq, budget: int, plan: PlanDraft) -> bool:
         """Without chunking: whether ``seq``'s whole uncached prompt runs this step."""
         cached = self.alloc.cached_prefix_tokens(seq.tokens, salt=seq.request.tenant)
         total = seq.tokens.shape[0]

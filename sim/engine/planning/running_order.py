@@ -18,13 +18,13 @@ import numpy as np
 
 from backend.base import OutOfBlocks
 from sim.engine.planning.ops import PlannerOps
-from sim.engine.sequences import Moves, PrefillSeq, StepPlan
+from sim.engine.sequences import Moves, PlanDraft, PrefillSeq
 
 #: (sequence id, its prefill, or None for a decode row), in the running list's order
 Entry = tuple[int, PrefillSeq | None]
 
 
-def schedule_running(planner: PlannerOps, plan: StepPlan, moves: Moves, budget: int):
+def schedule_running(planner: PlannerOps, plan: PlanDraft, moves: Moves, budget: int):
     """Plan the running sequences' share of the step. Mutates the state (preemptions,
     the decode rows' order: the scheduled ones first), the allocator and ``plan``.
     Returns the budget left and the decode arrays (ids, contexts, input tokens)."""
@@ -58,7 +58,7 @@ def schedule_running(planner: PlannerOps, plan: StepPlan, moves: Moves, budget: 
     return budget, _decode_arrays(planner, plan, decoded)
 
 
-def _shares(planner: PlannerOps, plan: StepPlan, order: np.ndarray, budget: int):
+def _shares(planner: PlannerOps, plan: PlanDraft, order: np.ndarray, budget: int):
     """What the running list gets of the budget if nothing is preempted: the prompt
     chunks ((prefill, tokens), in order) and the decode rows that get their token (a
     prefix of ``order``, the rows in the running list's order). Python work per
@@ -149,7 +149,7 @@ def _allocate_one(planner: PlannerOps, moves, seq_id: int, seq, take: int) -> bo
     return True
 
 
-def _decode_arrays(planner: PlannerOps, plan: StepPlan, decoded: np.ndarray):
+def _decode_arrays(planner: PlannerOps, plan: PlanDraft, decoded: np.ndarray):
     """Move the decoded rows first (apply reads the first ``plan.decode_rows``), count
     their new token in their context, and return (ids, contexts, input tokens)."""
     d = planner.state.decodes

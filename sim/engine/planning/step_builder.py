@@ -8,7 +8,7 @@ import numpy as np
 
 from sim.engine.planning.ops import PlannerOps
 from sim.engine.planning.running_order import schedule_running
-from sim.engine.sequences import Moves, StepPlan
+from sim.engine.sequences import Moves, PlanDraft
 from sim.workload.request import Request
 
 
@@ -22,7 +22,7 @@ class StepBuilder:
         np.zeros(0, dtype=np.int32),
     )
 
-    def __init__(self, planner: PlannerOps, plan: StepPlan, moves: Moves):
+    def __init__(self, planner: PlannerOps, plan: PlanDraft, moves: Moves):
         self._planner, self._plan, self._moves = planner, plan, moves
         self._budget = planner.cfg.max_num_batched_tokens
         self.decode_arrays = self._NO_DECODES
