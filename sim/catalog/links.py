@@ -46,8 +46,9 @@ the fraction is interpolated linearly.
 
 Outside CUDA graphs (vLLM captures steps of up to 512 tokens) vLLM's all-reduce has an
 eager floor of ~20 us on H100 and H200 and ~44 us on A100 (aiconfigurator, eager mode):
-:data:`EAGER_LATENCY_S` is added to the latency of a larger step's all-reduces on an
-``nvlink`` or ``pcie-p2p`` link that uses the custom kernel.
+:data:`EAGER_LATENCY_S` is added to the latency of a larger step's all-reduces that the
+custom kernel takes (:func:`custom_kernel_runs`: its links, two GPUs on PCIe, messages
+below its 8 MiB limit); NCCL takes the rest, at its own latency.
 """
 
 from __future__ import annotations

@@ -53,7 +53,6 @@ from sim.catalog.cost_params import CostParams
 from sim.catalog.hardware import HardwareSpec
 from sim.catalog.links import (
     EAGER_LATENCY_S,
-    LINKS,
     busbw_fraction,
     custom_kernel_runs,
     link_bytes_s,
@@ -192,7 +191,7 @@ class GpuKernels:
         latency = params.allreduce_latency_s
         if latency is None:
             latency = link_latency_s(link, tensor_parallel)
-            if not graphed and LINKS[link].custom_kernel:
+            if not graphed and custom_kernel_runs(link, tensor_parallel, nbytes):
                 latency += EAGER_LATENCY_S
         fraction = params.interconnect_efficiency or self._busbw_fraction(nbytes, tensor_parallel)
         ring = 2 * (tensor_parallel - 1) / tensor_parallel * nbytes
