@@ -29,6 +29,10 @@ class Medium(Enum):
     def __repr__(self) -> str:  # short in test failures and transfer reprs
         return self.name
 
+    # Members are singletons compared by identity: hash them so too, in C (Enum's own
+    # __hash__ is Python code, and every step with transfers counts routes in a dict).
+    __hash__ = object.__hash__
+
 
 GPU, CPU = Medium.GPU, Medium.CPU
 
