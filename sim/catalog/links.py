@@ -55,6 +55,8 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
+from backend.transfer import DEVICE_COPY, SWAP_IN, SWAP_OUT, MovedBlocks, Route
+
 LinkKind = Literal["nvlink", "pcie-p2p", "pcie-host", "xgmi", "network"]
 
 #: One 400 Gb/s NIC per GPU, one direction, bytes per second (NDR InfiniBand, RoCE).
@@ -141,3 +143,29 @@ def measured_at(by_gpus: dict[int, float], gpus: int) -> float:
         return by_gpus[low]
     share = (gpus - low) / (high - low)
     return by_gpus[low] + (by_gpus[high] - by_gpus[low]) * share
+
+
+#: What a block transfer's route crosses: a swap the host link once, a device copy the
+#: GPU's own memory (read, then write). Tiers below the GPU add routes here.
+HOST_LINK, DEVICE_MEMORY = "host link", "device memory"
+ROUTE_LINKS: dict[Route, str] = {
+    SWAP_OUT: HOST_LINK,
+    SWAP_IN: HOST_LINK,
+    DEVICE_COPY: DEVICE_MEMORY,
+}
+
+
+def blocks_per_link(moved: MovedBlocks) -> dict[str, int]:
+    """The blocks ``moved`` puts on each link, host link first. Raises ValueError naming
+    a route no link here carries."""
+    blocks = {HOST_LINK: 0, DEVICE_MEMORY: 0}
+    for route, count in moved.items():
+        link = ROUTE_LINKS.get(route)
+        if link is None:
+            src, dst = route
+            raise ValueError(
+                f"no link prices moves from {src.value} to {dst.value} "
+                f"(links: {', '.join(blocks)})"
+            )
+        blocks[link] += count
+    return blocks

@@ -52,17 +52,10 @@ from typing import NamedTuple
 import numpy as np
 
 from backend.step import Batch
-from backend.transfer import (
-    DEVICE_COPY,
-    NO_MOVES,
-    SWAP_IN,
-    SWAP_OUT,
-    MovedBlocks,
-    moved_blocks,
-)
+from backend.transfer import NO_MOVES, MovedBlocks, moved_blocks
 from sim.catalog.cost_params import CostParams
 from sim.catalog.hardware import HardwareSpec, ModelSpec
-from sim.catalog.links import CUDA_GRAPH_MAX_TOKENS
+from sim.catalog.links import CUDA_GRAPH_MAX_TOKENS, DEVICE_MEMORY, HOST_LINK, blocks_per_link
 from sim.catalog.pool import check_tensor_parallel
 from sim.costs.kernels import GpuKernels
 from sim.costs.mla import attention_head_dim, mla_ops
@@ -163,13 +156,11 @@ class AnalyticCostModel:
         kv_token = model.kv_bytes_per_token(tp, kv_element_bytes)
         self._kv_bytes_per_layer_token = kv_token // model.num_layers
         block_bytes = block_size * kv_token
-        # Seconds one block takes on each link, and the link each route crosses. Blocks
-        # are summed per link before pricing, host link first.
+        # Seconds one block takes on each link a transfer's route crosses (ROUTE_LINKS).
         self._s_per_block_on = {
-            "host link": block_bytes / hardware.host_link_bytes_s,
-            "device memory": 2 * block_bytes / self.kernels.copy_bytes_s(),
+            HOST_LINK: block_bytes / hardware.host_link_bytes_s,
+            DEVICE_MEMORY: 2 * block_bytes / self.kernels.copy_bytes_s(),
         }
-        self._link_of = {SWAP_OUT: "host link", SWAP_IN: "host link", DEVICE_COPY: "device memory"}
         # Scalars every step reads, looked up once (the parameters are frozen).
         self._layers = model.num_layers
         self._cpu_step_s = params.cpu_step_overhead_s
@@ -298,19 +289,10 @@ class AnalyticCostModel:
         return self._parts(prefill_chunks, num_decodes, decode_context, moved)
 
     def _transfers_s(self, moved: MovedBlocks) -> float:
-        """Seconds the blocks ``moved`` take, per link. Raises ValueError for a route no
-        link here carries."""
-        blocks = dict.fromkeys(self._s_per_block_on, 0)
-        for route, count in moved.items():
-            link = self._link_of.get(route)
-            if link is None:
-                src, dst = route
-                raise ValueError(
-                    f"no link prices moves from {src.value} to {dst.value} "
-                    f"(the analytic model knows {', '.join(sorted(self._s_per_block_on))})"
-                )
-            blocks[link] += count
-        return sum([blocks[link] * s for link, s in self._s_per_block_on.items()])
+        """Seconds the blocks ``moved`` take, summed per link first (host link, then
+        device memory). Raises ValueError for a route no link carries."""
+        blocks = blocks_per_link(moved)
+        return sum([count * self._s_per_block_on[link] for link, count in blocks.items()])
 
     def _parts(
         self,

@@ -60,7 +60,8 @@ from typing import Any
 import numpy as np
 
 from backend.step import Batch
-from backend.transfer import DEVICE_COPY, NO_MOVES, SWAP_IN, SWAP_OUT, MovedBlocks
+from backend.transfer import NO_MOVES, MovedBlocks
+from sim.catalog.links import DEVICE_MEMORY, HOST_LINK, blocks_per_link
 from sim.inputs.textfile import parse_json, read_text
 from sim.inputs.user_errors import UserError
 
@@ -101,10 +102,12 @@ def step_features(
 ) -> np.ndarray:
     """The feature vector (float64, ``len(FEATURES)``) of one step: prefill chunks
     ``(start, num_tokens)``, decode contexts (the new token included) and the blocks
-    moved per route (swaps, either way, and device copies are the two move features).
+    moved per route (the blocks on the host link and on device memory are the two move
+    features).
     Pure; O(chunks) Python plus one numpy sum and max over the decodes. Raises
     ValueError for a route neither feature counts."""
-    swapped, copied = _swapped_and_copied(moved) if moved else (0, 0)
+    blocks = blocks_per_link(moved) if moved else None
+    swapped, copied = (blocks[HOST_LINK], blocks[DEVICE_MEMORY]) if blocks else (0, 0)
     num_decodes = int(len(decode_context_lens))
     decode_sum = decode_max = 0
     if num_decodes:
@@ -138,19 +141,6 @@ def step_features(
         ],
         dtype=np.float64,
     )
-
-
-def _swapped_and_copied(moved: MovedBlocks) -> tuple[int, int]:
-    swapped = copied = 0
-    for route, count in moved.items():
-        if route == DEVICE_COPY:
-            copied += count
-        elif route in (SWAP_OUT, SWAP_IN):
-            swapped += count
-        else:
-            src, dst = route
-            raise ValueError(f"no calibrated feature counts moves from {src.value} to {dst.value}")
-    return swapped, copied
 
 
 def batch_features(batch: Batch) -> np.ndarray:
