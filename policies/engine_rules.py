@@ -22,16 +22,14 @@ from backend.base import Allocator
 
 
 class EngineRules:
-    """pagesim's rules; built once per replica with the scheduler's async setting."""
+    """pagesim's rules. Stateless: what a rule depends on (the scheduler's async
+    setting) is passed to it, so the engine's configuration stays the one source."""
 
     #: Blocks of the pool the engine never hands out.
     reserved_blocks: ClassVar[int] = 0
     #: ``n > 1`` runs as n requests, each prefilled (the later ones hit the first one's
     #: prompt blocks), not one prefill whose samples fork.
     fan_out_samples: ClassVar[bool] = False
-
-    def __init__(self, *, async_scheduling: bool = False):
-        self.async_scheduling = async_scheduling
 
     # -- a prompt chunk's blocks -----------------------------------------------------------
     def chunk_scheduled(self, alloc: Allocator, seq_id: int, computed: int) -> None:
@@ -53,13 +51,14 @@ class EngineRules:
         return not resumed
 
     # -- finished and preempted sequences --------------------------------------------------
-    @property
-    def frees_lag(self) -> bool:
+    def frees_lag(self, async_scheduling: bool) -> bool:
         """Whether a sequence that finished in the step just ended keeps its blocks and
         its ``max_num_seqs`` slot until after the next step is planned."""
         return False
 
-    def decodes_preempted(self, alloc: Allocator, seq_ids: list[int]) -> None:
+    def decodes_preempted(
+        self, alloc: Allocator, seq_ids: list[int], async_scheduling: bool
+    ) -> None:
         """Decoding sequences ``seq_ids`` are about to be freed by a preemption; undo what
         the engine would not have done yet (mutates the allocator). pagesim: nothing."""
 
@@ -74,6 +73,8 @@ class EngineProfile:
     preemption: dict[str, Any] = field(default_factory=dict)
     #: preemption defaults when ``scheduler.policy`` is ``priority``
     priority_preemption: dict[str, Any] = field(default_factory=dict)
+    #: what ``scheduler.policy: priority`` without params means under this engine
+    priority_queue: str = "priority"
     rules: type[EngineRules] = EngineRules
 
 

@@ -72,12 +72,13 @@ class VllmV1Rules(EngineRules):
     def watermark_applies(self, resumed: bool) -> bool:
         return True
 
-    @property
-    def frees_lag(self) -> bool:
-        return self.async_scheduling
+    def frees_lag(self, async_scheduling: bool) -> bool:
+        return async_scheduling
 
-    def decodes_preempted(self, alloc: Allocator, seq_ids: list[int]) -> None:
-        if self.frees_lag and isinstance(alloc, UnpublishesBlocks):
+    def decodes_preempted(
+        self, alloc: Allocator, seq_ids: list[int], async_scheduling: bool
+    ) -> None:
+        if async_scheduling and isinstance(alloc, UnpublishesBlocks):
             for seq_id in seq_ids:
                 alloc.unpublish_last_block(seq_id)
 
@@ -88,5 +89,6 @@ VLLM_V1 = EngineProfile(
     scheduler={"batching": "vllm-v1", "admission": "whole-sequence", "watermark": 0.0},
     preemption={"victim": "last-admitted", "mode": "recompute"},
     priority_preemption={"victim": "lowest-priority", "mode": "recompute"},
+    priority_queue="strict-priority",  # vLLM's heap: preempted requests keep their place
     rules=VllmV1Rules,
 )

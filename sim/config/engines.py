@@ -24,17 +24,16 @@ DEFAULT_ENGINE = "vllm-v1"
 
 def scheduler_with_defaults(section: Any) -> Any:
     """The ``scheduler`` section's own input with its engine's defaults under what it
-    sets; anything malformed is left for validation to report. Under an engine whose
-    profile was checked against a real one, ``policy: priority`` without params means
-    that engine's queue (``strict-priority``)."""
+    sets; anything malformed is left for validation to report. ``policy: priority``
+    without params means the engine's own priority queue."""
     if not isinstance(section, dict):
         return section
     profile = PROFILES.get(section.get("engine", DEFAULT_ENGINE))
-    if profile is None or not profile.checked_against:
+    if profile is None:
         return section
     section = {**profile.scheduler, **section}
     if section.get("policy") == "priority" and not section.get("params"):
-        section["policy"] = "strict-priority"
+        section["policy"] = profile.priority_queue
     return section
 
 
@@ -43,8 +42,8 @@ def preemption_with_defaults(section: Any, engine: str, policy: str) -> Any:
     scheduler's ``engine`` under what it sets (its priority ones under a priority
     ``policy``)."""
     profile = PROFILES[engine]
-    if not isinstance(section, dict) or not profile.checked_against:
+    if not isinstance(section, dict):
         return section
-    priority = policy in ("priority", "strict-priority")
+    priority = policy in ("priority", profile.priority_queue)
     defaults = profile.priority_preemption if priority else profile.preemption
     return {**defaults, **section}

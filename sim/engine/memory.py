@@ -104,7 +104,8 @@ class Memory:
     def release(self, request: Request, prefills, decodes) -> None:
         """Free detached sequences (on the device or swapped out) and re-queue them."""
         if len(decodes["seq_id"]):
-            self.cfg.rules.decodes_preempted(self.alloc, decodes["seq_id"].tolist())
+            ids = decodes["seq_id"].tolist()
+            self.cfg.rules.decodes_preempted(self.alloc, ids, self.cfg.async_scheduling)
         for seq_id in seq_ids(prefills, decodes):
             self.alloc.free(seq_id)
         self.requeue_for_recompute(request, prefills, decodes)

@@ -96,7 +96,7 @@ class Replica:
         self._planner = StepPlanner(self._state, config, policies, self._memory, outputs, self.view)
         self._completion = Completion(
             self._state, self._memory, outputs, self._finished, policies.served_tokens,
-            lag_frees=config.rules.frees_lag,
+            lag_frees=config.rules.frees_lag(config.async_scheduling),
         )  # fmt: skip
         parts = StretchParts(
             index, self._state, self._planner, self._memory, self._completion.gaps, executor,

@@ -155,7 +155,7 @@ def analytic_executor(scenario) -> AnalyticCostModel:
 
 def engine_config(scenario, allocator: Allocator) -> EngineConfig:
     sched = scenario.scheduler
-    rules = profile_of(sched.engine).rules(async_scheduling=sched.async_scheduling)
+    rules = profile_of(sched.engine).rules()
     return EngineConfig(
         max_num_seqs=sched.max_num_seqs,
         max_num_batched_tokens=sched.max_num_batched_tokens,
