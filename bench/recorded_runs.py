@@ -77,8 +77,8 @@ def replay(run: Path, overrides: tuple[str, ...] = (), calibration: Path | None 
     series = block.get("series")
     means = series_means(result.steps, series) if series else None
     return {"run": run.name, "gpu": scenario.hardware.name, "model": scenario.model.name,
-            "tp": scenario.tensor_parallel, "cpu_s": cpu, "steps": result.num_steps,
-            "series": means, **comparison}  # fmt: skip
+            "dense": scenario.model.moe is None, "tp": scenario.tensor_parallel, "cpu_s": cpu,
+            "steps": result.num_steps, "series": means, **comparison}  # fmt: skip
 
 
 def _headline(result: dict) -> dict[str, float]:
@@ -111,15 +111,21 @@ def print_table(results: list[dict], label: str) -> None:
         print(f"{r['run']:<32}{r['gpu']:<20}{r['tp']:>3}{mape:>8}{cells}   {_worst(r)}")
         if r.get("note"):
             print(f"{'':<4}{r['note']}")
-    for gpu in sorted({r["gpu"] for r in results}) + ["all"]:
-        mapes = [r["mape"] for r in results if r["mape"] is not None and gpu in ("all", r["gpu"])]
-        if not mapes:
-            continue
-        scored = [r for r in results if r["mape"] is not None and gpu in ("all", r["gpu"])]
-        worst = max(scored, key=lambda r: r["mape"])
-        print(f"  {gpu:<20} runs {len(mapes):>2}  median MAPE "
-              f"{100 * statistics.median(mapes):5.1f}%  worst {100 * worst['mape']:5.1f}% "
-              f"({worst['run']})")  # fmt: skip
+    scored = [r for r in results if r["mape"] is not None]
+    for gpu in sorted({r["gpu"] for r in scored}) + ["all"]:
+        _median_line(gpu, [r for r in scored if gpu in ("all", r["gpu"])])
+    for gpu in sorted({r["gpu"] for r in scored}) + ["all"]:  # models without experts
+        group = [r for r in scored if gpu in ("all", r["gpu"])]
+        dense = [r for r in group if r["dense"]]
+        if dense and len(dense) < len(group):  # (a line only where it differs from above)
+            _median_line(f"dense {gpu}", dense)
+
+
+def _median_line(label: str, group: list[dict]) -> None:
+    worst = max(group, key=lambda r: r["mape"])
+    median = statistics.median(r["mape"] for r in group)
+    print(f"  {label:<26} runs {len(group):>2}  median MAPE {100 * median:5.1f}%  "
+          f"worst {100 * worst['mape']:5.1f}% ({worst['run']})")  # fmt: skip
 
 
 def print_series(results: list[dict]) -> None:
