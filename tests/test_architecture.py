@@ -20,6 +20,8 @@ MAX_FUNCTION_LINES = 80  # DEVELOPERS.md: "a function over ~80 lines is a prompt
 ONE_CONCEPT = {
     "backend.base": "the allocator contract: its ABC, errors, value types and sizes",
     "sim.engine.replica": "one replica as a SimPy process: admission, its step loop, records",
+    "backend.blocks.manager": "the paged allocator's coordinator: the Allocator contract "
+    "over its block pool, prefix index, sequences, per-group managers and swap space",
 }
 ONE_CONCEPT_MAX_LINES = 600
 

@@ -19,7 +19,7 @@ GROUPS = ("plan", "allocator", "cost model", "apply", "record", "SimPy + loop re
 #: would lose that line, its time silently moving to the caller.
 CALLED = (
     "StepPlanner.plan",
-    "Growth.append_batch_trusted",
+    "BlockManager.append_batch_trusted",
     "BlockManager.allocate_trusted",
     "BlockManager.free",
     "AnalyticCostModel.execute",

@@ -1,8 +1,9 @@
-"""The pure-model paged block manager (manager.py) and all its parts: the sequence
-registry (sequences.py), growth (growth.py), decode stretches (stretch.py) and swap
-(swap.py), and what it composes: the block pool (block_pool.py) over a free list
-(freelist.py), and the prefix index (prefix_index.py) over chained prefix keys
-(prefix_hash.py)."""
+"""The pure-model paged block manager (manager.py, the coordinator) and all its parts:
+the block pool (block_pool.py) over a free list (freelist.py), the prefix index
+(prefix_index.py) over chained prefix keys (prefix_hash.py), the sequence registry
+(sequences.py), one manager per KV cache group (full_attention.py: the block tables of
+full-attention layers and their growth, step by step and in stretches) and the swap
+space (swap.py: the CPU pool and the swap commands)."""
 
 from backend.blocks.manager import BlockManager
 from backend.blocks.prefix_index import PrefixCacheStats, check_salt

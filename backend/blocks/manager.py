@@ -2,17 +2,19 @@
 prefix caching, copy-on-write and swap, over a token-id "memory" that tests can read
 back.
 
-The manager composes four parts and keeps the block tables consistent across them:
+The manager is the coordinator of its parts, as vLLM's KV cache manager is of its
+block pool and its per-attention-type managers; it checks what callers pass in, ticks
+the pool's clock once per command and keeps the parts consistent:
 
-* the block pool (backend/blocks/block_pool.py): free list, refcounts, eviction hand-off,
-  token-slot accounting and peak;
-* the prefix index (backend/blocks/prefix_index.py): published keys, key chains, hit checks;
-* the sequence registry (sequences.py): per-sequence state, tables and id checks;
-* the memories ``slots`` and ``cpu_slots``: the token id held in every slot.
-
-Allocation, release and the queries live here; growth (``append``, the decode step)
-in growth.py, decode stretches (several decode steps at once) in stretch.py and swap in
-swap.py, as mixins over the same parts.
+* the block pool (block_pool.py): free list, refcounts, eviction hand-off, token-slot
+  accounting and peak;
+* the prefix index (prefix_index.py): published keys, key chains, hit checks;
+* the sequence registry (sequences.py): per-sequence state, token counts and id checks;
+* one manager per KV cache group, each the block tables of one attention type and the
+  block arithmetic of growing them (full_attention.py: full attention, the only group a
+  model has today);
+* the swap space (swap.py): the CPU pool and the swap commands;
+* the memory ``slots``: the token id held in every slot of the device pool.
 """
 
 from __future__ import annotations
@@ -21,19 +23,17 @@ import pickle
 
 import numpy as np
 
-from backend.base import Allocator, KVUsage, as_tokens, check_count
+from backend.base import Allocator, InvalidRequest, KVUsage, as_tokens, check_count
 from backend.blocks.block_pool import BlockPool
-from backend.blocks.freelist import FreeList
-from backend.blocks.growth import Growth
+from backend.blocks.full_attention import FullAttention
 from backend.blocks.prefix_index import PrefixCacheStats, PrefixIndex, check_salt
 from backend.blocks.sequences import ON_DEVICE, SWAPPED, SequenceRegistry
-from backend.blocks.stretch import Stretches
-from backend.blocks.swap import Swap
+from backend.blocks.swap import SwapSpace
 from backend.evictor import Evictor, LeastRecentlyUsed
 from backend.transfer import Transfer
 
 
-class BlockManager(Growth, Stretches, Swap, Allocator):
+class BlockManager(Allocator):
     """Paged KV bookkeeping over ``num_blocks`` device blocks of ``block_size`` slots
     (see the module docstring and backend.base.Allocator for the contracts).
     Its constructor is an :class:`backend.base.AllocatorFactory`."""
@@ -55,14 +55,21 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
         self.enable_prefix_caching = bool(enable_prefix_caching)
         # The "memory": the token id held in every slot.
         self.slots = np.zeros((self.num_blocks, self.block_size), np.int32)
-        self.cpu_slots = np.zeros((self.num_cpu_blocks, self.block_size), np.int32)
-        self._cpu_free = FreeList(self.num_cpu_blocks)
         self._index = PrefixIndex(self.slots, enabled=self.enable_prefix_caching)
         # Which cached block goes first is a policy (policies/eviction.py), passed in so
         # the backend imports nothing from policies/; LRU when none is given.
         evictor = evictor if evictor is not None else LeastRecentlyUsed()
         self._pool = BlockPool(self.num_blocks, self.block_size, evictor, self._index)
         self._seqs = SequenceRegistry()
+        caching = self.enable_prefix_caching
+        self._full = FullAttention(self._pool, self._index, self.slots, prefix_caching=caching)
+        self._swap = SwapSpace(
+            self.num_cpu_blocks,
+            pool=self._pool,
+            index=self._index,
+            group=self._full,
+            registry=self._seqs,
+        )
 
     # -- public counters -----------------------------------------------------------------
     @property
@@ -94,20 +101,17 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
 
     @property
     def num_free_cpu_blocks(self) -> int:
-        return len(self._cpu_free)
+        return len(self._swap.free)
 
     @property
     def prefix_cache_stats(self) -> PrefixCacheStats:
         return self._index.stats
 
     # -- allocation ---------------------------------------------------------------------------
-    def _blocks_for(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
-
     def can_allocate(self, token_ids, *, salt: int = 0, max_new_tokens: int = 0) -> bool:
         tokens = as_tokens(token_ids, allow_empty=False)
         _, hits = self._index.lookup(tokens, check_salt(salt))
-        needed = self._blocks_for(tokens.shape[0]) - len(hits)
+        needed = self._full.blocks_for(tokens.shape[0]) - len(hits)
         return needed <= self._pool.available(self._pool.revived(hits))
 
     def allocate(
@@ -136,7 +140,7 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
         pool = self._pool
         # Hit blocks that are cached-evictable must not be counted as available: this
         # very allocation takes them back.
-        needed = self._blocks_for(tokens.shape[0]) - len(hits)
+        needed = self._full.blocks_for(tokens.shape[0]) - len(hits)
         pool.require(needed, not_evictable=pool.revived(hits))
 
         pool.clock += 1
@@ -147,12 +151,13 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
         hit_tokens = len(hits) * self.block_size
         # (many blocks are written through their id array: a list index costs a conversion)
         taken = [pool.take_one()] if needed == 1 else pool.take(needed)
-        self._write_fresh(taken, tokens[hit_tokens:])
+        self._full.write_fresh(taken, tokens[hit_tokens:])
         fresh = taken if needed == 1 else taken.tolist()
         pool.token_slots += int(tokens.shape[0]) - hit_tokens  # hits were counted in reuse
         table = hits + fresh
         self._index.add_sequence(seq, salt, keys, table, len(hits), computed_tokens)
-        self._seqs.add(seq, table, tokens.shape[0])
+        self._seqs.add(seq, tokens.shape[0])
+        self._full.add(seq, table)
         self._index.count_lookup(int(tokens.shape[0]), hit_tokens)
         return hit_tokens
 
@@ -161,23 +166,15 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
         for, nothing to publish or count (vLLM hashes nothing with caching off either);
         every block is taken fresh. Returns 0 (no token was cached)."""
         pool, num_tokens = self._pool, tokens.shape[0]
-        needed = -(-num_tokens // self.block_size)
+        needed = self._full.blocks_for(num_tokens)
         pool.require(needed)
         pool.clock += 1
         taken = pool.take(needed)
-        self._write_fresh(taken, tokens)
+        self._full.write_fresh(taken, tokens)
         pool.token_slots += num_tokens
-        self._seqs.add(seq, taken.tolist(), num_tokens)
+        self._seqs.add(seq, num_tokens)
+        self._full.add(seq, taken.tolist())
         return 0
-
-    def _write_fresh(self, blocks: list[int] | np.ndarray, tokens: np.ndarray) -> None:
-        """Write ``tokens`` from slot 0 of ``blocks`` (fresh, empty blocks)."""
-        size = self.block_size
-        full, rest = divmod(tokens.shape[0], size)
-        if full:
-            self.slots[blocks[:full]] = tokens[: full * size].reshape(full, size)
-        if rest:
-            self.slots[blocks[full], :rest] = tokens[full * size :]
 
     def mark_computed(self, seq_id: int, num_tokens: int) -> None:
         """The KV of ``seq_id``'s first ``num_tokens`` tokens is computed (or scheduled
@@ -186,7 +183,7 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
         if self._seqs.state[seq] == ON_DEVICE:
             ready = check_count("num_tokens", num_tokens, 0) // self.block_size
             if self.enable_prefix_caching:  # (else there is nothing to publish)
-                self._index.publish_through(seq, ready, self._seqs.tables[seq])
+                self._index.publish_through(seq, ready, self._full.tables[seq])
 
     def unpublish_last_block(self, seq_id: int) -> None:
         """Withdraw ``seq_id``'s last block from the prefix cache if it is full and this
@@ -196,7 +193,7 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
         seq = self._seqs.live(seq_id)
         held = int(self._seqs.num_tokens[seq])
         if self.enable_prefix_caching and held and held % self.block_size == 0:
-            last = self._seqs.tables[seq][-1]
+            last = self._full.tables[seq][-1]
             # Only a block this sequence alone holds (a decode's own); it is freed next,
             # so its published count need not change.
             if self._index.is_keyed(last) and self._pool.refcount[last] == 1:
@@ -208,16 +205,114 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
         tokens = as_tokens(token_ids, allow_empty=False)
         return len(self._index.lookup(tokens, check_salt(salt))[1]) * self.block_size
 
+    # -- growth: the full-attention group grows, the registry counts the tokens ------------
+    def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
+        seq = self._seqs.on_device(seq_id)
+        held = int(self._seqs.num_tokens[seq])
+        needed, _ = self._full.append_need(seq, held, check_count("num_tokens", num_tokens, 0))
+        return needed <= self._pool.available()
+
+    def append(self, seq_id: int, token_ids) -> list[Transfer]:
+        seq = self._seqs.on_device(seq_id)
+        tokens = as_tokens(token_ids, allow_empty=True)
+        held = int(self._seqs.num_tokens[seq])
+        need = self._full.append_need(seq, held, tokens.shape[0])
+        self._pool.require(need[0])
+        if tokens.shape[0] == 0:
+            return []
+        self._pool.clock += 1
+        moves = self._full.append(seq, held, tokens, need)
+        self._seqs.num_tokens[seq] = held + tokens.shape[0]
+        return moves
+
+    def blocks_needed_for_batch(self, seq_ids: np.ndarray) -> int:
+        seqs, _ = self._seqs.check_batch(seq_ids, np.zeros(np.shape(seq_ids), np.int32))
+        return self._full.batch_need(seqs, self._seqs.num_tokens[seqs]).needed
+
+    def append_batch(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> list[Transfer]:
+        return self.append_batch_trusted(*self._seqs.check_batch(seq_ids, token_ids))
+
+    def append_batch_trusted(self, seqs: np.ndarray, tokens: np.ndarray) -> list[Transfer]:
+        """``append_batch`` for a caller that guarantees its input (the engine, whose
+        decode batch is its own running set): ``seqs`` distinct on-device ids (int64),
+        ``tokens`` int32 ids in range, one each. Unchecked: bad input corrupts the state
+        instead of raising. Raises OutOfBlocks (nothing changed) like append_batch."""
+        if not seqs.shape[0]:
+            return []
+        num_tokens = self._seqs.num_tokens
+        held = num_tokens[seqs]
+        moves = self._full.append_batch(seqs, held, tokens)
+        self._pool.clock += 1
+        held += 1
+        num_tokens[seqs] = held
+        return moves
+
+    # -- decode stretches (backend/stretch.py) ------------------------------------------------
+    def plain_decode_steps(self, seq_ids: np.ndarray, limit: int) -> int:
+        """See backend/stretch.py. 0 when a sequence's partly filled last block is
+        shared (its next write copies)."""
+        seqs = np.asarray(seq_ids, dtype=np.int64)
+        if limit <= 0 or not seqs.size:
+            return max(int(limit), 0)
+        return self._full.plain_decode_steps(seqs, self._seqs.num_tokens[seqs], limit)
+
+    def append_steps(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> dict[str, np.ndarray]:
+        """See backend/stretch.py. Raises InvalidRequest for a stretch that would copy
+        or evict (ask ``plain_decode_steps`` first), or for bad ids or tokens."""
+        grid = as_tokens(np.asarray(token_ids).reshape(-1), allow_empty=True)
+        steps = int(np.shape(token_ids)[0]) if np.ndim(token_ids) == 2 else -1
+        seqs, _ = self._seqs.check_batch(seq_ids, np.zeros(np.shape(seq_ids), np.int32))
+        if steps < 0 or grid.shape[0] != steps * seqs.shape[0]:
+            raise InvalidRequest("append_steps: token_ids must be (steps, len(seq_ids))")
+        if self.plain_decode_steps(seqs, steps) < steps:
+            raise InvalidRequest("append_steps: the stretch needs copy-on-write or eviction")
+        return self.append_steps_trusted(seqs, grid.reshape(steps, seqs.shape[0]))
+
+    def append_steps_trusted(self, seqs: np.ndarray, tokens: np.ndarray) -> dict[str, np.ndarray]:
+        """``append_steps`` for a caller that guarantees its input (the engine): distinct
+        on-device int64 ids, an int32 ``(steps, len(seqs))`` grid within what
+        ``plain_decode_steps`` granted. Unchecked: bad input corrupts the state."""
+        pool, steps = self._pool, tokens.shape[0]
+        held = self._seqs.num_tokens[seqs]
+        before = (pool.num_used, pool.num_cached, pool.num_free, pool.token_slots)
+        crossing = self._full.append_steps(seqs, held, tokens)
+        self._seqs.num_tokens[seqs] = held + steps
+        pool.clock += steps  # one tick per command, as step-by-step
+        return self._usage_by_step(crossing, *before, seqs.shape[0])
+
+    def _usage_by_step(self, crossing, used, cached, free, token_slots, batch):
+        size = self.block_size
+        taken = np.cumsum(np.count_nonzero(crossing, axis=1))
+        used_blocks = used + taken
+        free_blocks = free - taken
+        tokens = token_slots + batch * np.arange(1, crossing.shape[0] + 1)
+        zeros = np.zeros(crossing.shape[0], dtype=np.int64)
+        cached_blocks = zeros + cached
+        return {
+            "total_slots": zeros + self.num_blocks * size,
+            "token_slots": tokens,
+            "reserved_slots": zeros,
+            "internal_frag_slots": used_blocks * size - tokens,
+            "external_frag_slots": zeros.copy(),
+            "free_slots": (free_blocks + cached_blocks) * size,
+            "cached_slots": cached_blocks * size,
+            "used_blocks": used_blocks,
+            "cached_blocks": cached_blocks,
+            "free_blocks": free_blocks,
+            "evictions": zeros + self._pool.num_evicted,  # a stretch never evicts
+        }
+
     # -- sharing and release ------------------------------------------------------------------
     def fork(self, parent_id: int, child_id: int) -> list[Transfer]:
         parent = self._seqs.on_device(parent_id)
         child = self._seqs.new_id(child_id)
         self._pool.clock += 1
-        table = list(self._seqs.tables[parent])
+        table = list(self._full.tables[parent])
         self._pool.add_references(table)  # a table holds each block once, so no duplicates
         if self.enable_prefix_caching:  # (a disabled index registers no sequence)
             self._index.fork(parent, child)
-        self._seqs.add(child, table, int(self._seqs.num_tokens[parent]))
+        self._seqs.add(child, int(self._seqs.num_tokens[parent]))
+        self._full.add(child, table)
         return []
 
     def free(self, seq_id: int) -> None:
@@ -225,13 +320,27 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
         self._pool.clock += 1
         swapped = self._seqs.state[seq] == SWAPPED
         num_tokens = int(self._seqs.num_tokens[seq])
-        table = self._seqs.remove(seq)
+        self._seqs.remove(seq)
+        table = self._full.remove(seq)
         if swapped:
-            self._cpu_free.put(table)
+            self._swap.free.put(table)
         else:
             self._pool.release(table, num_tokens)
         if self.enable_prefix_caching:
             self._index.remove(seq)
+
+    # -- swap (swap.py) ---------------------------------------------------------------------------
+    def can_swap_out(self, *seq_ids: int) -> bool:
+        return self._swap.can_swap_out(*seq_ids)
+
+    def swap_out(self, seq_id: int) -> list[Transfer]:
+        return self._swap.swap_out(seq_id)
+
+    def can_swap_in(self, *seq_ids: int) -> bool:
+        return self._swap.can_swap_in(*seq_ids)
+
+    def swap_in(self, seq_id: int) -> list[Transfer]:
+        return self._swap.swap_in(seq_id)
 
     def evict(self, num_blocks: int = 1) -> list[int]:
         """Reclaim up to ``num_blocks`` cached-evictable blocks, in the eviction policy's
@@ -249,16 +358,16 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
         return int(self._seqs.num_tokens[self._seqs.live(seq_id)])
 
     def block_table(self, seq_id: int) -> list[int]:
-        return list(self._seqs.tables[self._seqs.live(seq_id)])
+        return list(self._full.tables[self._seqs.live(seq_id)])
 
     def held_blocks(self, seq_id: int) -> int:
         seq = self._seqs.live(seq_id)
-        return len(self._seqs.tables[seq]) if self._seqs.state[seq] == ON_DEVICE else 0
+        return len(self._full.tables[seq]) if self._seqs.state[seq] == ON_DEVICE else 0
 
     def read_tokens(self, seq_id: int) -> np.ndarray:
         seq = self._seqs.live(seq_id)
-        pool = self.cpu_slots if self._seqs.state[seq] == SWAPPED else self.slots
-        return pool[self._seqs.tables[seq]].reshape(-1)[: self._seqs.num_tokens[seq]].copy()
+        memory = self._swap.slots if self._seqs.state[seq] == SWAPPED else self.slots
+        return memory[self._full.tables[seq]].reshape(-1)[: self._seqs.num_tokens[seq]].copy()
 
     def available_blocks(self) -> int:
         return self._pool.available()
@@ -286,41 +395,24 @@ class BlockManager(Growth, Stretches, Swap, Allocator):
         batch and the epoch are excluded: pure caches."""
         state = (
             self.slots,
-            self.cpu_slots,
-            list(self._cpu_free),
+            self._swap.slots,
+            list(self._swap.free),
             self._pool.snapshot_state(),
             self._index.snapshot_state(),
             self._seqs.snapshot_state(),
+            self._full.last_block,
+            sorted(self._full.tables.items()),
         )
         return pickle.dumps(state)
 
     # -- invariants ------------------------------------------------------------------------------
     def check_invariants(self) -> None:
         """Verify the whole state (O(pool + tokens)); AssertionError names the break."""
-        on_device, swapped = self._seqs.check_invariants()
-        references, fill = self._check_tables(on_device)
+        tables = self._full.tables
+        on_device, swapped = self._seqs.check_invariants(tables)
+        references, fill = self._full.check_tables(on_device, self._seqs.num_tokens)
         self._pool.check_invariants(references, int(fill.sum()))
-        self._index.check_invariants(self._seqs.tables, on_device, self.read_tokens)
-        self._check_cpu_pool(swapped)
+        self._index.check_invariants(tables, on_device, self.read_tokens)
+        self._swap.check_invariants(swapped)
         # (usage()'s split sums to the pool by construction; its parts are checked by
         # the pool: token slots against the tables, used blocks against the partition.)
-
-    def _check_tables(self, on_device: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Assert the device tables are well formed; returns the references to each
-        block and the tokens each holds, as the tables say."""
-        size = self.block_size
-        references = np.zeros(self.num_blocks, np.int64)
-        fill = np.zeros(self.num_blocks, np.int64)
-        for seq in on_device:
-            table, held = self._seqs.tables[seq], int(self._seqs.num_tokens[seq])
-            assert held > 0 and len(table) == self._blocks_for(held), f"table of {seq}"
-            assert len(set(table)) == len(table), f"sequence {seq} holds a block twice"
-            assert self._seqs.last_block[seq] == table[-1], f"last block of {seq}"
-            np.add.at(references, table, 1)
-            for index, block in enumerate(table):
-                expected = min(size, held - index * size)
-                assert fill[block] in (0, expected), f"sharers disagree on block {block}"
-                fill[block] = expected
-        for block in self._index.keyed_blocks():  # keys are given to full blocks only
-            assert fill[block] in (0, size), f"keyed block {block} is not full"
-        return references, fill

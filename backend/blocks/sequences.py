@@ -1,5 +1,6 @@
-"""The paged manager's per-sequence state: which sequences are live, where, how many
-tokens each holds and its block table; and the checks of the ids callers pass in.
+"""The paged manager's per-sequence state, shared by its KV cache groups: which
+sequences are live, where (device or CPU) and how many tokens each holds; and the checks
+of the ids callers pass in. Block tables are each group's (full_attention.py).
 
 Scalars live in numpy arrays indexed by sequence id (ids are small and dense: the
 engine numbers sequences from 0), so the decode step reads and writes a whole batch's
@@ -24,19 +25,16 @@ DEAD, ON_DEVICE, SWAPPED = 0, 1, 2  # sequence states in ``SequenceRegistry.stat
 
 
 class SequenceRegistry:
-    """Live sequences. ``state``, ``num_tokens`` and ``last_block`` (arrays indexed by
-    sequence id) and ``tables`` (sequence id -> block ids, device or CPU) are read and
-    written by the block manager; ``state`` changes only through ``set_state`` so that
-    a checked batch is checked again after any change."""
+    """Live sequences. ``state`` and ``num_tokens`` (arrays indexed by sequence id) are
+    read and written by the block manager; ``state`` changes only through ``set_state``
+    so that a checked batch is checked again after any change."""
 
     def __init__(self) -> None:
         capacity = 64
         self.state = np.zeros(capacity, np.int8)
         self.num_tokens = np.zeros(capacity, np.int64)
-        self.last_block = np.zeros(capacity, np.int64)  # newest block (while on device)
         self._batch_mark = np.zeros(capacity, np.int64)  # scratch for duplicate detection
         self._arange = np.arange(capacity)
-        self.tables: dict[int, list[int]] = {}
         # The decode batch is usually the same sequences step after step: remember the
         # last batch whose ids passed the checks, valid until any sequence changes state
         # (``_epoch`` counts those changes).
@@ -78,21 +76,17 @@ class SequenceRegistry:
         self.state[seq] = state
         self._epoch += 1  # batches checked before this change must be checked again
 
-    def add(self, seq: int, table: list[int], num_tokens: int) -> None:
-        """Register new sequence ``seq`` on the device, holding ``table``."""
+    def add(self, seq: int, num_tokens: int) -> None:
+        """Register new sequence ``seq`` on the device, holding ``num_tokens`` tokens."""
         if seq >= self.state.shape[0]:  # (ids are dense: the arrays rarely grow)
-            grow_arrays(self, ("state", "num_tokens", "last_block", "_batch_mark"), seq + 1)
-        self.tables[seq] = table
+            grow_arrays(self, ("state", "num_tokens", "_batch_mark"), seq + 1)
         self.set_state(seq, ON_DEVICE)
         self.num_tokens[seq] = num_tokens
-        self.last_block[seq] = table[-1]
 
-    def remove(self, seq: int) -> list[int]:
-        """Forget live sequence ``seq``; returns its block table."""
-        table = self.tables.pop(seq)
+    def remove(self, seq: int) -> None:
+        """Forget live sequence ``seq``."""
         self.set_state(seq, DEAD)
         self.num_tokens[seq] = 0
-        return table
 
     # -- batches ---------------------------------------------------------------------------
     def check_batch(self, seq_ids, token_ids) -> tuple[np.ndarray, np.ndarray]:
@@ -139,13 +133,13 @@ class SequenceRegistry:
     # -- state -----------------------------------------------------------------------------
     def snapshot_state(self) -> tuple:
         """Every piece of mutable state but the caches and scratch, for snapshots."""
-        return self.state, self.num_tokens, self.last_block, sorted(self.tables.items())
+        return self.state, self.num_tokens
 
-    def check_invariants(self) -> tuple[list[int], list[int]]:
-        """Assert the states agree with the tables; returns the live sequences split
+    def check_invariants(self, tables: dict[int, list[int]]) -> tuple[list[int], list[int]]:
+        """Assert the live sequences are those that hold ``tables``; returns them split
         into (on the device, swapped out), each in ascending id order."""
-        live = sorted(self.tables)
-        assert set(np.flatnonzero(self.state).tolist()) == set(live), "state vs tables"
+        live = sorted(tables)
+        assert np.flatnonzero(self.state).tolist() == live, "state vs tables"
         on_device = [s for s in live if self.state[s] == ON_DEVICE]
         swapped = [s for s in live if self.state[s] == SWAPPED]
         return on_device, swapped

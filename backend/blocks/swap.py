@@ -13,52 +13,59 @@ import numpy as np
 from backend.base import InvalidRequest, OutOfBlocks
 from backend.blocks.block_pool import BlockPool
 from backend.blocks.freelist import FreeList
+from backend.blocks.full_attention import FullAttention
 from backend.blocks.prefix_index import PrefixIndex
 from backend.blocks.sequences import ON_DEVICE, SWAPPED, SequenceRegistry
 from backend.transfer import CPU, GPU, Transfer
 
 
-class Swap:
-    """Mixin of :class:`backend.blocks.BlockManager`: the swap commands and queries of
-    the Allocator interface, over the manager's pools, index, registry and memories."""
+class SwapSpace:
+    """``num_cpu_blocks`` CPU blocks (their token memory ``slots`` and a free list) and
+    the swap commands of the Allocator interface, which move a sequence's blocks of
+    ``group`` between them and the device ``pool``, changing its state in ``registry``."""
 
-    block_size: int
-    slots: np.ndarray
-    cpu_slots: np.ndarray
-    _cpu_free: FreeList
-    _pool: BlockPool
-    _index: PrefixIndex
-    _seqs: SequenceRegistry
+    def __init__(
+        self,
+        num_cpu_blocks: int,
+        *,
+        pool: BlockPool,
+        index: PrefixIndex,
+        group: FullAttention,
+        registry: SequenceRegistry,
+    ):
+        self.slots = np.zeros((num_cpu_blocks, pool.block_size), np.int32)
+        self.free = FreeList(num_cpu_blocks)
+        self._pool, self._index, self._group, self._seqs = pool, index, group, registry
 
     def can_swap_out(self, *seq_ids: int) -> bool:
-        registry = self._seqs
+        registry, tables = self._seqs, self._group.tables
         seqs = [registry.live(seq_id) for seq_id in seq_ids]
         if any(registry.state[seq] != ON_DEVICE for seq in seqs):
             return False
         # Each sequence takes one CPU block per table entry (a shared block is copied for
         # every holder), so the sum is exact.
-        return sum(len(registry.tables[seq]) for seq in seqs) <= len(self._cpu_free)
+        return sum(len(tables[seq]) for seq in seqs) <= len(self.free)
 
     def swap_out(self, seq_id: int) -> list[Transfer]:
-        registry = self._seqs
+        registry, group = self._seqs, self._group
         seq = registry.on_device(seq_id)
-        device = registry.tables[seq]
-        if len(device) > len(self._cpu_free):
+        device = group.tables[seq]
+        if len(device) > len(self.free):
             raise OutOfBlocks(
                 f"swap out of sequence {seq} needs {len(device)} CPU blocks, "
-                f"{len(self._cpu_free)} free",
+                f"{len(self.free)} free",
                 needed=len(device),
-                available=len(self._cpu_free),
+                available=len(self.free),
             )
         self._pool.clock += 1
-        cpu = self._cpu_free.take(len(device)).tolist()
-        self.cpu_slots[cpu] = self.slots[device]
+        cpu = self.free.take(len(device)).tolist()
+        self.slots[cpu] = group.slots[device]
         self._pool.release(device, int(registry.num_tokens[seq]))
-        registry.tables[seq] = cpu
+        group.tables[seq] = cpu
         registry.set_state(seq, SWAPPED)
         return [Transfer(d, c, GPU, CPU) for d, c in zip(device, cpu)]
 
-    def _swap_in_plan(self, seq: int) -> tuple[list[int], int, int]:
+    def swap_in_plan(self, seq: int) -> tuple[list[int], int, int]:
         """(device blocks to share instead of copying, blocks to take, of the shared ones
         how many are cached-evictable). Full blocks whose prefix is still cached on the
         device (a forked sibling's, or this sequence's own, not yet evicted) are shared
@@ -76,8 +83,8 @@ class Swap:
         than it knows, a change to every allocator's contract and to the engine, for at
         most the uncomputed blocks of one prompt. So a block is shared on swap-in under
         the same rule as on allocate: only once its KV is computed."""
-        cpu = self._seqs.tables[seq]
-        hits = self._index.cached_blocks_of(seq, lambda n: self.cpu_slots[cpu[:n]])
+        cpu = self._group.tables[seq]
+        hits = self._index.cached_blocks_of(seq, lambda n: self.slots[cpu[:n]])
         return hits, len(cpu) - len(hits), self._pool.revived(hits)
 
     def can_swap_in(self, *seq_ids: int) -> bool:
@@ -90,42 +97,42 @@ class Swap:
         if any(registry.state[seq] != SWAPPED for seq in seqs):
             return False
         if len(seqs) == 1:
-            _, needed, revived = self._swap_in_plan(seqs[0])
+            _, needed, revived = self.swap_in_plan(seqs[0])
             return needed <= self._pool.available(revived)
-        return sum(len(registry.tables[seq]) for seq in seqs) <= self._pool.available()
+        return sum(len(self._group.tables[seq]) for seq in seqs) <= self._pool.available()
 
     def swap_in(self, seq_id: int) -> list[Transfer]:
-        registry, pool = self._seqs, self._pool
+        registry, pool, group = self._seqs, self._pool, self._group
         seq = registry.live(seq_id)
         if registry.state[seq] != SWAPPED:
             raise InvalidRequest(f"sequence {seq} is not swapped out")
-        hits, needed, revived = self._swap_in_plan(seq)
+        hits, needed, revived = self.swap_in_plan(seq)
         pool.require(needed, not_evictable=revived)
         pool.clock += 1
         if hits:
             pool.reuse(hits)
-        cpu = registry.tables[seq]
+        cpu = group.tables[seq]
         copied = cpu[len(hits) :]
         device = pool.take(needed).tolist()
-        self.slots[device] = self.cpu_slots[copied]
-        pool.token_slots += int(registry.num_tokens[seq]) - len(hits) * self.block_size
-        self._cpu_free.put(cpu)
+        group.slots[device] = self.slots[copied]
+        pool.token_slots += int(registry.num_tokens[seq]) - len(hits) * pool.block_size
+        self.free.put(cpu)
         table = hits + device
-        registry.tables[seq] = table
+        group.replace(seq, table)
         # Computed full blocks become prefix-cache candidates again under their keys.
         self._index.republish(seq, len(hits), table)
         registry.set_state(seq, ON_DEVICE)
-        registry.last_block[seq] = table[-1]
         return [Transfer(c, d, CPU, GPU) for c, d in zip(copied, device)]
 
-    def _check_cpu_pool(self, swapped: list[int]) -> None:
+    def check_invariants(self, swapped: list[int]) -> None:
         """Assert the ``swapped`` sequences' tables and the CPU free list partition the
         CPU pool, and each table has one block per ``block_size`` tokens held."""
-        owned = [block for seq in swapped for block in self._seqs.tables[seq]]
-        free = list(self._cpu_free)
+        tables = self._group.tables
+        owned = [block for seq in swapped for block in tables[seq]]
+        free = list(self.free)
         assert len(set(owned)) == len(owned), "a CPU block belongs to two sequences"
         assert len(set(free)) == len(free), "a CPU block is on the free list twice"
-        assert sorted(owned + free) == list(range(len(self.cpu_slots))), "CPU pool leak"
+        assert sorted(owned + free) == list(range(len(self.slots))), "CPU pool leak"
         for seq in swapped:
             held = int(self._seqs.num_tokens[seq])
-            assert len(self._seqs.tables[seq]) == -(-held // self.block_size), f"CPU table {seq}"
+            assert len(tables[seq]) == self._group.blocks_for(held), f"CPU table {seq}"

@@ -9,20 +9,33 @@ catch them.
 from __future__ import annotations
 
 from backend.blocks import BlockManager
+from backend.blocks.full_attention import FullAttention
 from backend.transfer import Transfer
+
+
+class _FullAttentionWithoutCopies(FullAttention):
+    """A full-attention group that never sees its partly filled last block shared."""
+
+    def append_need(self, seq, held, num_new):
+        needed, cow = super().append_need(seq, held, num_new)
+        return needed - int(cow), False
+
+    def batch_need(self, seqs, held):
+        need = super().batch_need(seqs, held)
+        return need if need.shared is None else need._replace(shared=None, needed=need.crossing)
 
 
 class NoCopyOnWrite(BlockManager):
     """Appending to a shared, partly filled last block (after a fork) writes into it in
     place: no private copy, no Transfer, the sibling's next token lands on top."""
 
-    def _append_need(self, seq, num_new):
-        needed, cow = super()._append_need(seq, num_new)
-        return needed - int(cow), False
-
-    def _batch_need(self, seqs):
-        need = super()._batch_need(seqs)
-        return need if need.shared is None else need._replace(shared=None, needed=need.crossing)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        full = self._full
+        self._full = _FullAttentionWithoutCopies(
+            full.pool, full.index, full.slots, prefix_caching=full.prefix_caching
+        )
+        self._swap._group = self._full
 
 
 class LeakyFree(BlockManager):
@@ -32,6 +45,7 @@ class LeakyFree(BlockManager):
     def free(self, seq_id):
         seq = self._seqs.live(seq_id)
         self._seqs.remove(seq)
+        self._full.remove(seq)
         self._index.remove(seq)
 
 
@@ -82,11 +96,17 @@ class SwapInSharesUncomputed(BlockManager):
     mid-prefill): its prefill then writes into KV another sequence reads (issue 14, the
     block manager's behaviour before it was fixed; its own invariants hold)."""
 
-    def _swap_in_plan(self, seq):
-        cpu, index = self._seqs.tables[seq], self._index
-        chain, salt = index._chains[seq], int(index._salts[seq])
-        hits = index._cached_run(chain, salt, lambda n: self.cpu_slots[cpu[:n]])
-        return hits, len(cpu) - len(hits), self._pool.revived(hits)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        swap, index = self._swap, self._index
+
+        def swap_in_plan(seq):
+            cpu = self._full.tables[seq]
+            chain, salt = index._chains[seq], int(index._salts[seq])
+            hits = index._cached_run(chain, salt, lambda n: swap.slots[cpu[:n]])
+            return hits, len(cpu) - len(hits), self._pool.revived(hits)
+
+        swap.swap_in_plan = swap_in_plan
 
 
 def unchecked(cls: type[BlockManager]) -> type[BlockManager]:
