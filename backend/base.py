@@ -176,6 +176,11 @@ class Allocator(ABC):
     #: ``"region"`` (the contiguous baselines): ``[first slot, length]`` of one region,
     #: ``block_size`` is 1 and a move copies one slot.
     block_table_layout: ClassVar[Literal["blocks", "region"]] = "blocks"
+    #: Whether the constructor takes ``num_offload_blocks`` (and ``offload_evictor``): a
+    #: prefix cache below the device pool (backend/blocks/offload.py), passed only when
+    #: some are asked for, with prefix caching on. Such an allocator is
+    #: ``backend.capabilities.OffloadsPrefixes``.
+    supports_offload_tier: ClassVar[bool] = False
 
     #: token slots per block (1 for allocators that are not block based)
     block_size: int
@@ -183,6 +188,8 @@ class Allocator(ABC):
     num_blocks: int
     #: blocks of the CPU swap pool (same unit as ``num_blocks``)
     num_cpu_blocks: int
+    #: blocks of the offload tier, numbered after the swap pool's in one CPU pool
+    num_offload_blocks: int = 0
 
     @property
     @abstractmethod

@@ -18,6 +18,7 @@ __all__ = [
     "TrustedAppendBatch",
     "TrustedAppendSteps",
     "UnpublishesBlocks",
+    "OffloadsPrefixes",
     "hide_bypassed_unchecked_forms",
 ]
 
@@ -82,3 +83,18 @@ class UnpublishesBlocks(Protocol):
     published (vLLM registers a decode-filled block a step late under async scheduling)."""
 
     def unpublish_last_block(self, seq_id: int) -> None: ...
+
+
+@runtime_checkable
+class OffloadsPrefixes(Protocol):
+    """An allocator with a prefix cache below the device pool (an offload tier): its
+    ``allocate`` may count tokens loaded from the tier as hits, and once per step the
+    engine takes the tier's moves, loads to run before the step's forward and stores to
+    run after it (``backend.blocks.offload.TierTransfers``)."""
+
+    def take_tier_transfers(self) -> tuple: ...
+
+    def evict(self, num_blocks: int = 1) -> list[int]:
+        """Reclaim up to ``num_blocks`` cached-evictable device blocks (the tier may keep
+        their prefixes); returns their ids."""
+        ...

@@ -22,6 +22,8 @@ ONE_CONCEPT = {
     "sim.engine.replica": "one replica as a SimPy process: admission, its step loop, records",
     "backend.blocks.manager": "the paged allocator's coordinator: the Allocator contract "
     "over its block pool, prefix index, sequences, per-group managers and swap space",
+    "backend.blocks.prefix_index": "the device prefix cache's index: published keys, key "
+    "chains, verified hits, and the publications an offload tier stores",
 }
 ONE_CONCEPT_MAX_LINES = 600
 

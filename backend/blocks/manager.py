@@ -14,6 +14,8 @@ the pool's clock once per command and keeps the parts consistent:
   block arithmetic of growing them (full_attention.py: full attention, the only group a
   model has today);
 * the swap space (swap.py): the CPU pool and the swap commands;
+* an offload tier (offload.py), when built with one: a prefix cache below the device
+  pool, written through as blocks are computed and loaded from on a prompt's lookup;
 * the memory ``slots``: the token id held in every slot of the device pool.
 """
 
@@ -26,11 +28,12 @@ import numpy as np
 from backend.base import Allocator, InvalidRequest, KVUsage, as_tokens, check_count
 from backend.blocks.block_pool import BlockPool
 from backend.blocks.full_attention import FullAttention
+from backend.blocks.offload import OffloadTier, TierStats, TierTransfers
 from backend.blocks.prefix_index import PrefixCacheStats, PrefixIndex, check_salt
 from backend.blocks.sequences import ON_DEVICE, SWAPPED, SequenceRegistry
 from backend.blocks.swap import SwapSpace
 from backend.evictor import Evictor, LeastRecentlyUsed
-from backend.transfer import Transfer
+from backend.transfer import CPU, Transfer
 
 
 class BlockManager(Allocator):
@@ -39,6 +42,7 @@ class BlockManager(Allocator):
     Its constructor is an :class:`backend.base.AllocatorFactory`."""
 
     supports_prefix_caching = True
+    supports_offload_tier = True
 
     def __init__(
         self,
@@ -48,6 +52,8 @@ class BlockManager(Allocator):
         num_cpu_blocks: int = 0,
         enable_prefix_caching: bool = False,
         evictor: Evictor | None = None,
+        num_offload_blocks: int = 0,
+        offload_evictor: Evictor | None = None,
     ):
         self.num_blocks = check_count("num_blocks", num_blocks, 1)
         self.block_size = check_count("block_size", block_size, 1)
@@ -70,6 +76,17 @@ class BlockManager(Allocator):
             group=self._full,
             registry=self._seqs,
         )
+        self.num_offload_blocks = check_count("num_offload_blocks", num_offload_blocks, 0)
+        self._tier: OffloadTier | None = None
+        self._loads: list[Transfer] = []
+        if self.num_offload_blocks:
+            if not caching:
+                raise InvalidRequest("an offload tier needs prefix caching (its keys)")
+            tier_evictor = offload_evictor if offload_evictor is not None else LeastRecentlyUsed()
+            self._tier = OffloadTier(
+                num_offload_blocks, self.block_size, CPU, tier_evictor, base=self.num_cpu_blocks
+            )
+            self._index.newly_published = []
 
     # -- public counters -----------------------------------------------------------------
     @property
@@ -151,15 +168,32 @@ class BlockManager(Allocator):
         hit_tokens = len(hits) * self.block_size
         # (many blocks are written through their id array: a list index costs a conversion)
         taken = [pool.take_one()] if needed == 1 else pool.take(needed)
-        self._full.write_fresh(taken, tokens[hit_tokens:])
         fresh = taken if needed == 1 else taken.tolist()
         pool.token_slots += int(tokens.shape[0]) - hit_tokens  # hits were counted in reuse
+        tier_hits = self._tier_hits(keys, len(hits), tokens, salt) if self._tier else []
+        if tier_hits:  # loaded into the first fresh blocks; the rest are written as new
+            self._loads += self._tier.load(tier_hits, fresh[: len(tier_hits)], self.slots)
+        loaded_tokens = hit_tokens + len(tier_hits) * self.block_size
+        computing = fresh[len(tier_hits) :] if tier_hits else taken
+        self._full.write_fresh(computing, tokens[loaded_tokens:])
         table = hits + fresh
         self._index.add_sequence(seq, salt, keys, table, len(hits), computed_tokens)
+        if tier_hits:  # loaded KV is computed KV: offered to lookups at once
+            self._index.publish_through(seq, len(hits) + len(tier_hits), table)
         self._seqs.add(seq, tokens.shape[0])
         self._full.add(seq, table)
         self._index.count_lookup(int(tokens.shape[0]), hit_tokens)
-        return hit_tokens
+        return loaded_tokens
+
+    def _tier_hits(self, keys: list[int], start: int, tokens: np.ndarray, salt: int) -> list[int]:
+        """The offload tier's blocks of the prompt's chain from block ``start`` (the
+        first device miss) on, never the block holding the prompt's last token."""
+        size = self.block_size
+        usable = (tokens.shape[0] - 1) // size
+        if usable <= start:
+            return []
+        rows = tokens[start * size : usable * size].reshape(-1, size)
+        return self._tier.cached_run(keys[start:usable], salt, start, rows)
 
     def _allocate_fresh(self, seq: int, tokens: np.ndarray) -> int:
         """``allocate_trusted`` without a prefix cache: no keys to hash, no hits to look
@@ -203,7 +237,37 @@ class BlockManager(Allocator):
         if not self.enable_prefix_caching:
             return 0
         tokens = as_tokens(token_ids, allow_empty=False)
-        return len(self._index.lookup(tokens, check_salt(salt))[1]) * self.block_size
+        keys, hits = self._index.lookup(tokens, check_salt(salt))
+        below = self._tier_hits(keys, len(hits), tokens, salt) if self._tier else []
+        return (len(hits) + len(below)) * self.block_size
+
+    # -- the offload tier (offload.py) ------------------------------------------------------
+    @property
+    def tier_stats(self) -> TierStats | None:
+        """What the offload tier did, ever (None: built without one)."""
+        return self._tier.stats if self._tier is not None else None
+
+    def take_tier_transfers(self) -> TierTransfers:
+        """The offload tier's moves since the last call, and the stores they make due:
+        the loads ``allocate`` took (run before the step's forward) and a store of every
+        block published since, computed once that forward has run, whose key the tier
+        does not hold (run after it). Call once per step, after it is planned; the
+        stores are made here (mutates the tier: it may evict)."""
+        if self._tier is None:
+            return TierTransfers((), ())
+        loads, self._loads = tuple(self._loads), []
+        index, tier = self._index, self._tier
+        published, index.newly_published = index.newly_published, []
+        stores = []
+        for block in published:
+            key = index.key_of(block)
+            if key is None:  # evicted again before its store was due: its KV is gone
+                continue
+            salt, position = index.placement_of(block)
+            move = tier.store(key, salt, position, block, self.slots)
+            if move is not None:
+                stores.append(move)
+        return TierTransfers(loads, tuple(stores))
 
     # -- growth: the full-attention group grows, the registry counts the tokens ------------
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
@@ -400,6 +464,8 @@ class BlockManager(Allocator):
             self._pool.snapshot_state(),
             self._index.snapshot_state(),
             self._seqs.snapshot_state(),
+            self._tier.snapshot_state() if self._tier is not None else None,
+            self._loads,
             self._full.last_block,
             sorted(self._full.tables.items()),
         )
@@ -414,5 +480,7 @@ class BlockManager(Allocator):
         self._pool.check_invariants(references, int(fill.sum()))
         self._index.check_invariants(tables, on_device, self.read_tokens)
         self._swap.check_invariants(swapped)
+        if self._tier is not None:
+            self._tier.check_invariants()
         # (usage()'s split sums to the pool by construction; its parts are checked by
         # the pool: token slots against the tables, used blocks against the partition.)

@@ -83,6 +83,8 @@ class PrefixIndex:
         self._memo: tuple[int, bytes, list[int]] | None = None
         self.queries_tokens = 0
         self.hits_tokens = 0
+        # Blocks published since the offload tier last took them (None: no tier).
+        self.newly_published: list[int] | None = None
 
     # -- queries ---------------------------------------------------------------------------
     @property
@@ -100,6 +102,10 @@ class PrefixIndex:
     def key_of(self, block: int) -> int | None:
         """The key ``block`` is published under (None: unpublished)."""
         return self._key_of_block[block]
+
+    def placement_of(self, block: int) -> tuple[int, int]:
+        """(salt, chain position) ``block`` is published under."""
+        return int(self._salt_of_block[block]), int(self._pos_of_block[block])
 
     def is_keyed(self, block: int) -> bool:
         return self._key_of_block[block] is not None
@@ -247,6 +253,8 @@ class PrefixIndex:
             self._key_of_block[block] = key
             self._salt_of_block[block] = salt
             self._pos_of_block[block] = position
+            if self.newly_published is not None:
+                self.newly_published.append(block)
 
     def seal_step(self, seqs: np.ndarray, blocks: np.ndarray) -> None:
         """A decode step filled ``blocks[i]``, the newest block of ``seqs[i]`` (distinct
@@ -292,6 +300,8 @@ class PrefixIndex:
         if newly:
             self._salt_of_block[newly] = self._salts[owners]
             self._pos_of_block[newly] = positions
+            if self.newly_published is not None:
+                self.newly_published += newly
 
     def drop(self, blocks: list[int]) -> None:
         """The pool evicted ``blocks`` (each published): forget their keys, in order."""
@@ -312,6 +322,7 @@ class PrefixIndex:
             self._salts,
             self.queries_tokens,
             self.hits_tokens,
+            self.newly_published,
         )
 
     def check_invariants(

@@ -129,3 +129,8 @@ def usage_adds_up(alloc: Allocator, memory: KVMemory, seqs, blocks, caching: boo
         f"num_free_cpu_blocks is {alloc.num_free_cpu_blocks}; the swapped-out tables hold "
         f"{on_cpu} of {alloc.num_cpu_blocks}"
     )
+
+
+def verb(done: bool) -> str:
+    """How a command went, for the messages that set it against its query."""
+    return "succeeded" if done else "was refused"

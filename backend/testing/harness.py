@@ -10,6 +10,7 @@ from typing import ClassVar
 from backend.base import Allocator, AllocatorFactory, OutOfBlocks
 from backend.testing import checks
 from backend.testing.shadow import KVMemory, Seq
+from backend.testing.tiers import TierModel
 
 #: what :class:`Harness` counts across the examples it runs
 STAT_NAMES = (
@@ -24,9 +25,17 @@ STAT_NAMES = (
     "forks",
     "swaps out",
     "swaps in",
+    "tier loads",  # blocks loaded from an offload tier (backend.capabilities.OffloadsPrefixes)
+    "tier stores",
     "refused calls",
     "misuses refused",
 )
+
+
+def supports_offload_tier(factory: AllocatorFactory) -> bool:
+    """The factory's ``supports_offload_tier`` (an Allocator class has it; a factory
+    function is not asked for a tier)."""
+    return bool(getattr(factory, "supports_offload_tier", False))
 
 
 def supports_prefix_caching(factory: AllocatorFactory) -> bool:
@@ -49,19 +58,24 @@ class Harness:
     #: counts across the examples run (``for_factory`` gives each bound class its own)
     stats: ClassVar[dict[str, int]] = dict.fromkeys(STAT_NAMES, 0)
 
-    def build(self, num_blocks, block_size, num_cpu_blocks, prefix_caching) -> None:
+    def build(
+        self, num_blocks, block_size, num_cpu_blocks, prefix_caching, num_offload_blocks=0
+    ) -> None:
         assert self.factory is not None, "bind the machine first: for_factory(factory)"
+        tier = {"num_offload_blocks": num_offload_blocks} if num_offload_blocks else {}
         self.alloc: Allocator = self.factory(
             num_blocks=num_blocks,
             block_size=block_size,
             num_cpu_blocks=num_cpu_blocks,
             enable_prefix_caching=prefix_caching,
+            **tier,
         )
         assert isinstance(self.alloc, Allocator), f"the factory built {self.alloc!r}"
         groups = self.alloc.num_kv_groups
         assert groups == 1, f"num_kv_groups is {groups}: the checker covers one KV cache group"
         self.caching = prefix_caching
         self.memory = KVMemory(self.alloc)
+        self.tier = TierModel(self.alloc, self.memory) if num_offload_blocks else None
         self.seqs: dict[int, Seq] = {}
         self.gone: dict[int, Seq] = {}  # freed sequences, as they were
         self.next_id = 0
@@ -141,6 +155,29 @@ class Harness:
                 f"holds, for position {seq.computed + shared[1]}, whose KV {seq.name} has "
                 f"not computed: computing it writes into {self.seqs[other].name}'s KV"
             )
+
+    def tier_loads(self) -> tuple:
+        """The step's forward is next: the executor performs the offload tier's loads.
+        Returns its stores, due once the forward has run."""
+        if self.tier is None:
+            return ()
+        loads, stores = self.tier.before_forward()
+        self.stats["tier loads"] += loads
+        return stores
+
+    def tier_step_done(self) -> None:
+        """The step is over: the tier's stores are due (and no load outside an allocate)."""
+        if self.tier is not None:
+            loads, stores = self.alloc.take_tier_transfers()
+            assert not loads, f"tier loads {loads} outside an allocate"
+            self.tier_stores(stores)
+
+    def tier_stores(self, stores) -> None:
+        """The step's forward has run: the executor performs the tier's ``stores``."""
+        if self.tier is not None and stores:
+            tables = {sid: self.blocks(sid) for sid in self.on_device()}
+            self.tier.after_forward(stores, self.seqs, tables)
+            self.stats["tier stores"] += len(stores)
 
     def on_device(self) -> list[int]:
         return sorted(sid for sid, s in self.seqs.items() if not s.swapped)

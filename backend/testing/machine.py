@@ -24,7 +24,9 @@ swapped-out sequences, ids reused while live). After every call it checks:
 * a sequence swapped back in holds the positions whose KV it has not computed in blocks
   no other live sequence holds (it computes them in place);
 * usage() against the block tables (no leak; the split sums to the pool), the CPU pool's
-  free count, the peak; at the end, once everything is freed, the pool is whole again.
+  free count, the peak; at the end, once everything is freed, the pool is whole again;
+* an offload tier's loads and stores (tiers.py), with the device's cached blocks evicted
+  now and then so that the tier serves hits.
 
 Hypothesis shrinks a failure to a short sequence of calls and prints it.
 """
@@ -48,7 +50,12 @@ from hypothesis.stateful import (
 from backend.base import AllocatorFactory, ReservingAllocator
 from backend.capabilities import TrustedAllocate, TrustedAppendBatch
 from backend.testing import checks
-from backend.testing.harness import STAT_NAMES, Harness, supports_prefix_caching
+from backend.testing.harness import (
+    STAT_NAMES,
+    Harness,
+    supports_offload_tier,
+    supports_prefix_caching,
+)
 from backend.testing.shadow import SeqRef
 from backend.transfer import DEVICE_COPY, SWAP_IN, SWAP_OUT
 
@@ -68,18 +75,20 @@ def prompts(draw, longest: int) -> list[int]:
     return (list(prefix) + suffix)[:longest] or [0]
 
 
-def bound_setup(prefix_caching: bool):
-    """The machine's first step: build an allocator (with prefix caching 3 times in 4,
-    if ``prefix_caching``)."""
+def bound_setup(prefix_caching: bool, offload_tier: bool = False):
+    """The machine's first step: build an allocator (with prefix caching 3 times in 4 if
+    ``prefix_caching``, then with an offload tier of 0-24 blocks if ``offload_tier``)."""
 
     @initialize(
         num_blocks=st.integers(4, 16),
         block_size=st.integers(1, 4),
         num_cpu_blocks=st.integers(0, 6),
         prefix_caching=st.sampled_from([True, True, True, False] if prefix_caching else [False]),
+        num_offload_blocks=st.just(0) | st.integers(1, 24) if offload_tier else st.just(0),
     )
-    def setup(self, num_blocks, block_size, num_cpu_blocks, prefix_caching):
-        self.build(num_blocks, block_size, num_cpu_blocks, prefix_caching)
+    def setup(self, num_blocks, block_size, num_cpu_blocks, prefix_caching, num_offload_blocks):
+        tier = num_offload_blocks if prefix_caching else 0
+        self.build(num_blocks, block_size, num_cpu_blocks, prefix_caching, tier)
 
     return setup
 
@@ -106,7 +115,7 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         body = {
             "factory": staticmethod(factory),
             "stats": dict.fromkeys(STAT_NAMES, 0),
-            "setup": bound_setup(prefix_caching),
+            "setup": bound_setup(prefix_caching, supports_offload_tier(factory)),
             "__module__": cls.__module__,
         }
         return type(name or f"Check{getattr(factory, '__name__', 'Allocator')}", (cls,), body)
@@ -159,9 +168,10 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
                 "allocate", alloc.allocate, sid, prompt, salt=salt,
                 max_new_tokens=max_new_tokens, computed_tokens=computed_tokens,
             )  # fmt: skip
-        assert done == possible, f"can_allocate said {possible}; allocate {verb(done)}"
+        assert done == possible, f"can_allocate said {possible}; allocate {checks.verb(done)}"
         if not done:
             return multiple()
+        stores = self.tier_loads()
         self.check_prefix_hit(prompt, salt, hit, promised)
         self.new_seq(prompt, salt, hit)
         shared = self.memory.read(self.blocks(sid), hit, swapped=False)
@@ -171,6 +181,7 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         self.count("prefix hits" if hit else "allocations")
         computed = len(prompt) if computed_tokens is None else computed_tokens
         self.compute_through(sid, max(hit, computed))
+        self.tier_stores(stores)
         return SeqRef(sid)
 
     @rule(seq=seq, num_tokens=st.integers(0, 12))
@@ -203,7 +214,7 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
             assert fits == (len(tokens) <= room), "blocks_to_grow and tokens_that_fit disagree"
             assert possible or not fits, f"{len(tokens)} tokens fit ({room} room); can_append no"
         done, moves = self.attempt("append", alloc.append, sid, tokens)
-        assert done == possible, f"can_append said {possible}; append {verb(done)}"
+        assert done == possible, f"can_append said {possible}; append {checks.verb(done)}"
         if done:
             self.count("writes to a shared block" if shared else "appends")
             self.grown({sid: tokens}, moves, "append")
@@ -224,11 +235,9 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         used, shared = alloc.usage().used_blocks, any(map(self.shares_last_block, batch))
         token_ids = np.array(tokens[: len(batch)], np.int32)
         # The engine's own entry, where the allocator has one: the same command unchecked.
-        unchecked = (
-            alloc.append_batch_trusted if isinstance(alloc, TrustedAppendBatch) else None
-        )
-        command = unchecked if trusted else None
-        done, moves = self.attempt("append_batch", command or alloc.append_batch, ids, token_ids)
+        unchecked = trusted and isinstance(alloc, TrustedAppendBatch)
+        command = alloc.append_batch_trusted if unchecked else alloc.append_batch
+        done, moves = self.attempt("append_batch", command, ids, token_ids)
         if not done:
             assert needed > 0, "append_batch refused a batch that needs no block"
             return
@@ -274,6 +283,11 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         self.alloc.free(seq.id)
         self.gone[seq.id] = self.seqs.pop(seq.id)
 
+    @precondition(lambda self: self.tier is not None)
+    @rule(num_blocks=st.integers(1, 16))
+    def evict_cached(self, num_blocks):  # as pressure would: the tier may serve them
+        self.alloc.evict(num_blocks)
+
     # -- swap ------------------------------------------------------------------------------
     @precondition(lambda self: self.on_device())
     @rule(seqs=st.lists(seq, min_size=1, max_size=2))
@@ -315,7 +329,7 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         for sid in sids:
             done, moves = self.attempt(name, command, sid)
             if len(sids) == 1:
-                assert done == possible, f"can_{name} said {possible}; {name} {verb(done)}"
+                assert done == possible, f"can_{name} said {possible}; {name} {checks.verb(done)}"
             else:
                 assert done or not possible, f"can_{name} said yes for the group; {name} refused"
             if not done:
@@ -347,6 +361,7 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         if not hasattr(self, "alloc"):
             return
         self.count("calls")
+        self.tier_step_done()
         self.alloc.check_invariants()
         checks.reads_back(self.alloc, self.seqs)
         blocks = checks.tables(self.alloc, self.memory, self.seqs)
@@ -379,6 +394,3 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         alloc.free(self.next_id)
         alloc.check_invariants()
 
-
-def verb(done: bool) -> str:
-    return "succeeded" if done else "was refused"

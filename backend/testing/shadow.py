@@ -64,7 +64,9 @@ class KVMemory:
         if self.layout == "region":
             assert self.block_size == 1, "a region-layout allocator has block_size 1"
         self.device = np.full((alloc.num_blocks, self.block_size), UNWRITTEN, np.int64)
-        self.cpu = np.full((alloc.num_cpu_blocks, self.block_size), UNWRITTEN, np.int64)
+        # one CPU pool: the swap space's blocks, then the offload tier's
+        cpu_blocks = alloc.num_cpu_blocks + alloc.num_offload_blocks
+        self.cpu = np.full((cpu_blocks, self.block_size), UNWRITTEN, np.int64)
 
     # -- tables ----------------------------------------------------------------------------
     def blocks_of(self, alloc: Allocator, seq_id: int, seq: Seq) -> list[int]:

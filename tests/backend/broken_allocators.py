@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from backend.blocks import BlockManager
 from backend.blocks.full_attention import FullAttention
+from backend.blocks.offload import OffloadTier
 from backend.transfer import Transfer
 
 
@@ -102,6 +103,8 @@ class SwapInSharesUncomputed(BlockManager):
 
         def swap_in_plan(seq):
             cpu = self._full.tables[seq]
+            if not index.enabled:
+                return [], len(cpu), 0
             chain, salt = index._chains[seq], int(index._salts[seq])
             hits = index._cached_run(chain, salt, lambda n: swap.slots[cpu[:n]])
             return hits, len(cpu) - len(hits), self._pool.revived(hits)
@@ -175,3 +178,41 @@ class ConstructorExits(BlockManager):
         import sys
 
         sys.exit("no")
+
+
+class _TierStoringAgain(OffloadTier):
+    def store(self, key, salt, position, device_block, device):
+        old = self._block_of_key.pop(key, None)
+        if old is not None:  # drops the copy it holds, to store the same KV again
+            self._key_of_block[old] = None
+            self.evictor.on_removed(old)
+            self._free.put([old])
+        return super().store(key, salt, position, device_block, device)
+
+
+class TierStoresTwice(BlockManager):
+    """The offload tier stores again a prefix it holds (a store nothing needed: the
+    link carries the block twice). Its own invariants hold."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self._tier is not None:
+            self._tier.__class__ = _TierStoringAgain
+
+
+class _TierLoadingTheNeighbour(OffloadTier):
+    def load(self, blocks, device_blocks, device):
+        moves = super().load(blocks, device_blocks, device)
+        last = self.base + self.num_blocks - 1  # each load reads the next tier block
+        return [Transfer(min(m.src + 1, last), m.dst, m.src_medium, m.dst_medium) for m in moves]
+
+
+class TierLoadsTheWrongBlock(BlockManager):
+    """The offload tier's loads name the tier block after the one that holds the hit:
+    the executor copies another prefix's KV (the allocator's own memory is right)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self._tier is not None:
+            self._tier.__class__ = _TierLoadingTheNeighbour
+

@@ -1,0 +1,117 @@
+"""The offload tier below the device pool (backend/blocks/offload.py), rule by rule.
+The allocator state machine (test_allocator_checker.py) drives it at random as well."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from backend.base import InvalidRequest
+from backend.blocks import BlockManager
+from backend.capabilities import OffloadsPrefixes
+from backend.transfer import SWAP_IN, SWAP_OUT
+
+PROMPT = [1, 2, 3, 4, 5, 6, 7]  # three full blocks of 2, then the last token
+
+
+def manager(num_blocks=4, tier=16, **kwargs) -> BlockManager:
+    return BlockManager(
+        num_blocks, 2, enable_prefix_caching=True, num_offload_blocks=tier, **kwargs
+    )
+
+
+def computed(m: BlockManager, seq: int, prompt, **kwargs) -> int:
+    """Admit ``prompt`` as ``seq`` with its KV computed; returns the hit tokens."""
+    return m.allocate(seq, prompt, computed_tokens=None, **kwargs)
+
+
+def push_out(m: BlockManager, first_seq: int) -> None:
+    """Fill the device with other prompts until nothing of PROMPT is cached there."""
+    for n, value in enumerate((9, 8)):
+        computed(m, first_seq + n, [value] * 8)
+        m.take_tier_transfers()
+        m.free(first_seq + n)
+
+
+def test_write_through_stores_every_computed_block_once_after_the_forward():
+    m = manager()
+    assert isinstance(m, OffloadsPrefixes)
+    m.allocate(0, PROMPT, computed_tokens=0)
+    assert m.take_tier_transfers() == ((), ())  # nothing computed yet: nothing to store
+    m.mark_computed(0, 4)
+    loads, stores = m.take_tier_transfers()
+    assert not loads and [t.route for t in stores] == [SWAP_OUT] * 2
+    assert [t.src for t in stores] == m.block_table(0)[:2]
+    assert all(t.dst >= m.num_cpu_blocks for t in stores)  # the tier's CPU blocks
+    m.mark_computed(0, 7)
+    assert len(m.take_tier_transfers().stores) == 1  # only the newly computed full block
+    m.free(0)
+    computed(m, 1, PROMPT)  # a device hit: published again, never stored again
+    assert m.take_tier_transfers().stores == ()
+    assert m.tier_stats.stored_blocks == 3
+
+
+def test_a_prefix_the_device_evicted_is_loaded_from_the_tier_into_fresh_blocks():
+    m = manager()
+    computed(m, 0, PROMPT)
+    m.take_tier_transfers()
+    m.free(0)
+    push_out(m, 1)
+    assert m.cached_prefix_tokens(PROMPT) == 6
+    assert computed(m, 3, PROMPT) == 6  # the whole prefix short of the last token
+    loads, stores = m.take_tier_transfers()
+    assert [t.route for t in loads] == [SWAP_IN] * 3 and not stores
+    assert [t.dst for t in loads] == m.block_table(3)[:3]
+    assert m.read_tokens(3).tolist() == PROMPT
+    assert m.tier_stats.loaded_blocks == 3 and m.tier_stats.hit_tokens == 6
+    assert m.prefix_cache_stats.hits_tokens == 0  # the device's own cache had none
+    m.check_invariants()
+
+
+def test_the_tier_keeps_tenants_apart_and_never_serves_the_last_token():
+    m = manager()
+    computed(m, 0, PROMPT, salt=7)
+    m.take_tier_transfers()
+    m.free(0)
+    push_out(m, 1)
+    assert m.cached_prefix_tokens(PROMPT, salt=8) == 0
+    assert m.cached_prefix_tokens(PROMPT[:6], salt=7) == 4  # block 3 holds the last token
+    assert computed(m, 3, PROMPT, salt=8) == 0
+
+
+def test_a_full_tier_evicts_by_its_own_policy_and_a_load_renews_recency():
+    m = manager(num_blocks=8, tier=4)
+    a, b = [1, 1, 2, 2, 9], [3, 3, 4, 4, 9]
+    computed(m, 0, a)
+    computed(m, 1, b)
+    m.take_tier_transfers()  # the tier holds a's two blocks, then b's
+    m.free(0)
+    m.free(1)
+    m.evict(8)  # the device forgets both
+    assert computed(m, 2, a) == 4  # a loaded: now the most recent
+    m.take_tier_transfers()
+    computed(m, 3, [5, 5, 9])
+    m.take_tier_transfers()  # the tier is full: its least recent block (b's first) goes
+    assert m.tier_stats.evicted_blocks == 1
+    m.free(2)
+    m.evict(8)
+    assert m.cached_prefix_tokens(a) == 4 and m.cached_prefix_tokens(b) == 0
+
+
+def test_a_block_evicted_from_the_device_before_its_store_is_due_is_not_stored():
+    m = manager(num_blocks=2, tier=8)
+    computed(m, 0, [1, 1, 2])
+    m.free(0)
+    computed(m, 1, [3, 3, 4, 4])  # takes back the cached block before any store ran
+    stores = m.take_tier_transfers().stores
+    assert sorted(t.src for t in stores) == sorted(m.block_table(1))  # [3, 3] and [4, 4]
+    assert m.cached_prefix_tokens([1, 1, 2]) == 0  # [1, 1] was never stored
+
+
+def test_a_tier_needs_prefix_caching():
+    with pytest.raises(InvalidRequest, match="prefix caching"):
+        BlockManager(4, 2, num_offload_blocks=4)
+    plain = BlockManager(4, 2, enable_prefix_caching=True)
+    assert plain.take_tier_transfers() == ((), ()) and plain.tier_stats is None
+    plain.allocate(0, [1, 2])
+    assert np.array_equal(plain.read_tokens(0), [1, 2])
