@@ -39,8 +39,9 @@ class BatchShape(NamedTuple):
 
 class Batch(NamedTuple):
     """Everything one engine step asks an executor to do, in this order: the block
-    transfers (swap-outs, swap-ins, copy-on-write copies), then the forward pass over
-    prefill chunks and one decode token for each of ``decode_seq_ids``.
+    transfers (swap-outs, swap-ins, loads from an offload tier, copy-on-write copies),
+    then the forward pass over prefill chunks and one decode token for each of
+    ``decode_seq_ids``, then the stores to an offload tier.
 
     Slots for every token computed this step are already held by the allocator (the
     engine allocates/appends before it executes), so an executor only reads block tables.
@@ -55,6 +56,9 @@ class Batch(NamedTuple):
     decode_token_ids: np.ndarray
     #: block moves in the order they run, each naming its route (see backend.transfer)
     transfers: tuple[Transfer, ...] = ()
+    #: stores to an offload tier of KV this step computes, run after the forward; the
+    #: engine does not wait for them (vLLM's connector stores asynchronously)
+    stores: tuple[Transfer, ...] = ()
 
     @property
     def num_prefill_tokens(self) -> int:

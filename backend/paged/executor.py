@@ -70,7 +70,9 @@ class PagedExecutor:
         self.model = LlamaModel(shape, device=self.device, dtype=dtype, seed=seed)
         self.kv = KVCache(
             shape, allocator.num_blocks, allocator.block_size,
-            num_cpu_blocks=allocator.num_cpu_blocks, device=self.device, dtype=dtype,
+            # one CPU pool: the swap space's blocks, then an offload tier's
+            num_cpu_blocks=allocator.num_cpu_blocks + allocator.num_offload_blocks,
+            device=self.device, dtype=dtype,
             use_triton=self.use_triton,
         )  # fmt: skip
         # torch's intra-op threads spin-wait; on a shared CPU that turns a 4 ms tiny-model
@@ -86,9 +88,10 @@ class PagedExecutor:
 
     # -- the step ------------------------------------------------------------------------
     def execute(self, batch: Batch) -> float:
-        """Perform the batch's block moves (swap-out, swap-in, copy-on-write, in that
-        order), then the forward pass, writing K/V through the block tables and sampling
-        greedily. Returns the measured seconds. Mutates the KV pool and ``last_*``.
+        """Perform the batch's block moves (swap-out, swap-in, loads from an offload
+        tier, copy-on-write, in that order), then the forward pass, writing K/V through
+        the block tables and sampling greedily, then the stores to an offload tier.
+        Returns the measured seconds. Mutates the KV pool and ``last_*``.
         Raises ValueError if a token lies beyond its sequence's block table."""
         if self.device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(True)
@@ -110,8 +113,12 @@ class PagedExecutor:
     def _step(self, batch: Batch) -> None:
         self.kv.transfer(batch.transfers)
         self.last_sampled, self.last_logits = {}, {}
-        if batch.batch_size == 0:
-            return
+        if batch.batch_size:
+            self._forward(batch)
+        if batch.stores:  # to an offload tier: KV this step's forward computed
+            self.kv.transfer(batch.stores)
+
+    def _forward(self, batch: Batch) -> None:
         inputs = self.prepare(batch)
         with torch.inference_mode():
             hidden = self.model.forward(inputs.token_ids, inputs.positions, self._attend_fn(inputs))

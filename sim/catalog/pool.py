@@ -15,6 +15,7 @@ class KVPool(NamedTuple):
 
     device_blocks: int
     cpu_blocks: int
+    offload_blocks: int = 0  # the offload tier's (cache.offload)
 
 
 def check_tensor_parallel(

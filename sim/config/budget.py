@@ -81,13 +81,14 @@ def check_memory(scenario) -> None:
     requests are in flight, so they are not counted: the estimate assumes the queue
     stays short (an overloaded run also holds the prompts of every request waiting)."""
     workload, cache = scenario.workload, scenario.cache
-    device, cpu = scenario.kv_pool
+    device, cpu, offload = scenario.kv_pool
     per_block = 4 * cache.block_size + BYTES_PER_BLOCK
     shared = workload.prefix.num_groups * (16 + 4 * mean_tokens(workload.prefix.length))
     parts = {
         "simulation.num_requests": expected_requests(scenario) * BYTES_PER_REQUEST,
         "cache.num_blocks": scenario.routing.replicas * device * per_block,
         "cache.num_cpu_blocks": scenario.routing.replicas * cpu * per_block,
+        "cache.offload": scenario.routing.replicas * offload * per_block,
         "workload.tenants.count": 16.0 * workload.tenants.count,
         "workload.priorities.count": 16.0 * workload.priorities.count,
         "workload.prefix.num_groups": shared,

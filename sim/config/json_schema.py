@@ -28,6 +28,8 @@ from pydantic import BaseModel
 from sim.catalog.hardware import HardwareSpec, ModelSpec
 from sim.catalog.presets import HARDWARE_PRESETS, MODEL_PRESETS
 from sim.config.arrivals import PoissonArrival
+from sim.config.offload import OffloadTierSpec
+from sim.config.policy_names import policy_registry
 from sim.config.scenario import Scenario
 from sim.config.sections import (
     EvictionSpec,
@@ -35,7 +37,6 @@ from sim.config.sections import (
     PreemptionSpec,
     RoutingSpec,
     SchedulerSpec,
-    policy_registry,
 )
 from sim.config.workload import LENGTH_PRESETS, PrefixGroupsSpec, SessionsSpec, WorkloadSpec
 
@@ -48,6 +49,7 @@ POLICY_NAME_FIELDS = {
     (SchedulerSpec, "policy"): "scheduling",
     (PreemptionSpec, "victim"): "preemption",
     (EvictionSpec, "policy"): "eviction",
+    (OffloadTierSpec, "eviction"): "eviction",
     (RoutingSpec, "router"): "routing",
 }
 

@@ -222,7 +222,10 @@ class Scenario(StrictModel):
             )
         if self.cost_model.kind == "profile":
             self.cost_model.vidur_names(self.hardware, self.model)  # names must be known
-        self._kv_pool = KVPool(blocks, cpu)
+        offload = self.cache.offload_blocks(self.model, self.tensor_parallel)
+        if self.cache.offload and offload < 1:
+            raise error_at("cache.offload", "the tier holds no block of this model's KV")
+        self._kv_pool = KVPool(blocks, cpu, offload)
         try:
             check_memory(self)
         except OverBudget as err:

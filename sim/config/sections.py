@@ -28,28 +28,12 @@ from sim.config.allocators import SHIPPED as SHIPPED_ALLOCATORS
 from sim.config.engines import scheduler_with_defaults
 from sim.config.errors import error_at
 from sim.config.files import base_dir
+from sim.config.offload import OffloadTierSpec
+from sim.config.policy_names import check_policy_name, policy_registry
 from sim.inputs.hints import did_you_mean
 from sim.inputs.schema import StrictModel, drop_unset
 
 _GIB = 1 << 30
-
-
-def policy_registry(family: str):
-    """The registry of a policy family (``scheduling``, ``preemption``, ...): its names
-    and its descriptor (policies.families)."""
-    from policies.families import FAMILIES  # (imports every policy: only when asked)
-
-    return FAMILIES[family]
-
-
-def _check_policy(family: str, name: str) -> str:
-    """``name`` if registered in ``family`` or a ``module:attr`` / ``file.py:attr``
-    plug-in (loaded at run time, not here: loading runs user code)."""
-    registry = policy_registry(family)
-    if name in registry:
-        return name
-    hint = did_you_mean(name, registry.names())
-    raise ValueError(f"unknown {registry.family} policy {name!r}{hint}")
 
 
 def _check_params(family: str, name: str, params: dict[str, Any], path: str) -> None:
@@ -89,7 +73,7 @@ Choice = Annotated[PolicyChoice, BeforeValidator(_as_choice)]
 
 def _checked_choice(family: str, choice: PolicyChoice, path: str) -> PolicyChoice:
     try:
-        _check_policy(family, choice.policy)
+        check_policy_name(family, choice.policy)
     except ValueError as err:
         raise error_at(f"{path}.policy" if choice.params else path, str(err)) from None
     _check_params(family, choice.policy, choice.params, f"{path}.params")
@@ -127,6 +111,10 @@ class CacheSpec(StrictModel):
     model's dtype; the ``fp8`` kinds keep one byte an element, halving a bf16 model's KV per token
     (so the pool holds twice the tokens) and the bytes decode attention reads, with the weights
     unchanged."""
+    offload: list[OffloadTierSpec] = Field(default_factory=list)
+    """Tiers of the prefix cache below the device pool (needs ``prefix_caching``); one ``cpu``
+    tier today, e.g. ``[{tier: cpu, capacity_gib: 8}]``. Empty: a block the device's cache
+    evicts is gone."""
     allocator: str = "paged"
     """How KV memory is reserved: ``paged`` allocates blocks as sequences grow (PagedAttention); the
     contiguous baselines reserve one region per request up front: ``max_model_len`` slots
@@ -163,11 +151,36 @@ class CacheSpec(StrictModel):
                 "prefix caching needs the paged allocator or a plug-in whose "
                 f"supports_prefix_caching is True, got allocator {self.allocator!r}",
             )
+        self._check_offload()
         return self
+
+    def _check_offload(self) -> None:
+        if not self.offload:
+            return
+        if not self.prefix_caching:
+            raise error_at("cache.offload", "an offload tier needs cache.prefix_caching: true")
+        if len(self.offload) > 1:
+            raise error_at("cache.offload", f"expected one tier, got {len(self.offload)}")
+        tiered = self.allocator == PAGED or (
+            self._plugin is not None and self._plugin.supports_offload_tier
+        )
+        if not tiered:
+            raise error_at(
+                "cache.offload",
+                "an offload tier needs the paged allocator or a plug-in whose "
+                f"supports_offload_tier is True, got allocator {self.allocator!r}",
+            )
+
+    def offload_blocks(self, model: ModelSpec, tp: int = 1) -> int:
+        """The offload tier's blocks per replica (0: none)."""
+        if not self.offload:
+            return 0
+        per_token = model.kv_bytes_per_token(tp, self.kv_element_bytes(model)) * tp
+        return self.offload[0].blocks(self.block_size, per_token)
 
     @model_serializer(mode="wrap")
     def _leave_out_auto_kv_dtype(self, handler) -> dict[str, Any]:
-        return drop_unset(handler(self), {"kv_dtype": "auto"})
+        return drop_unset(handler(self), {"kv_dtype": "auto", "offload": []})
 
     def kv_element_bytes(self, model: ModelSpec) -> int:
         """Bytes of one K or V element in the pool."""
@@ -263,7 +276,7 @@ class SchedulerSpec(StrictModel):
     @field_validator("policy")
     @classmethod
     def _registered(cls, name: str) -> str:
-        return _check_policy("scheduling", name)
+        return check_policy_name("scheduling", name)
 
     @model_validator(mode="after")
     def _policies_take_params(self) -> SchedulerSpec:
@@ -292,7 +305,7 @@ class PreemptionSpec(StrictModel):
     @field_validator("victim")
     @classmethod
     def _registered(cls, name: str) -> str:
-        return _check_policy("preemption", name)
+        return check_policy_name("preemption", name)
 
     @model_validator(mode="after")
     def _policies_take_params(self) -> PreemptionSpec:
@@ -314,7 +327,7 @@ class EvictionSpec(StrictModel):
     @field_validator("policy")
     @classmethod
     def _registered(cls, name: str) -> str:
-        return _check_policy("eviction", name)
+        return check_policy_name("eviction", name)
 
     @model_validator(mode="after")
     def _policy_takes_params(self) -> EvictionSpec:
@@ -337,7 +350,7 @@ class RoutingSpec(StrictModel):
     @field_validator("router")
     @classmethod
     def _registered(cls, name: str) -> str:
-        return _check_policy("routing", name)
+        return check_policy_name("routing", name)
 
     @model_validator(mode="after")
     def _policy_takes_params(self) -> RoutingSpec:

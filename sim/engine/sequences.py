@@ -170,14 +170,15 @@ class Moves:
     copies: list[Transfer] = field(default_factory=list)
     swap_out: list[Transfer] = field(default_factory=list)
     swap_in: list[Transfer] = field(default_factory=list)
+    loads: list[Transfer] = field(default_factory=list)  # from an offload tier
 
     def in_order(self) -> tuple[Transfer, ...]:
         """All of them in the order an executor performs them: swap-outs first (they
-        free the device blocks that swap-ins and copies were then given), then swap-ins,
-        then copy-on-write copies."""
-        if not (self.swap_out or self.swap_in):
+        free the device blocks that swap-ins, loads and copies were then given), then
+        swap-ins, then loads from an offload tier, then copy-on-write copies."""
+        if not (self.swap_out or self.swap_in or self.loads):
             return tuple(self.copies)
-        return (*self.swap_out, *self.swap_in, *self.copies)
+        return (*self.swap_out, *self.swap_in, *self.loads, *self.copies)
 
 
 def seq_ids(prefills: list[PrefillSeq], decodes: dict[str, np.ndarray]) -> list[int]:

@@ -45,6 +45,7 @@ def summarize(
     block_size: int = 1,
     peak_used_blocks: Sequence[int] | None = None,
     cost_model: Mapping[str, Any] | None = None,
+    kv_offload: Mapping[str, Any] | None = None,
     token_gaps: tuple[np.ndarray, np.ndarray] | None = None,
     metric_percentiles: Sequence[float] = DEFAULT_PERCENTILES,
 ) -> dict[str, Any]:
@@ -72,6 +73,8 @@ def summarize(
     }
     if cost_model is not None:
         summary["cost_model"] = dict(cost_model)
+    if kv_offload is not None:  # what each offload tier did (sim.run.runner)
+        summary["kv_offload"] = dict(kv_offload)
     summary["steady_state"] = steady_state(
         table,
         steps.column("time_s"),

@@ -71,7 +71,8 @@ def build_allocator(scenario, context: PolicyContext | None = None) -> Allocator
     """One replica's allocator, sized from the scenario; its eviction policy is built
     with ``context`` (by default one without the request stream)."""
     cache = scenario.cache
-    num_blocks, num_cpu_blocks = scenario.kv_pool
+    num_blocks, num_cpu_blocks, num_offload_blocks = scenario.kv_pool
+    tier = {"num_offload_blocks": num_offload_blocks} if num_offload_blocks else {}
     if cache.plugin_allocator is not None:  # a user's class (sim/config/allocators.py)
         try:
             return construct(
@@ -80,23 +81,24 @@ def build_allocator(scenario, context: PolicyContext | None = None) -> Allocator
                 block_size=cache.block_size,
                 num_cpu_blocks=num_cpu_blocks,
                 enable_prefix_caching=cache.prefix_caching,
+                **tier,
             )
         except ValueError as err:
             raise ScenarioError(f"{scenario.source}: cache.allocator: {err}") from None
     if cache.allocator == PAGED:
-        evictor = make_policy(
-            scenario,
-            EVICTORS,
-            scenario.eviction.policy,
-            scenario.eviction.params,
-            context or policy_context(scenario, replica=0),
-        )
+        context = context or policy_context(scenario, replica=0)
+        eviction = scenario.eviction
+        evictor = make_policy(scenario, EVICTORS, eviction.policy, eviction.params, context)
+        if num_offload_blocks:  # the tier's own policy (cache.offload[0].eviction)
+            policy = cache.offload[0].eviction
+            tier["offload_evictor"] = make_policy(scenario, EVICTORS, policy, {}, context)
         return BlockManager(
             num_blocks,
             cache.block_size,
             num_cpu_blocks=num_cpu_blocks,
             enable_prefix_caching=cache.prefix_caching,
             evictor=evictor,
+            **tier,
         )
     return make_contiguous(
         cache.allocator,

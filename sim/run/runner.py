@@ -140,8 +140,32 @@ def _engine_figures(scenario, replicas, executors) -> dict[str, Any]:
         # the slot count are the comparable figures.
         "peak_used_blocks": [r.alloc.peak_used_blocks for r in replicas],
         "cost_model": cost_model_report(scenario, executors),
+        "kv_offload": _offload_figures(scenario, replicas),
         "token_gaps": _all_token_gaps(replicas),
     }
+
+
+def _offload_figures(scenario, replicas) -> dict[str, Any] | None:
+    """What the offload tier did, summed over the replicas (None: no tier)."""
+    stats = [r.alloc.tier_stats for r in replicas if getattr(r.alloc, "tier_stats", None)]
+    if not scenario.cache.offload or not stats:
+        return None
+    cache, tp = scenario.cache, scenario.tensor_parallel
+    block_bytes = cache.block_size * tp * scenario.model.kv_bytes_per_token(
+        tp, cache.kv_element_bytes(scenario.model)
+    )
+    stored, loaded, hit_tokens, evicted = (sum(column) for column in zip(*stats, strict=True))
+    tier = {
+        "tier": cache.offload[0].tier,
+        "capacity_blocks": scenario.kv_pool.offload_blocks,  # per replica
+        "stored_blocks": stored,
+        "loaded_blocks": loaded,
+        "hit_tokens": hit_tokens,
+        "evicted_blocks": evicted,
+        "stored_bytes": stored * block_bytes,
+        "loaded_bytes": loaded * block_bytes,
+    }
+    return {"tiers": [tier]}
 
 
 def policy_name(scenario, role: str) -> str:

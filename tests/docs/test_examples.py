@@ -78,7 +78,8 @@ RULES = (
          fewer(200) + ((r"--tolerance \S+", ""),
                        (r"(pagesim capacity [^\n]*)", r"\1 --tolerance 0.5"))),
     # runs whose figures a page shows: as printed (a few seconds each)
-    Rule(r"pagesim run scenarios/policies/(eviction|preemption|scheduling)", "run", output=True),
+    Rule(r"pagesim run scenarios/policies/(eviction|preemption|scheduling|offload)", "run",
+         output=True),
     Rule(r"pagesim run scenarios/(tiny\.yaml|policies/)", "run"),
     Rule(r"paged-vs-contiguous|--out runs/a100-|batching|rate_rps=40 --out runs/default-40",
          "run", output=True),

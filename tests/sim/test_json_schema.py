@@ -28,8 +28,8 @@ from sim.config.json_schema import (
     scenario_json_schema,
 )
 from sim.config.loader import validate_scenario
+from sim.config.policy_names import policy_registry
 from sim.config.scenario import Scenario
-from sim.config.sections import policy_registry
 
 try:
     import jsonschema

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from backend.base import OutOfBlocks, ReservingAllocator
-from backend.capabilities import TrustedAllocate, TrustedAppendBatch
+from backend.capabilities import OffloadsPrefixes, TrustedAllocate, TrustedAppendBatch
 from backend.step import Batch, PrefillChunk
 from sim.engine.config import EngineConfig, ReplicaPolicies
 from sim.engine.executor import TokenSource
@@ -85,6 +85,10 @@ class StepPlanner:
         # (``reserve(prompt, max_new_tokens)``), so they always admit by whole prompt.
         reserving = isinstance(self.alloc, ReservingAllocator)
         self.reserve = self.alloc.reservation_size if reserving else None
+        # An offload tier's moves are taken once per planned step (loads before the
+        # forward, stores after it); None without a tier.
+        tiered = isinstance(self.alloc, OffloadsPrefixes) and self.alloc.num_offload_blocks
+        self.take_tier_transfers = self.alloc.take_tier_transfers if tiered else None
         # Prompts are cut into chunks only if both the scenario and the mode allow it.
         self.chunking = config.chunked_prefill and self.batching.chunks_prompts
         # Admitting part of a prompt only makes sense when prompts run in chunks.
@@ -128,13 +132,11 @@ class StepPlanner:
         self._logged_preemptions = preemptions
         if plan.num_preempted or self.state.swapped:
             plan.limit = Limit.KV_BLOCKS  # memory is what binds, whatever else also did
-        batch = Batch(
-            chunks,
-            decode_ids,
-            decode_ctx,
-            decode_tokens,
-            moves.in_order(),
-        )
+        stores = ()
+        if self.take_tier_transfers is not None:
+            loads, stores = self.take_tier_transfers()
+            moves.loads.extend(loads)
+        batch = Batch(chunks, decode_ids, decode_ctx, decode_tokens, moves.in_order(), stores)
         return batch, plan.final()
 
     # -- decodes and running prefills ---------------------------------------------------

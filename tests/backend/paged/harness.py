@@ -25,11 +25,11 @@ class PagedHarness:
     def __init__(
         self, num_blocks: int, block_size: int, *, num_cpu_blocks: int = 0,
         prefix_caching: bool = False, dtype=torch.float64, use_triton=False, seed=0,
-        shape: ModelShape = TINY, device="cpu",
+        shape: ModelShape = TINY, device="cpu", num_offload_blocks: int = 0,
     ):  # fmt: skip
         self.alloc = BlockManager(
             num_blocks, block_size, num_cpu_blocks=num_cpu_blocks,
-            enable_prefix_caching=prefix_caching,
+            enable_prefix_caching=prefix_caching, num_offload_blocks=num_offload_blocks,
         )  # fmt: skip
         self.executor = PagedExecutor(
             shape, self.alloc, dtype=dtype, use_triton=use_triton, seed=seed, device=device,
@@ -65,6 +65,7 @@ class PagedHarness:
         tokens = np.array(list(decodes.values()), dtype=np.int32)
         if ids.size:
             self.copies += self.alloc.append_batch(ids, tokens)
+        loads, stores = self.alloc.take_tier_transfers()
         batch = Batch(
             prefills=tuple(
                 PrefillChunk(s, start, np.asarray(t, dtype=np.int32)) for s, start, t in prefills
@@ -72,7 +73,8 @@ class PagedHarness:
             decode_seq_ids=ids,
             decode_context_lens=np.array([self.alloc.num_tokens(int(s)) for s in ids], np.int64),
             decode_token_ids=tokens,
-            transfers=(*self.swap_out_moves, *self.swap_in_moves, *self.copies),
+            transfers=(*self.swap_out_moves, *self.swap_in_moves, *loads, *self.copies),
+            stores=stores,
         )
         self.copies_done += len(self.copies)
         self.copies, self.swap_out_moves, self.swap_in_moves = [], [], []

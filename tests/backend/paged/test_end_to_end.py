@@ -1,7 +1,7 @@
 """Paging never changes the answer: greedy generation through the paged pool (block
 manager + executor) against the contiguous baseline (dense KV per sequence, torch SDPA),
-for plain batches with chunked prefill, prefix-cache hits, preemption by recompute, a
-swap round trip and copy-on-write forks."""
+for plain batches with chunked prefill, prefix-cache hits, a prefix loaded back from the
+offload tier, preemption by recompute, a swap round trip and copy-on-write forks."""
 
 from __future__ import annotations
 
@@ -101,6 +101,26 @@ def test_prefix_cache_hit_equals_full_recomputation(rng):
     skip = harness.admit(1, second)
     assert skip == len(shared)  # the test is only meaningful with a real hit
     token, logit = harness.prefill(1, second, start=skip)
+    rest, rest_logits = harness.decode(1, token, NEW_TOKENS - 1)
+    expected = _contiguous(torch.float64).generate(1, second, NEW_TOKENS)
+    _assert_same([token, *rest], [logit, *rest_logits], *expected, torch.float64)
+
+
+def test_a_prefix_loaded_from_the_offload_tier_equals_full_recomputation(rng):
+    block_size = 4
+    shared = _prompt(rng, 3 * block_size)
+    first = shared + _prompt(rng, 5)
+    second = shared + _prompt(rng, 7)
+    harness = PagedHarness(
+        num_blocks=16, block_size=block_size, prefix_caching=True, num_offload_blocks=32
+    )
+    harness.admit(0, first)
+    harness.prefill(0, first)  # its full blocks are stored to the tier after the step
+    harness.alloc.free(0)
+    harness.alloc.evict(16)  # the device's prefix cache forgets them
+    skip = harness.admit(1, second)
+    assert skip == len(shared) and harness.alloc.tier_stats.loaded_blocks == 3
+    token, logit = harness.prefill(1, second, start=skip)  # the loads run first
     rest, rest_logits = harness.decode(1, token, NEW_TOKENS - 1)
     expected = _contiguous(torch.float64).generate(1, second, NEW_TOKENS)
     _assert_same([token, *rest], [logit, *rest_logits], *expected, torch.float64)

@@ -1,0 +1,55 @@
+"""An offload tier of the prefix cache below the device pool, as a scenario's
+``cache.offload`` lists it (backend/blocks/offload.py keeps it)."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator, model_validator
+
+from sim.config.policy_names import check_policy_name
+from sim.inputs.schema import StrictModel
+
+_GIB = 1 << 30
+
+
+class OffloadTierSpec(StrictModel):
+    """One tier of the prefix cache below the device pool, as vLLM's KV offloading
+    connector keeps it (backend/blocks/offload.py: computed full blocks written through,
+    looked up after the device's cache, loaded back instead of recomputed)."""
+
+    tier: str = "cpu"
+    """Where the tier lives: ``cpu``, host memory over each GPU's host link (vLLM's native
+    offloading backend). Disk and remote tiers are not modelled yet."""
+    capacity_gib: float | None = Field(default=None, gt=0)
+    """Its size in GiB for the whole replica, summed over its GPUs (vLLM's
+    ``--kv-offloading-size``)."""
+    num_blocks: int | None = Field(default=None, ge=1)
+    """Its size in blocks of ``cache.block_size`` tokens instead of ``capacity_gib`` (set one)."""
+    eviction: str = "lru"
+    """Which stored block goes first when the tier is full, a policy of the eviction registry
+    (vLLM's connector offers ``lru``, its default, and ``arc``)."""
+
+    @field_validator("tier")
+    @classmethod
+    def _modelled(cls, tier: str) -> str:
+        if tier != "cpu":
+            modelled = "'cpu' (disk and remote tiers are not modelled yet)"
+            raise ValueError(f"expected {modelled}, got {tier!r}")
+        return tier
+
+    @field_validator("eviction")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        return check_policy_name("eviction", name)
+
+    @model_validator(mode="after")
+    def _one_size(self) -> OffloadTierSpec:
+        if (self.capacity_gib is None) == (self.num_blocks is None):
+            raise ValueError("set capacity_gib or num_blocks, one of them")
+        return self
+
+    def blocks(self, block_size: int, replica_bytes_per_token: int) -> int:
+        """The tier's blocks: ``num_blocks``, or ``capacity_gib`` over the KV bytes one
+        block takes on the whole replica (vLLM divides the same way)."""
+        if self.num_blocks is not None:
+            return self.num_blocks
+        return int(self.capacity_gib * _GIB // (block_size * replica_bytes_per_token))
