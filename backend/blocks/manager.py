@@ -163,6 +163,8 @@ class BlockManager(Allocator):
         pool.clock += 1
         if keys:
             pool.evictor.on_lookup(keys, pool.clock)
+            if self._tier is not None:  # the tier's policy sees the stream too (belady)
+                self._tier.evictor.on_lookup(keys, self._tier.clock)
         if hits:
             pool.reuse(hits)
         hit_tokens = len(hits) * self.block_size

@@ -115,9 +115,11 @@ class OffloadTier:
         blocks the caller took); their recency is renewed. Returns the transfers."""
         device[device_blocks] = self.slots[blocks]
         self.clock += 1
+        evictor = self.evictor
         for block in blocks:  # a load is a use: out of the order and back in, most recent
-            self.evictor.on_removed(block)
-            self.evictor.on_cached(block, self.clock, self._key_of_block[block])
+            evictor.on_removed(block)
+            evictor.on_cached(block, self.clock, self._key_of_block[block])
+            evictor.on_hit(block, self.clock)
         self.loaded_blocks += len(blocks)
         self.hit_tokens += len(blocks) * self.block_size
         base, medium = self.base, self.medium
