@@ -33,6 +33,7 @@ from typing import NamedTuple
 import numpy as np
 
 from backend.blocks.freelist import FreeList
+from backend.blocks.prefix_index import verified_run
 from backend.evictor import Evictor
 from backend.transfer import GPU, Medium, Transfer
 
@@ -102,13 +103,10 @@ class OffloadTier:
             if block is None:
                 break
             blocks.append(block)
-        if blocks:
-            same = (self.slots[blocks] == rows[: len(blocks)]).all(axis=1)
-            same &= self._salt_of_block[blocks] == salt
-            same &= self._pos_of_block[blocks] == np.arange(start, start + len(blocks))
-            if not same.all():
-                blocks = blocks[: int(np.argmin(same))]
-        return blocks
+        if not blocks:
+            return blocks
+        placed = (self.slots, self._salt_of_block, self._pos_of_block)
+        return verified_run(blocks, placed, rows, salt, start)
 
     def load(self, blocks: list[int], device_blocks: list[int], device: np.ndarray):
         """Copy tier ``blocks`` into ``device_blocks`` of the ``device`` memory (fresh

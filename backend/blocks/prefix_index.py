@@ -50,6 +50,20 @@ def check_salt(salt: int) -> int:
     return int(salt)
 
 
+def verified_run(
+    blocks: list[int], placed: tuple[np.ndarray, ...], rows: np.ndarray, salt: int, start: int = 0
+) -> list[int]:
+    """The leading run of ``blocks`` (found by their keys) that a key collision cannot
+    alias: block i holds exactly ``rows[i]`` and was stored under ``salt`` at chain
+    position ``start + i``. ``placed`` is (token memory, salt of each block, position of
+    each block), the store's own arrays. No mutation."""
+    memory, salts, positions = placed
+    same = (memory[blocks] == rows[: len(blocks)]).all(axis=1)
+    same &= salts[blocks] == salt
+    same &= positions[blocks] == np.arange(start, start + len(blocks))
+    return blocks if same.all() else blocks[: int(np.argmin(same))]
+
+
 class PrefixIndex:
     """Prefix keys of published blocks and of every live sequence's full blocks.
 
@@ -176,13 +190,10 @@ class PrefixIndex:
             if block is None:
                 break
             hits.append(block)
-        if hits:
-            same = (self._slots[hits] == expected_rows(len(hits))).all(axis=1)
-            same &= self._salt_of_block[hits] == salt
-            same &= self._pos_of_block[hits] == np.arange(len(hits))
-            if not same.all():
-                hits = hits[: int(np.argmin(same))]
-        return hits
+        if not hits:
+            return hits
+        placed = (self._slots, self._salt_of_block, self._pos_of_block)
+        return verified_run(hits, placed, expected_rows(len(hits)), salt)
 
     # -- sequences -------------------------------------------------------------------------
     def add_sequence(

@@ -36,9 +36,10 @@ def _scaled(value, factor: float):
 MetricRow = tuple[str, Any, str]
 
 
-def metric_rows(summary: Mapping[str, Any]) -> list[MetricRow]:
+def metric_rows(summary: Mapping[str, Any], offload: bool | None = None) -> list[MetricRow]:
     """Headline metrics in display order, each as (label, value, text); missing keys give
-    None and '-'. Values are in the label's unit: ms for 'ms' rows, percent for '%'
+    None and '-'. The offload tier's rows come with ``offload`` (default: when the run
+    had a tier). Values are in the label's unit: ms for 'ms' rows, percent for '%'
     rows (summary.json keeps seconds and fractions). KV figures are in token slots and %
     of one replica's pool, so paged runs (blocks of 16 slots) and contiguous baselines
     (1-slot blocks) compare directly."""
@@ -91,7 +92,26 @@ def metric_rows(summary: Mapping[str, Any]) -> list[MetricRow]:
         num("KV peak used slots", kv.get("peak_used_slots"), 0),
         num("KV pool slots per replica", s.get("total_slots"), 0),
     ]
+    if offload if offload is not None else bool(s.get("kv_offload")):
+        rows += _offload_rows(s)
     return rows
+
+
+def _offload_rows(summary: Mapping[str, Any]) -> list[MetricRow]:
+    """The offload tier's figures (summary["kv_offload"], sim.run.runner); '-' without."""
+    tier = ((summary.get("kv_offload") or {}).get("tiers") or [{}])[0]
+
+    def gib(key):
+        value = tier.get(key)
+        return None if value is None else value / 2**30
+
+    served, evicted = tier.get("hit_tokens"), tier.get("evicted_blocks")
+    return [
+        ("offload tier prompt tokens served", served, "-" if served is None else f"{served:,}"),
+        ("offload tier GiB loaded", gib("loaded_bytes"), _num(gib("loaded_bytes"), 1)),
+        ("offload tier GiB stored", gib("stored_bytes"), _num(gib("stored_bytes"), 1)),
+        ("offload tier blocks evicted", evicted, "-" if evicted is None else str(evicted)),
+    ]
 
 
 def summary_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -286,7 +306,8 @@ def compare_rows(
     optimum's, under the hit rate. Raises ValueError when `summaries` is empty."""
     if not summaries:
         raise ValueError("compare needs at least one summary")
-    per_run = [metric_rows(summary) for summary in summaries.values()]
+    offload = any(summary.get("kv_offload") for summary in summaries.values())
+    per_run = [metric_rows(summary, offload) for summary in summaries.values()]
     rows = []
     for i, (label, _, _) in enumerate(per_run[0]):
         rows.append((label, [run[i][1] for run in per_run], [run[i][2] for run in per_run]))

@@ -53,3 +53,19 @@ def test_bad_tier_settings_are_one_line(tmp_path, capsys, override, message):
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err
+
+
+def test_the_tables_show_the_tier_and_compare_keeps_rows_aligned_without_one():
+    from sim.output.tables import compare_table, summary_rows
+
+    tiered, alone = run().summary, run("cache.offload=[]").summary
+    assert not any(label.startswith("offload") for label, _ in summary_rows(alone))
+    rows = dict(summary_rows(tiered))
+    served = tiered["kv_offload"]["tiers"][0]["hit_tokens"]
+    assert rows["offload tier prompt tokens served"] == f"{served:,}"
+    table = compare_table({"alone": alone, "tiered": tiered}).splitlines()
+    line = next(row for row in table if row.startswith("offload tier prompt tokens served"))
+    assert line.split()[-2:] == ["-", f"{served:,}"]
+    hit = next(row for row in table if row.startswith("prefix hit rate %"))
+    assert hit.split()[-2:] == [f"{100 * alone['prefix_hit_rate']:.1f}%",
+                                f"{100 * tiered['prefix_hit_rate']:.1f}%"]  # fmt: skip
