@@ -64,7 +64,8 @@ RULES = (
     Rule(r"pip install pyarrow|costmodel_vs_aiconfigurator\.py AIC/", "elsewhere",
          "needs aiconfigurator's measured tables (not shipped) and pyarrow (a download)"),
     Rule(r"^HYPOTHESIS_PROFILE=nightly", "nightly", "the long property-test run"),
-    Rule(r"bench/(allocator|trace_export|costmodel_vs_profiles|recorded_runs|parity/compare)\.py",
+    Rule(r"bench/(allocator|trace_export|costmodel_vs_profiles|recorded_runs|parity/compare|"
+         r"offload_tiers)\.py",
          "nightly", "a benchmark (minutes)"),
     Rule(r"bench/costmodels_on_run\.py", "run", output=True),
     Rule(r"bench/serve_load\.py", "run"),  # its figures are timings: checked by its own test
