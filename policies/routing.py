@@ -98,5 +98,32 @@ class PrefixAffinity:
         return home
 
 
+@ROUTERS.register("precise-prefix")
+class PrecisePrefix:
+    """The replica whose caches hold the longest prefix of the prompt, as each replica's
+    allocator answers at the moment of routing (its device prefix cache and any offload
+    tier below it): llm-d's precise prefix-cache scorer, which tracks vLLM's KV events,
+    with no delay on those events. Replicas with more than ``load_cap`` x mean +
+    ``slack`` outstanding requests are passed over; ties go to the fewest outstanding; a
+    prompt no replica holds goes to the least-outstanding replica."""
+
+    def __init__(self, load_cap: float = 1.5, slack: int = 4):
+        if load_cap < 1 or slack < 0:
+            raise ValueError(f"expected load_cap >= 1, slack >= 0; got {load_cap}, {slack}")
+        self.load_cap = float(load_cap)
+        self.slack = int(slack)
+
+    def route(self, request, replicas, now):
+        cap = self.load_cap * sum(r.outstanding for r in replicas) / len(replicas) + self.slack
+        best, best_rank = least_outstanding(replicas), (0, 0, 0)
+        for index, replica in enumerate(replicas):
+            if replica.outstanding > cap:
+                continue
+            rank = (replica.cached_prefix_tokens(request), -replica.outstanding, -index)
+            if rank[0] and rank > best_rank:
+                best, best_rank = index, rank
+        return best
+
+
 def _salt(tenant: int) -> bytes:
     return int(tenant).to_bytes(8, "little", signed=True)

@@ -16,9 +16,10 @@ class ReplicaView:
     index: int
     outstanding: int = 0
     kv_usage: float = 0.0
+    cached: int = 0
 
     def cached_prefix_tokens(self, request):
-        return 0
+        return self.cached
 
 
 def cluster(*outstanding, usage=None):
@@ -41,7 +42,8 @@ def make(name, **params):
 
 
 def test_every_router_is_registered():
-    expected = {"round-robin", "least-outstanding", "least-kv-usage", "prefix-affinity"}
+    expected = {"round-robin", "least-outstanding", "least-kv-usage", "prefix-affinity",
+                "precise-prefix"}  # fmt: skip
     assert expected <= set(ROUTERS.names())
 
 
@@ -98,3 +100,24 @@ def test_prefix_affinity_falls_back_above_the_load_cap():
 def test_prefix_affinity_rejects_bad_parameters():
     with pytest.raises(ValueError, match="load_cap"):
         make("prefix-affinity", load_cap=0.5)
+
+
+def caching(*pairs):
+    """Replicas from (outstanding, cached prompt tokens) pairs."""
+    return [ReplicaView(i, o, cached=c) for i, (o, c) in enumerate(pairs)]
+
+
+def test_precise_prefix_goes_where_the_most_is_cached_under_the_load_cap():
+    router, request = make("precise-prefix", load_cap=1.5, slack=2), req(0, [1, 2, 3])
+    assert router.route(request, caching((3, 32), (3, 64), (3, 16)), 0.0) == 1
+    assert router.route(request, caching((5, 64), (2, 64), (3, 0)), 0.0) == 1  # fewer queued
+    # mean 5: cap 9.5; the replica holding the most is over it, the next best takes it
+    assert router.route(request, caching((10, 64), (2, 32), (3, 0)), 0.0) == 1
+    # cached nowhere (or only over the cap): the least outstanding
+    assert router.route(request, caching((4, 0), (2, 0), (3, 0)), 0.0) == 1
+    assert router.route(request, caching((12, 64), (2, 0), (1, 0)), 0.0) == 2
+
+
+def test_precise_prefix_rejects_bad_parameters():
+    with pytest.raises(ValueError, match="load_cap"):
+        make("precise-prefix", load_cap=0.5)
