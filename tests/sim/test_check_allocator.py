@@ -32,7 +32,8 @@ def test_a_broken_allocator_fails_with_its_example(capsys):
     assert out[0].startswith(f"FAIL {BROKEN}:UncheckedLeakyFree (seed 0, after ")
     assert out[1:-1] == [
         "    state = CheckUncheckedLeakyFree()",
-        "    state.setup(num_blocks=4, block_size=1, num_cpu_blocks=0, prefix_caching=True)",
+        "    state.setup(num_blocks=4, block_size=1, num_cpu_blocks=0, prefix_caching=True,"
+        " num_offload_blocks=0)",
         "    seq_0 = state.allocate(computed_tokens=None, max_new_tokens=0, prompt=[0], salt=0)",
         "    state.free(seq=seq_0)",
         "    state.teardown()",
