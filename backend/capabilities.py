@@ -94,6 +94,12 @@ class OffloadsPrefixes(Protocol):
 
     def take_tier_transfers(self) -> tuple: ...
 
+    @property
+    def tier_stats(self) -> tuple | None:
+        """What the tier did, ever (``backend.blocks.offload.TierStats``); None: built
+        without a tier."""
+        ...
+
     def evict(self, num_blocks: int = 1) -> list[int]:
         """Reclaim up to ``num_blocks`` cached-evictable device blocks (the tier may keep
         their prefixes); returns their ids."""

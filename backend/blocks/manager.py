@@ -163,8 +163,8 @@ class BlockManager(Allocator):
         pool.clock += 1
         if keys:
             pool.evictor.on_lookup(keys, pool.clock)
-            if self._tier is not None:  # the tier's policy sees the stream too (belady)
-                self._tier.evictor.on_lookup(keys, self._tier.clock)
+            if self._tier is not None:
+                self._tier.saw_prompt(keys)
         if hits:
             pool.reuse(hits)
         hit_tokens = len(hits) * self.block_size
@@ -172,9 +172,10 @@ class BlockManager(Allocator):
         taken = [pool.take_one()] if needed == 1 else pool.take(needed)
         fresh = taken if needed == 1 else taken.tolist()
         pool.token_slots += int(tokens.shape[0]) - hit_tokens  # hits were counted in reuse
-        tier_hits = self._tier_hits(keys, len(hits), tokens, salt) if self._tier else []
+        tier = self._tier
+        tier_hits = self._tier_hits(keys, len(hits), tokens, salt) if tier is not None else []
         if tier_hits:  # loaded into the first fresh blocks; the rest are written as new
-            self._loads += self._tier.load(tier_hits, fresh[: len(tier_hits)], self.slots)
+            self._loads += tier.load(tier_hits, fresh[: len(tier_hits)], self.slots)
         loaded_tokens = hit_tokens + len(tier_hits) * self.block_size
         computing = fresh[len(tier_hits) :] if tier_hits else taken
         self._full.write_fresh(computing, tokens[loaded_tokens:])
@@ -240,7 +241,7 @@ class BlockManager(Allocator):
             return 0
         tokens = as_tokens(token_ids, allow_empty=False)
         keys, hits = self._index.lookup(tokens, check_salt(salt))
-        below = self._tier_hits(keys, len(hits), tokens, salt) if self._tier else []
+        below = self._tier_hits(keys, len(hits), tokens, salt) if self._tier is not None else []
         return (len(hits) + len(below)) * self.block_size
 
     # -- the offload tier (offload.py) ------------------------------------------------------

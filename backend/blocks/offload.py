@@ -77,13 +77,12 @@ class OffloadTier:
         self._salt_of_block = np.zeros(num_blocks, np.int64)
         self._pos_of_block = np.zeros(num_blocks, np.int64)
         self.clock = 0
-        self.stored_blocks = self.loaded_blocks = self.hit_tokens = self.evicted_blocks = 0
+        self.stored_blocks = self.loaded_blocks = self.evicted_blocks = 0
 
     @property
     def stats(self) -> TierStats:
-        return TierStats(
-            self.stored_blocks, self.loaded_blocks, self.hit_tokens, self.evicted_blocks
-        )
+        hit_tokens = self.loaded_blocks * self.block_size  # every load is a full block
+        return TierStats(self.stored_blocks, self.loaded_blocks, hit_tokens, self.evicted_blocks)
 
     def __len__(self) -> int:
         """Blocks stored."""
@@ -93,20 +92,17 @@ class OffloadTier:
         return key in self._block_of_key
 
     # -- lookup and load -------------------------------------------------------------------
+    def saw_prompt(self, keys: list[int]) -> None:
+        """An allocation looked up a prompt of these keys: the tier's policy sees the
+        stream too (Belady consumes the prompt's uses)."""
+        self.evictor.on_lookup(keys, self.clock)
+
     def cached_run(self, keys: list[int], salt: int, start: int, rows: np.ndarray) -> list[int]:
         """The tier blocks of the longest run of ``keys`` (a chain's blocks ``start,
         start + 1, ...``) stored here and verified: each block holds ``rows[i]``, stored
         under ``salt`` at chain position ``start + i``. No mutation."""
-        blocks: list[int] = []
-        for key in keys:
-            block = self._block_of_key.get(key)
-            if block is None:
-                break
-            blocks.append(block)
-        if not blocks:
-            return blocks
         placed = (self.slots, self._salt_of_block, self._pos_of_block)
-        return verified_run(blocks, placed, rows, salt, start)
+        return verified_run(keys, self._block_of_key, placed, lambda n: rows[:n], salt, start)
 
     def load(self, blocks: list[int], device_blocks: list[int], device: np.ndarray):
         """Copy tier ``blocks`` into ``device_blocks`` of the ``device`` memory (fresh
@@ -119,16 +115,15 @@ class OffloadTier:
             evictor.on_cached(block, self.clock, self._key_of_block[block])
             evictor.on_hit(block, self.clock)
         self.loaded_blocks += len(blocks)
-        self.hit_tokens += len(blocks) * self.block_size
         base, medium = self.base, self.medium
         return [Transfer(base + s, d, medium, GPU) for s, d in zip(blocks, device_blocks)]
 
     # -- store -----------------------------------------------------------------------------
     def store(self, key: int, salt: int, position: int, device_block: int, device: np.ndarray):
         """Store ``device_block`` (full, computed, published under ``key``) unless the
-        key is stored already or the tier has no block at all. Evicts by the tier's
-        policy when full. Returns the transfer, or None."""
-        if key in self._block_of_key or not self.num_blocks:
+        key is stored already. Evicts by the tier's policy when full. Returns the
+        transfer, or None."""
+        if key in self._block_of_key:
             return None
         self.clock += 1
         if self._free:

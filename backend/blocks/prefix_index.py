@@ -51,14 +51,29 @@ def check_salt(salt: int) -> int:
 
 
 def verified_run(
-    blocks: list[int], placed: tuple[np.ndarray, ...], rows: np.ndarray, salt: int, start: int = 0
+    keys: list[int],
+    block_of_key: dict[int, int],
+    placed: tuple[np.ndarray, ...],
+    rows: Callable[[int], np.ndarray],
+    salt: int,
+    start: int = 0,
 ) -> list[int]:
-    """The leading run of ``blocks`` (found by their keys) that a key collision cannot
-    alias: block i holds exactly ``rows[i]`` and was stored under ``salt`` at chain
-    position ``start + i``. ``placed`` is (token memory, salt of each block, position of
-    each block), the store's own arrays. No mutation."""
+    """The blocks of the longest run of ``keys`` (a chain's blocks ``start, start + 1,
+    ...``) that ``block_of_key`` holds and that a key collision cannot alias: block i holds
+    exactly ``rows(n)[i]`` (the tokens the chain's block ``start + i`` should hold, for a
+    run of n) and was stored under ``salt`` at chain position ``start + i``. ``placed`` is
+    (token memory, salt of each block, position of each block), the store's own arrays.
+    The device's prefix index and an offload tier both answer hits with it. No mutation."""
+    blocks: list[int] = []
+    for key in keys:
+        block = block_of_key.get(key)
+        if block is None:
+            break
+        blocks.append(block)
+    if not blocks:
+        return blocks
     memory, salts, positions = placed
-    same = (memory[blocks] == rows[: len(blocks)]).all(axis=1)
+    same = (memory[blocks] == rows(len(blocks))).all(axis=1)
     same &= salts[blocks] == salt
     same &= positions[blocks] == np.arange(start, start + len(blocks))
     return blocks if same.all() else blocks[: int(np.argmin(same))]
@@ -184,16 +199,8 @@ class PrefixIndex:
         block) that is cached and verified: a key collision must not alias, so each block
         must hold exactly ``expected_rows(n)[i]`` (the tokens the chain's block i should
         hold), published under ``salt`` at position i. No mutation."""
-        hits: list[int] = []
-        for key in keys:
-            block = self._block_of_key.get(key)
-            if block is None:
-                break
-            hits.append(block)
-        if not hits:
-            return hits
         placed = (self._slots, self._salt_of_block, self._pos_of_block)
-        return verified_run(hits, placed, expected_rows(len(hits)), salt)
+        return verified_run(keys, self._block_of_key, placed, expected_rows, salt)
 
     # -- sequences -------------------------------------------------------------------------
     def add_sequence(

@@ -47,9 +47,9 @@ class OffloadTierSpec(StrictModel):
             raise ValueError("set capacity_gib or num_blocks, one of them")
         return self
 
-    def blocks(self, block_size: int, replica_bytes_per_token: int) -> int:
+    def blocks(self, block_bytes: int) -> int:
         """The tier's blocks: ``num_blocks``, or ``capacity_gib`` over the KV bytes one
         block takes on the whole replica (vLLM divides the same way)."""
         if self.num_blocks is not None:
             return self.num_blocks
-        return int(self.capacity_gib * _GIB // (block_size * replica_bytes_per_token))
+        return int(self.capacity_gib * _GIB // block_bytes)

@@ -175,8 +175,12 @@ class CacheSpec(StrictModel):
         """The offload tier's blocks per replica (0: none)."""
         if not self.offload:
             return 0
-        per_token = model.kv_bytes_per_token(tp, self.kv_element_bytes(model)) * tp
-        return self.offload[0].blocks(self.block_size, per_token)
+        return self.offload[0].blocks(self.replica_block_bytes(model, tp))
+
+    def replica_block_bytes(self, model: ModelSpec, tp: int = 1) -> int:
+        """KV bytes of one block summed over the replica's ``tp`` GPUs (what an offload
+        tier holds of it, as vLLM counts ``--kv-offloading-size``)."""
+        return self.block_size * tp * model.kv_bytes_per_token(tp, self.kv_element_bytes(model))
 
     @model_serializer(mode="wrap")
     def _leave_out_auto_kv_dtype(self, handler) -> dict[str, Any]:

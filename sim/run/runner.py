@@ -147,13 +147,12 @@ def _engine_figures(scenario, replicas, executors) -> dict[str, Any]:
 
 def _offload_figures(scenario, replicas) -> dict[str, Any] | None:
     """What the offload tier did, summed over the replicas (None: no tier)."""
-    stats = [r.alloc.tier_stats for r in replicas if getattr(r.alloc, "tier_stats", None)]
-    if not scenario.cache.offload or not stats:
+    cache = scenario.cache
+    if not cache.offload:
         return None
-    cache, tp = scenario.cache, scenario.tensor_parallel
-    block_bytes = cache.block_size * tp * scenario.model.kv_bytes_per_token(
-        tp, cache.kv_element_bytes(scenario.model)
-    )
+    # (validation let only an allocator that keeps a tier take cache.offload)
+    stats = [r.alloc.tier_stats for r in replicas]
+    block_bytes = cache.replica_block_bytes(scenario.model, scenario.tensor_parallel)
     stored, loaded, hit_tokens, evicted = (sum(column) for column in zip(*stats, strict=True))
     tier = {
         "tier": cache.offload[0].tier,
