@@ -34,6 +34,17 @@ def least_outstanding(replicas: Sequence[ReplicaView]) -> int:
     return min(range(len(replicas)), key=lambda i: (replicas[i].outstanding, i))
 
 
+def load_cap(replicas: Sequence[ReplicaView], factor: float, slack: int) -> float:
+    """The most outstanding requests a cache-seeking router lets a replica have:
+    ``factor`` x the mean + ``slack``, so one hot prefix cannot melt its replica."""
+    return factor * sum(r.outstanding for r in replicas) / len(replicas) + slack
+
+
+def _check_cap(factor: float, slack: int) -> None:
+    if factor < 1 or slack < 0:
+        raise ValueError(f"expected load_cap >= 1, slack >= 0; got {factor}, {slack}")
+
+
 @ROUTERS.register("round-robin")
 class RoundRobin:
     """Replicas in turn, regardless of load."""
@@ -71,11 +82,9 @@ class PrefixAffinity:
     """Same first prompt tokens -> same replica (hash), least-outstanding above a load cap."""
 
     def __init__(self, prefix_tokens: int = 32, load_cap: float = 1.5, slack: int = 4):
-        if prefix_tokens < 1 or load_cap < 1 or slack < 0:
-            raise ValueError(
-                "expected prefix_tokens >= 1, load_cap >= 1, slack >= 0; "
-                f"got {prefix_tokens}, {load_cap}, {slack}"
-            )
+        if prefix_tokens < 1:
+            raise ValueError(f"expected prefix_tokens >= 1, got {prefix_tokens}")
+        _check_cap(load_cap, slack)
         self.prefix_tokens = int(prefix_tokens)
         self.load_cap = float(load_cap)
         self.slack = int(slack)
@@ -90,10 +99,8 @@ class PrefixAffinity:
 
     def route(self, request, replicas, now):
         home = self.home(request, len(replicas))
-        mean = sum(r.outstanding for r in replicas) / len(replicas)
-        # The cap keeps one hot prefix from melting its replica: above cap x mean + slack
-        # the request goes where the queue is shortest (and warms that cache too).
-        if replicas[home].outstanding > self.load_cap * mean + self.slack:
+        # Above the cap the request goes where the queue is shortest (and warms that cache).
+        if replicas[home].outstanding > load_cap(replicas, self.load_cap, self.slack):
             return least_outstanding(replicas)
         return home
 
@@ -108,13 +115,12 @@ class PrecisePrefix:
     prompt no replica holds goes to the least-outstanding replica."""
 
     def __init__(self, load_cap: float = 1.5, slack: int = 4):
-        if load_cap < 1 or slack < 0:
-            raise ValueError(f"expected load_cap >= 1, slack >= 0; got {load_cap}, {slack}")
+        _check_cap(load_cap, slack)
         self.load_cap = float(load_cap)
         self.slack = int(slack)
 
     def route(self, request, replicas, now):
-        cap = self.load_cap * sum(r.outstanding for r in replicas) / len(replicas) + self.slack
+        cap = load_cap(replicas, self.load_cap, self.slack)
         best, best_rank = least_outstanding(replicas), (0, 0, 0)
         for index, replica in enumerate(replicas):
             if replica.outstanding > cap:
