@@ -1,6 +1,8 @@
 """GPU timings for the paged backend (run by bench/gpu_check.sh on a lent GPU).
 
-1. Device copy bandwidth (a large device-to-device copy; read + write bytes counted).
+1. Device copy bandwidth (a large device-to-device copy; read + write bytes counted), and
+   the host link both ways (pinned CPU memory, 1 GiB): what a swap or an offload tier's
+   load and store move over, against the hardware preset's host_link figure.
 2. Paged decode attention (Triton, block size 16, blocks in random order) against a
    contiguous baseline (torch SDPA over dense KV) over batch x context at llama-3-8b head
    shapes in bfloat16: microseconds, GB/s of KV read, fraction of copy bandwidth,
@@ -60,6 +62,15 @@ def copy_bandwidth_gbs(num_bytes: int = 4 << 30) -> float:
     dst = torch.empty_like(src)
     us = cuda_time_us(lambda: dst.copy_(src), reps=5)
     return 2 * num_bytes / us / 1e3
+
+
+def host_link_gbs(num_bytes: int = 1 << 30) -> dict[str, float]:
+    """GB/s of one copy between pinned CPU memory and the GPU, each way (bytes moved once)."""
+    host = torch.empty(num_bytes, dtype=torch.uint8, pin_memory=True)
+    device = torch.empty(num_bytes, dtype=torch.uint8, device="cuda")
+    to_gpu = cuda_time_us(lambda: device.copy_(host, non_blocking=True), reps=5)
+    to_cpu = cuda_time_us(lambda: host.copy_(device, non_blocking=True), reps=5)
+    return {"cpu_to_gpu": num_bytes / to_gpu / 1e3, "gpu_to_cpu": num_bytes / to_cpu / 1e3}
 
 
 def decode_grid(copy_gbs: float, batches, contexts, device="cuda") -> list[dict]:
@@ -130,7 +141,8 @@ class _TablesOnly:
     """The executor only reads block tables and the pool geometry from its allocator."""
 
     def __init__(self, num_blocks: int, tables: dict[int, list[int]]):
-        self.num_blocks, self.block_size, self.num_cpu_blocks = num_blocks, BLOCK_SIZE, 0
+        self.num_blocks, self.block_size = num_blocks, BLOCK_SIZE
+        self.num_cpu_blocks = self.num_offload_blocks = 0
         self.tables = tables
 
     def block_table(self, seq_id: int) -> list[int]:
@@ -153,13 +165,12 @@ def model_step(
     executor = PagedExecutor(shape, _TablesOnly(num_blocks, tables), device=device, dtype=dtype)
     setup_s = time.perf_counter() - began
     rng = np.random.default_rng(1)
+    prompt = rng.integers(0, shape.vocab_size, prefill_tokens, dtype=np.int32)
     batch = Batch(
-        prefills=(
-            PrefillChunk(num_decodes, 0, rng.integers(0, 1000, prefill_tokens, dtype=np.int32)),
-        ),
+        prefills=(PrefillChunk(num_decodes, 0, prompt),),
         decode_seq_ids=np.arange(num_decodes, dtype=np.int64),
         decode_context_lens=np.full(num_decodes, context, dtype=np.int64),
-        decode_token_ids=rng.integers(0, 1000, num_decodes, dtype=np.int32),
+        decode_token_ids=rng.integers(0, shape.vocab_size, num_decodes, dtype=np.int32),
     )
     seconds = [executor.execute(batch) for _ in range(4)][1:]  # the first compiles kernels
     decode_only = batch._replace(prefills=())
@@ -191,6 +202,13 @@ def main() -> None:
     print(f"device: {device}; torch {torch.__version__}", flush=True)
     copy_gbs = copy_bandwidth_gbs()
     print(f"device copy bandwidth: {copy_gbs:.0f} GB/s", flush=True)
+    link = host_link_gbs()
+    print(
+        f"host link (pinned, 1 GiB): CPU->GPU {link['cpu_to_gpu']:.1f} GB/s, "
+        f"GPU->CPU {link['gpu_to_cpu']:.1f} GB/s",
+        flush=True,
+    )
+    write_csv(args.out / "gpu_host_link.csv", [{k: round(v, 2) for k, v in link.items()}])
     batches, contexts = (BATCHES[:2], CONTEXTS[:2]) if args.quick else (BATCHES, CONTEXTS)
     rows = decode_grid(copy_gbs, batches, contexts)
     write_csv(args.out / "gpu_decode_attention.csv", rows)

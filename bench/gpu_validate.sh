@@ -9,8 +9,8 @@
 # (shared/wheels/, or WHEELS=DIR), installed into /tmp/pagesim-site beside the system's torch.
 # Writes into OUT one file, gpu_validation.tar.gz (profile.csv, calibration.json,
 # validation.json, steps.csv, validation.html): the device tool returns at most 8 files.
-# About 2-3 minutes on an H200 (estimated; not yet run on one); VALIDATE_TIMEOUT (default
-# 270 s) bounds it.
+# About 70 s on an H100 (2026-12-05, docs/cost-models.md); VALIDATE_TIMEOUT (default 270 s)
+# bounds it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-${OUT:-$(mktemp -d)}}"
@@ -39,8 +39,14 @@ fi
 # -- profile + calibrate + validate (one command) ------------------------------------------
 # llama-3-8b shape, bf16, a 16 GiB pool (8192 blocks x 16 tokens x 128 KiB); traffic that
 # batches decodes and chunks prefills; 100 requests keep the measured run near a minute.
+# The analytic model's preset is the card found (an H200 where the name says neither).
+case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in
+    *H100*) hardware=h100-sxm ;;
+    *) hardware=h200 ;;
+esac
+echo "gpu_validate: hardware preset $hardware"
 overrides=(
-    model=llama-3-8b hardware=h200 backend.device=cuda backend.dtype=bfloat16
+    model=llama-3-8b hardware=$hardware backend.device=cuda backend.dtype=bfloat16
     cache.num_blocks=8192 scheduler.max_num_seqs=64 scheduler.max_num_batched_tokens=1024
     workload.input.min=128 workload.input.max=1024 workload.output.min=16
     workload.output.max=128 workload.arrival.rate_rps=10 simulation.num_requests=100

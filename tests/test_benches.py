@@ -80,3 +80,23 @@ def test_the_offload_tier_bench_prints_every_row_on_a_short_prefix_of_the_trace(
         assert 0 <= hit_rate <= 100
     bound = float(rows["trace bound (no eviction)"][0].rstrip("%"))
     assert float(rows["device, lru"][0].rstrip("%")) <= bound + 0.5  # (16-token blocks)
+
+
+def test_the_gpu_model_step_builds_its_executor_from_what_the_bench_hands_it():
+    """bench/gpu_kernels.py runs only on a lent GPU; its model step hands the executor a
+    stand-in allocator, which must keep up with what the executor reads (a missing
+    attribute once cost a GPU run its step figure). Here on the CPU, a tiny shape."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import gpu_kernels
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    from tests.backend.paged.harness import TINY
+
+    step = gpu_kernels.model_step(
+        num_decodes=2, context=32, prefill_tokens=16, shape=TINY, device="cpu",
+        dtype=torch.float32,
+    )  # fmt: skip
+    assert step["num_decodes"] == 2 and step["step_ms"] > 0 and step["decode_only_step_ms"] > 0
