@@ -254,17 +254,21 @@ class BlockManager(Allocator):
         """The offload tier's moves since the last call, and the stores they make due:
         the loads ``allocate`` took (run before the step's forward) and a store of every
         block published since, computed once that forward has run, whose key the tier
-        does not hold (run after it). Call once per step, after it is planned; the
-        stores are made here (mutates the tier: it may evict)."""
+        does not hold (run after it). A published block no table holds any more is not
+        stored: its sequence left (preempted, swapped out, freed) before the forward that
+        was to compute it, and vLLM's connector stores only the blocks of the requests a
+        step runs. Call once per step, after it is planned; the stores are made here
+        (mutates the tier: it may evict)."""
         if self._tier is None:
             return TierTransfers((), ())
         loads, self._loads = tuple(self._loads), []
         index, tier = self._index, self._tier
         published, index.newly_published = index.newly_published, []
         stores = []
+        held = self._pool.refcount
         for block in published:
             key = index.key_of(block)
-            if key is None:  # evicted again before its store was due: its KV is gone
+            if key is None or not held[block]:  # evicted again, or never to be computed
                 continue
             salt, position = index.placement_of(block)
             move = tier.store(key, salt, position, block, self.slots)

@@ -51,6 +51,20 @@ def test_write_through_stores_every_computed_block_once_after_the_forward():
     assert m.tier_stats.stored_blocks == 3
 
 
+def test_a_sequence_gone_before_the_forward_has_nothing_stored():
+    """Published in a plan, then preempted or swapped out in the same plan: no forward
+    computes its blocks, so the tier must not copy them (vLLM's connector stores only
+    the blocks of the requests a step runs)."""
+    m = manager(num_cpu_blocks=4)
+    computed(m, 0, PROMPT)
+    m.free(0)
+    computed(m, 1, [5] * 5)
+    m.swap_out(1)
+    assert m.take_tier_transfers().stores == ()
+    assert m.tier_stats.stored_blocks == 0
+    m.check_invariants()
+
+
 def test_a_prefix_the_device_evicted_is_loaded_from_the_tier_into_fresh_blocks():
     m = manager()
     computed(m, 0, PROMPT)
