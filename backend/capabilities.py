@@ -7,9 +7,13 @@ takes the unchecked form of a command away from a subclass that overrides the co
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from backend.evictor import Evictor
+    from backend.transfer import Medium
 
 __all__ = [
     "UNCHECKED_FORMS",
@@ -85,6 +89,16 @@ class UnpublishesBlocks(Protocol):
     def unpublish_last_block(self, seq_id: int) -> None: ...
 
 
+class TierSpec(NamedTuple):
+    """One offload tier below the CPU one, as an allocator that keeps tiers takes them
+    (``lower_tiers``): its medium (disk, a remote store), its size in blocks and its
+    eviction policy (None: LRU, the connector's default)."""
+
+    medium: Medium
+    num_blocks: int
+    evictor: Evictor | None = None
+
+
 @runtime_checkable
 class OffloadsPrefixes(Protocol):
     """An allocator with a prefix cache below the device pool (an offload tier): its
@@ -96,8 +110,8 @@ class OffloadsPrefixes(Protocol):
 
     @property
     def tier_stats(self) -> tuple | None:
-        """What the tier did, ever (``backend.blocks.offload.TierStats``); None: built
-        without a tier."""
+        """What each tier did, ever, nearest first (``backend.blocks.offload.TierStats``);
+        None: built without a tier."""
         ...
 
     def evict(self, num_blocks: int = 1) -> list[int]:

@@ -34,7 +34,7 @@ class Medium(Enum):
     __hash__ = object.__hash__
 
 
-GPU, CPU = Medium.GPU, Medium.CPU
+GPU, CPU, DISK, REMOTE = Medium.GPU, Medium.CPU, Medium.DISK, Medium.REMOTE
 
 #: ``(source medium, destination medium)``.
 Route = tuple[Medium, Medium]

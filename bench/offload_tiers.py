@@ -4,11 +4,14 @@ beside the offline optimum (Belady) for that tier.
 
     .venv/bin/python bench/offload_tiers.py                      # first 3,000 requests
     .venv/bin/python bench/offload_tiers.py --requests 12031 --capacities 16 64 256 1024
+    .venv/bin/python bench/offload_tiers.py --disks 2048 8192     # disk tiers under the CPU's
 
 Rows: the device's prefix cache alone (LRU, and Belady on the device), then a CPU tier
 of each capacity (GiB for the replica, vLLM's --kv-offloading-size) under LRU and under
-Belady. Columns: the prompt-token hit rate (device and tier hits), TTFT p50/p90, the
-tier's hit tokens and loaded GiB. The last line is the trace's own bound: the share of
+Belady, then the smallest CPU tier (LRU) with a disk tier of each --disks capacity below
+it, the disk under LRU and under Belady. Columns: the prompt-token hit rate (device and
+tier hits), TTFT p50/p90, the prompt tokens the CPU and the disk tier served, and the GiB
+loaded onto the device from either. The last line is the trace's own bound: the share of
 prompt tokens in 512-token blocks that an earlier request of the same run already held
 (an unbounded cache that never forgets). Runs in parallel processes; nothing is asserted.
 """
@@ -40,7 +43,9 @@ def run(label: str, overrides: list[str]) -> tuple[str, dict, float]:
     return label, summary, time.process_time() - began
 
 
-def cases(requests: int, capacities: list[float]) -> list[tuple[str, list[str]]]:
+def cases(
+    requests: int, capacities: list[float], disks: list[float]
+) -> list[tuple[str, list[str]]]:
     base = [  # llama-3.1-8b: a 128k context holds the trace's longest prompts whole
         "model={config: models/llama-3.1-8b.json}",
         "workload.arrival.path=traces/mooncake-conversation.jsonl",
@@ -58,6 +63,12 @@ def cases(requests: int, capacities: list[float]) -> list[tuple[str, list[str]]]
         for policy in ("lru", "belady"):
             tier = f"cache.offload=[{{tier: cpu, capacity_gib: {gib}, eviction: {policy}}}]"
             rows.append((f"+ cpu {gib:g} GiB, {policy}", [*base, tier]))
+    cpu = min(capacities)
+    for gib in disks:
+        for policy in ("lru", "belady"):
+            tiers = (f"cache.offload=[{{tier: cpu, capacity_gib: {cpu}}}, "
+                     f"{{tier: disk, capacity_gib: {gib}, eviction: {policy}}}]")  # fmt: skip
+            rows.append((f"+ disk {gib:g} GiB, {policy}", [*base, tiers]))
     return rows
 
 
@@ -87,22 +98,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--capacities", type=float, nargs="+", default=[64, 256, 1024])
+    parser.add_argument("--disks", type=float, nargs="*", default=[2048, 8192])
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
-    rows = cases(args.requests, args.capacities)
+    rows = cases(args.requests, args.capacities, args.disks)
     began = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
         results = list(pool.map(run, *zip(*rows, strict=True)))
     print(f"Mooncake conversation trace, first {args.requests} requests; llama-3.1-8b, one "
           "H100 at a quarter of the trace's rate, vllm-v1")  # fmt: skip
+    print(f"(disk rows: the CPU tier of {min(args.capacities):g} GiB, LRU, above the disk)")
     print(f"{'cache':<26}{'hit rate':>9}{'TTFT p50 s':>12}{'TTFT p90 s':>12}"
-          f"{'tier hit tok':>14}{'loaded GiB':>12}{'CPU s':>8}")  # fmt: skip
+          f"{'cpu hit tok':>13}{'disk hit tok':>14}{'loaded GiB':>12}{'CPU s':>8}")  # fmt: skip
     for label, summary, cpu_s in results:
-        tier = (summary.get("kv_offload") or {"tiers": [{}]})["tiers"][0]
+        tiers = {t["tier"]: t for t in (summary.get("kv_offload") or {}).get("tiers", [])}
+        served = [tiers.get(name, {}).get("hit_tokens", 0) for name in ("cpu", "disk")]
+        loaded = sum(t["loaded_bytes"] for t in tiers.values()) / GIB
         ttft = summary["ttft_s"]
         print(f"{label:<26}{summary['prefix_hit_rate']:>9.1%}{ttft['p50']:>12.3f}"
-              f"{ttft['p90']:>12.3f}{tier.get('hit_tokens', 0):>14,}"
-              f"{tier.get('loaded_bytes', 0) / GIB:>12.1f}{cpu_s:>8.1f}")  # fmt: skip
+              f"{ttft['p90']:>12.3f}{served[0]:>13,}{served[1]:>14,}"
+              f"{loaded:>12.1f}{cpu_s:>8.1f}")  # fmt: skip
     print(f"{'trace bound (no eviction)':<26}{trace_bound(args.requests):>9.1%}")
     load = os.getloadavg()[0]
     print(f"wall {time.perf_counter() - began:.0f} s, {args.jobs} processes, load {load:.1f}")

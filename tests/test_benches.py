@@ -71,11 +71,13 @@ def test_the_moe_kernel_bench_runs_and_its_fitted_table_stays_fitted():
 
 def test_the_offload_tier_bench_prints_every_row_on_a_short_prefix_of_the_trace():
     command = [sys.executable, str(ROOT / "bench" / "offload_tiers.py"), "--requests", "60",
-               "--capacities", "256", "--jobs", "1"]  # fmt: skip
+               "--capacities", "256", "--disks", "1024", "--jobs", "1"]  # fmt: skip
     out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stderr
     rows = {line[:26].strip(): line[26:].split() for line in out.stdout.splitlines()}
-    for label in ("device, lru", "device, belady", "+ cpu 256 GiB, lru", "+ cpu 256 GiB, belady"):
+    labels = ("device, lru", "device, belady", "+ cpu 256 GiB, lru", "+ cpu 256 GiB, belady",
+              "+ disk 1024 GiB, lru", "+ disk 1024 GiB, belady")  # fmt: skip
+    for label in labels:
         hit_rate = float(rows[label][0].rstrip("%"))
         assert 0 <= hit_rate <= 100
     bound = float(rows["trace bound (no eviction)"][0].rstrip("%"))

@@ -22,16 +22,18 @@ the pool's clock once per command and keeps the parts consistent:
 from __future__ import annotations
 
 import pickle
+from collections.abc import Sequence
 
 import numpy as np
 
 from backend.base import Allocator, InvalidRequest, KVUsage, as_tokens, check_count
 from backend.blocks.block_pool import BlockPool
 from backend.blocks.full_attention import FullAttention
-from backend.blocks.offload import OffloadTier, TierStats, TierTransfers
+from backend.blocks.offload import OffloadTier, OffloadTiers, TierStats, TierTransfers
 from backend.blocks.prefix_index import PrefixCacheStats, PrefixIndex, check_salt
 from backend.blocks.sequences import ON_DEVICE, SWAPPED, SequenceRegistry
 from backend.blocks.swap import SwapSpace
+from backend.capabilities import TierSpec
 from backend.evictor import Evictor, LeastRecentlyUsed
 from backend.transfer import CPU, Transfer
 
@@ -54,6 +56,7 @@ class BlockManager(Allocator):
         evictor: Evictor | None = None,
         num_offload_blocks: int = 0,
         offload_evictor: Evictor | None = None,
+        lower_tiers: Sequence[TierSpec] = (),
     ):
         self.num_blocks = check_count("num_blocks", num_blocks, 1)
         self.block_size = check_count("block_size", block_size, 1)
@@ -77,16 +80,32 @@ class BlockManager(Allocator):
             registry=self._seqs,
         )
         self.num_offload_blocks = check_count("num_offload_blocks", num_offload_blocks, 0)
-        self._tier: OffloadTier | None = None
+        self._tier = self._build_tiers(offload_evictor, lower_tiers)
+        self.lower_tier_blocks = {spec.medium: spec.num_blocks for spec in lower_tiers}
         self._loads: list[Transfer] = []
-        if self.num_offload_blocks:
-            if not caching:
-                raise InvalidRequest("an offload tier needs prefix caching (its keys)")
-            tier_evictor = offload_evictor if offload_evictor is not None else LeastRecentlyUsed()
-            self._tier = OffloadTier(
-                num_offload_blocks, self.block_size, CPU, tier_evictor, base=self.num_cpu_blocks
-            )
+        if self._tier is not None:
             self._index.newly_published = []
+
+    def _build_tiers(self, cpu_evictor: Evictor | None, lower: Sequence[TierSpec]):
+        """The offload tiers (offload.py): the CPU tier's blocks follow the swap space's
+        in the one CPU pool; each tier below numbers its own from 0. None without any."""
+        if not self.num_offload_blocks:
+            if lower:
+                raise InvalidRequest("a disk or remote tier needs a CPU tier above it")
+            return None
+        if not self.enable_prefix_caching:
+            raise InvalidRequest("an offload tier needs prefix caching (its keys)")
+        specs = [TierSpec(CPU, self.num_offload_blocks, cpu_evictor), *lower]
+        tiers = []
+        for n, spec in enumerate(specs):
+            blocks = check_count(f"offload tier {n}'s num_blocks", spec.num_blocks, 1)
+            evictor = spec.evictor if spec.evictor is not None else LeastRecentlyUsed()
+            base = self.num_cpu_blocks if spec.medium is CPU else 0
+            tiers.append(OffloadTier(blocks, self.block_size, spec.medium, evictor, base=base))
+        try:
+            return OffloadTiers(tiers)
+        except ValueError as error:
+            raise InvalidRequest(str(error)) from None
 
     # -- public counters -----------------------------------------------------------------
     @property
@@ -188,9 +207,9 @@ class BlockManager(Allocator):
         self._index.count_lookup(int(tokens.shape[0]), hit_tokens)
         return loaded_tokens
 
-    def _tier_hits(self, keys: list[int], start: int, tokens: np.ndarray, salt: int) -> list[int]:
-        """The offload tier's blocks of the prompt's chain from block ``start`` (the
-        first device miss) on, never the block holding the prompt's last token."""
+    def _tier_hits(self, keys: list[int], start: int, tokens: np.ndarray, salt: int):
+        """The offload tiers' ``(tier, block)`` of the prompt's chain from block ``start``
+        (the first device miss) on, never the block holding the prompt's last token."""
         size = self.block_size
         usable = (tokens.shape[0] - 1) // size
         if usable <= start:
@@ -246,8 +265,8 @@ class BlockManager(Allocator):
 
     # -- the offload tier (offload.py) ------------------------------------------------------
     @property
-    def tier_stats(self) -> TierStats | None:
-        """What the offload tier did, ever (None: built without one)."""
+    def tier_stats(self) -> tuple[TierStats, ...] | None:
+        """What each offload tier did, ever, nearest first (None: built without one)."""
         return self._tier.stats if self._tier is not None else None
 
     def take_tier_transfers(self) -> TierTransfers:
@@ -271,9 +290,7 @@ class BlockManager(Allocator):
             if key is None or not held[block]:  # evicted again, or never to be computed
                 continue
             salt, position = index.placement_of(block)
-            move = tier.store(key, salt, position, block, self.slots)
-            if move is not None:
-                stores.append(move)
+            stores += tier.store(key, salt, position, block, self.slots)
         return TierTransfers(loads, tuple(stores))
 
     # -- growth: the full-attention group grows, the registry counts the tokens ------------

@@ -22,8 +22,22 @@ and ``vllm/v1/kv_offload/cpu``), each under its name here:
 * **eviction by the tier's own policy** (an :class:`backend.evictor.Evictor`; the
   connector's default is LRU), where a load renews a block's recency.
 
-Salts carry into the tier: a key is chained from the tenant salt, and a hit is verified
-against the stored tokens, the salt and the chain position, as a device hit is.
+Tiers below the first (local disk, a remote store) follow vLLM 0.33's tiering manager
+(``vllm/v1/kv_offload/tiering/manager.py``): the CPU tier is the **gateway** and the
+others are **secondary**:
+
+* **cascade**: a block stored to the CPU tier is stored to every secondary tier too,
+  from the CPU copy, after the device-to-CPU store (``complete_store`` cascades to all);
+  a key the CPU tier held already is not stored again anywhere;
+* **lookup in order**: a key missing from the CPU tier is looked up in the secondary
+  tiers in order, and the first that holds it serves it;
+* **staged promotion**: a secondary tier never reaches the device; its hit is copied
+  into a CPU tier block first (which may evict there) and loaded from that. vLLM's
+  request waits in a loading state while the promotion runs; here the step that
+  admits it carries both copies (see sim/engine/planning/planner.py for the pricing).
+
+Salts carry into every tier: a key is chained from the tenant salt, and a hit is
+verified against the stored tokens, the salt and the chain position, as a device hit is.
 """
 
 from __future__ import annotations
@@ -35,13 +49,16 @@ import numpy as np
 from backend.blocks.freelist import FreeList
 from backend.blocks.prefix_index import verified_run
 from backend.evictor import Evictor
-from backend.transfer import GPU, Medium, Transfer
+from backend.transfer import CPU, GPU, Medium, Transfer
 
 
 class TierStats(NamedTuple):
-    """What one tier did, ever: blocks it stored and loaded, the prompt tokens its
-    loads served, and the blocks its policy evicted."""
+    """What one tier did, ever: blocks stored into it (from the device, or cascaded
+    from the CPU tier), blocks whose hit it served and the prompt tokens they hold, and
+    the blocks its policy evicted. A block promoted from a lower tier counts as that
+    tier's hit, not the CPU tier's."""
 
+    medium: Medium
     stored_blocks: int
     loaded_blocks: int
     hit_tokens: int
@@ -49,8 +66,9 @@ class TierStats(NamedTuple):
 
 
 class TierTransfers(NamedTuple):
-    """A step's moves to and from the offload tier: ``loads`` (tier to device) run
-    before the step's forward, ``stores`` (device to tier) after it."""
+    """A step's moves to and from the offload tiers: ``loads`` (promotions into the
+    CPU tier, then tier to device) run before the step's forward, ``stores`` (device to
+    the CPU tier, then its cascades below) after it."""
 
     loads: tuple[Transfer, ...]
     stores: tuple[Transfer, ...]
@@ -82,7 +100,9 @@ class OffloadTier:
     @property
     def stats(self) -> TierStats:
         hit_tokens = self.loaded_blocks * self.block_size  # every load is a full block
-        return TierStats(self.stored_blocks, self.loaded_blocks, hit_tokens, self.evicted_blocks)
+        return TierStats(
+            self.medium, self.stored_blocks, self.loaded_blocks, hit_tokens, self.evicted_blocks
+        )
 
     def __len__(self) -> int:
         """Blocks stored."""
@@ -104,25 +124,30 @@ class OffloadTier:
         placed = (self.slots, self._salt_of_block, self._pos_of_block)
         return verified_run(keys, self._block_of_key, placed, lambda n: rows[:n], salt, start)
 
-    def load(self, blocks: list[int], device_blocks: list[int], device: np.ndarray):
-        """Copy tier ``blocks`` into ``device_blocks`` of the ``device`` memory (fresh
-        blocks the caller took); their recency is renewed. Returns the transfers."""
-        device[device_blocks] = self.slots[blocks]
+    def read(self, blocks: list[int], *, hit: bool = True) -> np.ndarray:
+        """The rows of ``blocks``, their recency renewed (a read is a use: out of the
+        order and back in, most recent); ``hit`` counts them as hits this tier served."""
         self.clock += 1
         evictor = self.evictor
-        for block in blocks:  # a load is a use: out of the order and back in, most recent
+        for block in blocks:
             evictor.on_removed(block)
             evictor.on_cached(block, self.clock, self._key_of_block[block])
             evictor.on_hit(block, self.clock)
-        self.loaded_blocks += len(blocks)
-        base, medium = self.base, self.medium
-        return [Transfer(base + s, d, medium, GPU) for s, d in zip(blocks, device_blocks)]
+        if hit:
+            self.loaded_blocks += len(blocks)
+        return self.slots[blocks]
+
+    def placement(self, block: int) -> tuple[int, int, int]:
+        """(key, salt, chain position) block ``block`` is stored under."""
+        key = self._key_of_block[block]
+        assert key is not None, f"tier block {block} is free"
+        return key, int(self._salt_of_block[block]), int(self._pos_of_block[block])
 
     # -- store -----------------------------------------------------------------------------
-    def store(self, key: int, salt: int, position: int, device_block: int, device: np.ndarray):
-        """Store ``device_block`` (full, computed, published under ``key``) unless the
-        key is stored already. Evicts by the tier's policy when full. Returns the
-        transfer, or None."""
+    def put(self, key: int, salt: int, position: int, row: np.ndarray, *, count: bool = True):
+        """Store ``row`` (a full block's tokens) under ``key`` unless the key is stored
+        already; evicts by the tier's policy when full. ``count`` counts it as stored (a
+        promotion from a lower tier is not). Returns the tier block, or None."""
         if key in self._block_of_key:
             return None
         self.clock += 1
@@ -132,14 +157,14 @@ class OffloadTier:
             (block,) = self.evictor.pick_victims(1)
             del self._block_of_key[self._key_of_block[block]]
             self.evicted_blocks += 1
-        self.slots[block] = device[device_block]
+        self.slots[block] = row
         self._block_of_key[key] = block
         self._key_of_block[block] = key
         self._salt_of_block[block] = salt
         self._pos_of_block[block] = position
         self.evictor.on_cached(block, self.clock, key)
-        self.stored_blocks += 1
-        return Transfer(device_block, self.base + block, GPU, self.medium)
+        self.stored_blocks += count
+        return block
 
     # -- state -----------------------------------------------------------------------------
     def snapshot_state(self) -> tuple:
@@ -164,3 +189,93 @@ class OffloadTier:
             assert self._key_of_block[block] == key, f"tier key map of block {block}"
         assert sorted(self.evictor.blocks()) == sorted(stored), "tier evictor vs stored"
 
+
+class OffloadTiers:
+    """The tiers below the device, nearest first: the CPU tier (the gateway), then the
+    secondary tiers. Blocks in the moves are numbered per medium (``OffloadTier.base``).
+    Raises ValueError for an empty list, a first tier not in CPU memory, or two tiers
+    on one medium."""
+
+    def __init__(self, tiers: list[OffloadTier]):
+        if not tiers or tiers[0].medium is not CPU:
+            raise ValueError("the first offload tier is the CPU tier (the gateway)")
+        media = [tier.medium for tier in tiers]
+        if len(set(media)) != len(media):
+            raise ValueError(f"one offload tier per medium, not {[m.value for m in media]}")
+        self.tiers = tiers
+        self.primary = tiers[0]
+
+    @property
+    def stats(self) -> tuple[TierStats, ...]:
+        return tuple(tier.stats for tier in self.tiers)
+
+    def saw_prompt(self, keys: list[int]) -> None:
+        for tier in self.tiers:
+            tier.saw_prompt(keys)
+
+    def cached_run(self, keys: list[int], salt: int, start: int, rows: np.ndarray):
+        """The longest run of ``keys`` (chain blocks ``start, start + 1, ...``) held in
+        some tier, each key served by the first tier in order that holds it verified:
+        ``[(tier index, tier block), ...]``. No mutation."""
+        found: list[tuple[int, int]] = []
+        i, primary = 0, self.primary
+        while i < len(keys):
+            for index, tier in enumerate(self.tiers):
+                run = tier.cached_run(keys[i:], salt, start + i, rows[i:])
+                if index:  # a key the CPU tier holds is served by it, not from below
+                    run = run[: next((j for j in range(1, len(run)) if keys[i + j] in primary),
+                                     len(run))]  # fmt: skip
+                if run:
+                    found += [(index, block) for block in run]
+                    i += len(run)
+                    break
+            else:
+                break
+        return found
+
+    def load(self, found: list[tuple[int, int]], device_blocks: list[int], device: np.ndarray):
+        """Copy the ``found`` blocks (a ``cached_run``) into ``device_blocks`` of the
+        ``device`` memory, fresh blocks the caller took; a secondary tier's hit goes
+        through a CPU tier block (staged promotion). Returns the transfers, in the order
+        they must run: the CPU tier's own hits first, so that no promotion evicts one of
+        them before it is read."""
+        primary = self.primary
+        own = [(b, d) for (t, b), d in zip(found, device_blocks) if not t]
+        moves = []
+        if own:
+            blocks, targets = [b for b, _ in own], [d for _, d in own]
+            device[targets] = primary.read(blocks)
+            moves += [Transfer(primary.base + b, d, CPU, GPU) for b, d in own]
+        for (index, block), target in zip(found, device_blocks):
+            if not index:
+                continue
+            tier = self.tiers[index]
+            row = tier.read([block])[0]
+            staged = primary.put(*tier.placement(block), row, count=False)
+            device[target] = row
+            moves.append(Transfer(tier.base + block, primary.base + staged, tier.medium, CPU))
+            moves.append(Transfer(primary.base + staged, target, CPU, GPU))
+        return moves
+
+    def store(self, key: int, salt: int, position: int, device_block: int, device: np.ndarray):
+        """Store ``device_block`` (full, computed, published under ``key``) in the CPU
+        tier unless it holds the key, and cascade it to every secondary tier that does
+        not. Returns the transfers (device to CPU first, then CPU to each tier below)."""
+        row = device[device_block]
+        block = self.primary.put(key, salt, position, row)
+        if block is None:
+            return []
+        source = self.primary.base + block
+        moves = [Transfer(device_block, source, GPU, CPU)]
+        for tier in self.tiers[1:]:
+            lower = tier.put(key, salt, position, row)
+            if lower is not None:
+                moves.append(Transfer(source, tier.base + lower, CPU, tier.medium))
+        return moves
+
+    def snapshot_state(self) -> tuple:
+        return tuple(tier.snapshot_state() for tier in self.tiers)
+
+    def check_invariants(self) -> None:
+        for tier in self.tiers:
+            tier.check_invariants()

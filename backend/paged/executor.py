@@ -72,6 +72,7 @@ class PagedExecutor:
             shape, allocator.num_blocks, allocator.block_size,
             # one CPU pool: the swap space's blocks, then an offload tier's
             num_cpu_blocks=allocator.num_cpu_blocks + allocator.num_offload_blocks,
+            lower_tier_blocks=allocator.lower_tier_blocks,
             device=self.device, dtype=dtype,
             use_triton=self.use_triton,
         )  # fmt: skip

@@ -7,16 +7,17 @@ copy-on-write or swap move of one block id is one indexed copy over all layers a
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from itertools import groupby
 from operator import attrgetter
+from types import MappingProxyType
 
 import numpy as np
 import torch
 
 from backend.paged import ops
 from backend.paged.shape import ModelShape
-from backend.transfer import DEVICE_COPY, SWAP_IN, SWAP_OUT, Transfer
+from backend.transfer import CPU, DEVICE_COPY, SWAP_IN, SWAP_OUT, Medium, Transfer
 
 
 class KVCache:
@@ -33,6 +34,7 @@ class KVCache:
         block_size: int,
         *,
         num_cpu_blocks: int = 0,
+        lower_tier_blocks: Mapping[Medium, int] = MappingProxyType({}),
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float32,
         use_triton: bool = False,
@@ -53,6 +55,13 @@ class KVCache:
         self.cpu_data = torch.zeros(
             self._dims(geometry, num_cpu_blocks), dtype=dtype, pin_memory=pin
         )
+        # Offload tiers below the CPU one (disk, a remote store) reach the device only
+        # through the CPU pool; here each is a host tensor of its blocks, which moves the
+        # same bytes a file or a store would hold.
+        self.lower_data = {
+            medium: torch.zeros(self._dims(geometry, blocks), dtype=dtype)
+            for medium, blocks in lower_tier_blocks.items()
+        }
 
     @staticmethod
     def _dims(geometry: tuple[int, ...], blocks: int) -> tuple[int, ...]:
@@ -78,10 +87,16 @@ class KVCache:
         cache does not have (disk, a remote store, another instance)."""
         for route, run in groupby(transfers, key=attrgetter("src_medium", "dst_medium")):
             perform = self._performers.get(route)
-            if perform is None:
+            if perform is not None:
+                perform(self, list(run))
+                continue
+            src, dst = (self._host_pool(medium) for medium in route)
+            if src is None or dst is None or CPU not in route:
                 src, dst = route
                 raise ValueError(f"the KV cache has no move from {src.value} to {dst.value}")
-            perform(self, list(run))
+            for wave in independent_waves(list(run), same_pool=False):
+                src_ids, dst_ids = self._move_indices(wave, src.device, dst.device)
+                dst.index_copy_(2, dst_ids, src.index_select(2, src_ids))
 
     def copy_blocks(self, moves: Sequence[Transfer]) -> None:
         """Copy-on-write: device block ``src`` -> device block ``dst`` for every move, all
@@ -108,6 +123,10 @@ class KVCache:
             self.data.index_copy_(2, dst, staged)
 
     _performers = {DEVICE_COPY: copy_blocks, SWAP_OUT: swap_out, SWAP_IN: swap_in}
+
+    def _host_pool(self, medium: Medium) -> torch.Tensor | None:
+        """The host tensor of ``medium``'s blocks: the CPU pool or a lower tier's."""
+        return self.cpu_data if medium is CPU else self.lower_data.get(medium)
 
     @staticmethod
     def _move_indices(

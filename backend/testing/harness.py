@@ -8,9 +8,11 @@ from __future__ import annotations
 from typing import ClassVar
 
 from backend.base import Allocator, AllocatorFactory, OutOfBlocks
+from backend.capabilities import TierSpec
 from backend.testing import checks
 from backend.testing.shadow import KVMemory, Seq
 from backend.testing.tiers import TierModel
+from backend.transfer import DISK
 
 #: what :class:`Harness` counts across the examples it runs
 STAT_NAMES = (
@@ -27,6 +29,8 @@ STAT_NAMES = (
     "swaps in",
     "tier loads",  # blocks loaded from an offload tier (backend.capabilities.OffloadsPrefixes)
     "tier stores",
+    "tier promotions",  # blocks a disk tier's hit brought into the CPU tier
+    "tier cascades",  # blocks the CPU tier's stores copied into a disk tier
     "refused calls",
     "misuses refused",
 )
@@ -59,10 +63,15 @@ class Harness:
     stats: ClassVar[dict[str, int]] = dict.fromkeys(STAT_NAMES, 0)
 
     def build(
-        self, num_blocks, block_size, num_cpu_blocks, prefix_caching, num_offload_blocks=0
-    ) -> None:
+        self, num_blocks, block_size, num_cpu_blocks, prefix_caching, num_offload_blocks=0,
+        num_disk_blocks=0,
+    ) -> None:  # fmt: skip
+        """Build the allocator under test; an offload tier of ``num_offload_blocks``
+        blocks if any, and below it a disk tier of ``num_disk_blocks`` if any."""
         assert self.factory is not None, "bind the machine first: for_factory(factory)"
         tier = {"num_offload_blocks": num_offload_blocks} if num_offload_blocks else {}
+        if num_offload_blocks and num_disk_blocks:
+            tier["lower_tiers"] = (TierSpec(DISK, num_disk_blocks),)
         self.alloc: Allocator = self.factory(
             num_blocks=num_blocks,
             block_size=block_size,
@@ -161,8 +170,9 @@ class Harness:
         Returns its stores, due once the forward has run."""
         if self.tier is None:
             return ()
-        loads, stores = self.tier.before_forward()
+        loads, promotions, stores = self.tier.before_forward()
         self.stats["tier loads"] += loads
+        self.stats["tier promotions"] += promotions
         return stores
 
     def tier_step_done(self) -> None:
@@ -176,8 +186,9 @@ class Harness:
         """The step's forward has run: the executor performs the tier's ``stores``."""
         if self.tier is not None and stores:
             tables = {sid: self.blocks(sid) for sid in self.on_device()}
-            self.tier.after_forward(stores, self.seqs, tables)
-            self.stats["tier stores"] += len(stores)
+            cascades = self.tier.after_forward(stores, self.seqs, tables)
+            self.stats["tier stores"] += len(stores) - cascades
+            self.stats["tier cascades"] += cascades
 
     def on_device(self) -> list[int]:
         return sorted(sid for sid, s in self.seqs.items() if not s.swapped)

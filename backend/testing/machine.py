@@ -77,7 +77,8 @@ def prompts(draw, longest: int) -> list[int]:
 
 def bound_setup(prefix_caching: bool, offload_tier: bool = False):
     """The machine's first step: build an allocator (with prefix caching 3 times in 4 if
-    ``prefix_caching``, then with an offload tier of 0-24 blocks if ``offload_tier``)."""
+    ``prefix_caching``, then with an offload tier of 0-24 blocks if ``offload_tier``, and
+    below that a disk tier of 0-24)."""
 
     @initialize(
         num_blocks=st.integers(4, 16),
@@ -85,10 +86,12 @@ def bound_setup(prefix_caching: bool, offload_tier: bool = False):
         num_cpu_blocks=st.integers(0, 6),
         prefix_caching=st.sampled_from([True, True, True, False] if prefix_caching else [False]),
         num_offload_blocks=st.just(0) | st.integers(1, 24) if offload_tier else st.just(0),
+        num_disk_blocks=st.just(0) | st.integers(1, 24) if offload_tier else st.just(0),
     )
-    def setup(self, num_blocks, block_size, num_cpu_blocks, prefix_caching, num_offload_blocks):
-        tier = num_offload_blocks if prefix_caching else 0
-        self.build(num_blocks, block_size, num_cpu_blocks, prefix_caching, tier)
+    def setup(self, num_blocks, block_size, num_cpu_blocks, prefix_caching, **tiers):
+        cpu, disk = (tiers["num_offload_blocks"] if prefix_caching else 0), tiers["num_disk_blocks"]
+        cpu = min(cpu, 1 + cpu % 4) if disk else cpu  # it overflows: the disk serves hits
+        self.build(num_blocks, block_size, num_cpu_blocks, prefix_caching, cpu, disk)
 
     return setup
 

@@ -67,6 +67,10 @@ class KVMemory:
         # one CPU pool: the swap space's blocks, then the offload tier's
         cpu_blocks = alloc.num_cpu_blocks + alloc.num_offload_blocks
         self.cpu = np.full((cpu_blocks, self.block_size), UNWRITTEN, np.int64)
+        # offload tiers below the CPU one, each its own pool
+        self.pools = {GPU: self.device, CPU: self.cpu}
+        for medium, blocks in alloc.lower_tier_blocks.items():
+            self.pools[medium] = np.full((blocks, self.block_size), UNWRITTEN, np.int64)
 
     # -- tables ----------------------------------------------------------------------------
     def blocks_of(self, alloc: Allocator, seq_id: int, seq: Seq) -> list[int]:
@@ -117,8 +121,7 @@ class KVMemory:
         """Perform ``moves`` in order; returns how many. Asserts each is a Transfer of
         ``route`` (what ``what`` must return), of group 0 and between ids in range."""
         src, dst = route
-        pools = {GPU: self.device, CPU: self.cpu}
-        source, target = pools[src], pools[dst]
+        source, target = self.pools[src], self.pools[dst]
         count = 0
         for move in moves:
             assert isinstance(move, Transfer), f"{what}: {move!r} is no Transfer"

@@ -17,53 +17,96 @@ from __future__ import annotations
 from backend.base import Allocator
 from backend.capabilities import OffloadsPrefixes
 from backend.testing.shadow import UNWRITTEN, KVMemory, Seq
-from backend.transfer import SWAP_IN, SWAP_OUT, Transfer
+from backend.transfer import CPU, GPU, Medium, Transfer
 
 
 class TierModel:
-    """What each block of ``alloc``'s offload tier holds: the (salt, prefix tokens) of
-    the device block it was stored from."""
+    """What each block of ``alloc``'s offload tiers holds: the (salt, prefix tokens) of
+    the device block it was stored from, per medium (the CPU tier's blocks follow the
+    swap space's; a lower tier numbers its own from 0)."""
 
     def __init__(self, alloc: Allocator, memory: KVMemory):
         assert isinstance(alloc, OffloadsPrefixes), "an offload tier without its moves"
         self.alloc = alloc
         self.memory = memory
-        self.first = alloc.num_cpu_blocks  # tier blocks follow the swap space's
-        self.stop = self.first + alloc.num_offload_blocks
-        self.holds: dict[int, tuple[int, tuple[int, ...]]] = {}
+        first = alloc.num_cpu_blocks  # tier blocks follow the swap space's
+        self.ranges = {CPU: range(first, first + alloc.num_offload_blocks)}
+        for medium, blocks in alloc.lower_tier_blocks.items():
+            self.ranges[medium] = range(blocks)
+        self.holds: dict[Medium, dict[int, tuple[int, tuple[int, ...]]]] = {
+            medium: {} for medium in self.ranges
+        }
 
-    def before_forward(self) -> tuple[int, tuple[Transfer, ...]]:
-        """Take the tier's moves and perform the loads; returns how many, and the
-        stores, for after the step's forward (the KV they copy is computed then)."""
+    def before_forward(self) -> tuple[int, int, tuple[Transfer, ...]]:
+        """Take the tiers' moves and perform the loads (promotions into the CPU tier,
+        CPU tier to device); returns how many of each, and the stores, for after the
+        step's forward (the KV they copy is computed then)."""
         loads, stores = self.alloc.take_tier_transfers()
-        self._in_tier(loads, "load", source=True)
-        return self.memory.move(loads, route=SWAP_IN, what="a tier load"), tuple(stores)
-
-    def after_forward(self, stores, seqs: dict[int, Seq], tables: dict[int, list[int]]) -> None:
-        """Perform ``stores``, each of a computed device block, never a prefix twice."""
-        self._in_tier(stores, "store", source=False)
-        size = self.memory.block_size
-        for move in stores:
-            computed = self.memory.device[int(move.src)]
-            assert (computed != UNWRITTEN).all(), (
-                f"a tier store {move} copies device block {move.src}, whose KV is not computed"
-            )
-            self.holds.pop(int(move.dst), None)  # what the tier evicted for it
-            held = _prefix_of(int(move.src), seqs, tables, size)
-            if held is not None:
-                assert held not in self.holds.values(), (
-                    f"a tier store {move} stores {list(held[1])} under salt {held[0]} twice"
+        promotions = 0
+        for move in loads:
+            src, dst = move.route
+            if dst is GPU:
+                assert src is CPU, f"a tier load {move} reaches the device from {src.value}"
+                self._in(move, src, move.src, "load")
+            else:  # staged promotion: from a lower tier into the CPU tier
+                assert dst is CPU and src in self.ranges and src is not CPU, (
+                    f"a tier load {move} goes {src.value} -> {dst.value}, neither a load "
+                    "to the device nor a promotion into the CPU tier"
                 )
-                self.holds[int(move.dst)] = held
-        self.memory.move(stores, route=SWAP_OUT, what="a tier store")
+                self._in(move, src, move.src, "promotion")
+                self._in(move, CPU, move.dst, "promotion")
+                self._hold(move, CPU, move.dst, self.holds[src].get(int(move.src)))
+                promotions += 1
+            self.memory.move([move], route=move.route, what="a tier load")
+        return len(loads) - promotions, promotions, tuple(stores)
 
-    def _in_tier(self, moves, what: str, *, source: bool) -> None:
-        for move in moves:
-            block = int(move.src if source else move.dst)
-            assert self.first <= block < self.stop, (
-                f"a tier {what} {move} names CPU block {block}, outside the tier's blocks "
-                f"{self.first}..{self.stop - 1}"
+    def after_forward(self, stores, seqs: dict[int, Seq], tables: dict[int, list[int]]) -> int:
+        """Perform ``stores`` in order: a computed device block into the CPU tier, or a
+        CPU tier block cascaded below; never one prefix twice in a tier. Returns how
+        many were cascades."""
+        size = self.memory.block_size
+        cascades = 0
+        for move in stores:
+            src, dst = move.route
+            if src is GPU:
+                assert dst is CPU, f"a tier store {move} goes from the device to {dst.value}"
+                computed = self.memory.device[int(move.src)]
+                assert (computed != UNWRITTEN).all(), (
+                    f"a tier store {move} copies device block {move.src}, whose KV is not "
+                    "computed"
+                )
+                held = _prefix_of(int(move.src), seqs, tables, size)
+            else:
+                assert src is CPU and dst in self.ranges and dst is not CPU, (
+                    f"a tier store {move} goes {src.value} -> {dst.value}, neither a store "
+                    "from the device nor a cascade from the CPU tier"
+                )
+                self._in(move, CPU, move.src, "cascade")
+                held = self.holds[CPU].get(int(move.src))
+                cascades += 1
+            self._in(move, dst, move.dst, "store")
+            self._hold(move, dst, move.dst, held)
+            self.memory.move([move], route=move.route, what="a tier store")
+        return cascades
+
+    def _hold(self, move: Transfer, medium: Medium, block: int, held) -> None:
+        """Tier block ``block`` of ``medium`` now holds ``held``; what it held before was
+        evicted for it. Asserts the tier holds no other copy of it."""
+        holds = self.holds[medium]
+        holds.pop(int(block), None)
+        if held is not None:
+            assert held not in holds.values(), (
+                f"{move} stores {list(held[1])} under salt {held[0]} twice in the "
+                f"{medium.value} tier"
             )
+            holds[int(block)] = held
+
+    def _in(self, move: Transfer, medium: Medium, block: int, what: str) -> None:
+        tier = self.ranges[medium]
+        assert int(block) in tier, (
+            f"a tier {what} {move} names {medium.value} block {block}, outside the tier's "
+            f"blocks {tier.start}..{tier.stop - 1}"
+        )
 
 
 def _prefix_of(block: int, seqs: dict[int, Seq], tables: dict[int, list[int]], size: int):

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
-from backend.transfer import DEVICE_COPY, SWAP_IN, SWAP_OUT, MovedBlocks, Route
+from backend.transfer import CPU, DEVICE_COPY, DISK, SWAP_IN, SWAP_OUT, MovedBlocks, Route
 
 LinkKind = Literal["nvlink", "pcie-p2p", "pcie-host", "xgmi", "network"]
 
@@ -145,20 +145,30 @@ def measured_at(by_gpus: dict[int, float], gpus: int) -> float:
     return by_gpus[low] + (by_gpus[high] - by_gpus[low]) * share
 
 
-#: What a block transfer's route crosses: a swap the host link once, a device copy the
-#: GPU's own memory (read, then write). Tiers below the GPU add routes here.
-HOST_LINK, DEVICE_MEMORY = "host link", "device memory"
+#: One datacenter NVMe SSD per replica, PCIe 4.0 x4: 6.9 GB/s sequential read, the
+#: figure Samsung's PM9A3 datasheet gives (U.2, 3.84-7.68 TB; Micron's 7450 PRO lists
+#: 6.8). A disk tier's blocks are whole KV blocks (MiBs), read as large sequential I/O.
+NVME_READ_BYTES_S = 6.9e9
+#: Latency of a disk tier's read batch: an order-of-magnitude estimate for one NVMe
+#: read through the file system (~100 us), not a datasheet figure.
+NVME_READ_LATENCY_S = 100e-6
+
+#: What a block transfer's route crosses: a swap or an offload tier's load or store the
+#: host link once, a device copy the GPU's own memory (read, then write), a disk tier's
+#: promotion into the CPU tier the replica's NVMe read bandwidth.
+HOST_LINK, DEVICE_MEMORY, DISK_READ = "host link", "device memory", "disk read"
 ROUTE_LINKS: dict[Route, str] = {
     SWAP_OUT: HOST_LINK,
     SWAP_IN: HOST_LINK,
     DEVICE_COPY: DEVICE_MEMORY,
+    (DISK, CPU): DISK_READ,
 }
 
 
 def blocks_per_link(moved: MovedBlocks) -> dict[str, int]:
     """The blocks ``moved`` puts on each link, host link first. Raises ValueError naming
     a route no link here carries."""
-    blocks = {HOST_LINK: 0, DEVICE_MEMORY: 0}
+    blocks = {HOST_LINK: 0, DEVICE_MEMORY: 0, DISK_READ: 0}
     for route, count in moved.items():
         link = ROUTE_LINKS.get(route)
         if link is None:

@@ -15,7 +15,7 @@ class KVPool(NamedTuple):
 
     device_blocks: int
     cpu_blocks: int
-    offload_blocks: int = 0  # the offload tier's (cache.offload)
+    offload_blocks: tuple[int, ...] = ()  # each offload tier's (cache.offload), CPU first
 
 
 def check_tensor_parallel(

@@ -88,7 +88,7 @@ def check_memory(scenario) -> None:
         "simulation.num_requests": expected_requests(scenario) * BYTES_PER_REQUEST,
         "cache.num_blocks": scenario.routing.replicas * device * per_block,
         "cache.num_cpu_blocks": scenario.routing.replicas * cpu * per_block,
-        "cache.offload": scenario.routing.replicas * offload * per_block,
+        "cache.offload": scenario.routing.replicas * sum(offload) * per_block,
         "workload.tenants.count": 16.0 * workload.tenants.count,
         "workload.priorities.count": 16.0 * workload.priorities.count,
         "workload.prefix.num_groups": shared,

@@ -9,6 +9,8 @@ from sim.config.policy_names import check_policy_name
 from sim.inputs.schema import StrictModel
 
 _GIB = 1 << 30
+#: the tiers modelled, in the order a scenario lists them (nearest the GPU first)
+TIERS = ("cpu", "disk")
 
 
 class OffloadTierSpec(StrictModel):
@@ -18,7 +20,9 @@ class OffloadTierSpec(StrictModel):
 
     tier: str = "cpu"
     """Where the tier lives: ``cpu``, host memory over each GPU's host link (vLLM's native
-    offloading backend). Disk and remote tiers are not modelled yet."""
+    offloading backend), first; then optionally ``disk``, the replica's local storage,
+    which every CPU store cascades to and whose hits come back through the CPU tier (vLLM
+    0.33's tiering). A remote tier shared by the cluster is not modelled yet."""
     capacity_gib: float | None = Field(default=None, gt=0)
     """Its size in GiB for the whole replica, summed over its GPUs (vLLM's
     ``--kv-offloading-size``)."""
@@ -31,8 +35,8 @@ class OffloadTierSpec(StrictModel):
     @field_validator("tier")
     @classmethod
     def _modelled(cls, tier: str) -> str:
-        if tier != "cpu":
-            modelled = "'cpu' (disk and remote tiers are not modelled yet)"
+        if tier not in TIERS:
+            modelled = "'cpu' or 'disk' (a remote tier is not modelled yet)"
             raise ValueError(f"expected {modelled}, got {tier!r}")
         return tier
 
@@ -53,3 +57,14 @@ class OffloadTierSpec(StrictModel):
         if self.num_blocks is not None:
             return self.num_blocks
         return int(self.capacity_gib * _GIB // block_bytes)
+
+
+def check_tier_order(tiers: list[OffloadTierSpec]) -> str | None:
+    """What is wrong with the order of ``tiers`` (None: nothing): the CPU tier first,
+    each tier once, nearest the GPU first."""
+    names = [tier.tier for tier in tiers]
+    if names[0] != "cpu":
+        return f"the first tier is 'cpu' (the others are reached through it), got {names[0]!r}"
+    if names != sorted(set(names), key=TIERS.index):
+        return f"expected each tier once, nearest the GPU first ({', '.join(TIERS)}), got {names}"
+    return None

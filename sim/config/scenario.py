@@ -223,8 +223,16 @@ class Scenario(StrictModel):
         if self.cost_model.kind == "profile":
             self.cost_model.vidur_names(self.hardware, self.model)  # names must be known
         offload = self.cache.offload_blocks(self.model, self.tensor_parallel)
-        if self.cache.offload and offload < 1:
-            raise error_at("cache.offload", "the tier holds no block of this model's KV")
+        for n, tier_blocks in enumerate(offload):
+            if tier_blocks < 1:
+                raise error_at(f"cache.offload[{n}]", "the tier holds no block of this model's KV")
+        disk = any(tier.tier == "disk" for tier in self.cache.offload)
+        if disk and self.cost_model.kind == "calibrated":
+            raise error_at(
+                "cache.offload",
+                "a disk tier's reads are priced by the analytic and profile cost models; "
+                "a calibration has no disk link (cost_model.kind: calibrated)",
+            )
         self._kv_pool = KVPool(blocks, cpu, offload)
         try:
             check_memory(self)

@@ -28,7 +28,7 @@ from sim.config.allocators import SHIPPED as SHIPPED_ALLOCATORS
 from sim.config.engines import scheduler_with_defaults
 from sim.config.errors import error_at
 from sim.config.files import base_dir
-from sim.config.offload import OffloadTierSpec
+from sim.config.offload import OffloadTierSpec, check_tier_order
 from sim.config.policy_names import check_policy_name, policy_registry
 from sim.inputs.hints import did_you_mean
 from sim.inputs.schema import StrictModel, drop_unset
@@ -159,8 +159,9 @@ class CacheSpec(StrictModel):
             return
         if not self.prefix_caching:
             raise error_at("cache.offload", "an offload tier needs cache.prefix_caching: true")
-        if len(self.offload) > 1:
-            raise error_at("cache.offload", f"expected one tier, got {len(self.offload)}")
+        wrong = check_tier_order(self.offload)
+        if wrong is not None:
+            raise error_at("cache.offload", wrong)
         tiered = self.allocator == PAGED or (
             self._plugin is not None and self._plugin.supports_offload_tier
         )
@@ -171,11 +172,10 @@ class CacheSpec(StrictModel):
                 f"supports_offload_tier is True, got allocator {self.allocator!r}",
             )
 
-    def offload_blocks(self, model: ModelSpec, tp: int = 1) -> int:
-        """The offload tier's blocks per replica (0: none)."""
-        if not self.offload:
-            return 0
-        return self.offload[0].blocks(self.replica_block_bytes(model, tp))
+    def offload_blocks(self, model: ModelSpec, tp: int = 1) -> tuple[int, ...]:
+        """Each offload tier's blocks per replica, nearest the GPU first (none: ())."""
+        block_bytes = self.replica_block_bytes(model, tp)
+        return tuple(tier.blocks(block_bytes) for tier in self.offload)
 
     def replica_block_bytes(self, model: ModelSpec, tp: int = 1) -> int:
         """KV bytes of one block summed over the replica's ``tp`` GPUs (what an offload

@@ -55,7 +55,15 @@ from backend.step import Batch
 from backend.transfer import NO_MOVES, MovedBlocks, moved_blocks
 from sim.catalog.cost_params import CostParams
 from sim.catalog.hardware import HardwareSpec, ModelSpec
-from sim.catalog.links import CUDA_GRAPH_MAX_TOKENS, DEVICE_MEMORY, HOST_LINK, blocks_per_link
+from sim.catalog.links import (
+    CUDA_GRAPH_MAX_TOKENS,
+    DEVICE_MEMORY,
+    DISK_READ,
+    HOST_LINK,
+    NVME_READ_BYTES_S,
+    NVME_READ_LATENCY_S,
+    blocks_per_link,
+)
 from sim.catalog.pool import check_tensor_parallel
 from sim.costs.kernels import GpuKernels
 from sim.costs.mla import attention_head_dim, mla_ops
@@ -160,6 +168,8 @@ class AnalyticCostModel:
         self._s_per_block_on = {
             HOST_LINK: block_bytes / hardware.host_link_bytes_s,
             DEVICE_MEMORY: 2 * block_bytes / self.kernels.copy_bytes_s(),
+            # a disk tier holds the whole replica's block: tp ranks read one disk
+            DISK_READ: tp * block_bytes / NVME_READ_BYTES_S,
         }
         # Scalars every step reads, looked up once (the parameters are frozen).
         self._layers = model.num_layers
@@ -292,7 +302,8 @@ class AnalyticCostModel:
         """Seconds the blocks ``moved`` take, summed per link first (host link, then
         device memory). Raises ValueError for a route no link carries."""
         blocks = blocks_per_link(moved)
-        return sum([count * self._s_per_block_on[link] for link, count in blocks.items()])
+        seconds = sum([count * self._s_per_block_on[link] for link, count in blocks.items()])
+        return seconds + (NVME_READ_LATENCY_S if blocks[DISK_READ] else 0.0)
 
     def _parts(
         self,

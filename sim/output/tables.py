@@ -36,10 +36,12 @@ def _scaled(value, factor: float):
 MetricRow = tuple[str, Any, str]
 
 
-def metric_rows(summary: Mapping[str, Any], offload: bool | None = None) -> list[MetricRow]:
+def metric_rows(
+    summary: Mapping[str, Any], offload: Sequence[str] | None = None
+) -> list[MetricRow]:
     """Headline metrics in display order, each as (label, value, text); missing keys give
-    None and '-'. The offload tier's rows come with ``offload`` (default: when the run
-    had a tier). Values are in the label's unit: ms for 'ms' rows, percent for '%'
+    None and '-'. Each offload tier named in ``offload`` has its rows (default: the tiers
+    the run had). Values are in the label's unit: ms for 'ms' rows, percent for '%'
     rows (summary.json keeps seconds and fractions). KV figures are in token slots and %
     of one replica's pool, so paged runs (blocks of 16 slots) and contiguous baselines
     (1-slot blocks) compare directly."""
@@ -92,14 +94,21 @@ def metric_rows(summary: Mapping[str, Any], offload: bool | None = None) -> list
         num("KV peak used slots", kv.get("peak_used_slots"), 0),
         num("KV pool slots per replica", s.get("total_slots"), 0),
     ]
-    if offload if offload is not None else bool(s.get("kv_offload")):
-        rows += _offload_rows(s)
+    for name in offload_tiers(s) if offload is None else offload:
+        rows += _offload_rows(s, name)
     return rows
 
 
-def _offload_rows(summary: Mapping[str, Any]) -> list[MetricRow]:
-    """The offload tier's figures (summary["kv_offload"], sim.run.runner); '-' without."""
-    tier = ((summary.get("kv_offload") or {}).get("tiers") or [{}])[0]
+def offload_tiers(summary: Mapping[str, Any]) -> list[str]:
+    """The offload tiers a run had, nearest the GPU first (summary["kv_offload"])."""
+    return [tier["tier"] for tier in (summary.get("kv_offload") or {}).get("tiers", [])]
+
+
+def _offload_rows(summary: Mapping[str, Any], name: str) -> list[MetricRow]:
+    """The ``name`` offload tier's figures (summary["kv_offload"], sim.run.runner); '-'
+    where the run had no such tier."""
+    tiers = (summary.get("kv_offload") or {}).get("tiers", [])
+    tier = next((t for t in tiers if t["tier"] == name), {})
 
     def gib(key):
         value = tier.get(key)
@@ -107,10 +116,10 @@ def _offload_rows(summary: Mapping[str, Any]) -> list[MetricRow]:
 
     served, evicted = tier.get("hit_tokens"), tier.get("evicted_blocks")
     return [
-        ("offload tier prompt tokens served", served, "-" if served is None else f"{served:,}"),
-        ("offload tier GiB loaded", gib("loaded_bytes"), _num(gib("loaded_bytes"), 1)),
-        ("offload tier GiB stored", gib("stored_bytes"), _num(gib("stored_bytes"), 1)),
-        ("offload tier blocks evicted", evicted, "-" if evicted is None else str(evicted)),
+        (f"{name} tier prompt tokens served", served, "-" if served is None else f"{served:,}"),
+        (f"{name} tier GiB loaded", gib("loaded_bytes"), _num(gib("loaded_bytes"), 1)),
+        (f"{name} tier GiB stored", gib("stored_bytes"), _num(gib("stored_bytes"), 1)),
+        (f"{name} tier blocks evicted", evicted, "-" if evicted is None else str(evicted)),
     ]
 
 
@@ -306,7 +315,8 @@ def compare_rows(
     optimum's, under the hit rate. Raises ValueError when `summaries` is empty."""
     if not summaries:
         raise ValueError("compare needs at least one summary")
-    offload = any(summary.get("kv_offload") for summary in summaries.values())
+    names = [name for summary in summaries.values() for name in offload_tiers(summary)]
+    offload = sorted(set(names), key=names.index)  # every run shows every tier's rows
     per_run = [metric_rows(summary, offload) for summary in summaries.values()]
     rows = []
     for i, (label, _, _) in enumerate(per_run[0]):

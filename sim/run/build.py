@@ -12,8 +12,10 @@ import simpy
 
 from backend.base import Allocator
 from backend.blocks import BlockManager
+from backend.capabilities import TierSpec
 from backend.contiguous import make_contiguous
 from backend.shipped import PAGED
+from backend.transfer import Medium
 from policies.admission import ADMISSION
 from policies.batching import BATCHING
 from policies.context import (
@@ -71,8 +73,12 @@ def build_allocator(scenario, context: PolicyContext | None = None) -> Allocator
     """One replica's allocator, sized from the scenario; its eviction policy is built
     with ``context`` (by default one without the request stream)."""
     cache = scenario.cache
-    num_blocks, num_cpu_blocks, num_offload_blocks = scenario.kv_pool
-    tier = {"num_offload_blocks": num_offload_blocks} if num_offload_blocks else {}
+    num_blocks, num_cpu_blocks, offload_blocks = scenario.kv_pool
+    tier = {}
+    if offload_blocks:  # the CPU tier, and the tiers below it (each LRU until given one)
+        tier["num_offload_blocks"] = offload_blocks[0]
+        lower = zip(cache.offload[1:], offload_blocks[1:], strict=True)
+        tier["lower_tiers"] = tuple(TierSpec(Medium(spec.tier), n) for spec, n in lower)
     if cache.plugin_allocator is not None:  # a user's class (sim/config/allocators.py)
         try:
             return construct(
@@ -89,9 +95,16 @@ def build_allocator(scenario, context: PolicyContext | None = None) -> Allocator
         context = context or policy_context(scenario, replica=0)
         eviction = scenario.eviction
         evictor = make_policy(scenario, EVICTORS, eviction.policy, eviction.params, context)
-        if num_offload_blocks:  # the tier's own policy (cache.offload[0].eviction)
-            policy = cache.offload[0].eviction
-            tier["offload_evictor"] = make_policy(scenario, EVICTORS, policy, {}, context)
+        if offload_blocks:  # each tier's own policy (cache.offload[n].eviction)
+            first, *lower = (
+                make_policy(scenario, EVICTORS, spec.eviction, {}, context)
+                for spec in cache.offload
+            )
+            tier["offload_evictor"] = first
+            tier["lower_tiers"] = tuple(
+                spec._replace(evictor=evictor)
+                for spec, evictor in zip(tier["lower_tiers"], lower, strict=True)
+            )
         return BlockManager(
             num_blocks,
             cache.block_size,

@@ -146,25 +146,34 @@ def _engine_figures(scenario, replicas, executors) -> dict[str, Any]:
 
 
 def _offload_figures(scenario, replicas) -> dict[str, Any] | None:
-    """What the offload tier did, summed over the replicas (None: no tier)."""
+    """What each offload tier did, summed over the replicas, nearest first (None: no
+    tier)."""
     cache = scenario.cache
     if not cache.offload:
         return None
     # (validation let only an allocator that keeps a tier take cache.offload)
-    stats = [r.alloc.tier_stats for r in replicas]
+    per_replica = [r.alloc.tier_stats for r in replicas]
     block_bytes = cache.replica_block_bytes(scenario.model, scenario.tensor_parallel)
-    stored, loaded, hit_tokens, evicted = (sum(column) for column in zip(*stats, strict=True))
-    tier = {
-        "tier": cache.offload[0].tier,
-        "capacity_blocks": scenario.kv_pool.offload_blocks,  # per replica
-        "stored_blocks": stored,
-        "loaded_blocks": loaded,
-        "hit_tokens": hit_tokens,
-        "evicted_blocks": evicted,
-        "stored_bytes": stored * block_bytes,
-        "loaded_bytes": loaded * block_bytes,
-    }
-    return {"tiers": [tier]}
+    tiers = []
+    for index, (spec, capacity) in enumerate(
+        zip(cache.offload, scenario.kv_pool.offload_blocks, strict=True)
+    ):
+        stats = [replica[index] for replica in per_replica]
+        stored, loaded, hit_tokens, evicted = (
+            sum(getattr(s, name) for s in stats)
+            for name in ("stored_blocks", "loaded_blocks", "hit_tokens", "evicted_blocks")
+        )
+        tiers.append({
+            "tier": spec.tier,
+            "capacity_blocks": capacity,  # per replica
+            "stored_blocks": stored,
+            "loaded_blocks": loaded,
+            "hit_tokens": hit_tokens,
+            "evicted_blocks": evicted,
+            "stored_bytes": stored * block_bytes,
+            "loaded_bytes": loaded * block_bytes,
+        })  # fmt: skip
+    return {"tiers": tiers}
 
 
 def policy_name(scenario, role: str) -> str:

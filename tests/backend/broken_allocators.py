@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from backend.blocks import BlockManager
 from backend.blocks.full_attention import FullAttention
-from backend.blocks.offload import OffloadTier
-from backend.transfer import Transfer
+from backend.blocks.offload import OffloadTiers
+from backend.transfer import GPU, SWAP_IN, Transfer
 
 
 class _FullAttentionWithoutCopies(FullAttention):
@@ -180,13 +180,14 @@ class ConstructorExits(BlockManager):
         sys.exit("no")
 
 
-class _TierStoringAgain(OffloadTier):
+class _TiersStoringAgain(OffloadTiers):
     def store(self, key, salt, position, device_block, device):
-        old = self._block_of_key.pop(key, None)
+        cpu = self.primary
+        old = cpu._block_of_key.pop(key, None)
         if old is not None:  # drops the copy it holds, to store the same KV again
-            self._key_of_block[old] = None
-            self.evictor.on_removed(old)
-            self._free.put([old])
+            cpu._key_of_block[old] = None
+            cpu.evictor.on_removed(old)
+            cpu._free.put([old])
         return super().store(key, salt, position, device_block, device)
 
 
@@ -197,14 +198,19 @@ class TierStoresTwice(BlockManager):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if self._tier is not None:
-            self._tier.__class__ = _TierStoringAgain
+            self._tier.__class__ = _TiersStoringAgain
 
 
-class _TierLoadingTheNeighbour(OffloadTier):
-    def load(self, blocks, device_blocks, device):
-        moves = super().load(blocks, device_blocks, device)
-        last = self.base + self.num_blocks - 1  # each load reads the next tier block
-        return [Transfer(min(m.src + 1, last), m.dst, m.src_medium, m.dst_medium) for m in moves]
+def _neighbour(move: Transfer, tier: range) -> Transfer:
+    """``move`` reading the tier block after its own (the last reads itself)."""
+    return move._replace(src=min(move.src + 1, tier.stop - 1))
+
+
+class _TiersLoadingTheNeighbour(OffloadTiers):
+    def load(self, found, device_blocks, device):
+        cpu = range(self.primary.base, self.primary.base + self.primary.num_blocks)
+        moves = super().load(found, device_blocks, device)
+        return [_neighbour(m, cpu) if m.route == SWAP_IN else m for m in moves]
 
 
 class TierLoadsTheWrongBlock(BlockManager):
@@ -214,5 +220,23 @@ class TierLoadsTheWrongBlock(BlockManager):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if self._tier is not None:
-            self._tier.__class__ = _TierLoadingTheNeighbour
+            self._tier.__class__ = _TiersLoadingTheNeighbour
+
+
+class _TiersCascadingTheNeighbour(OffloadTiers):
+    def store(self, key, salt, position, device_block, device):
+        cpu = range(self.primary.base, self.primary.base + self.primary.num_blocks)
+        moves = super().store(key, salt, position, device_block, device)
+        return [m if m.src_medium is GPU else _neighbour(m, cpu) for m in moves]
+
+
+class TierCascadesTheWrongBlock(BlockManager):
+    """The CPU tier's cascade to the disk tier copies the CPU block after the one it
+    stored: the disk holds another prefix's KV under this key, and a promotion serves
+    it (the allocator's own memory is right)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self._tier is not None:
+            self._tier.__class__ = _TiersCascadingTheNeighbour
 

@@ -8,8 +8,8 @@ import pytest
 
 from backend.base import InvalidRequest
 from backend.blocks import BlockManager
-from backend.capabilities import OffloadsPrefixes
-from backend.transfer import SWAP_IN, SWAP_OUT
+from backend.capabilities import OffloadsPrefixes, TierSpec
+from backend.transfer import CPU, DISK, SWAP_IN, SWAP_OUT
 
 PROMPT = [1, 2, 3, 4, 5, 6, 7]  # three full blocks of 2, then the last token
 
@@ -48,7 +48,7 @@ def test_write_through_stores_every_computed_block_once_after_the_forward():
     m.free(0)
     computed(m, 1, PROMPT)  # a device hit: published again, never stored again
     assert m.take_tier_transfers().stores == ()
-    assert m.tier_stats.stored_blocks == 3
+    assert m.tier_stats[0].stored_blocks == 3
 
 
 def test_a_sequence_gone_before_the_forward_has_nothing_stored():
@@ -61,7 +61,7 @@ def test_a_sequence_gone_before_the_forward_has_nothing_stored():
     computed(m, 1, [5] * 5)
     m.swap_out(1)
     assert m.take_tier_transfers().stores == ()
-    assert m.tier_stats.stored_blocks == 0
+    assert m.tier_stats[0].stored_blocks == 0
     m.check_invariants()
 
 
@@ -77,7 +77,7 @@ def test_a_prefix_the_device_evicted_is_loaded_from_the_tier_into_fresh_blocks()
     assert [t.route for t in loads] == [SWAP_IN] * 3 and not stores
     assert [t.dst for t in loads] == m.block_table(3)[:3]
     assert m.read_tokens(3).tolist() == PROMPT
-    assert m.tier_stats.loaded_blocks == 3 and m.tier_stats.hit_tokens == 6
+    assert m.tier_stats[0].loaded_blocks == 3 and m.tier_stats[0].hit_tokens == 6
     assert m.prefix_cache_stats.hits_tokens == 0  # the device's own cache had none
     m.check_invariants()
 
@@ -106,7 +106,7 @@ def test_a_full_tier_evicts_by_its_own_policy_and_a_load_renews_recency():
     m.take_tier_transfers()
     computed(m, 3, [5, 5, 9])
     m.take_tier_transfers()  # the tier is full: its least recent block (b's first) goes
-    assert m.tier_stats.evicted_blocks == 1
+    assert m.tier_stats[0].evicted_blocks == 1
     m.free(2)
     m.evict(8)
     assert m.cached_prefix_tokens(a) == 4 and m.cached_prefix_tokens(b) == 0
@@ -129,3 +129,36 @@ def test_a_tier_needs_prefix_caching():
     assert plain.take_tier_transfers() == ((), ()) and plain.tier_stats is None
     plain.allocate(0, [1, 2])
     assert np.array_equal(plain.read_tokens(0), [1, 2])
+
+
+def test_a_disk_tier_takes_every_store_by_cascade_and_serves_through_the_cpu_tier():
+    """vLLM 0.33's tiering: a CPU store cascades to the disk; a key the CPU tier lost is
+    promoted from the disk into a CPU block and loaded from there."""
+    m = manager(tier=4, lower_tiers=(TierSpec(DISK, 16),))
+    computed(m, 0, PROMPT)
+    stores = m.take_tier_transfers().stores
+    assert [t.route for t in stores] == [SWAP_OUT, (CPU, DISK)] * 3
+    assert [t.src for t in stores[1::2]] == [t.dst for t in stores[::2]]  # from the CPU copy
+    m.free(0)
+    push_out(m, 1)  # the device and the 4-block CPU tier lose PROMPT; the disk keeps it
+    assert computed(m, 3, PROMPT) == 6
+    loads = m.take_tier_transfers().loads
+    assert [t.route for t in loads] == [(DISK, CPU), SWAP_IN] * 3
+    for promotion, load in zip(loads[::2], loads[1::2]):
+        assert load.src == promotion.dst  # staged: the device reads the promoted CPU block
+    assert [t.dst for t in loads[1::2]] == m.block_table(3)[:3]
+    assert m.read_tokens(3).tolist() == PROMPT
+    cpu, disk = m.tier_stats
+    assert (cpu.medium, disk.medium) == (CPU, DISK)
+    assert disk.loaded_blocks == 3 and cpu.loaded_blocks == 0  # hits count where they were
+    assert disk.stored_blocks == cpu.stored_blocks  # every store cascaded
+    m.check_invariants()
+
+
+def test_tiers_below_the_cpu_one_are_checked_when_built():
+    with pytest.raises(InvalidRequest, match="needs a CPU tier"):
+        BlockManager(4, 2, enable_prefix_caching=True, lower_tiers=(TierSpec(DISK, 4),))
+    with pytest.raises(InvalidRequest, match="one offload tier per medium"):
+        manager(lower_tiers=(TierSpec(DISK, 4), TierSpec(DISK, 4)))
+    with pytest.raises(InvalidRequest, match="num_blocks"):
+        manager(lower_tiers=(TierSpec(DISK, 0),))

@@ -13,6 +13,7 @@ from backend.step import Batch, PrefillChunk
 from backend.transfer import CPU, DEVICE_COPY, GPU, SWAP_IN, SWAP_OUT, Medium, Transfer
 from sim.catalog.cost_params import CostParams
 from sim.catalog.hardware import HardwareSpec
+from sim.catalog.links import NVME_READ_BYTES_S, NVME_READ_LATENCY_S
 from sim.catalog.pool import kv_pool_blocks
 from sim.catalog.presets import HARDWARE_PRESETS, MODEL_PRESETS
 from sim.costs.analytic import LAYER_OPS, AnalyticCostModel
@@ -158,6 +159,17 @@ def test_swaps_and_copies_by_hand():
     cost = tiny_model().breakdown([], NO_DECODES, moved=moved)
     assert cost.data_movement_s == pytest.approx(swap + copy)
     assert cost.total_s == pytest.approx(swap + copy + 1e-3)  # a step, but no sequences
+
+
+def test_a_disk_promotion_reads_the_whole_replicas_block_from_the_nvme():
+    """A disk tier's hit comes into the CPU tier at the replica's NVMe read bandwidth
+    (every rank's share of the block from one disk), plus one read latency a step."""
+    tp = 2
+    block_bytes = 4 * tiny_kv_bytes_per_token(1)  # a rank's share: 1 of tiny's 2 KV heads
+    moved = {(Medium.DISK, Medium.CPU): 3, SWAP_IN: 3}
+    cost = tiny_model(tp).breakdown([], NO_DECODES, moved=moved)
+    disk = NVME_READ_LATENCY_S + 3 * tp * block_bytes / NVME_READ_BYTES_S
+    assert cost.data_movement_s == pytest.approx(disk + 3 * block_bytes / TOY_GPU.host_link_bytes_s)
 
 
 def test_a_route_no_link_carries_is_refused_by_name():

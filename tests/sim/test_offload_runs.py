@@ -40,7 +40,14 @@ def test_a_run_with_a_tier_is_the_same_twice():
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("cache.offload=[{tier: disk, num_blocks: 8}]", "disk and remote tiers are not modelled"),
+        ("cache.offload=[{tier: disk, num_blocks: 8}]", "the first tier is 'cpu'"),
+        ("cache.offload=[{tier: remote, num_blocks: 8}]", "a remote tier is not modelled yet"),
+        (
+            "cache.offload=[{tier: cpu, num_blocks: 8}, {tier: disk, num_blocks: 8}, "
+            "{tier: cpu, num_blocks: 8}]",
+            "each tier once, nearest the GPU first",
+        ),
+        ("cache.offload=[{tier: cpu, num_blocks: 8}, {tier: disk}]", "set capacity_gib"),
         ("cache.offload=[{tier: cpu}]", "set capacity_gib or num_blocks"),
         ("cache.prefix_caching=false", "cache.offload: an offload tier needs cache.prefix_caching"),
         ("cache.allocator=contiguous-max", "prefix caching needs the paged allocator"),
@@ -59,13 +66,42 @@ def test_the_tables_show_the_tier_and_compare_keeps_rows_aligned_without_one():
     from sim.output.tables import compare_table, summary_rows
 
     tiered, alone = run().summary, run("cache.offload=[]").summary
-    assert not any(label.startswith("offload") for label, _ in summary_rows(alone))
+    assert not any(" tier " in label for label, _ in summary_rows(alone))
     rows = dict(summary_rows(tiered))
     served = tiered["kv_offload"]["tiers"][0]["hit_tokens"]
-    assert rows["offload tier prompt tokens served"] == f"{served:,}"
+    assert rows["cpu tier prompt tokens served"] == f"{served:,}"
     table = compare_table({"alone": alone, "tiered": tiered}).splitlines()
-    line = next(row for row in table if row.startswith("offload tier prompt tokens served"))
+    line = next(row for row in table if row.startswith("cpu tier prompt tokens served"))
     assert line.split()[-2:] == ["-", f"{served:,}"]
     hit = next(row for row in table if row.startswith("prefix hit rate %"))
     assert hit.split()[-2:] == [f"{100 * alone['prefix_hit_rate']:.1f}%",
                                 f"{100 * tiered['prefix_hit_rate']:.1f}%"]  # fmt: skip
+
+
+DISK = "cache.offload=[{tier: cpu, num_blocks: 512}, {tier: disk, capacity_gib: 64}]"
+
+
+def test_a_disk_tier_below_a_small_cpu_tier_serves_what_both_lost_and_costs_its_reads():
+    disk, cpu_only = run(DISK), run("cache.offload=[{tier: cpu, num_blocks: 512}]")
+    cpu, below = disk.summary["kv_offload"]["tiers"]
+    assert (cpu["tier"], below["tier"]) == ("cpu", "disk")
+    assert below["capacity_blocks"] == 32 * 1024  # 64 GiB of 2 MiB
+    assert below["hit_tokens"] > 0 and below["stored_blocks"] > 0
+    assert below["stored_blocks"] <= cpu["stored_blocks"]  # every one cascaded from the CPU
+    cached = [sum(o.cached_prompt_tokens for o in r.outcomes) for r in (disk, cpu_only)]
+    assert cached[0] > cached[1]
+
+
+def test_a_disk_tier_with_a_calibration_is_refused_in_one_line(tmp_path, capsys):
+    from tests.sim.test_calibration import calibration_text
+
+    (tmp_path / "c.json").write_text(calibration_text())
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "model: tiny\ncache: {num_blocks: 64, prefix_caching: true, offload: "
+        "[{tier: cpu, num_blocks: 8}, {tier: disk, num_blocks: 64}]}\n"
+        "simulation: {num_requests: 4}\ncost_model: {kind: calibrated, file: c.json}\n"
+    )
+    code = main(["run", str(scenario), "--out", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "a calibration has no disk link" in err and len(err.splitlines()) == 1

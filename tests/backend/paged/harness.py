@@ -25,11 +25,12 @@ class PagedHarness:
     def __init__(
         self, num_blocks: int, block_size: int, *, num_cpu_blocks: int = 0,
         prefix_caching: bool = False, dtype=torch.float64, use_triton=False, seed=0,
-        shape: ModelShape = TINY, device="cpu", num_offload_blocks: int = 0,
+        shape: ModelShape = TINY, device="cpu", num_offload_blocks: int = 0, lower_tiers=(),
     ):  # fmt: skip
         self.alloc = BlockManager(
             num_blocks, block_size, num_cpu_blocks=num_cpu_blocks,
             enable_prefix_caching=prefix_caching, num_offload_blocks=num_offload_blocks,
+            lower_tiers=lower_tiers,
         )  # fmt: skip
         self.executor = PagedExecutor(
             shape, self.alloc, dtype=dtype, use_triton=use_triton, seed=seed, device=device,

@@ -8,8 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from backend.capabilities import TierSpec
 from backend.paged.model import LlamaModel
 from backend.paged.reference import ContiguousRunner
+from backend.transfer import DISK
 
 from .harness import TINY, PagedHarness
 from .helpers import TRITON_DEVICE, needs_triton
@@ -106,20 +108,26 @@ def test_prefix_cache_hit_equals_full_recomputation(rng):
     _assert_same([token, *rest], [logit, *rest_logits], *expected, torch.float64)
 
 
-def test_a_prefix_loaded_from_the_offload_tier_equals_full_recomputation(rng):
+@pytest.mark.parametrize("disk", [False, True], ids=["cpu tier", "promoted from disk"])
+def test_a_prefix_loaded_from_the_offload_tier_equals_full_recomputation(rng, disk):
+    """With a disk tier below a one-block CPU tier, each shared block comes back from
+    the disk through that CPU block (promotion, then load, in order)."""
     block_size = 4
     shared = _prompt(rng, 3 * block_size)
     first = shared + _prompt(rng, 5)
     second = shared + _prompt(rng, 7)
     harness = PagedHarness(
-        num_blocks=16, block_size=block_size, prefix_caching=True, num_offload_blocks=32
-    )
+        num_blocks=16, block_size=block_size, prefix_caching=True,
+        num_offload_blocks=1 if disk else 32,
+        lower_tiers=(TierSpec(DISK, 32),) if disk else (),
+    )  # fmt: skip
     harness.admit(0, first)
     harness.prefill(0, first)  # its full blocks are stored to the tier after the step
     harness.alloc.free(0)
     harness.alloc.evict(16)  # the device's prefix cache forgets them
     skip = harness.admit(1, second)
-    assert skip == len(shared) and harness.alloc.tier_stats.loaded_blocks == 3
+    served = harness.alloc.tier_stats[1 if disk else 0]
+    assert skip == len(shared) and served.loaded_blocks == 3
     token, logit = harness.prefill(1, second, start=skip)  # the loads run first
     rest, rest_logits = harness.decode(1, token, NEW_TOKENS - 1)
     expected = _contiguous(torch.float64).generate(1, second, NEW_TOKENS)
