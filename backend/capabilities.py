@@ -92,11 +92,14 @@ class UnpublishesBlocks(Protocol):
 class TierSpec(NamedTuple):
     """One offload tier below the CPU one, as an allocator that keeps tiers takes them
     (``lower_tiers``): its medium (disk, a remote store), its size in blocks and its
-    eviction policy (None: LRU, the connector's default)."""
+    eviction policy (None: LRU, the connector's default). ``shared``: the tier object
+    another allocator built (``offload_tier(medium)``), for a store the replicas of a
+    cluster share; None builds one."""
 
     medium: Medium
     num_blocks: int
     evictor: Evictor | None = None
+    shared: object | None = None
 
 
 @runtime_checkable
@@ -107,6 +110,10 @@ class OffloadsPrefixes(Protocol):
     run after it (``backend.blocks.offload.TierTransfers``)."""
 
     def take_tier_transfers(self) -> tuple: ...
+
+    def held_prefix_tokens(self, token_ids, *, salt: int = 0) -> int:
+        """``cached_prefix_tokens`` without a remote store the cluster shares."""
+        ...
 
     @property
     def tier_stats(self) -> tuple | None:

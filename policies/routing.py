@@ -108,9 +108,10 @@ class PrefixAffinity:
 @ROUTERS.register("precise-prefix")
 class PrecisePrefix:
     """The replica whose caches hold the longest prefix of the prompt, as each replica's
-    allocator answers at the moment of routing (its device prefix cache and any offload
-    tier below it): llm-d's precise prefix-cache scorer, which tracks vLLM's KV events,
-    with no delay on those events. Replicas with more than ``load_cap`` x mean +
+    allocator answers at the moment of routing (its device prefix cache and its own
+    offload tiers; a remote store every replica shares tells them apart in nothing):
+    llm-d's precise prefix-cache scorer, which tracks each pod's KV events, with no
+    delay on those events. Replicas with more than ``load_cap`` x mean +
     ``slack`` outstanding requests are passed over; ties go to the fewest outstanding; a
     prompt no replica holds goes to the least-outstanding replica."""
 

@@ -87,7 +87,9 @@ class ReplicaView(Protocol):
         ...
 
     def cached_prefix_tokens(self, request: RequestInfo) -> int:
-        """Leading prompt tokens of ``request`` this replica's prefix cache holds."""
+        """Leading prompt tokens of ``request`` this replica's prefix cache holds: on
+        its device or in its own offload tiers, not in a remote store every replica
+        shares."""
         ...
 
     def blocks_held(self, request: RequestInfo) -> int: ...

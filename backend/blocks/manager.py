@@ -35,7 +35,7 @@ from backend.blocks.sequences import ON_DEVICE, SWAPPED, SequenceRegistry
 from backend.blocks.swap import SwapSpace
 from backend.capabilities import TierSpec
 from backend.evictor import Evictor, LeastRecentlyUsed
-from backend.transfer import CPU, Transfer
+from backend.transfer import CPU, Medium, Transfer
 
 
 class BlockManager(Allocator):
@@ -99,6 +99,14 @@ class BlockManager(Allocator):
         tiers = []
         for n, spec in enumerate(specs):
             blocks = check_count(f"offload tier {n}'s num_blocks", spec.num_blocks, 1)
+            if spec.shared is not None:  # another allocator's: one store for both
+                shared = spec.shared
+                if not isinstance(shared, OffloadTier) or (
+                    shared.medium, shared.num_blocks, shared.block_size
+                ) != (spec.medium, blocks, self.block_size):
+                    raise InvalidRequest(f"offload tier {n}: the shared tier does not match")
+                tiers.append(shared)
+                continue
             evictor = spec.evictor if spec.evictor is not None else LeastRecentlyUsed()
             base = self.num_cpu_blocks if spec.medium is CPU else 0
             tiers.append(OffloadTier(blocks, self.block_size, spec.medium, evictor, base=base))
@@ -207,15 +215,18 @@ class BlockManager(Allocator):
         self._index.count_lookup(int(tokens.shape[0]), hit_tokens)
         return loaded_tokens
 
-    def _tier_hits(self, keys: list[int], start: int, tokens: np.ndarray, salt: int):
+    def _tier_hits(
+        self, keys: list[int], start: int, tokens: np.ndarray, salt: int, own: bool = False
+    ):
         """The offload tiers' ``(tier, block)`` of the prompt's chain from block ``start``
-        (the first device miss) on, never the block holding the prompt's last token."""
+        (the first device miss) on, never the block holding the prompt's last token;
+        ``own``: not from a remote store."""
         size = self.block_size
         usable = (tokens.shape[0] - 1) // size
         if usable <= start:
             return []
         rows = tokens[start * size : usable * size].reshape(-1, size)
-        return self._tier.cached_run(keys[start:usable], salt, start, rows)
+        return self._tier.cached_run(keys[start:usable], salt, start, rows, own=own)
 
     def _allocate_fresh(self, seq: int, tokens: np.ndarray) -> int:
         """``allocate_trusted`` without a prefix cache: no keys to hash, no hits to look
@@ -256,14 +267,30 @@ class BlockManager(Allocator):
                 self._index.drop([last])
 
     def cached_prefix_tokens(self, token_ids, *, salt: int = 0) -> int:
+        return self._prefix_tokens(token_ids, salt, own=False)
+
+    def held_prefix_tokens(self, token_ids, *, salt: int = 0) -> int:
+        """``cached_prefix_tokens`` without a remote store the cluster shares: what this
+        instance holds itself (its device and its own tiers), as a router scores it.
+        No mutation."""
+        return self._prefix_tokens(token_ids, salt, own=True)
+
+    def _prefix_tokens(self, token_ids, salt: int, own: bool) -> int:
         if not self.enable_prefix_caching:
             return 0
         tokens = as_tokens(token_ids, allow_empty=False)
         keys, hits = self._index.lookup(tokens, check_salt(salt))
-        below = self._tier_hits(keys, len(hits), tokens, salt) if self._tier is not None else []
+        tiers = self._tier is not None
+        below = self._tier_hits(keys, len(hits), tokens, salt, own) if tiers else []
         return (len(hits) + len(below)) * self.block_size
 
     # -- the offload tier (offload.py) ------------------------------------------------------
+    def offload_tier(self, medium: Medium) -> OffloadTier | None:
+        """The offload tier on ``medium`` (None: none), to share with another allocator
+        (``TierSpec.shared``)."""
+        tiers = self._tier.tiers if self._tier is not None else []
+        return next((tier for tier in tiers if tier.medium is medium), None)
+
     @property
     def tier_stats(self) -> tuple[TierStats, ...] | None:
         """What each offload tier did, ever, nearest first (None: built without one)."""

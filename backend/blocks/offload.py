@@ -49,7 +49,7 @@ import numpy as np
 from backend.blocks.freelist import FreeList
 from backend.blocks.prefix_index import verified_run
 from backend.evictor import Evictor
-from backend.transfer import CPU, GPU, Medium, Transfer
+from backend.transfer import CPU, GPU, REMOTE, Medium, Transfer
 
 
 class TierStats(NamedTuple):
@@ -213,14 +213,19 @@ class OffloadTiers:
         for tier in self.tiers:
             tier.saw_prompt(keys)
 
-    def cached_run(self, keys: list[int], salt: int, start: int, rows: np.ndarray):
+    def cached_run(
+        self, keys: list[int], salt: int, start: int, rows: np.ndarray, *, own: bool = False
+    ):
         """The longest run of ``keys`` (chain blocks ``start, start + 1, ...``) held in
         some tier, each key served by the first tier in order that holds it verified:
-        ``[(tier index, tier block), ...]``. No mutation."""
+        ``[(tier index, tier block), ...]``; ``own``: in the tiers of this instance only,
+        not a remote store the cluster shares. No mutation."""
         found: list[tuple[int, int]] = []
         i, primary = 0, self.primary
         while i < len(keys):
             for index, tier in enumerate(self.tiers):
+                if own and tier.medium is REMOTE:
+                    continue
                 run = tier.cached_run(keys[i:], salt, start + i, rows[i:])
                 if index:  # a key the CPU tier holds is served by it, not from below
                     run = run[: next((j for j in range(1, len(run)) if keys[i + j] in primary),

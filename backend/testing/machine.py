@@ -25,11 +25,9 @@ swapped-out sequences, ids reused while live). After every call it checks:
   no other live sequence holds (it computes them in place);
 * usage() against the block tables (no leak; the split sums to the pool), the CPU pool's
   free count, the peak; at the end, once everything is freed, the pool is whole again;
-* an offload tier's loads and stores (tiers.py), with the device's cached blocks evicted
-  now and then so that the tier serves hits.
-
-Hypothesis shrinks a failure to a short sequence of calls and prints it.
-"""
+* the offload tiers' moves (tiers.py), the device's cached blocks evicted now and then
+  before a sequence comes back, so that the tiers serve hits. Hypothesis shrinks a
+  failure to a short sequence of calls and prints it."""
 
 from __future__ import annotations
 
@@ -142,9 +140,8 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         computed_tokens=st.none() | st.just(0) | st.integers(1, 8),
     )
     def readmit(self, seq, extra, other_tenant, computed_tokens):
-        """Allocate, as a new sequence, the tokens ``seq`` holds (or held when it was
-        freed) plus ``extra``, under its salt or the other tenant's: a preempted request
-        coming back, a follow-up turn, or the same prompt from another tenant."""
+        """Allocate anew the tokens ``seq`` holds (or held) plus ``extra``, under its salt
+        or the other tenant's: a preempted request, a next turn, another tenant's prompt."""
         tokens, salt = self.held(seq.id)
         return self.admit(tokens + extra, 1 - salt if other_tenant else salt, 0, computed_tokens)
 
@@ -260,15 +257,12 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
     # -- sharing and release ---------------------------------------------------------------
     @rule(target=seq, parent=seq)
     def fork(self, parent):
-        alloc, child = self.alloc, self.next_id
-        if parent.id not in self.seqs:
-            self.misuse(f"fork of freed {parent}", lambda: alloc.fork(parent.id, child))
+        alloc, child, state = self.alloc, self.next_id, self.seqs.get(parent.id)
+        if state is None or state.swapped:
+            what = "freed" if state is None else "swapped-out"
+            self.misuse(f"fork of {what} {parent}", lambda: alloc.fork(parent.id, child))
             return multiple()
-        state = self.seqs[parent.id]
         if len(self.seqs) >= MAX_LIVE:
-            return multiple()
-        if state.swapped:
-            self.misuse(f"fork of swapped-out {parent}", lambda: alloc.fork(parent.id, child))
             return multiple()
         done, moves = self.attempt("fork", alloc.fork, parent.id, child)
         if not done:
@@ -287,9 +281,12 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         self.gone[seq.id] = self.seqs.pop(seq.id)
 
     @precondition(lambda self: self.tier is not None)
-    @rule(num_blocks=st.integers(1, 16))
-    def evict_cached(self, num_blocks):  # as pressure would: the tier may serve them
-        self.alloc.evict(num_blocks)
+    @rule(target=seq, seq=seq)
+    def evict_cached(self, seq):  # a turn ends, the device forgets it, the next one hits tiers
+        if seq.id in self.seqs:
+            self.free(seq)
+        self.alloc.evict(self.alloc.num_blocks)
+        return self.readmit(seq, [], False, None)
 
     # -- swap ------------------------------------------------------------------------------
     @precondition(lambda self: self.on_device())

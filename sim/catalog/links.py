@@ -55,7 +55,16 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
-from backend.transfer import CPU, DEVICE_COPY, DISK, SWAP_IN, SWAP_OUT, MovedBlocks, Route
+from backend.transfer import (
+    CPU,
+    DEVICE_COPY,
+    DISK,
+    REMOTE,
+    SWAP_IN,
+    SWAP_OUT,
+    MovedBlocks,
+    Route,
+)
 
 LinkKind = Literal["nvlink", "pcie-p2p", "pcie-host", "xgmi", "network"]
 
@@ -155,20 +164,26 @@ NVME_READ_LATENCY_S = 100e-6
 
 #: What a block transfer's route crosses: a swap or an offload tier's load or store the
 #: host link once, a device copy the GPU's own memory (read, then write), a disk tier's
-#: promotion into the CPU tier the replica's NVMe read bandwidth.
+#: promotion into the CPU tier the replica's NVMe read bandwidth, a remote tier's the
+#: network: each GPU's rank reads its share over its own NIC, at the "network" link's
+#: measured point-to-point fraction and latency (the all-reduce model's, above).
 HOST_LINK, DEVICE_MEMORY, DISK_READ = "host link", "device memory", "disk read"
+NETWORK_READ = "network read"
 ROUTE_LINKS: dict[Route, str] = {
     SWAP_OUT: HOST_LINK,
     SWAP_IN: HOST_LINK,
     DEVICE_COPY: DEVICE_MEMORY,
     (DISK, CPU): DISK_READ,
+    (REMOTE, CPU): NETWORK_READ,
 }
+#: Latency (s) of the step's read from each storage link that has one.
+READ_LATENCY_S = {DISK_READ: NVME_READ_LATENCY_S, NETWORK_READ: LINKS["network"].latency_2_s}
 
 
 def blocks_per_link(moved: MovedBlocks) -> dict[str, int]:
     """The blocks ``moved`` puts on each link, host link first. Raises ValueError naming
     a route no link here carries."""
-    blocks = {HOST_LINK: 0, DEVICE_MEMORY: 0, DISK_READ: 0}
+    blocks = {HOST_LINK: 0, DEVICE_MEMORY: 0, DISK_READ: 0, NETWORK_READ: 0}
     for route, count in moved.items():
         link = ROUTE_LINKS.get(route)
         if link is None:

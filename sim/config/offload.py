@@ -10,7 +10,7 @@ from sim.inputs.schema import StrictModel
 
 _GIB = 1 << 30
 #: the tiers modelled, in the order a scenario lists them (nearest the GPU first)
-TIERS = ("cpu", "disk")
+TIERS = ("cpu", "disk", "remote")
 
 
 class OffloadTierSpec(StrictModel):
@@ -21,11 +21,12 @@ class OffloadTierSpec(StrictModel):
     tier: str = "cpu"
     """Where the tier lives: ``cpu``, host memory over each GPU's host link (vLLM's native
     offloading backend), first; then optionally ``disk``, the replica's local storage,
-    which every CPU store cascades to and whose hits come back through the CPU tier (vLLM
-    0.33's tiering). A remote tier shared by the cluster is not modelled yet."""
+    and ``remote``, one store every replica of the cluster shares (Mooncake's store,
+    LMCache's remote backend), in that order: every CPU store cascades to them and their
+    hits come back through the CPU tier (vLLM 0.33's tiering)."""
     capacity_gib: float | None = Field(default=None, gt=0)
     """Its size in GiB for the whole replica, summed over its GPUs (vLLM's
-    ``--kv-offloading-size``)."""
+    ``--kv-offloading-size``); a remote tier's for the whole cluster."""
     num_blocks: int | None = Field(default=None, ge=1)
     """Its size in blocks of ``cache.block_size`` tokens instead of ``capacity_gib`` (set one)."""
     eviction: str = "lru"
@@ -36,8 +37,7 @@ class OffloadTierSpec(StrictModel):
     @classmethod
     def _modelled(cls, tier: str) -> str:
         if tier not in TIERS:
-            modelled = "'cpu' or 'disk' (a remote tier is not modelled yet)"
-            raise ValueError(f"expected {modelled}, got {tier!r}")
+            raise ValueError(f"expected one of {', '.join(map(repr, TIERS))}, got {tier!r}")
         return tier
 
     @field_validator("eviction")

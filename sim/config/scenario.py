@@ -41,6 +41,7 @@ from pydantic import (
     model_validator,
 )
 
+from backend.shipped import PAGED
 from sim.catalog.hardware import HardwareSpec, ModelSpec
 from sim.catalog.pool import KVPool, check_experts_split, check_given_pool, check_tensor_parallel
 from sim.catalog.presets import expand_preset
@@ -226,19 +227,35 @@ class Scenario(StrictModel):
         for n, tier_blocks in enumerate(offload):
             if tier_blocks < 1:
                 raise error_at(f"cache.offload[{n}]", "the tier holds no block of this model's KV")
-        disk = any(tier.tier == "disk" for tier in self.cache.offload)
-        if disk and self.cost_model.kind == "calibrated":
-            raise error_at(
-                "cache.offload",
-                "a disk tier's reads are priced by the analytic and profile cost models; "
-                "a calibration has no disk link (cost_model.kind: calibrated)",
-            )
+        self._check_lower_tiers()
         self._kv_pool = KVPool(blocks, cpu, offload)
         try:
             check_memory(self)
         except OverBudget as err:
             raise error_at(err.field, str(err)) from None
         return self
+
+    def _check_lower_tiers(self) -> None:
+        """A disk or remote tier needs a cost model with its link, and a remote one a
+        store the replicas can share."""
+        lower = [tier.tier for tier in self.cache.offload[1:]]
+        if lower and self.cost_model.kind == "calibrated":
+            raise error_at(
+                "cache.offload",
+                f"a {lower[0]} tier's reads are priced by the analytic and profile cost "
+                "models; a calibration has no disk or network link (cost_model.kind: "
+                "calibrated)",
+            )
+        if "remote" not in lower:
+            return
+        if self.cache.allocator != PAGED:
+            raise error_at("cache.offload", "a remote tier is shared by the paged allocators")
+        if self.backend.kind == "torch" and self.routing.replicas > 1:
+            raise error_at(
+                "cache.offload",
+                "the real backend keeps one store per replica: a remote tier shared by "
+                f"{self.routing.replicas} replicas needs backend.kind: model",
+            )
 
     def _check_model_support(self) -> None:
         if self.expert_parallel and self.model.moe is None:

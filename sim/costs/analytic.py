@@ -60,8 +60,11 @@ from sim.catalog.links import (
     DEVICE_MEMORY,
     DISK_READ,
     HOST_LINK,
+    LINKS,
+    NETWORK_READ,
+    NIC_BYTES_S,
     NVME_READ_BYTES_S,
-    NVME_READ_LATENCY_S,
+    READ_LATENCY_S,
     blocks_per_link,
 )
 from sim.catalog.pool import check_tensor_parallel
@@ -170,6 +173,7 @@ class AnalyticCostModel:
             DEVICE_MEMORY: 2 * block_bytes / self.kernels.copy_bytes_s(),
             # a disk tier holds the whole replica's block: tp ranks read one disk
             DISK_READ: tp * block_bytes / NVME_READ_BYTES_S,
+            NETWORK_READ: block_bytes / (NIC_BYTES_S * LINKS["network"].busbw_fraction_2),
         }
         # Scalars every step reads, looked up once (the parameters are frozen).
         self._layers = model.num_layers
@@ -303,7 +307,7 @@ class AnalyticCostModel:
         device memory). Raises ValueError for a route no link carries."""
         blocks = blocks_per_link(moved)
         seconds = sum([count * self._s_per_block_on[link] for link, count in blocks.items()])
-        return seconds + (NVME_READ_LATENCY_S if blocks[DISK_READ] else 0.0)
+        return seconds + sum([s for link, s in READ_LATENCY_S.items() if blocks[link]])
 
     def _parts(
         self,

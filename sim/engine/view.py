@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from backend.capabilities import OffloadsPrefixes
 from sim.engine.state import ReplicaState
 from sim.workload.request import Request
 
@@ -22,12 +23,16 @@ class EngineView:
     bring it up to the present (``state.before_read``, sim/engine/stretch.py); queue
     lengths, the running set and first-token times do not change within one."""
 
-    __slots__ = ("_state", "_clock", "_index")
+    __slots__ = ("_state", "_clock", "_index", "_held_prefix")
 
     def __init__(self, state: ReplicaState, clock: Callable[[], float], index: int):
         self._state = state
         self._clock = clock
         self._index = index
+        # What this replica holds, not a remote store every replica would answer alike.
+        alloc = state.alloc
+        tiered = isinstance(alloc, OffloadsPrefixes)
+        self._held_prefix = alloc.held_prefix_tokens if tiered else alloc.cached_prefix_tokens
 
     @property
     def index(self) -> int:
@@ -61,7 +66,7 @@ class EngineView:
     def cached_prefix_tokens(self, request: Request) -> int:
         self._state.before_read()
         prompt = self._state.prompt_of(request)
-        return self._state.alloc.cached_prefix_tokens(prompt, salt=request.tenant)
+        return self._held_prefix(prompt, salt=request.tenant)
 
     def admission_order(self, request: Request) -> int:
         # Sequence ids are numbered at admission (a resumed request gets new ones), so a

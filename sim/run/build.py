@@ -15,7 +15,7 @@ from backend.blocks import BlockManager
 from backend.capabilities import TierSpec
 from backend.contiguous import make_contiguous
 from backend.shipped import PAGED
-from backend.transfer import Medium
+from backend.transfer import REMOTE, Medium
 from policies.admission import ADMISSION
 from policies.batching import BATCHING
 from policies.context import (
@@ -69,9 +69,13 @@ def policy_context(
     )
 
 
-def build_allocator(scenario, context: PolicyContext | None = None) -> Allocator:
+def build_allocator(
+    scenario, context: PolicyContext | None = None, shared: dict | None = None
+) -> Allocator:
     """One replica's allocator, sized from the scenario; its eviction policy is built
-    with ``context`` (by default one without the request stream)."""
+    with ``context`` (by default one without the request stream). ``shared`` carries a
+    remote tier from replica to replica: the first builds it and puts it there, the
+    others take it (mutated)."""
     cache = scenario.cache
     num_blocks, num_cpu_blocks, offload_blocks = scenario.kv_pool
     tier = {}
@@ -101,11 +105,12 @@ def build_allocator(scenario, context: PolicyContext | None = None) -> Allocator
                 for spec in cache.offload
             )
             tier["offload_evictor"] = first
+            shared = {} if shared is None else shared
             tier["lower_tiers"] = tuple(
-                spec._replace(evictor=evictor)
+                spec._replace(evictor=evictor, shared=shared.get(spec.medium))
                 for spec, evictor in zip(tier["lower_tiers"], lower, strict=True)
             )
-        return BlockManager(
+        manager = BlockManager(
             num_blocks,
             cache.block_size,
             num_cpu_blocks=num_cpu_blocks,
@@ -113,6 +118,9 @@ def build_allocator(scenario, context: PolicyContext | None = None) -> Allocator
             evictor=evictor,
             **tier,
         )
+        if REMOTE in manager.lower_tier_blocks:  # one store for every replica
+            shared.setdefault(REMOTE, manager.offload_tier(REMOTE))
+        return manager
     return make_contiguous(
         cache.allocator,
         num_slots=num_blocks * cache.block_size,
@@ -218,14 +226,16 @@ def build_replica(
     requests: Sequence = (),
     fast_forward: bool = True,
     blank: TokenSource | None = None,
+    shared: dict | None = None,
 ) -> Replica:
     """Replica ``index`` of ``scenario`` on ``env``: its allocator, the executor
     ``make_executor(allocator)`` returns, its policies (built knowing ``requests``) and
     engine options. Decode token ids come from ``outputs``, or from ``blank`` (one
     shared by the replicas: it caches its arrays) where neither the allocator nor the
-    executor reads them (drawing ids costs time)."""
+    executor reads them (drawing ids costs time). ``shared``: one dict for all the
+    replicas of a run, which a remote offload tier is shared through (build_allocator)."""
     context = policy_context(scenario, requests, replica=index)
-    allocator = build_allocator(scenario, context)
+    allocator = build_allocator(scenario, context, shared)
     executor = make_executor(allocator)
     if blank is not None and not (reads_token_ids(allocator) or reads_token_ids(executor)):
         outputs = blank

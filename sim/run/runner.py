@@ -118,11 +118,12 @@ def _build_replicas(scenario, requests, env, steps, on_done, make_executor, fast
     ``steps`` and reporting to ``on_done``; returns the replicas and their executors."""
     outputs = SyntheticOutputs(scenario.simulation.seed, scenario.model.vocab_size)
     blank = BlankOutputs()  # where no allocator or executor reads decode token ids
+    shared: dict = {}  # a remote offload tier, built once for every replica
     replicas = [
         build_replica(
             scenario, env, index, make_executor=lambda alloc: make_executor(scenario, alloc),
             outputs=outputs, steps=steps, on_done=on_done, requests=requests,
-            fast_forward=fast_forward, blank=blank,
+            fast_forward=fast_forward, blank=blank, shared=shared,
         )  # fmt: skip
         for index in range(scenario.routing.replicas)
     ]
@@ -158,14 +159,15 @@ def _offload_figures(scenario, replicas) -> dict[str, Any] | None:
     for index, (spec, capacity) in enumerate(
         zip(cache.offload, scenario.kv_pool.offload_blocks, strict=True)
     ):
-        stats = [replica[index] for replica in per_replica]
+        # a remote tier is one store: every replica reports the same one
+        stats = [replica[index] for replica in per_replica[: 1 if spec.tier == "remote" else None]]
         stored, loaded, hit_tokens, evicted = (
             sum(getattr(s, name) for s in stats)
             for name in ("stored_blocks", "loaded_blocks", "hit_tokens", "evicted_blocks")
         )
         tiers.append({
             "tier": spec.tier,
-            "capacity_blocks": capacity,  # per replica
+            "capacity_blocks": capacity,  # per replica (a remote tier's: the cluster's)
             "stored_blocks": stored,
             "loaded_blocks": loaded,
             "hit_tokens": hit_tokens,

@@ -63,7 +63,7 @@ def test_the_checker_reaches_every_tier_move():
 BROKEN = {
     "NoCopyOnWrite": "sharers disagree",  # its own check_invariants
     # the shared block's tokens are miscounted (a slot leaked, or a usage field below 0)
-    "UncheckedNoCopyOnWrite": ("token slots", "has a negative field"),
+    "UncheckedNoCopyOnWrite": ("token_slots", "token slots", "has a negative field"),
     "LeakyFree": "refcount",
     "UncheckedLeakyFree": "used_blocks is 1; the live sequences' tables hold 0",
     # (a hit on it, or a tier store of it, whichever the example reaches first)

@@ -9,7 +9,7 @@ import pytest
 from backend.base import InvalidRequest
 from backend.blocks import BlockManager
 from backend.capabilities import OffloadsPrefixes, TierSpec
-from backend.transfer import CPU, DISK, SWAP_IN, SWAP_OUT
+from backend.transfer import CPU, DISK, REMOTE, SWAP_IN, SWAP_OUT
 
 PROMPT = [1, 2, 3, 4, 5, 6, 7]  # three full blocks of 2, then the last token
 
@@ -162,3 +162,22 @@ def test_tiers_below_the_cpu_one_are_checked_when_built():
         manager(lower_tiers=(TierSpec(DISK, 4), TierSpec(DISK, 4)))
     with pytest.raises(InvalidRequest, match="num_blocks"):
         manager(lower_tiers=(TierSpec(DISK, 0),))
+
+
+def test_a_remote_tier_is_one_store_for_every_allocator_that_shares_it():
+    """Replica b finds in the shared remote tier what replica a computed, never across
+    tenants; the store holds each prefix once."""
+    a = manager(lower_tiers=(TierSpec(REMOTE, 16),))
+    b = manager(lower_tiers=(TierSpec(REMOTE, 16, shared=a.offload_tier(REMOTE)),))
+    computed(a, 0, PROMPT)
+    assert [t.route for t in a.take_tier_transfers().stores] == [SWAP_OUT, (CPU, REMOTE)] * 3
+    assert computed(b, 0, PROMPT, salt=1) == 0  # another tenant: no hit
+    b.take_tier_transfers()
+    b.free(0)
+    assert computed(b, 1, PROMPT) == 6
+    loads = b.take_tier_transfers().loads
+    assert [t.route for t in loads] == [(REMOTE, CPU), SWAP_IN] * 3
+    assert b.read_tokens(1).tolist() == PROMPT
+    assert a.tier_stats[1] == b.tier_stats[1] and b.tier_stats[1].stored_blocks == 6
+    with pytest.raises(InvalidRequest, match="does not match"):
+        manager(lower_tiers=(TierSpec(REMOTE, 8, shared=a.offload_tier(REMOTE)),))

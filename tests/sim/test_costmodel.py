@@ -13,7 +13,7 @@ from backend.step import Batch, PrefillChunk
 from backend.transfer import CPU, DEVICE_COPY, GPU, SWAP_IN, SWAP_OUT, Medium, Transfer
 from sim.catalog.cost_params import CostParams
 from sim.catalog.hardware import HardwareSpec
-from sim.catalog.links import NVME_READ_BYTES_S, NVME_READ_LATENCY_S
+from sim.catalog.links import LINKS, NIC_BYTES_S, NVME_READ_BYTES_S, NVME_READ_LATENCY_S
 from sim.catalog.pool import kv_pool_blocks
 from sim.catalog.presets import HARDWARE_PRESETS, MODEL_PRESETS
 from sim.costs.analytic import LAYER_OPS, AnalyticCostModel
@@ -170,6 +170,16 @@ def test_a_disk_promotion_reads_the_whole_replicas_block_from_the_nvme():
     cost = tiny_model(tp).breakdown([], NO_DECODES, moved=moved)
     disk = NVME_READ_LATENCY_S + 3 * tp * block_bytes / NVME_READ_BYTES_S
     assert cost.data_movement_s == pytest.approx(disk + 3 * block_bytes / TOY_GPU.host_link_bytes_s)
+
+
+def test_a_remote_promotion_crosses_each_ranks_nic_as_the_network_link_measures():
+    """A remote tier's hit: each rank reads its share over its own NIC at the "network"
+    link's point-to-point fraction, plus that link's latency once a step."""
+    block_bytes = 4 * tiny_kv_bytes_per_token(2)
+    cost = tiny_model().breakdown([], NO_DECODES, moved={(Medium.REMOTE, Medium.CPU): 5})
+    network = LINKS["network"]
+    expected = network.latency_2_s + 5 * block_bytes / (NIC_BYTES_S * network.busbw_fraction_2)
+    assert cost.data_movement_s == pytest.approx(expected)
 
 
 def test_a_route_no_link_carries_is_refused_by_name():

@@ -41,7 +41,7 @@ def test_a_run_with_a_tier_is_the_same_twice():
     ("override", "message"),
     [
         ("cache.offload=[{tier: disk, num_blocks: 8}]", "the first tier is 'cpu'"),
-        ("cache.offload=[{tier: remote, num_blocks: 8}]", "a remote tier is not modelled yet"),
+        ("cache.offload=[{tier: nvme, num_blocks: 8}]", "expected one of 'cpu', 'disk', 'remote'"),
         (
             "cache.offload=[{tier: cpu, num_blocks: 8}, {tier: disk, num_blocks: 8}, "
             "{tier: cpu, num_blocks: 8}]",
@@ -104,4 +104,34 @@ def test_a_disk_tier_with_a_calibration_is_refused_in_one_line(tmp_path, capsys)
     )
     code = main(["run", str(scenario), "--out", str(tmp_path / "o"), "--quiet"])
     err = capsys.readouterr().err
-    assert code == 2 and "a calibration has no disk link" in err and len(err.splitlines()) == 1
+    assert code == 2 and "a calibration has no disk or network link" in err
+    assert len(err.splitlines()) == 1
+
+
+ROUTING = str(ROOT / "scenarios" / "policies" / "routing-multi-turn.yaml")
+REMOTE = "cache.offload=[{tier: cpu, capacity_gib: 4}, {tier: remote, capacity_gib: 64}]"
+
+
+def test_a_remote_tier_is_one_store_the_replicas_share_and_the_summary_counts_once():
+    scenario = load_scenario(ROUTING, overrides=[*SMALL, REMOTE, "routing.router=round-robin"])
+    result = simulate(scenario)
+    cpu, remote = result.summary["kv_offload"]["tiers"]
+    assert scenario.routing.replicas > 1 and remote["tier"] == "remote"
+    assert remote["capacity_blocks"] == 32 * 1024  # the cluster's 64 GiB of 2 MiB blocks
+    # Round-robin scatters a session's turns: what one replica stored, another reads.
+    assert remote["hit_tokens"] > 0
+    assert remote["stored_blocks"] <= cpu["stored_blocks"]  # once, whoever stored first
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("backend.kind=torch", "needs backend.kind: model"),
+        ("cache.allocator=contiguous-max", "prefix caching needs the paged allocator"),
+    ],
+)
+def test_a_remote_tier_that_cannot_be_shared_is_one_line(tmp_path, capsys, override, message):
+    args = ["run", ROUTING, "--set", REMOTE, "--set", override, "--out", str(tmp_path / "o")]
+    code = main([*args, "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.splitlines()) == 1, err

@@ -86,7 +86,7 @@ def test_pool_size_explicit_or_derived_from_memory():
     own = validate_scenario({"scheduler": {"engine": "pagesim"}, "cache": {"num_blocks": 77}})
     assert own.kv_pool.device_blocks == build_allocator(own).num_blocks == 77
     s = validate_scenario({"tensor_parallel": 2, "cache": {"cpu_swap_gib": 4}})
-    assert s.kv_pool == (s.cache.device_blocks(s.model, s.hardware, 2) - 1, 4096, 0)
+    assert s.kv_pool == (s.cache.device_blocks(s.model, s.hardware, 2) - 1, 4096, ())
 
 
 def test_cpu_blocks_from_gib_or_explicit():
