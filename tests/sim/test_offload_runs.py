@@ -92,6 +92,19 @@ def test_a_disk_tier_below_a_small_cpu_tier_serves_what_both_lost_and_costs_its_
     assert cached[0] > cached[1]
 
 
+def test_the_run_summary_names_each_tier_and_what_it_served():
+    from sim.output.tables import format_summary_table as summary_text
+
+    result = run(DISK)
+    cpu, disk = result.summary["kv_offload"]["tiers"]
+    text = summary_text(result.summary)
+    for tier in (cpu, disk):
+        line = next(row for row in text.splitlines() if row.startswith(f"{tier['tier']} tier "))
+        assert f"{tier['hit_tokens']:,} prompt tokens served" in line
+        assert f"{tier['evicted_blocks']} blocks evicted" in line
+    assert "tier" not in summary_text(run("cache.offload=[]").summary)
+
+
 def test_a_disk_tier_with_a_calibration_is_refused_in_one_line(tmp_path, capsys):
     from tests.sim.test_calibration import calibration_text
 
