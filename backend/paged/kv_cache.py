@@ -17,7 +17,7 @@ import torch
 
 from backend.paged import ops
 from backend.paged.shape import ModelShape
-from backend.transfer import CPU, DEVICE_COPY, SWAP_IN, SWAP_OUT, Medium, Transfer
+from backend.transfer import CPU, DEVICE_COPY, GPU, Medium, Transfer
 
 
 class KVCache:
@@ -84,19 +84,17 @@ class KVCache:
     def transfer(self, transfers: Sequence[Transfer]) -> None:
         """Perform ``transfers`` in order, each run of one route as one batched move.
         Mutates the pools written. Raises ValueError for a route between pools this
-        cache does not have (disk, a remote store, another instance)."""
+        cache does not have (another instance), or that skips the CPU pool (a disk or a
+        remote store reaches the device only through it)."""
         for route, run in groupby(transfers, key=attrgetter("src_medium", "dst_medium")):
-            perform = self._performers.get(route)
-            if perform is not None:
-                perform(self, list(run))
+            if route == DEVICE_COPY:
+                self.copy_blocks(list(run))
                 continue
-            src, dst = (self._host_pool(medium) for medium in route)
+            src, dst = (self._pool(medium) for medium in route)
             if src is None or dst is None or CPU not in route:
                 src, dst = route
                 raise ValueError(f"the KV cache has no move from {src.value} to {dst.value}")
-            for wave in independent_waves(list(run), same_pool=False):
-                src_ids, dst_ids = self._move_indices(wave, src.device, dst.device)
-                dst.index_copy_(2, dst_ids, src.index_select(2, src_ids))
+            self._move_between(src, dst, list(run))
 
     def copy_blocks(self, moves: Sequence[Transfer]) -> None:
         """Copy-on-write: device block ``src`` -> device block ``dst`` for every move, all
@@ -106,26 +104,18 @@ class KVCache:
             src, dst = self._move_indices(wave, self.device, self.device)
             ops.copy_blocks(self.data, src, dst, use_triton=self.use_triton)
 
-    def swap_out(self, moves: Sequence[Transfer]) -> None:
-        """Device block ``src`` -> CPU block ``dst`` for every move, in order (one gather,
-        one transfer, one scatter per wave). Mutates the CPU pool only."""
+    def _move_between(self, source: torch.Tensor, target: torch.Tensor, moves) -> None:
+        """Block ``src`` of ``source`` -> block ``dst`` of ``target`` (two pools: the
+        device's, the CPU's, a lower tier's) for every move, in order: one gather, one
+        copy across, one scatter per wave. Mutates ``target`` only."""
         for wave in independent_waves(moves, same_pool=False):
-            src, dst = self._move_indices(wave, self.device, self.cpu_data.device)
-            staged = self.data.index_select(2, src).to("cpu", non_blocking=False)
-            self.cpu_data.index_copy_(2, dst, staged)
+            src, dst = self._move_indices(wave, source.device, target.device)
+            target.index_copy_(2, dst, source.index_select(2, src).to(target.device))
 
-    def swap_in(self, moves: Sequence[Transfer]) -> None:
-        """CPU block ``src`` -> device block ``dst`` for every move, in order. Mutates
-        device blocks only."""
-        for wave in independent_waves(moves, same_pool=False):
-            src, dst = self._move_indices(wave, self.cpu_data.device, self.device)
-            staged = self.cpu_data.index_select(2, src).to(self.device)
-            self.data.index_copy_(2, dst, staged)
-
-    _performers = {DEVICE_COPY: copy_blocks, SWAP_OUT: swap_out, SWAP_IN: swap_in}
-
-    def _host_pool(self, medium: Medium) -> torch.Tensor | None:
-        """The host tensor of ``medium``'s blocks: the CPU pool or a lower tier's."""
+    def _pool(self, medium: Medium) -> torch.Tensor | None:
+        """The tensor of ``medium``'s blocks (None: this cache keeps none there)."""
+        if medium is GPU:
+            return self.data
         return self.cpu_data if medium is CPU else self.lower_data.get(medium)
 
     @staticmethod

@@ -80,9 +80,9 @@ def test_block_moves_on_device_and_pinned_pool(rng):
     before = cache.data.clone()
     cache.copy_blocks([Transfer(3, 30), Transfer(4, 31)])
     assert torch.equal(cache.data[:, :, 30], before[:, :, 3])
-    cache.swap_out([Transfer(30, 0, GPU, CPU), Transfer(7, 5, GPU, CPU)])
+    cache.transfer([Transfer(30, 0, GPU, CPU), Transfer(7, 5, GPU, CPU)])
     cache.data.zero_()
-    cache.swap_in([Transfer(0, 1, CPU, GPU), Transfer(5, 2, CPU, GPU)])
+    cache.transfer([Transfer(0, 1, CPU, GPU), Transfer(5, 2, CPU, GPU)])
     assert torch.equal(cache.data[:, :, 1], before[:, :, 3])
     assert torch.equal(cache.data[:, :, 2], before[:, :, 7])
 

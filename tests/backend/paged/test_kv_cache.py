@@ -8,7 +8,7 @@ import torch
 
 from backend.paged import KVCache, ModelShape, slot_mapping
 from backend.paged.kv_cache import independent_waves
-from backend.transfer import CPU, GPU, Medium, Transfer
+from backend.transfer import CPU, DISK, GPU, Medium, Transfer
 
 from .helpers import TRITON_DEVICE, needs_triton
 
@@ -70,32 +70,43 @@ def test_waves_split_only_at_conflicts():
 def test_swap_round_trip_restores_contents_into_other_blocks(rng):
     cache = _random_pool(rng)
     before = cache.data.clone()
-    cache.swap_out([Transfer(2, 3, GPU, CPU), Transfer(5, 0, GPU, CPU)])
+    cache.transfer([Transfer(2, 3, GPU, CPU), Transfer(5, 0, GPU, CPU)])
     assert torch.equal(cache.cpu_data[:, :, 3], before[:, :, 2])
     assert torch.equal(cache.cpu_data[:, :, 0], before[:, :, 5])
     cache.data.fill_(float("nan"))  # the device blocks were released and reused
-    cache.swap_in([Transfer(3, 1, CPU, GPU), Transfer(0, 4, CPU, GPU)])
+    cache.transfer([Transfer(3, 1, CPU, GPU), Transfer(0, 4, CPU, GPU)])
     assert torch.equal(cache.data[:, :, 1], before[:, :, 2])
     assert torch.equal(cache.data[:, :, 4], before[:, :, 5])
     assert cache.data[:, :, [0, 2, 3, 5]].isnan().all()
 
 
 def test_transfer_performs_each_route_in_order(rng):
-    """One call with a step's transfers (swap-out, swap-in, copy) gives what the three
-    pool methods give in that order: the swap-in writes the block the swap-out read."""
+    """One call with a step's transfers (swap-out, swap-in, copy) performs them in order:
+    the swap-in rewrites the block the swap-out read, and the copy reads the rewritten one."""
     transfers = [
         Transfer(2, 3, GPU, CPU), Transfer(1, 2, CPU, GPU), Transfer(2, 5), Transfer(4, 0),
     ]  # fmt: skip
-    by_route, in_one = _random_pool(rng), _random_pool(rng)
-    in_one.data.copy_(by_route.data)
-    in_one.cpu_data.copy_(by_route.cpu_data)
-    by_route.swap_out(transfers[:1])
-    by_route.swap_in(transfers[1:2])
-    by_route.copy_blocks(transfers[2:])
-    in_one.transfer(transfers)
-    assert torch.equal(in_one.data, by_route.data)
-    assert torch.equal(in_one.cpu_data, by_route.cpu_data)
-    assert not torch.equal(in_one.data[:, :, 5], in_one.cpu_data[:, :, 3])  # 2 was rewritten
+    cache = _random_pool(rng)
+    device, host = cache.data.clone(), cache.cpu_data.clone()
+    cache.transfer(transfers)
+    assert torch.equal(cache.cpu_data[:, :, 3], device[:, :, 2])
+    assert torch.equal(cache.data[:, :, 2], host[:, :, 1])
+    assert torch.equal(cache.data[:, :, 5], host[:, :, 1])
+    assert torch.equal(cache.data[:, :, 0], device[:, :, 4])
+
+
+def test_a_lower_tier_is_reached_through_the_cpu_pool_only(rng):
+    """A disk tier's pool takes cascades from the CPU pool and gives promotions back to
+    it; a move between it and the device is refused by name."""
+    cache = KVCache(SHAPE, 4, 2, num_cpu_blocks=2, lower_tier_blocks={DISK: 3})
+    cache.cpu_data.normal_(generator=torch.Generator().manual_seed(1))
+    stored = cache.cpu_data[:, :, 1].clone()
+    cache.transfer([Transfer(1, 2, CPU, DISK)])
+    cache.cpu_data.zero_()
+    cache.transfer([Transfer(2, 0, DISK, CPU), Transfer(0, 3, CPU, GPU)])
+    assert torch.equal(cache.data[:, :, 3], stored)
+    with pytest.raises(ValueError, match="no move from disk to gpu"):
+        cache.transfer([Transfer(2, 0, DISK, GPU)])
 
 
 def test_transfer_refuses_a_route_it_has_no_pool_for(rng):

@@ -201,7 +201,7 @@ class PagedPoolMachine(RuleBasedStateMachine):
     def swap_out(self, data):
         seq = data.draw(st.sampled_from(self._on_device()))
         if self.alloc.can_swap_out(seq):
-            self.kv.swap_out(self.alloc.swap_out(seq))
+            self.kv.transfer(self.alloc.swap_out(seq))
 
     @precondition(lambda self: self._swapped())
     @rule(data=st.data())
@@ -215,14 +215,14 @@ class PagedPoolMachine(RuleBasedStateMachine):
         it back among the prefills with the tokens it had computed)."""
         seq = data.draw(st.sampled_from(self._prefilling()))
         if self.alloc.can_swap_out(seq):
-            self.kv.swap_out(self.alloc.swap_out(seq))
+            self.kv.transfer(self.alloc.swap_out(seq))
             self._swap_in(seq)
 
     def _swap_in(self, seq: int) -> None:
         if not self.alloc.can_swap_in(seq):
             return
         moves = self.alloc.swap_in(seq)
-        self.kv.swap_in(moves)
+        self.kv.transfer(moves)
         # The leading blocks that came back without a move are shared from the cache.
         shared = len(self.alloc.block_table(seq)) - len(moves)
         self._adopt_shared(seq, min(shared * self.alloc.block_size, len(self.shadow[seq])))

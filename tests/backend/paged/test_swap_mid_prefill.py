@@ -45,10 +45,10 @@ def test_the_one_token_case_writes_into_a_private_block():
     alloc = BlockManager(4, 1, num_cpu_blocks=1, enable_prefix_caching=True)
     kv = KVCache(SHAPE, 4, 1, num_cpu_blocks=1, dtype=torch.float64)
     assert alloc.allocate(0, [0], computed_tokens=0) == 0  # mid-prefill: nothing computed
-    kv.swap_out(alloc.swap_out(0))
+    kv.transfer(alloc.swap_out(0))
     assert alloc.allocate(1, [0]) == 0  # sequence 0's block was never published: no hit
     compute(alloc, kv, 1, 0, 1, 1.0)
-    kv.swap_in(alloc.swap_in(0))
+    kv.transfer(alloc.swap_in(0))
     alloc.mark_computed(0, 1)  # the engine plans the prefill chunk ...
     compute(alloc, kv, 0, 0, 1, 2.0)  # ... and the executor computes it
     alloc.check_invariants()
@@ -68,11 +68,11 @@ def test_the_computed_blocks_are_shared_again_and_the_rest_come_back_private():
     alloc.allocate(0, prompt, computed_tokens=0)
     alloc.mark_computed(0, 2)
     compute(alloc, kv, 0, 0, 2, 1.0)
-    kv.swap_out(alloc.swap_out(0))
+    kv.transfer(alloc.swap_out(0))
     assert alloc.allocate(1, prompt) == 2  # sequence 0's computed block, cached
     compute(alloc, kv, 1, 2, 6, 3.0)
     moves = alloc.swap_in(0)
-    kv.swap_in(moves)
+    kv.transfer(moves)
     alloc.mark_computed(0, 6)
     compute(alloc, kv, 0, 2, 6, 2.0)
     alloc.check_invariants()
