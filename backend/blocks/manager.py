@@ -14,8 +14,9 @@ the pool's clock once per command and keeps the parts consistent:
   block arithmetic of growing them (full_attention.py: full attention, the only group a
   model has today);
 * the swap space (swap.py): the CPU pool and the swap commands;
-* an offload tier (offload.py), when built with one: a prefix cache below the device
-  pool, written through as blocks are computed and loaded from on a prompt's lookup;
+* the offload tiers (offload.py), when built with them: prefix caches below the device
+  pool (CPU, then disk or a remote store), written through as blocks are computed and
+  loaded from on a prompt's lookup;
 * the memory ``slots``: the token id held in every slot of the device pool.
 """
 
@@ -81,7 +82,8 @@ class BlockManager(Allocator):
         )
         self.num_offload_blocks = check_count("num_offload_blocks", num_offload_blocks, 0)
         self._tier = self._build_tiers(offload_evictor, lower_tiers)
-        self.lower_tier_blocks = {spec.medium: spec.num_blocks for spec in lower_tiers}
+        below = self._tier.tiers[1:] if self._tier is not None else []
+        self.lower_tier_blocks = {tier.medium: tier.num_blocks for tier in below}
         self._loads: list[Transfer] = []
         if self._tier is not None:
             self._index.newly_published = []
@@ -284,7 +286,7 @@ class BlockManager(Allocator):
         below = self._tier_hits(keys, len(hits), tokens, salt, own) if tiers else []
         return (len(hits) + len(below)) * self.block_size
 
-    # -- the offload tier (offload.py) ------------------------------------------------------
+    # -- the offload tiers (offload.py) -----------------------------------------------------
     def offload_tier(self, medium: Medium) -> OffloadTier | None:
         """The offload tier on ``medium`` (None: none), to share with another allocator
         (``TierSpec.shared``)."""
@@ -297,7 +299,7 @@ class BlockManager(Allocator):
         return self._tier.stats if self._tier is not None else None
 
     def take_tier_transfers(self) -> TierTransfers:
-        """The offload tier's moves since the last call, and the stores they make due:
+        """The offload tiers' moves since the last call, and the stores they make due:
         the loads ``allocate`` took (run before the step's forward) and a store of every
         block published since, computed once that forward has run, whose key the tier
         does not hold (run after it). A published block no table holds any more is not

@@ -1,6 +1,6 @@
-"""A prefix cache one level below the device pool: full blocks of computed KV kept in a
-tier (CPU memory today), found again by the same chained prefix keys as the device's
-prefix cache, and loaded back instead of recomputed.
+"""Prefix caches below the device pool: full blocks of computed KV kept in tiers (CPU
+memory, then local disk or a remote store), found again by the same chained prefix keys
+as the device's prefix cache, and loaded back instead of recomputed.
 
 The rules follow vLLM's KV offloading connector (``--kv-offloading-size``, the native
 CPU backend of vLLM 0.33: ``vllm/distributed/kv_transfer/kv_connector/v1/offloading``
@@ -220,23 +220,25 @@ class OffloadTiers:
         some tier, each key served by the first tier in order that holds it verified:
         ``[(tier index, tier block), ...]``; ``own``: in the tiers of this instance only,
         not a remote store the cluster shares. No mutation."""
+        tiers = [(n, t) for n, t in enumerate(self.tiers) if not (own and t.medium is REMOTE)]
         found: list[tuple[int, int]] = []
-        i, primary = 0, self.primary
-        while i < len(keys):
-            for index, tier in enumerate(self.tiers):
-                if own and tier.medium is REMOTE:
-                    continue
+        while len(found) < len(keys):
+            i = len(found)
+            for index, tier in tiers:
                 run = tier.cached_run(keys[i:], salt, start + i, rows[i:])
                 if index:  # a key the CPU tier holds is served by it, not from below
-                    run = run[: next((j for j in range(1, len(run)) if keys[i + j] in primary),
-                                     len(run))]  # fmt: skip
+                    run = run[: self._cpu_tier_holds(keys[i : i + len(run)])]
                 if run:
                     found += [(index, block) for block in run]
-                    i += len(run)
                     break
             else:
                 break
         return found
+
+    def _cpu_tier_holds(self, keys: list[int]) -> int:
+        """How many of ``keys`` (a lower tier's run, whose first the CPU tier lacks) that
+        tier serves: up to the first key the CPU tier holds, or all of them."""
+        return next((j for j in range(1, len(keys)) if keys[j] in self.primary), len(keys))
 
     def load(self, found: list[tuple[int, int]], device_blocks: list[int], device: np.ndarray):
         """Copy the ``found`` blocks (a ``cached_run``) into ``device_blocks`` of the

@@ -88,7 +88,10 @@ def check_memory(scenario) -> None:
         "simulation.num_requests": expected_requests(scenario) * BYTES_PER_REQUEST,
         "cache.num_blocks": scenario.routing.replicas * device * per_block,
         "cache.num_cpu_blocks": scenario.routing.replicas * cpu * per_block,
-        "cache.offload": scenario.routing.replicas * sum(offload) * per_block,
+        "cache.offload": per_block * sum(
+            n if spec.cluster_wide else scenario.routing.replicas * n
+            for spec, n in zip(cache.offload, offload, strict=True)
+        ),
         "workload.tenants.count": 16.0 * workload.tenants.count,
         "workload.priorities.count": 16.0 * workload.priorities.count,
         "workload.prefix.num_groups": shared,

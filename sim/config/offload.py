@@ -51,6 +51,12 @@ class OffloadTierSpec(StrictModel):
             raise ValueError("set capacity_gib or num_blocks, one of them")
         return self
 
+    @property
+    def cluster_wide(self) -> bool:
+        """Whether the tier is one store for every replica of the cluster (a remote tier),
+        not one per replica: built once, sized and counted once."""
+        return self.tier == "remote"
+
     def blocks(self, block_bytes: int) -> int:
         """The tier's blocks: ``num_blocks``, or ``capacity_gib`` over the KV bytes one
         block takes on the whole replica (vLLM divides the same way)."""

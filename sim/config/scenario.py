@@ -246,7 +246,7 @@ class Scenario(StrictModel):
                 "models; a calibration has no disk or network link (cost_model.kind: "
                 "calibrated)",
             )
-        if "remote" not in lower:
+        if not any(tier.cluster_wide for tier in self.cache.offload):
             return
         if self.cache.allocator != PAGED:
             raise error_at("cache.offload", "a remote tier is shared by the paged allocators")

@@ -112,9 +112,9 @@ class CacheSpec(StrictModel):
     (so the pool holds twice the tokens) and the bytes decode attention reads, with the weights
     unchanged."""
     offload: list[OffloadTierSpec] = Field(default_factory=list)
-    """Tiers of the prefix cache below the device pool (needs ``prefix_caching``); one ``cpu``
-    tier today, e.g. ``[{tier: cpu, capacity_gib: 8}]``. Empty: a block the device's cache
-    evicts is gone."""
+    """Tiers of the prefix cache below the device pool (needs ``prefix_caching``): a ``cpu`` tier,
+    then optionally ``disk`` and ``remote``, e.g. ``[{tier: cpu, capacity_gib: 8}]``. Empty: a
+    block the device's cache evicts is gone."""
     allocator: str = "paged"
     """How KV memory is reserved: ``paged`` allocates blocks as sequences grow (PagedAttention); the
     contiguous baselines reserve one region per request up front: ``max_model_len`` slots

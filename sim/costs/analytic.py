@@ -303,8 +303,9 @@ class AnalyticCostModel:
         return self._parts(prefill_chunks, num_decodes, decode_context, moved)
 
     def _transfers_s(self, moved: MovedBlocks) -> float:
-        """Seconds the blocks ``moved`` take, summed per link first (host link, then
-        device memory). Raises ValueError for a route no link carries."""
+        """Seconds the blocks ``moved`` take, summed per link first (host link, device
+        memory, disk and network reads, each read link's latency once). Raises ValueError
+        for a route no link carries."""
         blocks = blocks_per_link(moved)
         seconds = sum([count * self._s_per_block_on[link] for link, count in blocks.items()])
         return seconds + sum([s for link, s in READ_LATENCY_S.items() if blocks[link]])

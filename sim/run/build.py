@@ -15,7 +15,7 @@ from backend.blocks import BlockManager
 from backend.capabilities import TierSpec
 from backend.contiguous import make_contiguous
 from backend.shipped import PAGED
-from backend.transfer import REMOTE, Medium
+from backend.transfer import Medium
 from policies.admission import ADMISSION
 from policies.batching import BATCHING
 from policies.context import (
@@ -72,17 +72,12 @@ def policy_context(
 def build_allocator(
     scenario, context: PolicyContext | None = None, shared: dict | None = None
 ) -> Allocator:
-    """One replica's allocator, sized from the scenario; its eviction policy is built
+    """One replica's allocator, sized from the scenario; its eviction policies are built
     with ``context`` (by default one without the request stream). ``shared`` carries a
-    remote tier from replica to replica: the first builds it and puts it there, the
-    others take it (mutated)."""
+    cluster-wide tier (remote) from replica to replica: the first builds it and puts it
+    there, the others take it (mutated)."""
     cache = scenario.cache
-    num_blocks, num_cpu_blocks, offload_blocks = scenario.kv_pool
-    tier = {}
-    if offload_blocks:  # the CPU tier, and the tiers below it (each LRU until given one)
-        tier["num_offload_blocks"] = offload_blocks[0]
-        lower = zip(cache.offload[1:], offload_blocks[1:], strict=True)
-        tier["lower_tiers"] = tuple(TierSpec(Medium(spec.tier), n) for spec, n in lower)
+    num_blocks, num_cpu_blocks, _ = scenario.kv_pool
     if cache.plugin_allocator is not None:  # a user's class (sim/config/allocators.py)
         try:
             return construct(
@@ -91,35 +86,25 @@ def build_allocator(
                 block_size=cache.block_size,
                 num_cpu_blocks=num_cpu_blocks,
                 enable_prefix_caching=cache.prefix_caching,
-                **tier,
+                **_tiers(scenario),
             )
         except ValueError as err:
             raise ScenarioError(f"{scenario.source}: cache.allocator: {err}") from None
     if cache.allocator == PAGED:
         context = context or policy_context(scenario, replica=0)
         eviction = scenario.eviction
-        evictor = make_policy(scenario, EVICTORS, eviction.policy, eviction.params, context)
-        if offload_blocks:  # each tier's own policy (cache.offload[n].eviction)
-            first, *lower = (
-                make_policy(scenario, EVICTORS, spec.eviction, {}, context)
-                for spec in cache.offload
-            )
-            tier["offload_evictor"] = first
-            shared = {} if shared is None else shared
-            tier["lower_tiers"] = tuple(
-                spec._replace(evictor=evictor, shared=shared.get(spec.medium))
-                for spec, evictor in zip(tier["lower_tiers"], lower, strict=True)
-            )
+        shared = {} if shared is None else shared
         manager = BlockManager(
             num_blocks,
             cache.block_size,
             num_cpu_blocks=num_cpu_blocks,
             enable_prefix_caching=cache.prefix_caching,
-            evictor=evictor,
-            **tier,
+            evictor=make_policy(scenario, EVICTORS, eviction.policy, eviction.params, context),
+            **_tiers(scenario, context, shared),
         )
-        if REMOTE in manager.lower_tier_blocks:  # one store for every replica
-            shared.setdefault(REMOTE, manager.offload_tier(REMOTE))
+        for spec in cache.offload:
+            if spec.cluster_wide:  # one store for every replica
+                shared.setdefault(spec.tier, manager.offload_tier(Medium(spec.tier)))
         return manager
     return make_contiguous(
         cache.allocator,
@@ -127,6 +112,27 @@ def build_allocator(
         max_model_len=scenario.model.max_model_len,
         num_cpu_slots=num_cpu_blocks * cache.block_size,
     )
+
+
+def _tiers(scenario, context: PolicyContext | None = None, shared: dict | None = None) -> dict:
+    """The offload tiers' constructor arguments (none without a tier): the CPU tier's
+    size, and the tiers below it. With ``context``, each tier's eviction policy
+    (``cache.offload[n].eviction``; without, the allocator's default), and a
+    cluster-wide tier already in ``shared`` instead of a new one."""
+    blocks = scenario.kv_pool.offload_blocks
+    if not blocks:
+        return {}
+    specs = list(zip(scenario.cache.offload, blocks, strict=True))
+    policies = [
+        None if context is None else make_policy(scenario, EVICTORS, spec.eviction, {}, context)
+        for spec, _ in specs
+    ]
+    lower = tuple(
+        TierSpec(Medium(spec.tier), n, policy, (shared or {}).get(spec.tier))
+        for (spec, n), policy in zip(specs[1:], policies[1:], strict=True)
+    )
+    tiers = {"num_offload_blocks": blocks[0]} | ({"lower_tiers": lower} if lower else {})
+    return tiers if context is None else {**tiers, "offload_evictor": policies[0]}
 
 
 def build_executor(scenario, allocator: Allocator):

@@ -159,15 +159,15 @@ def _offload_figures(scenario, replicas) -> dict[str, Any] | None:
     for index, (spec, capacity) in enumerate(
         zip(cache.offload, scenario.kv_pool.offload_blocks, strict=True)
     ):
-        # a remote tier is one store: every replica reports the same one
-        stats = [replica[index] for replica in per_replica[: 1 if spec.tier == "remote" else None]]
+        # a cluster-wide tier is one store: every replica reports the same one
+        stats = [replica[index] for replica in per_replica[: 1 if spec.cluster_wide else None]]
         stored, loaded, hit_tokens, evicted = (
             sum(getattr(s, name) for s in stats)
             for name in ("stored_blocks", "loaded_blocks", "hit_tokens", "evicted_blocks")
         )
         tiers.append({
             "tier": spec.tier,
-            "capacity_blocks": capacity,  # per replica (a remote tier's: the cluster's)
+            "capacity_blocks": capacity,  # per replica (a cluster-wide tier's: the cluster's)
             "stored_blocks": stored,
             "loaded_blocks": loaded,
             "hit_tokens": hit_tokens,

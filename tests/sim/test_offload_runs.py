@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from sim.cli import main
+from sim.config.errors import ScenarioError
 from sim.config.loader import load_scenario
 from sim.run.runner import simulate
 
@@ -148,3 +149,16 @@ def test_a_remote_tier_that_cannot_be_shared_is_one_line(tmp_path, capsys, overr
     code = main([*args, "--quiet"])
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.splitlines()) == 1, err
+
+
+def test_the_memory_estimate_counts_a_cluster_wide_tier_once(monkeypatch):
+    """40M blocks of bookkeeping (128 B each) is 5 GB once, 20 GB per replica on 4."""
+    monkeypatch.setenv("PAGESIM_MEMORY_BUDGET_GB", "10")
+
+    def tiers(lower: str) -> list[str]:
+        below = f"{{tier: {lower}, num_blocks: 40000000}}"
+        return [f"cache.offload=[{{tier: cpu, num_blocks: 8}}, {below}]"]
+
+    load_scenario(ROUTING, overrides=tiers("remote"))
+    with pytest.raises(ScenarioError, match="cache.offload"):
+        load_scenario(ROUTING, overrides=tiers("disk"))
