@@ -41,6 +41,27 @@ import numpy as np
 from backend.capabilities import hide_bypassed_unchecked_forms
 from backend.transfer import Medium, Transfer
 
+#: a block table entry that holds no block: a sliding window released it (its tokens are
+#: out of the window of every token the sequence computes from now on)
+NULL_BLOCK = -1
+
+
+class KVGroup(NamedTuple):
+    """One KV cache group as an allocator that keeps several takes it (``kv_groups``):
+    layers of one attention type whose KV has one geometry, so one block table serves
+    them all (vLLM's KV cache groups). ``sliding_window``: the window in tokens of a
+    sliding-window group; None for full attention."""
+
+    sliding_window: int | None = None
+
+    def describe(self) -> str:
+        window = self.sliding_window
+        return "full attention" if window is None else f"sliding window of {window} tokens"
+
+
+#: the KV cache groups of a model whose layers all keep every token
+ONE_GROUP = (KVGroup(),)
+
 
 class OutOfBlocks(RuntimeError):
     """A free-list miss: the request needs more blocks (or slots) than are free.
@@ -337,17 +358,22 @@ class Allocator(ABC):
         logical order. For contiguous allocators: the region's first slot and length."""
 
     @property
+    def kv_groups(self) -> tuple[KVGroup, ...]:
+        """The KV cache groups this allocator keeps a block table for, in group order.
+        Layers whose KV has one attention type and geometry form a group (vLLM's KV
+        cache groups: full attention, a sliding window); every group draws from the one
+        pool ``usage`` splits, and a :class:`~backend.transfer.Transfer`'s ``group``
+        indexes them. One full-attention group unless built with others."""
+        return ONE_GROUP
+
+    @property
     def num_kv_groups(self) -> int:
-        """KV cache groups this allocator keeps a block table for. Layers whose KV has
-        one attention type and geometry form a group (vLLM's KV cache groups: full
-        attention, a sliding window); every group draws from the one pool ``usage``
-        splits, and a :class:`~backend.transfer.Transfer`'s ``group`` indexes them. 1
-        for every allocator pagesim ships."""
-        return 1
+        return len(self.kv_groups)
 
     def block_tables(self, seq_id: int) -> tuple[list[int], ...]:
         """One block table per KV cache group, in group order; group 0's is
-        ``block_table(seq_id)``. No mutation; raises UnknownSequence."""
+        ``block_table(seq_id)``. A sliding-window group's table holds NULL_BLOCK where
+        it released a block. No mutation; raises UnknownSequence."""
         return (self.block_table(seq_id),)
 
     @abstractmethod
@@ -370,28 +396,30 @@ class Allocator(ABC):
     # -- sizes: what a number of tokens takes, in this allocator's own units ------------
     # The engine asks in tokens and gets blocks (slots, for an allocator that is not
     # block based): it never does block arithmetic itself. The defaults count whole
-    # ``block_size`` blocks; an allocator with other units (groups, windows) answers
-    # for itself. Queries: nothing is mutated.
+    # ``block_size`` blocks in every KV cache group (each group holds a table of the
+    # same tokens); an allocator with other units answers for itself. A sliding window's
+    # releases are not credited: for a sequence whose window has passed a block these
+    # are upper bounds. Queries: nothing is mutated.
     def blocks_for_tokens(self, tokens: int) -> int:
         """Blocks ``tokens`` tokens of a new sequence take (nothing shared)."""
-        return -(-tokens // self.block_size)  # (integer ceil: no float division)
+        return self.num_kv_groups * -(-tokens // self.block_size)  # (integer ceil)
 
     def blocks_to_grow(self, held: int, target: int) -> int:
         """More blocks a sequence holding slots for ``held`` tokens needs to hold
         ``target`` (0 if it already does)."""
         size = self.block_size
-        return max(0, -(-target // size) - -(-held // size))
+        return self.num_kv_groups * max(0, -(-target // size) - -(-held // size))
 
     def tokens_that_fit(self, held: int, blocks: int) -> int:
         """Tokens a sequence holding slots for ``held`` can add with ``blocks`` more
         blocks (the free room of its last block included)."""
-        return (-held) % self.block_size + blocks * self.block_size
+        return (-held) % self.block_size + blocks // self.num_kv_groups * self.block_size
 
     def blocks_for_samples(self, shared_tokens: int, tokens: int, samples: int) -> int:
         """Blocks ``samples`` sequences of ``tokens`` tokens each take when the first
         ``shared_tokens`` of them are one shared prefix (forks of one prompt: its full
         blocks are held once)."""
-        shared = shared_tokens // self.block_size if samples > 1 else 0
+        shared = self.num_kv_groups * (shared_tokens // self.block_size if samples > 1 else 0)
         return shared + samples * (self.blocks_for_tokens(tokens) - shared)
 
     def available_blocks(self) -> int:

@@ -54,3 +54,31 @@ def append_steps_one_by_one(
         allocator.append_batch(seq_ids, row)
         usages.append(allocator.usage())
     return usage_columns(usages)
+
+
+def paged_usage_by_step(
+    crossing: np.ndarray, used: int, cached: int, free: int, token_slots: int, batch: int,
+    num_blocks: int, block_size: int, evicted: int,
+) -> dict[str, np.ndarray]:  # fmt: skip
+    """A paged pool's usage after each step of a stretch of ``batch`` sequences, from its
+    counts before it and ``crossing`` (per step, which sequences took a new block): a
+    stretch takes only free blocks (never evicts) and writes one token per sequence."""
+    taken = np.cumsum(np.count_nonzero(crossing, axis=1))
+    used_blocks = used + taken
+    free_blocks = free - taken
+    tokens = token_slots + batch * np.arange(1, crossing.shape[0] + 1)
+    zeros = np.zeros(crossing.shape[0], dtype=np.int64)
+    cached_blocks = zeros + cached
+    return {
+        "total_slots": zeros + num_blocks * block_size,
+        "token_slots": tokens,
+        "reserved_slots": zeros,
+        "internal_frag_slots": used_blocks * block_size - tokens,
+        "external_frag_slots": zeros.copy(),
+        "free_slots": (free_blocks + cached_blocks) * block_size,
+        "cached_slots": cached_blocks * block_size,
+        "used_blocks": used_blocks,
+        "cached_blocks": cached_blocks,
+        "free_blocks": free_blocks,
+        "evictions": zeros + evicted,
+    }

@@ -27,15 +27,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from backend.base import Allocator, InvalidRequest, KVUsage, as_tokens, check_count
+from backend.base import Allocator, InvalidRequest, KVGroup, KVUsage, as_tokens, check_count
 from backend.blocks.block_pool import BlockPool
 from backend.blocks.full_attention import FullAttention
+from backend.blocks.kv_groups import KVGroups, check_kv_groups
 from backend.blocks.offload import OffloadTier, OffloadTiers, TierStats, TierTransfers
-from backend.blocks.prefix_index import PrefixCacheStats, PrefixIndex, check_salt
+from backend.blocks.prefix_index import GroupIndexes, PrefixCacheStats, PrefixIndex, check_salt
 from backend.blocks.sequences import ON_DEVICE, SWAPPED, SequenceRegistry
 from backend.blocks.swap import SwapSpace
 from backend.capabilities import TierSpec
 from backend.evictor import Evictor, LeastRecentlyUsed
+from backend.stretch import paged_usage_by_step
 from backend.transfer import CPU, Medium, Transfer
 
 
@@ -58,6 +60,7 @@ class BlockManager(Allocator):
         num_offload_blocks: int = 0,
         offload_evictor: Evictor | None = None,
         lower_tiers: Sequence[TierSpec] = (),
+        kv_groups: Sequence[KVGroup] = (),
     ):
         self.num_blocks = check_count("num_blocks", num_blocks, 1)
         self.block_size = check_count("block_size", block_size, 1)
@@ -65,14 +68,28 @@ class BlockManager(Allocator):
         self.enable_prefix_caching = bool(enable_prefix_caching)
         # The "memory": the token id held in every slot.
         self.slots = np.zeros((self.num_blocks, self.block_size), np.int32)
-        self._index = PrefixIndex(self.slots, enabled=self.enable_prefix_caching)
+        self._kv_groups = check_kv_groups(kv_groups)
+        caching = self.enable_prefix_caching
+        indexes = [PrefixIndex(self.slots, enabled=caching) for _ in self._kv_groups]
+        self._index = indexes[0]
         # Which cached block goes first is a policy (policies/eviction.py), passed in so
         # the backend imports nothing from policies/; LRU when none is given.
         evictor = evictor if evictor is not None else LeastRecentlyUsed()
-        self._pool = BlockPool(self.num_blocks, self.block_size, evictor, self._index)
+        keys = self._index if len(indexes) == 1 else GroupIndexes(indexes)
+        self._pool = BlockPool(self.num_blocks, self.block_size, evictor, keys)
         self._seqs = SequenceRegistry()
-        caching = self.enable_prefix_caching
-        self._full = FullAttention(self._pool, self._index, self.slots, prefix_caching=caching)
+        # One full-attention group (most models) runs the fast paths below; any other
+        # layout runs on the groups' coordinator (kv_groups.py).
+        self._kv: KVGroups | None = None
+        if self._kv_groups != (KVGroup(),):
+            if num_cpu_blocks or num_offload_blocks:  # (each group's tables would move)
+                raise InvalidRequest("swap space and offload tiers are not modelled with KV "
+                                     "cache groups or sliding windows yet")  # fmt: skip
+            self._kv = KVGroups(self._kv_groups, self._pool, indexes, self.slots,
+                                prefix_caching=caching)  # fmt: skip
+            self._full = self._kv.groups[0]
+        else:
+            self._full = FullAttention(self._pool, self._index, self.slots, prefix_caching=caching)
         self._swap = SwapSpace(
             self.num_cpu_blocks,
             pool=self._pool,
@@ -119,6 +136,10 @@ class BlockManager(Allocator):
 
     # -- public counters -----------------------------------------------------------------
     @property
+    def kv_groups(self) -> tuple[KVGroup, ...]:
+        return self._kv_groups
+
+    @property
     def reads_token_ids(self) -> bool:
         """Whether the token ids written here matter to this allocator: only prefix
         caching hashes them. A caller whose other readers ignore them too (a cost model)
@@ -156,6 +177,8 @@ class BlockManager(Allocator):
     # -- allocation ---------------------------------------------------------------------------
     def can_allocate(self, token_ids, *, salt: int = 0, max_new_tokens: int = 0) -> bool:
         tokens = as_tokens(token_ids, allow_empty=False)
+        if self._kv is not None:
+            return self._kv.can_allocate(tokens, check_salt(salt))
         _, hits = self._index.lookup(tokens, check_salt(salt))
         needed = self._full.blocks_for(tokens.shape[0]) - len(hits)
         return needed <= self._pool.available(self._pool.revived(hits))
@@ -180,6 +203,10 @@ class BlockManager(Allocator):
         its sequences itself): ``seq`` a new non-negative int id, ``tokens`` a non-empty
         1-D int32 array, ``salt`` an int in 64 bits. Unchecked: bad input corrupts the
         state instead of raising. Raises OutOfBlocks (nothing changed) like allocate."""
+        if self._kv is not None:
+            hit_tokens = self._kv.allocate(seq, tokens, salt, computed_tokens)
+            self._seqs.add(seq, tokens.shape[0])
+            return hit_tokens
         if not self.enable_prefix_caching:
             return self._allocate_fresh(seq, tokens)
         keys, hits = self._index.lookup(tokens, salt)
@@ -251,7 +278,11 @@ class BlockManager(Allocator):
         seq = self._seqs.live(seq_id)
         if self._seqs.state[seq] == ON_DEVICE:
             ready = check_count("num_tokens", num_tokens, 0) // self.block_size
-            if self.enable_prefix_caching:  # (else there is nothing to publish)
+            if not self.enable_prefix_caching:  # nothing to publish
+                return
+            if self._kv is not None:
+                self._kv.publish_through(seq, ready)
+            else:
                 self._index.publish_through(seq, ready, self._full.tables[seq])
 
     def unpublish_last_block(self, seq_id: int) -> None:
@@ -262,6 +293,9 @@ class BlockManager(Allocator):
         seq = self._seqs.live(seq_id)
         held = int(self._seqs.num_tokens[seq])
         if self.enable_prefix_caching and held and held % self.block_size == 0:
+            if self._kv is not None:
+                self._kv.unpublish_last_block(seq, held)
+                return
             last = self._full.tables[seq][-1]
             # Only a block this sequence alone holds (a decode's own); it is freed next,
             # so its published count need not change.
@@ -281,6 +315,8 @@ class BlockManager(Allocator):
         if not self.enable_prefix_caching:
             return 0
         tokens = as_tokens(token_ids, allow_empty=False)
+        if self._kv is not None:
+            return len(self._kv.lookup(tokens, check_salt(salt))[1][0]) * self.block_size
         keys, hits = self._index.lookup(tokens, check_salt(salt))
         tiers = self._tier is not None
         below = self._tier_hits(keys, len(hits), tokens, salt, own) if tiers else []
@@ -326,13 +362,21 @@ class BlockManager(Allocator):
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
         seq = self._seqs.on_device(seq_id)
         held = int(self._seqs.num_tokens[seq])
-        needed, _ = self._full.append_need(seq, held, check_count("num_tokens", num_tokens, 0))
+        num_new = check_count("num_tokens", num_tokens, 0)
+        if self._kv is not None:
+            return self._kv.can_append(seq, held, num_new)
+        needed, _ = self._full.append_need(seq, held, num_new)
         return needed <= self._pool.available()
 
     def append(self, seq_id: int, token_ids) -> list[Transfer]:
         seq = self._seqs.on_device(seq_id)
         tokens = as_tokens(token_ids, allow_empty=True)
         held = int(self._seqs.num_tokens[seq])
+        if self._kv is not None:
+            moves = self._kv.append(seq, held, tokens)
+            self._pool.clock += 1
+            self._seqs.num_tokens[seq] = held + tokens.shape[0]
+            return moves
         need = self._full.append_need(seq, held, tokens.shape[0])
         self._pool.require(need[0])
         if tokens.shape[0] == 0:
@@ -344,6 +388,8 @@ class BlockManager(Allocator):
 
     def blocks_needed_for_batch(self, seq_ids: np.ndarray) -> int:
         seqs, _ = self._seqs.check_batch(seq_ids, np.zeros(np.shape(seq_ids), np.int32))
+        if self._kv is not None:
+            return self._kv.batch_need(seqs, self._seqs.num_tokens[seqs])
         return self._full.batch_need(seqs, self._seqs.num_tokens[seqs]).needed
 
     def append_batch(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> list[Transfer]:
@@ -358,7 +404,8 @@ class BlockManager(Allocator):
             return []
         num_tokens = self._seqs.num_tokens
         held = num_tokens[seqs]
-        moves = self._full.append_batch(seqs, held, tokens)
+        group = self._full if self._kv is None else self._kv
+        moves = group.append_batch(seqs, held, tokens)
         self._pool.clock += 1
         held += 1
         num_tokens[seqs] = held
@@ -367,10 +414,13 @@ class BlockManager(Allocator):
     # -- decode stretches (backend/stretch.py) ------------------------------------------------
     def plain_decode_steps(self, seq_ids: np.ndarray, limit: int) -> int:
         """See backend/stretch.py. 0 when a sequence's partly filled last block is
-        shared (its next write copies)."""
+        shared (its next write copies), and with KV cache groups or sliding windows
+        (their stretches are not modelled: those models step one decode at a time)."""
         seqs = np.asarray(seq_ids, dtype=np.int64)
         if limit <= 0 or not seqs.size:
             return max(int(limit), 0)
+        if self._kv is not None:
+            return 0
         return self._full.plain_decode_steps(seqs, self._seqs.num_tokens[seqs], limit)
 
     def append_steps(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> dict[str, np.ndarray]:
@@ -395,35 +445,19 @@ class BlockManager(Allocator):
         crossing = self._full.append_steps(seqs, held, tokens)
         self._seqs.num_tokens[seqs] = held + steps
         pool.clock += steps  # one tick per command, as step-by-step
-        return self._usage_by_step(crossing, *before, seqs.shape[0])
-
-    def _usage_by_step(self, crossing, used, cached, free, token_slots, batch):
-        size = self.block_size
-        taken = np.cumsum(np.count_nonzero(crossing, axis=1))
-        used_blocks = used + taken
-        free_blocks = free - taken
-        tokens = token_slots + batch * np.arange(1, crossing.shape[0] + 1)
-        zeros = np.zeros(crossing.shape[0], dtype=np.int64)
-        cached_blocks = zeros + cached
-        return {
-            "total_slots": zeros + self.num_blocks * size,
-            "token_slots": tokens,
-            "reserved_slots": zeros,
-            "internal_frag_slots": used_blocks * size - tokens,
-            "external_frag_slots": zeros.copy(),
-            "free_slots": (free_blocks + cached_blocks) * size,
-            "cached_slots": cached_blocks * size,
-            "used_blocks": used_blocks,
-            "cached_blocks": cached_blocks,
-            "free_blocks": free_blocks,
-            "evictions": zeros + self._pool.num_evicted,  # a stretch never evicts
-        }
+        return paged_usage_by_step(
+            crossing, *before, seqs.shape[0], self.num_blocks, self.block_size, pool.num_evicted
+        )
 
     # -- sharing and release ------------------------------------------------------------------
     def fork(self, parent_id: int, child_id: int) -> list[Transfer]:
         parent = self._seqs.on_device(parent_id)
         child = self._seqs.new_id(child_id)
         self._pool.clock += 1
+        if self._kv is not None:
+            self._kv.fork(parent, child)
+            self._seqs.add(child, int(self._seqs.num_tokens[parent]))
+            return []
         table = list(self._full.tables[parent])
         self._pool.add_references(table)  # a table holds each block once, so no duplicates
         if self.enable_prefix_caching:  # (a disabled index registers no sequence)
@@ -438,6 +472,9 @@ class BlockManager(Allocator):
         swapped = self._seqs.state[seq] == SWAPPED
         num_tokens = int(self._seqs.num_tokens[seq])
         self._seqs.remove(seq)
+        if self._kv is not None:
+            self._kv.free(seq, num_tokens)
+            return
         table = self._full.remove(seq)
         if swapped:
             self._swap.free.put(table)
@@ -477,17 +514,35 @@ class BlockManager(Allocator):
     def block_table(self, seq_id: int) -> list[int]:
         return list(self._full.tables[self._seqs.live(seq_id)])
 
+    def block_tables(self, seq_id: int) -> tuple[list[int], ...]:
+        seq = self._seqs.live(seq_id)
+        if self._kv is not None:
+            return self._kv.tables(seq)
+        return (list(self._full.tables[seq]),)
+
     def held_blocks(self, seq_id: int) -> int:
         seq = self._seqs.live(seq_id)
+        if self._kv is not None:
+            return self._kv.held_blocks(seq)
         return len(self._full.tables[seq]) if self._seqs.state[seq] == ON_DEVICE else 0
 
     def read_tokens(self, seq_id: int) -> np.ndarray:
+        """The token ids ``seq_id`` reads back through group 0's table (``read_group``);
+        -1 where a sliding window released the block."""
+        return self.read_group(seq_id, 0)
+
+    def read_group(self, seq_id: int, group: int) -> np.ndarray:
+        """The token ids ``seq_id`` reads back through KV cache group ``group``'s table;
+        -1 where a sliding window released the block. No mutation."""
         seq = self._seqs.live(seq_id)
+        if self._kv is not None:
+            return self._kv.read(seq, int(self._seqs.num_tokens[seq]), group)
         memory = self._swap.slots if self._seqs.state[seq] == SWAPPED else self.slots
         return memory[self._full.tables[seq]].reshape(-1)[: self._seqs.num_tokens[seq]].copy()
 
     def available_blocks(self) -> int:
         return self._pool.available()
+
 
     def usage(self, next_request_tokens: int = 0) -> KVUsage:
         size, pool = self.block_size, self._pool
@@ -521,6 +576,7 @@ class BlockManager(Allocator):
             self._loads,
             self._full.last_block,
             sorted(self._full.tables.items()),
+            self._kv.snapshot_state() if self._kv is not None else None,
         )
         return pickle.dumps(state)
 
@@ -529,6 +585,11 @@ class BlockManager(Allocator):
         """Verify the whole state (O(pool + tokens)); AssertionError names the break."""
         tables = self._full.tables
         on_device, swapped = self._seqs.check_invariants(tables)
+        if self._kv is not None:
+            read = self.read_group
+            references, slots = self._kv.check(on_device, self._seqs.num_tokens, read)
+            self._pool.check_invariants(references, slots)
+            return
         references, fill = self._full.check_tables(on_device, self._seqs.num_tokens)
         self._pool.check_invariants(references, int(fill.sum()))
         self._index.check_invariants(tables, on_device, self.read_tokens)

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from backend.base import InvalidRequest, grow_arrays
+from backend.base import NULL_BLOCK, InvalidRequest, grow_arrays
 from backend.blocks.prefix_hash import (
     ROOT_KEY,
     block_digests,
@@ -147,6 +147,17 @@ class PrefixIndex:
             (keyed if key_of_block[block] is not None else unkeyed).append(block)
         return keyed, unkeyed
 
+    def cached_block(self, key: int, salt: int, position: int, row: np.ndarray) -> int | None:
+        """The block published under ``key`` if it holds exactly ``row`` and was published
+        under ``salt`` at chain ``position`` (a key collision cannot alias), else None.
+        No mutation."""
+        block = self._block_of_key.get(key)
+        if block is None or self._salt_of_block[block] != salt:
+            return None
+        if self._pos_of_block[block] != position or not (self._slots[block] == row).all():
+            return None
+        return block
+
     def lookup(self, tokens: np.ndarray, salt: int) -> tuple[list[int], list[int]]:
         """The prompt's full-block keys and the blocks of the longest verified run of
         them cached from its start (both empty when disabled). Mutates only the memo."""
@@ -263,7 +274,8 @@ class PrefixIndex:
         """Publish the keys of ``seq``'s full blocks ``start .. stop - 1``."""
         chain, salt = self._chains[seq], int(self._salts[seq])
         for index in range(start, stop):
-            self._publish(chain[index], table[index], salt, index)
+            if table[index] != NULL_BLOCK:  # (a sliding window released it unpublished)
+                self._publish(chain[index], table[index], salt, index)
 
     def _publish(self, key: int, block: int, salt: int, position: int) -> None:
         if key not in self._block_of_key:  # another block may hold this prefix already
@@ -347,10 +359,11 @@ class PrefixIndex:
         self,
         tables: dict[int, list[int]],
         on_device: list[int],
-        read_tokens: Callable[[int], np.ndarray],
+        read_tokens: Callable[[int], np.ndarray] | None,
     ) -> None:
         """Verify the index against the live sequences: ``tables`` (every live one's
-        block table), which of them are ``on_device``, and the tokens each reads back.
+        block table), which of them are ``on_device``, and the tokens each holds (None:
+        not readable, a sliding window dropped some; the chains are not recomputed).
         Raises AssertionError naming the break."""
         live = sorted(tables) if self.enabled else []  # (disabled: none registered)
         assert sorted(self._chains) == live, "key chains vs live sequences"
@@ -364,13 +377,52 @@ class PrefixIndex:
         if not self.enabled:
             assert keyed == 0, "a disabled index published a key"
             return
-        for seq in live:
+        for seq in live if read_tokens is not None else ():
             chain = self._chain_keys(read_tokens(seq), int(self._salts[seq]))
             assert self._chains[seq] == chain, f"key chain of sequence {seq}"
         for seq in on_device:
             for index, (key, block) in enumerate(zip(self._chains[seq], tables[seq])):
+                if block == NULL_BLOCK:
+                    continue
                 own = self._key_of_block[block]
                 assert own is None or own == key, f"block {block} cached under another key"
                 if own == key:
                     assert self._salt_of_block[block] == self._salts[seq], f"salt of {block}"
                     assert self._pos_of_block[block] == index, f"position of block {block}"
+
+
+class GroupIndexes:
+    """The prefix indexes of several KV cache groups, answering the block pool as one:
+    each group publishes its own blocks under the same keys (vLLM keys a cached block by
+    hash and group), and a block of the one pool is published in at most one of them."""
+
+    def __init__(self, indexes: list[PrefixIndex]):
+        self.indexes = indexes
+
+    def __len__(self) -> int:
+        return sum(len(index) for index in self.indexes)
+
+    def _owner(self, block: int) -> PrefixIndex | None:
+        return next((index for index in self.indexes if index.is_keyed(block)), None)
+
+    def is_keyed(self, block: int) -> bool:
+        return self._owner(block) is not None
+
+    def key_of(self, block: int) -> int | None:
+        owner = self._owner(block)
+        return owner.key_of(block) if owner is not None else None
+
+    def keyed_blocks(self) -> list[int]:
+        return [block for index in self.indexes for block in index.keyed_blocks()]
+
+    def partition(self, blocks: list[int]) -> tuple[list[int], list[int]]:
+        """``blocks`` split into (published in some group, unpublished), in order."""
+        keyed, unkeyed = [], []
+        for block in blocks:
+            (keyed if self.is_keyed(block) else unkeyed).append(block)
+        return keyed, unkeyed
+
+    def drop(self, blocks: list[int]) -> None:
+        """The pool evicted ``blocks`` (each published in one group): forget their keys."""
+        for block in blocks:
+            self._owner(block).drop([block])

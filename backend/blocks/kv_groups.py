@@ -1,0 +1,321 @@
+"""Several KV cache groups over one block pool: the paged manager's commands when a
+model's layers keep different KV (full attention beside sliding windows, as gpt-oss and
+Gemma 3 alternate them), or when its only group is a sliding window (Mistral-7B-v0.1).
+
+Each group keeps its own block tables (full_attention.py, sliding_window.py) and its own
+prefix index: the same prompt block is cached once per group, under the same key, in a
+block of that group (vLLM keys a cached block by hash and group). What is shared is the
+pool, the sequences and their token counts. A command takes blocks for every group or
+for none: it first counts what all groups need, less what the sliding windows give
+back, and raises OutOfBlocks before changing anything.
+
+A prefix hit is the longest prefix every group serves. Full attention serves any
+prefix of its cached run; a sliding window serves a length only if the blocks holding
+the window before it are cached. The lengths only shrink as groups are asked in turn,
+so asking until no group shrinks it settles on the longest common hit (vLLM's hybrid
+coordinator iterates the same way).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from backend.base import NULL_BLOCK, InvalidRequest, KVGroup, OutOfBlocks
+from backend.blocks.block_pool import BlockPool
+from backend.blocks.full_attention import FullAttention
+from backend.blocks.prefix_index import PrefixIndex
+from backend.blocks.sliding_window import SlidingWindow
+from backend.transfer import Transfer
+
+
+def check_kv_groups(specs: Sequence[KVGroup]) -> tuple[KVGroup, ...]:
+    """``specs`` as a tuple (empty: one full-attention group); InvalidRequest for a
+    window that is not a positive int."""
+    groups = tuple(specs) or (KVGroup(),)
+    for number, spec in enumerate(groups):
+        if not isinstance(spec, KVGroup):
+            raise InvalidRequest(f"kv_groups[{number}] must be a KVGroup, got {spec!r}")
+        window = spec.sliding_window
+        if window is not None and (
+            isinstance(window, bool) or not isinstance(window, int) or window < 1
+        ):
+            raise InvalidRequest(
+                f"kv_groups[{number}].sliding_window must be a positive int, got {window!r}"
+            )
+    return groups
+
+
+def released(table: list[int]) -> int:
+    """The NULL entries leading a table."""
+    return next((i for i, block in enumerate(table) if block != NULL_BLOCK), len(table))
+
+
+class KVGroups:
+    """The groups ``specs`` over ``pool``, each with its index of ``indexes`` (see the
+    module docstring). Token counts are the caller's: every method takes what a sequence
+    holds and never changes it."""
+
+    def __init__(
+        self,
+        specs: Sequence[KVGroup],
+        pool: BlockPool,
+        indexes: list[PrefixIndex],
+        slots: np.ndarray,
+        *,
+        prefix_caching: bool,
+    ):
+        self.specs = tuple(specs)
+        self.pool, self.indexes = pool, indexes
+        self.block_size = pool.block_size
+        self.groups: list[FullAttention] = []
+        for spec, index in zip(self.specs, indexes):
+            window = spec.sliding_window
+            if window is None:
+                group = FullAttention(pool, index, slots, prefix_caching=prefix_caching)
+            else:
+                group = SlidingWindow(
+                    pool, index, slots, window=window, prefix_caching=prefix_caching
+                )
+            self.groups.append(group)
+        self.windows = [g for g in self.groups if isinstance(g, SlidingWindow)]
+
+    # -- sizes -------------------------------------------------------------------------------
+    def blocks_for(self, num_tokens: int) -> int:
+        """Blocks a new sequence of ``num_tokens`` tokens takes in all groups."""
+        return len(self.groups) * self.groups[0].blocks_for(num_tokens)
+
+    # -- prefix hits -------------------------------------------------------------------------
+    def lookup(self, tokens: np.ndarray, salt: int) -> tuple[list[int], list[list[int]]]:
+        """(the prompt's full-block keys, each group's hit table: cached blocks, NULL
+        where a window needs none), all tables of the longest common hit. No mutation
+        but the indexes' memos."""
+        keys, first_run = self.indexes[0].lookup(tokens, salt)
+        if not self.indexes[0].enabled:
+            return keys, [[] for _ in self.groups]
+        limit = (tokens.shape[0] - 1) // self.block_size  # never the last token's block
+        runs: list[list[int]] = [[] for _ in self.groups]
+        settled = False
+        while not settled:
+            settled = True
+            for number, group in enumerate(self.groups):
+                run = self._group_run(number, group, keys, salt, tokens, limit, first_run)
+                if len(run) < limit:
+                    limit, settled = len(run), False
+                runs[number] = run
+        return keys, [run[:limit] for run in runs]
+
+    def _group_run(self, number, group, keys, salt, tokens, limit, first_run) -> list[int]:
+        """The longest hit (at most ``limit`` blocks) group ``number`` serves alone."""
+        size = self.block_size
+        if not isinstance(group, SlidingWindow):
+            run = first_run if number == 0 else self.indexes[number].lookup(tokens, salt)[1]
+            return run[:limit]
+        index, need = self.indexes[number], group.hit_blocks_needed()
+        run, contiguous = [NULL_BLOCK] * limit, 0
+        for position in range(limit - 1, -1, -1):  # from the right: the window's end
+            row = tokens[position * size : (position + 1) * size]
+            block = index.cached_block(keys[position], salt, position, row)
+            if block is None:
+                contiguous = 0
+                continue
+            run[position] = block
+            contiguous += 1
+            if contiguous >= need:
+                return run[: position + contiguous]
+        return run[:contiguous]  # a run from the start, shorter than the window
+
+    # -- allocation --------------------------------------------------------------------------
+    def can_allocate(self, tokens: np.ndarray, salt: int) -> bool:
+        _, runs = self.lookup(tokens, salt)
+        hits = [block for run in runs for block in run if block != NULL_BLOCK]
+        needed = sum(self.groups[0].blocks_for(tokens.shape[0]) - len(run) for run in runs)
+        return needed <= self.pool.available(self.pool.revived(hits))
+
+    def allocate(self, seq: int, tokens: np.ndarray, salt: int, computed: int | None) -> int:
+        """Give new sequence ``seq`` a table in every group for ``tokens``: the common hit
+        shared, the rest written into fresh blocks. Raises OutOfBlocks (nothing changed).
+        Returns the hit in tokens."""
+        pool, size = self.pool, self.block_size
+        keys, runs = self.lookup(tokens, salt)
+        hits = [block for run in runs for block in run if block != NULL_BLOCK]
+        per_group = self.groups[0].blocks_for(tokens.shape[0])
+        needed = sum(per_group - len(run) for run in runs)
+        pool.require(needed, not_evictable=pool.revived(hits))
+        pool.clock += 1
+        if keys:
+            pool.evictor.on_lookup(keys, pool.clock)
+        if hits:
+            pool.reuse(hits)
+        hit_tokens = len(runs[0]) * size
+        for group, index, run in zip(self.groups, self.indexes, runs):
+            fresh = pool.take(per_group - len(run)).tolist()
+            group.write_fresh(fresh, tokens[hit_tokens:])
+            pool.token_slots += int(tokens.shape[0]) - hit_tokens
+            table = run + fresh
+            if index.enabled:
+                index.add_sequence(seq, salt, keys, table, len(run), computed)
+            group.add(seq, table)
+        self.indexes[0].count_lookup(int(tokens.shape[0]), hit_tokens)
+        return hit_tokens
+
+    def publish_through(self, seq: int, count: int) -> None:
+        """Publish ``seq``'s first ``count`` full blocks in every group's index."""
+        for group, index in zip(self.groups, self.indexes):
+            index.publish_through(seq, count, group.tables[seq])
+
+    # -- growth ------------------------------------------------------------------------------
+    def _check_room(self, needed: int, releasing: list[int]) -> None:
+        """Raise OutOfBlocks unless ``needed`` blocks fit once the windows give back
+        ``releasing`` (one entry per reference dropped)."""
+        available = self.pool.available()
+        if needed <= available:
+            return
+        gained = 0
+        if releasing:  # a block every holder releases at once comes back
+            blocks, drops = np.unique(np.asarray(releasing, np.int64), return_counts=True)
+            gained = int(np.count_nonzero(self.pool.refcount[blocks] == drops))
+        if needed > available + gained:
+            raise OutOfBlocks(
+                f"need {needed} blocks, {available + gained} available",
+                needed=needed,
+                available=available + gained,
+            )
+
+    def _releasing(self, seqs: list[int], held: list[int]) -> list[int]:
+        """The blocks the windows of ``seqs`` (holding ``held``) would release."""
+        blocks: list[int] = []
+        for group in self.windows:
+            for seq, count in zip(seqs, held):
+                table, start = group.tables[seq], int(group.released[seq])
+                blocks += table[start : min(group.skipped_blocks(count), len(table))]
+        return blocks
+
+    def append_need(self, seq: int, held: int, num_new: int) -> int:
+        """Blocks growing ``seq`` by ``num_new`` tokens takes in all groups."""
+        return sum(group.append_need(seq, held, num_new)[0] for group in self.groups)
+
+    def can_append(self, seq: int, held: int, num_new: int) -> bool:
+        try:
+            self._check_room(self.append_need(seq, held, num_new), self._grows(seq, held, num_new))
+        except OutOfBlocks:
+            return False
+        return True
+
+    def _grows(self, seq: int, held: int, num_new: int) -> list[int]:
+        return self._releasing([seq], [held]) if num_new else []
+
+    def append(self, seq: int, held: int, tokens: np.ndarray) -> list[Transfer]:
+        """Grow ``seq`` by ``tokens`` in every group, releasing what its windows left
+        behind first. Raises OutOfBlocks (nothing changed)."""
+        num_new = tokens.shape[0]
+        self._check_room(self.append_need(seq, held, num_new), self._grows(seq, held, num_new))
+        if not num_new:
+            return []
+        for group in self.windows:
+            group.release_window(seq, held)
+        moves: list[Transfer] = []
+        for number, group in enumerate(self.groups):
+            need = group.append_need(seq, held, num_new)
+            moves += [move._replace(group=number) for move in group.append(seq, held, tokens, need)]
+        return moves
+
+    def batch_need(self, seqs: np.ndarray, held: np.ndarray) -> int:
+        return sum(group.batch_need(seqs, held).needed for group in self.groups)
+
+    def append_batch(self, seqs: np.ndarray, held: np.ndarray, tokens: np.ndarray):
+        """One decode token for each of ``seqs`` in every group. Raises OutOfBlocks
+        (nothing changed). Returns the copy-on-write moves."""
+        moving = seqs
+        if self.windows:  # only sequences whose window passed a block release anything
+            moved = np.zeros(seqs.shape[0], bool)
+            for group in self.windows:
+                moved |= group.skipped_blocks_of(held) > group.released[seqs]
+            moving = seqs[moved]
+        releasing = self._releasing(moving.tolist(), self.held_of(moving, seqs, held))
+        self._check_room(self.batch_need(seqs, held), releasing)
+        for group in self.windows:
+            group.release_windows(seqs, held)
+        moves: list[Transfer] = []
+        for number, group in enumerate(self.groups):
+            grown = group.append_batch(seqs, held, tokens)
+            moves += [move._replace(group=number) for move in grown]
+        return moves
+
+    @staticmethod
+    def held_of(subset: np.ndarray, seqs: np.ndarray, held: np.ndarray) -> list[int]:
+        """What each of ``subset`` (members of ``seqs``) holds."""
+        where = {seq: count for seq, count in zip(seqs.tolist(), held.tolist())}
+        return [where[seq] for seq in subset.tolist()]
+
+    # -- sharing and release ----------------------------------------------------------------
+    def fork(self, parent: int, child: int) -> None:
+        """``child`` shares every table of ``parent``."""
+        for group, index in zip(self.groups, self.indexes):
+            table = list(group.tables[parent])
+            self.pool.add_references([block for block in table if block != NULL_BLOCK])
+            if index.enabled:
+                index.fork(parent, child)
+            group.add(child, table)
+
+    def free(self, seq: int, held: int) -> None:
+        """Drop ``seq``'s references in every group (it held ``held`` tokens)."""
+        size = self.block_size
+        for group, index in zip(self.groups, self.indexes):
+            table = group.tables[seq]
+            start = released(table)
+            group.remove(seq)
+            self.pool.release(table[start:], held - start * size)
+            if index.enabled:
+                index.remove(seq)
+
+    def unpublish_last_block(self, seq: int, held: int) -> None:
+        """Withdraw ``seq``'s full last block, in each group where it alone holds it."""
+        for group, index in zip(self.groups, self.indexes):
+            last = group.tables[seq][-1]
+            if index.is_keyed(last) and self.pool.refcount[last] == 1:
+                index.drop([last])
+
+    # -- queries -----------------------------------------------------------------------------
+    def tables(self, seq: int) -> tuple[list[int], ...]:
+        return tuple(list(group.tables[seq]) for group in self.groups)
+
+    def held_blocks(self, seq: int) -> int:
+        return sum(len(group.tables[seq]) - released(group.tables[seq]) for group in self.groups)
+
+    def read(self, seq: int, held: int, group: int = 0) -> np.ndarray:
+        """The token ids ``seq`` reads through group ``group``'s table; -1 where its
+        window released the block."""
+        table = np.asarray(self.groups[group].tables[seq], np.int64)
+        tokens = self.groups[group].slots[table].reshape(-1)[:held].astype(np.int64)
+        tokens[np.repeat(table == NULL_BLOCK, self.block_size)[:held]] = NULL_BLOCK
+        return tokens
+
+    def full_group(self) -> int | None:
+        """A full-attention group's number (None: every group is a window)."""
+        return next((n for n, spec in enumerate(self.specs) if spec.sliding_window is None), None)
+
+    # -- invariants --------------------------------------------------------------------------
+    def check(self, on_device: list[int], num_tokens: np.ndarray, read_tokens) -> tuple:
+        """Assert every group's tables and index; returns (references, token slots)."""
+        references = np.zeros(self.pool.num_blocks, np.int64)
+        slots = 0
+        full = self.full_group()
+        reader = (lambda seq: read_tokens(seq, full)) if full is not None else None
+        for group, index in zip(self.groups, self.indexes):
+            counted, fill = group.check_tables(on_device, num_tokens)
+            assert not (references.astype(bool) & counted.astype(bool)).any(), (
+                "a block is in two groups' tables"
+            )
+            references += counted
+            slots += int(fill.sum())
+            index.check_invariants(group.tables, on_device, reader)
+        return references, slots
+
+    def snapshot_state(self) -> tuple:
+        return tuple(
+            (sorted(group.tables.items()), group.last_block, index.snapshot_state())
+            + ((group.released,) if isinstance(group, SlidingWindow) else ())
+            for group, index in zip(self.groups, self.indexes)
+        )

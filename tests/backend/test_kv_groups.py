@@ -1,0 +1,174 @@
+"""The paged manager with several KV cache groups and sliding windows (kv_groups.py,
+sliding_window.py): what a window releases and when, hits that must hold in every
+group, copy-on-write per group, refusals that change nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from backend.base import NULL_BLOCK, InvalidRequest, KVGroup, OutOfBlocks
+from backend.blocks import BlockManager
+
+FULL, SLIDING_8 = KVGroup(), KVGroup(sliding_window=8)
+
+
+def manager(groups, num_blocks=64, block_size=4, caching=False) -> BlockManager:
+    return BlockManager(
+        num_blocks, block_size, enable_prefix_caching=caching, kv_groups=tuple(groups)
+    )
+
+
+def grow(alloc: BlockManager, seq: int, tokens: list[int]) -> None:
+    for token in tokens:
+        alloc.append(seq, [token])
+        alloc.check_invariants()
+
+
+def test_a_window_releases_the_blocks_wholly_behind_it_and_reads_back_the_rest():
+    alloc = manager([SLIDING_8])
+    alloc.allocate(0, list(range(4)))
+    for token in range(4, 30):
+        alloc.append(0, [token])
+        alloc.check_invariants()
+        held = token + 1
+        # what the next token computes reads tokens held - 8 .. held - 1; a block wholly
+        # before held - 1 - 8 + 1 (the window of the token just written) may be released
+        read = alloc.read_tokens(0).tolist()
+        start = max(0, token - 8 + 1)
+        assert read[start:] == list(range(start, held)), f"window lost at {held} tokens"
+        released = sum(block == NULL_BLOCK for block in alloc.block_table(0))
+        assert released == max(0, token - 8 + 1) // 4  # released as soon as allowed
+        assert alloc.held_blocks(0) == len(alloc.block_table(0)) - released
+    # a window of 8 tokens in blocks of 4 never holds more than 3 blocks
+    assert alloc.held_blocks(0) <= 3 and alloc.num_used_blocks == alloc.held_blocks(0)
+
+
+def test_a_window_smaller_than_a_block_releases_every_block_behind_the_last():
+    alloc = manager([KVGroup(sliding_window=2)])
+    alloc.allocate(0, list(range(9)))
+    grow(alloc, 0, list(range(9, 21)))
+    table = alloc.block_table(0)
+    assert table[:-2] == [NULL_BLOCK] * (len(table) - 2) and alloc.held_blocks(0) <= 2
+
+
+def test_a_window_longer_than_the_context_releases_nothing():
+    windowed, full = manager([KVGroup(sliding_window=10_000)]), manager([FULL])
+    for alloc in (windowed, full):
+        alloc.allocate(0, list(range(7)))
+        grow(alloc, 0, list(range(7, 40)))
+    assert windowed.block_table(0) == full.block_table(0)
+    assert windowed.read_tokens(0).tolist() == full.read_tokens(0).tolist()
+
+
+def test_groups_take_their_tables_from_one_pool_and_each_reads_back_its_tokens():
+    alloc = manager([FULL, SLIDING_8, FULL])
+    alloc.allocate(0, list(range(10)))
+    grow(alloc, 0, list(range(10, 25)))
+    tables = alloc.block_tables(0)
+    assert len(tables) == 3 and tables[0] == alloc.block_table(0)
+    held = [block for table in tables for block in table if block != NULL_BLOCK]
+    assert len(set(held)) == len(held) == alloc.held_blocks(0) == alloc.num_used_blocks
+    assert alloc.read_group(0, 0).tolist() == list(range(25))
+    assert alloc.read_group(0, 2).tolist() == list(range(25))
+    window = alloc.read_group(0, 1).tolist()
+    assert window[16:] == list(range(16, 25)) and set(window[:16]) == {NULL_BLOCK}
+
+
+def test_a_hit_must_hold_in_every_group():
+    alloc = manager([FULL, SLIDING_8], caching=True)
+    prompt = list(range(100, 116))  # four blocks
+    alloc.allocate(0, prompt, computed_tokens=0)  # nothing published yet
+    alloc.append(0, [7])  # the window releases blocks 0 and 1 of group 1, unpublished
+    alloc.mark_computed(0, 17)  # group 0 publishes blocks 0-3, group 1 blocks 2-3
+    alloc.check_invariants()
+    # full attention alone would serve 8 tokens; the window has no block 0 or 1
+    assert alloc.cached_prefix_tokens(prompt[:8] + [1]) == 0
+    assert alloc.cached_prefix_tokens(prompt[:12] + [1]) == 0  # block 2 alone: short
+    # blocks 2 and 3 hold the window before token 16: both groups serve 16 tokens
+    assert alloc.cached_prefix_tokens(prompt + [1]) == 16
+    assert alloc.allocate(1, prompt + [1]) == 16
+    first, second = alloc.block_tables(0), alloc.block_tables(1)
+    assert second[0][:4] == first[0][:4]  # full attention shares all four
+    assert second[1][:2] == [NULL_BLOCK] * 2 and second[1][2:4] == first[1][2:4]
+    alloc.check_invariants()
+
+
+def test_copy_on_write_happens_in_every_group_and_names_its_group():
+    alloc = manager([FULL, KVGroup(sliding_window=16)])
+    alloc.allocate(0, list(range(6)))
+    alloc.fork(0, 1)
+    moves = alloc.append(1, [99])
+    assert sorted(move.group for move in moves) == [0, 1]
+    for move in moves:
+        assert alloc.block_tables(1)[move.group][-1] == move.dst
+        assert alloc.block_tables(0)[move.group][-1] == move.src
+    alloc.check_invariants()
+    assert alloc.read_group(0, 1).tolist() == list(range(6))
+    assert alloc.read_group(1, 1).tolist() == list(range(6)) + [99]
+
+
+def test_a_window_gives_back_a_block_before_its_sequence_grows():
+    # two blocks, both held: only the block the window leaves behind lets it grow
+    alloc = manager([KVGroup(sliding_window=4)], num_blocks=2)
+    alloc.allocate(0, list(range(8)))
+    assert alloc.num_free_blocks == 0 and alloc.can_append(0)
+    alloc.append(0, [8])
+    assert alloc.block_table(0)[0] == NULL_BLOCK and alloc.num_used_blocks == 2
+    alloc.check_invariants()
+
+
+def test_a_refused_growth_changes_nothing():
+    alloc = manager([FULL, SLIDING_8], num_blocks=4)
+    alloc.allocate(0, list(range(8)))  # two blocks in each group: the pool is full
+    before = alloc.snapshot()
+    assert not alloc.can_append(0)
+    with pytest.raises(OutOfBlocks):
+        alloc.append(0, [8])
+    with pytest.raises(OutOfBlocks):
+        alloc.append_batch(np.array([0]), np.array([8], np.int32))
+    assert alloc.snapshot() == before
+
+
+def test_a_decode_batch_releases_and_grows_every_member():
+    batch, single = manager([FULL, SLIDING_8]), manager([FULL, SLIDING_8])
+    for alloc in (batch, single):
+        alloc.allocate(0, list(range(5)))
+        alloc.allocate(1, list(range(50, 61)))
+    for step in range(20):
+        batch.append_batch(np.array([0, 1]), np.array([step, 100 + step], np.int32))
+        single.append(0, [step])
+        single.append(1, [100 + step])
+        batch.check_invariants()
+    for seq in (0, 1):
+        assert batch.block_tables(seq) == single.block_tables(seq)
+
+
+def test_freeing_returns_every_group_s_blocks():
+    alloc = manager([FULL, SLIDING_8, SLIDING_8])
+    alloc.allocate(0, list(range(30)))
+    grow(alloc, 0, [1, 2, 3])
+    alloc.free(0)
+    alloc.check_invariants()
+    assert alloc.num_free_blocks == 64 and alloc.usage().token_slots == 0
+
+
+def test_sizes_count_every_group():
+    alloc = manager([FULL, SLIDING_8])
+    assert alloc.num_kv_groups == 2 and alloc.kv_groups == (FULL, SLIDING_8)
+    assert alloc.blocks_for_tokens(9) == 6
+    assert alloc.blocks_to_grow(8, 9) == 2 and alloc.tokens_that_fit(8, 2) == 4
+
+
+@pytest.mark.parametrize(
+    "groups, build, message",
+    [
+        ([KVGroup(sliding_window=0)], {}, "sliding_window must be a positive int"),
+        ([KVGroup(sliding_window=True)], {}, "sliding_window must be a positive int"),
+        (["full"], {}, "must be a KVGroup"),
+        ([FULL, SLIDING_8], {"num_cpu_blocks": 4}, "swap space and offload tiers"),
+    ],
+)
+def test_bad_groups_are_refused(groups, build, message):
+    with pytest.raises(InvalidRequest, match=message):
+        BlockManager(8, 4, kv_groups=groups, **build)
