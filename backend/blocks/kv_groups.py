@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from backend.base import NULL_BLOCK, InvalidRequest, KVGroup, OutOfBlocks
+from backend.base import NULL_BLOCK, InvalidRequest, KVGroup, OutOfBlocks, grow_arrays
 from backend.blocks.block_pool import BlockPool
 from backend.blocks.full_attention import FullAttention
 from backend.blocks.prefix_index import PrefixIndex
@@ -55,7 +55,9 @@ def released(table: list[int]) -> int:
 class KVGroups:
     """The groups ``specs`` over ``pool``, each with its index of ``indexes`` (see the
     module docstring). Token counts are the caller's: every method takes what a sequence
-    holds and never changes it."""
+    holds and never changes it. ``computed`` is each sequence's count of tokens whose
+    KV exists (a window releases only behind those): set at allocation, raised by
+    ``mark_computed`` and by growth (a step computes all a sequence holds)."""
 
     def __init__(
         self,
@@ -80,6 +82,7 @@ class KVGroups:
                 )
             self.groups.append(group)
         self.windows = [g for g in self.groups if isinstance(g, SlidingWindow)]
+        self.computed = np.zeros(64, np.int64)
 
     # -- sizes -------------------------------------------------------------------------------
     def blocks_for(self, num_tokens: int) -> int:
@@ -158,12 +161,18 @@ class KVGroups:
                 index.add_sequence(seq, salt, keys, table, len(run), computed)
             group.add(seq, table)
         self.indexes[0].count_lookup(int(tokens.shape[0]), hit_tokens)
+        grow_arrays(self, ("computed",), seq + 1)
+        done = tokens.shape[0] if computed is None else min(computed, tokens.shape[0])
+        self.computed[seq] = max(done, hit_tokens)
         return hit_tokens
 
-    def publish_through(self, seq: int, count: int) -> None:
-        """Publish ``seq``'s first ``count`` full blocks in every group's index."""
+    def mark_computed(self, seq: int, count: int) -> None:
+        """``seq`` has the KV of its first ``count`` tokens (held ones): its full blocks
+        among them are published in every group's index."""
+        self.computed[seq] = max(self.computed[seq], count)
         for group, index in zip(self.groups, self.indexes):
-            index.publish_through(seq, count, group.tables[seq])
+            if index.enabled:
+                index.publish_through(seq, count // self.block_size, group.tables[seq])
 
     # -- growth ------------------------------------------------------------------------------
     def _check_room(self, needed: int, releasing: list[int]) -> None:
@@ -183,14 +192,15 @@ class KVGroups:
                 available=available + gained,
             )
 
-    def _releasing(self, seqs: list[int], held: list[int]) -> list[int]:
-        """The blocks the windows of ``seqs`` (holding ``held``) would release."""
-        blocks: list[int] = []
-        for group in self.windows:
-            for seq, count in zip(seqs, held):
-                table, start = group.tables[seq], int(group.released[seq])
-                blocks += table[start : min(group.skipped_blocks(count), len(table))]
-        return blocks
+    def _releasing(self, seqs: np.ndarray) -> list[int]:
+        """The blocks the windows of ``seqs`` would release before they grow."""
+        computed = self.computed[seqs].tolist()
+        return [
+            block
+            for group in self.windows
+            for seq, count in zip(seqs.tolist(), computed)
+            for block in group.releasing(seq, count)
+        ]
 
     def append_need(self, seq: int, held: int, num_new: int) -> int:
         """Blocks growing ``seq`` by ``num_new`` tokens takes in all groups."""
@@ -198,27 +208,29 @@ class KVGroups:
 
     def can_append(self, seq: int, held: int, num_new: int) -> bool:
         try:
-            self._check_room(self.append_need(seq, held, num_new), self._grows(seq, held, num_new))
+            self._check_room(self.append_need(seq, held, num_new), self._grows(seq, num_new))
         except OutOfBlocks:
             return False
         return True
 
-    def _grows(self, seq: int, held: int, num_new: int) -> list[int]:
-        return self._releasing([seq], [held]) if num_new else []
+    def _grows(self, seq: int, num_new: int) -> list[int]:
+        return self._releasing(np.array([seq])) if num_new else []
 
     def append(self, seq: int, held: int, tokens: np.ndarray) -> list[Transfer]:
         """Grow ``seq`` by ``tokens`` in every group, releasing what its windows left
         behind first. Raises OutOfBlocks (nothing changed)."""
         num_new = tokens.shape[0]
-        self._check_room(self.append_need(seq, held, num_new), self._grows(seq, held, num_new))
+        self._check_room(self.append_need(seq, held, num_new), self._grows(seq, num_new))
         if not num_new:
             return []
         for group in self.windows:
-            group.release_window(seq, held)
+            group.release_window(seq, int(self.computed[seq]))
         moves: list[Transfer] = []
         for number, group in enumerate(self.groups):
             need = group.append_need(seq, held, num_new)
-            moves += [move._replace(group=number) for move in group.append(seq, held, tokens, need)]
+            grown = group.append(seq, held, tokens, need)
+            moves += [move._replace(group=number) for move in grown]
+        self.computed[seq] = held + num_new
         return moves
 
     def batch_need(self, seqs: np.ndarray, held: np.ndarray) -> int:
@@ -227,27 +239,22 @@ class KVGroups:
     def append_batch(self, seqs: np.ndarray, held: np.ndarray, tokens: np.ndarray):
         """One decode token for each of ``seqs`` in every group. Raises OutOfBlocks
         (nothing changed). Returns the copy-on-write moves."""
-        moving = seqs
+        computed = self.computed[seqs]
+        moving = seqs[:0]
         if self.windows:  # only sequences whose window passed a block release anything
             moved = np.zeros(seqs.shape[0], bool)
             for group in self.windows:
-                moved |= group.skipped_blocks_of(held) > group.released[seqs]
+                moved |= group.skipped_blocks_of(computed) > group.released[seqs]
             moving = seqs[moved]
-        releasing = self._releasing(moving.tolist(), self.held_of(moving, seqs, held))
-        self._check_room(self.batch_need(seqs, held), releasing)
+        self._check_room(self.batch_need(seqs, held), self._releasing(moving))
         for group in self.windows:
-            group.release_windows(seqs, held)
+            group.release_windows(seqs, computed)
         moves: list[Transfer] = []
         for number, group in enumerate(self.groups):
             grown = group.append_batch(seqs, held, tokens)
             moves += [move._replace(group=number) for move in grown]
+        self.computed[seqs] = held + 1
         return moves
-
-    @staticmethod
-    def held_of(subset: np.ndarray, seqs: np.ndarray, held: np.ndarray) -> list[int]:
-        """What each of ``subset`` (members of ``seqs``) holds."""
-        where = {seq: count for seq, count in zip(seqs.tolist(), held.tolist())}
-        return [where[seq] for seq in subset.tolist()]
 
     # -- sharing and release ----------------------------------------------------------------
     def fork(self, parent: int, child: int) -> None:
@@ -258,6 +265,8 @@ class KVGroups:
             if index.enabled:
                 index.fork(parent, child)
             group.add(child, table)
+        grow_arrays(self, ("computed",), child + 1)
+        self.computed[child] = self.computed[parent]
 
     def free(self, seq: int, held: int) -> None:
         """Drop ``seq``'s references in every group (it held ``held`` tokens)."""
@@ -318,4 +327,4 @@ class KVGroups:
             (sorted(group.tables.items()), group.last_block, index.snapshot_state())
             + ((group.released,) if isinstance(group, SlidingWindow) else ())
             for group, index in zip(self.groups, self.indexes)
-        )
+        ) + (self.computed,)

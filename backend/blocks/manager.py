@@ -48,6 +48,7 @@ class BlockManager(Allocator):
 
     supports_prefix_caching = True
     supports_offload_tier = True
+    supports_kv_groups = True
 
     def __init__(
         self,
@@ -278,11 +279,9 @@ class BlockManager(Allocator):
         seq = self._seqs.live(seq_id)
         if self._seqs.state[seq] == ON_DEVICE:
             ready = check_count("num_tokens", num_tokens, 0) // self.block_size
-            if not self.enable_prefix_caching:  # nothing to publish
-                return
             if self._kv is not None:
-                self._kv.publish_through(seq, ready)
-            else:
+                self._kv.mark_computed(seq, min(num_tokens, int(self._seqs.num_tokens[seq])))
+            elif self.enable_prefix_caching:  # (else there is nothing to publish)
                 self._index.publish_through(seq, ready, self._full.tables[seq])
 
     def unpublish_last_block(self, seq_id: int) -> None:

@@ -2,12 +2,13 @@
 (full_attention.py), plus the release of blocks that fall wholly out of the window.
 
 A layer with a window of ``W`` tokens computes token ``t`` from the KV of tokens
-``t - W + 1 .. t`` only. So once a sequence holds ``held`` tokens, the next token it
-computes skips the first ``held - W + 1`` of them, and every block holding skipped tokens
-only goes back to the pool before the sequence grows (vLLM's sliding-window manager
-frees the same blocks at the same point, from the computed-token count its scheduler
-passes). A released position keeps its place in the table as :data:`NULL`, so positions
-still map to table indexes, and the released entries are always a prefix of the table.
+``t - W + 1 .. t`` only. So once a sequence has the KV of ``computed`` tokens, the next
+token it computes skips the first ``computed - W + 1`` of them, and every block holding
+skipped tokens only goes back to the pool before the sequence grows (vLLM's
+sliding-window manager frees the same blocks at the same point, from the computed-token
+count its scheduler passes). Tokens held but not computed yet are never released: their
+KV is still to be written. A released position keeps its place in the table as
+NULL_BLOCK, so positions still map to table indexes; released entries are a prefix.
 
 A prefix hit in this group needs only the blocks inside the window of the first token it
 computes: the ``ceil((W - 1) / block_size)`` blocks before the hit point. The coordinator
@@ -19,13 +20,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from backend.base import grow_arrays
+from backend.base import NULL_BLOCK, grow_arrays
 from backend.blocks.block_pool import BlockPool
 from backend.blocks.full_attention import FullAttention
 from backend.blocks.prefix_index import PrefixIndex
-
-#: a table entry whose block was released (its tokens are out of the window)
-NULL = -1
 
 
 class SlidingWindow(FullAttention):
@@ -46,43 +44,40 @@ class SlidingWindow(FullAttention):
         self.released = np.zeros(64, np.int64)
 
     # -- the window ------------------------------------------------------------------------
-    def skipped_blocks(self, held: int) -> int:
-        """Leading blocks wholly out of the window of the next token a sequence holding
-        ``held`` tokens computes."""
-        return max(0, held - self.window + 1) // self.block_size
+    def skipped_blocks(self, computed: int) -> int:
+        """Leading blocks wholly out of the window of the next token a sequence with the
+        KV of ``computed`` tokens computes."""
+        return max(0, computed - self.window + 1) // self.block_size
 
-    def skipped_blocks_of(self, held: np.ndarray) -> np.ndarray:
-        """``skipped_blocks`` of every element of ``held``."""
-        return np.maximum(held - self.window + 1, 0) // self.block_size
+    def skipped_blocks_of(self, computed: np.ndarray) -> np.ndarray:
+        """``skipped_blocks`` of every element of ``computed``."""
+        return np.maximum(computed - self.window + 1, 0) // self.block_size
 
-    def releasable(self, seq: int, held: int) -> int:
-        """Blocks releasing ``seq``'s window (holding ``held`` tokens) would give back to
-        the pool as free or cached-evictable: those no other table holds."""
+    def releasing(self, seq: int, computed: int) -> list[int]:
+        """The blocks ``release_window(seq, computed)`` would drop. No mutation."""
         table, start = self.tables[seq], int(self.released[seq])
-        stop = min(self.skipped_blocks(held), len(table))
-        if stop <= start:
-            return 0
-        return int(np.count_nonzero(self.pool.refcount[table[start:stop]] == 1))
+        return table[start : min(self.skipped_blocks(computed), len(table))]
 
-    def release_window(self, seq: int, held: int) -> None:
-        """Drop ``seq``'s references to its blocks wholly out of the window (it holds
-        ``held`` tokens); their table entries become NULL. Blocks no other table holds
-        become free, or cached-evictable when published."""
+    def release_window(self, seq: int, computed: int) -> None:
+        """Drop ``seq``'s references to its blocks wholly out of the window of the next
+        token it computes (it has the KV of ``computed`` tokens); their table entries
+        become NULL. Blocks no other table holds become free, or cached-evictable when
+        published."""
         table, start = self.tables[seq], int(self.released[seq])
-        stop = min(self.skipped_blocks(held), len(table))
+        stop = min(self.skipped_blocks(computed), len(table))
         if stop <= start:
             return
         gone = table[start:stop]
-        table[start:stop] = [NULL] * (stop - start)
+        table[start:stop] = [NULL_BLOCK] * (stop - start)
         self.released[seq] = stop
         self.pool.release(gone, len(gone) * self.block_size)  # out-of-window blocks are full
 
-    def release_windows(self, seqs: np.ndarray, held: np.ndarray) -> None:
-        """``release_window`` for each of ``seqs`` (distinct) holding ``held`` tokens;
+    def release_windows(self, seqs: np.ndarray, computed: np.ndarray) -> None:
+        """``release_window`` for each of ``seqs`` (distinct) with ``computed`` tokens;
         Python work only for the sequences whose window moved past a block."""
-        moved = (self.skipped_blocks_of(held) > self.released[seqs]).nonzero()[0]
+        moved = (self.skipped_blocks_of(computed) > self.released[seqs]).nonzero()[0]
         for position in moved.tolist():
-            self.release_window(int(seqs[position]), int(held[position]))
+            self.release_window(int(seqs[position]), int(computed[position]))
 
     def hit_blocks_needed(self) -> int:
         """Cached blocks a prefix hit needs right before its end: those holding the
@@ -96,7 +91,7 @@ class SlidingWindow(FullAttention):
         super().add(seq, table)
         if seq >= self.released.shape[0]:
             grow_arrays(self, ("released",), seq + 1)
-        self.released[seq] = next((i for i, b in enumerate(table) if b != NULL), len(table))
+        self.released[seq] = next((i for i, b in enumerate(table) if b != NULL_BLOCK), len(table))
 
     def held_of(self, seq: int) -> list[int]:
         """The device blocks ``seq`` holds (its table without the released entries)."""
@@ -118,9 +113,9 @@ class SlidingWindow(FullAttention):
             table, held = self.tables[seq], int(num_tokens[seq])
             released = int(self.released[seq])
             assert held > 0 and len(table) == self.blocks_for(held), f"table of {seq}"
-            assert all(b == NULL for b in table[:released]), f"released entries of {seq}"
+            assert all(b == NULL_BLOCK for b in table[:released]), f"released entries of {seq}"
             kept = table[released:]
-            assert NULL not in kept, f"sequence {seq}: a NULL entry after a held block"
+            assert NULL_BLOCK not in kept, f"sequence {seq}: a NULL entry after a held block"
             # the newest token's window starts at held - W: blocks wholly before it only
             out = max(0, held - self.window) // size
             assert released <= out, f"sequence {seq} released a block inside its window"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from backend.base import Allocator
+from backend.base import NULL_BLOCK, Allocator
 from backend.capabilities import Snapshots
 from backend.testing.shadow import KVMemory, Seq
 
@@ -54,7 +54,11 @@ def reads_back(alloc: Allocator, seqs: dict[int, Seq]) -> None:
     """Each live sequence holds exactly what it was given, where it should be."""
     for sid, seq in seqs.items():
         got = alloc.read_tokens(sid).tolist()
-        assert got == seq.tokens, f"{seq.name} reads back {got}, was given {seq.tokens}"
+        want = seq.tokens
+        if alloc.kv_groups[0].sliding_window is not None:  # read -1 where released
+            gone = _by_token(alloc, sid)
+            want = [NULL_BLOCK if b == NULL_BLOCK else t for b, t in zip(gone, want)]
+        assert got == want, f"{seq.name} reads back {got}, was given {seq.tokens}"
         assert alloc.num_tokens(sid) == len(seq.tokens), f"num_tokens of {seq.name}"
         assert alloc.is_swapped(sid) == seq.swapped, f"is_swapped({seq.name}) != {seq.swapped}"
         held = alloc.held_blocks(sid)
@@ -64,23 +68,36 @@ def reads_back(alloc: Allocator, seqs: dict[int, Seq]) -> None:
             assert held > 0, f"{seq.name} holds tokens but no device blocks"
 
 
-def tables(alloc: Allocator, memory: KVMemory, seqs: dict[int, Seq]) -> dict[int, list[int]]:
-    """Every live sequence's blocks (checked), and the KV memory read through them: the
-    computed tokens of each must be its own."""
-    blocks = {sid: memory.blocks_of(alloc, sid, seq) for sid, seq in seqs.items()}
-    cpu = [b for sid, seq in seqs.items() if seq.swapped for b in blocks[sid]]
+def _by_token(alloc: Allocator, sid: int) -> list[int]:
+    """The block group 0's table holds each of ``sid``'s tokens in (NULL_BLOCK: none)."""
+    table, size = alloc.block_table(sid), alloc.block_size
+    return [table[i // size] for i in range(alloc.num_tokens(sid))]
+
+
+def tables(alloc: Allocator, memory: KVMemory, seqs: dict[int, Seq]) -> dict:
+    """Every live sequence's block table in each group (checked), and the KV memory read
+    through them: the computed tokens of each must be its own."""
+    blocks = {sid: memory.tables_of(alloc, sid, seq) for sid, seq in seqs.items()}
+    cpu = [b for sid, seq in seqs.items() if seq.swapped for b in blocks[sid][0]]
     assert len(set(cpu)) == len(cpu), "two swapped-out sequences share a CPU block"
+    owner: dict[int, int] = {}  # device block -> the group whose tables hold it
     for sid, seq in seqs.items():
-        got = memory.read(blocks[sid], seq.computed, swapped=seq.swapped)
-        want = seq.tokens[: seq.computed]
-        if got != want:
-            where = next(i for i, (g, w) in enumerate(zip(got, want)) if g != w)
-            raise AssertionError(
-                f"{seq.name}'s KV through its block table is {got}, should be {want} "
-                f"(position {where} holds "
-                + ("no KV" if got[where] < 0 else f"token {got[where]}'s KV")
-                + ")"
-            )
+        for group, table in enumerate(blocks[sid]):
+            for block in table if not seq.swapped else ():
+                if block != NULL_BLOCK:
+                    assert owner.setdefault(block, group) == group, (
+                        f"block {block} is in group {owner[block]}'s tables and group {group}'s"
+                    )
+            got = memory.read(table, seq.computed, swapped=seq.swapped)
+            want = memory.expected(table, seq.tokens[: seq.computed])
+            if got != want:
+                where = next(i for i, (g, w) in enumerate(zip(got, want)) if g != w)
+                raise AssertionError(
+                    f"{seq.name}'s KV through its block table of group {group} is {got}, "
+                    f"should be {want} (position {where} holds "
+                    + ("no KV" if got[where] < 0 else f"token {got[where]}'s KV")
+                    + ")"
+                )
     return blocks
 
 
@@ -89,8 +106,12 @@ def usage_adds_up(alloc: Allocator, memory: KVMemory, seqs, blocks, caching: boo
     sequences' tables, token slots the distinct positions holding their tokens, and the
     split sums to the pool; the CPU pool's free count against the swapped tables."""
     size, device = alloc.block_size, [sid for sid, s in seqs.items() if not s.swapped]
-    in_use = {b for sid in device for b in blocks[sid]}
-    held = {p for sid in device for p in memory.positions(blocks[sid], 0, len(seqs[sid].tokens))}
+    kept = {sid: [[b for b in table if b != NULL_BLOCK] for table in blocks[sid]] for sid in blocks}
+    in_use = {b for sid in device for table in kept[sid] for b in table}
+    held = {
+        (b, offset) for sid in device for table in blocks[sid]
+        for b, offset in memory.positions(table, 0, len(seqs[sid].tokens)) if b != NULL_BLOCK
+    }  # fmt: skip
     for next_tokens in (0, size, alloc.num_blocks * size):
         u = alloc.usage(next_tokens)
         assert min(u) >= 0, f"usage({next_tokens}) has a negative field: {u}"
@@ -120,11 +141,11 @@ def usage_adds_up(alloc: Allocator, memory: KVMemory, seqs, blocks, caching: boo
         )
     for sid in device:
         held = alloc.held_blocks(sid)
-        assert held == len(blocks[sid]), (
-            f"held_blocks({seqs[sid].name}) is {held}, its table {blocks[sid]}"
+        assert held == sum(map(len, kept[sid])), (
+            f"held_blocks({seqs[sid].name}) is {held}, its tables {blocks[sid]}"
         )
     assert alloc.peak_used_blocks >= len(in_use), "peak_used_blocks below the current use"
-    on_cpu = sum(len(blocks[sid]) for sid, s in seqs.items() if s.swapped)
+    on_cpu = sum(len(blocks[sid][0]) for sid, s in seqs.items() if s.swapped)
     assert alloc.num_free_cpu_blocks == alloc.num_cpu_blocks - on_cpu, (
         f"num_free_cpu_blocks is {alloc.num_free_cpu_blocks}; the swapped-out tables hold "
         f"{on_cpu} of {alloc.num_cpu_blocks}"

@@ -53,7 +53,8 @@ def guarded_factory(factory: Callable[..., Any], limit_s: float | None = None):
                 setattr(allocator, name, _guarded(method, f"{name}()", limit_s))
         return allocator
 
-    for attribute in ("supports_prefix_caching", "supports_offload_tier", "block_table_layout"):
+    for attribute in ("supports_prefix_caching", "supports_offload_tier", "supports_kv_groups",
+                      "block_table_layout"):
         if hasattr(factory, attribute):
             setattr(build, attribute, getattr(factory, attribute))
     return build

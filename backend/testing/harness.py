@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from backend.base import Allocator, AllocatorFactory, OutOfBlocks
+from hypothesis import strategies as st
+
+from backend.base import NULL_BLOCK, ONE_GROUP, Allocator, AllocatorFactory, KVGroup, OutOfBlocks
 from backend.capabilities import TierSpec
 from backend.testing import checks
 from backend.testing.shadow import KVMemory, Seq
@@ -17,6 +19,7 @@ from backend.transfer import DISK
 #: what :class:`Harness` counts across the examples it runs
 STAT_NAMES = (
     "runs",  # allocators built: Hypothesis' examples, the ones it discards included
+    "runs with KV cache groups",  # several groups, or a sliding window (Allocator.kv_groups)
     "calls",  # calls checked (each followed by every check)
     "allocations",
     "prefix hits",
@@ -35,11 +38,25 @@ STAT_NAMES = (
     "misuses refused",
 )
 
+#: the KV cache groups the machine draws for an allocator that takes them: one full
+#: group 3 times in 4, else 1-3 groups, each full or a window of 1-12 tokens
+KV_GROUP_LAYOUTS = st.one_of(
+    st.just(()), st.just(()), st.just(()),
+    st.lists(st.builds(KVGroup, st.integers(1, 12)) | st.just(KVGroup()), min_size=1,
+             max_size=3).map(tuple),
+)  # fmt: skip
+
 
 def supports_offload_tier(factory: AllocatorFactory) -> bool:
     """The factory's ``supports_offload_tier`` (an Allocator class has it; a factory
     function is not asked for a tier)."""
     return bool(getattr(factory, "supports_offload_tier", False))
+
+
+def supports_kv_groups(factory: AllocatorFactory) -> bool:
+    """The factory's ``supports_kv_groups``: it takes ``kv_groups`` (several KV cache
+    groups, sliding windows; backend.base.KVGroup)."""
+    return bool(getattr(factory, "supports_kv_groups", False))
 
 
 def supports_prefix_caching(factory: AllocatorFactory) -> bool:
@@ -64,14 +81,17 @@ class Harness:
 
     def build(
         self, num_blocks, block_size, num_cpu_blocks, prefix_caching, num_offload_blocks=0,
-        num_disk_blocks=0,
+        num_disk_blocks=0, kv_groups=(),
     ) -> None:  # fmt: skip
         """Build the allocator under test; an offload tier of ``num_offload_blocks``
-        blocks if any, and below it a disk tier of ``num_disk_blocks`` if any."""
+        blocks if any, and below it a disk tier of ``num_disk_blocks`` if any; the KV
+        cache groups ``kv_groups`` if any."""
         assert self.factory is not None, "bind the machine first: for_factory(factory)"
         tier = {"num_offload_blocks": num_offload_blocks} if num_offload_blocks else {}
         if num_offload_blocks and num_disk_blocks:
             tier["lower_tiers"] = (TierSpec(DISK, num_disk_blocks),)
+        if kv_groups:
+            tier["kv_groups"] = kv_groups
         self.alloc: Allocator = self.factory(
             num_blocks=num_blocks,
             block_size=block_size,
@@ -80,8 +100,8 @@ class Harness:
             **tier,
         )
         assert isinstance(self.alloc, Allocator), f"the factory built {self.alloc!r}"
-        groups = self.alloc.num_kv_groups
-        assert groups == 1, f"num_kv_groups is {groups}: the checker covers one KV cache group"
+        groups = self.alloc.kv_groups
+        assert groups == (tuple(kv_groups) or ONE_GROUP), f"built {kv_groups}, has {groups}"
         self.caching = prefix_caching
         self.memory = KVMemory(self.alloc)
         self.tier = TierModel(self.alloc, self.memory) if num_offload_blocks else None
@@ -93,6 +113,8 @@ class Harness:
         # time: the only prefixes a hit may offer under that salt
         self.computed: set[tuple[int, tuple[int, ...]]] = set()
         self.count("runs")
+        if self.alloc.kv_groups != ONE_GROUP:
+            self.count("runs with KV cache groups")
 
     def count(self, name: str) -> None:
         self.stats[name] += 1
@@ -132,8 +154,9 @@ class Harness:
         seq = self.seqs.get(sid) or self.gone[sid]
         return list(seq.tokens), seq.salt
 
-    def blocks(self, sid: int) -> list[int]:
-        return self.memory.blocks_of(self.alloc, sid, self.seqs[sid])
+    def blocks(self, sid: int) -> list[list[int]]:
+        """``sid``'s block table in each KV cache group, checked (shadow.py)."""
+        return self.memory.tables_of(self.alloc, sid, self.seqs[sid])
 
     def compute_through(self, sid: int, count: int) -> None:
         """The KV of ``sid``'s first ``count`` tokens now exists: the executor writes
@@ -153,11 +176,11 @@ class Harness:
         them in place, so a block shared there (say, a cached block of the same prefix)
         would be written while another sequence reads it."""
         seq = self.seqs[sid]
-        pending = self.memory.positions(self.blocks(sid), seq.computed, len(seq.tokens))
-        for other in self.on_device():
+        pending = self.memory.positions(self.blocks(sid)[0], seq.computed, len(seq.tokens))
+        for other in self.on_device():  # (swap is of allocators with one group)
             if other == sid:
                 continue
-            theirs = set(self.blocks(other))
+            theirs = set(self.blocks(other)[0])
             shared = next(((b, p) for p, (b, _) in enumerate(pending) if b in theirs), None)
             assert shared is None, (
                 f"swap_in gave {seq.name} block {shared[0]}, which {self.seqs[other].name} "
@@ -185,7 +208,7 @@ class Harness:
     def tier_stores(self, stores) -> None:
         """The step's forward has run: the executor performs the tier's ``stores``."""
         if self.tier is not None and stores:
-            tables = {sid: self.blocks(sid) for sid in self.on_device()}
+            tables = {sid: self.blocks(sid)[0] for sid in self.on_device()}  # (one group)
             cascades = self.tier.after_forward(stores, self.seqs, tables)
             self.stats["tier stores"] += len(stores) - cascades
             self.stats["tier cascades"] += cascades
@@ -199,8 +222,13 @@ class Harness:
         seq, size = self.seqs[sid], self.alloc.block_size
         if len(seq.tokens) % size == 0 or self.memory.layout == "region":
             return False
-        last = self.blocks(sid)[(len(seq.tokens) - 1) // size]
-        return any(last in self.blocks(o) for o in self.on_device() if o != sid)
+        last = (len(seq.tokens) - 1) // size
+        others = [self.blocks(o) for o in self.on_device() if o != sid]
+        return any(
+            table[last] in other[group]
+            for group, table in enumerate(self.blocks(sid))
+            for other in others
+        )
 
     def check_prefix_hit(self, prompt: list[int], salt: int, hit, promised: int) -> None:
         """What ``allocate`` returned is a legitimate hit: the one promised, whole
@@ -212,3 +240,34 @@ class Harness:
         assert hit == 0 or (salt, tuple(prompt[:hit])) in self.computed, (
             f"a hit on {prompt[:hit]} under salt {salt}: never computed under that salt"
         )
+
+    def check_hit_blocks(self, sid: int, prompt: list[int], hit: int) -> None:
+        """The blocks a prefix hit of ``hit`` tokens gave new sequence ``sid`` hold the
+        prompt's KV, in every group (where the group holds a block at all)."""
+        for table in self.blocks(sid):
+            shared = self.memory.read(table, hit, swapped=False)
+            assert shared == self.memory.expected(table, prompt[:hit]), (
+                f"a prefix hit of {hit} tokens on blocks holding the KV of {shared}, "
+                f"not {prompt[:hit]}"
+            )
+
+    def blocks_taken(self, before: tuple[int, dict]) -> int:
+        """Blocks the pool gave out since ``before`` (``pool_use()``): for block tables,
+        each new entry and each entry now naming another block (a copy), but no released
+        one (NULL_BLOCK), as a window may give a block back and take it again at once;
+        for regions, the used slots' change."""
+        used, tables = before
+        if self.memory.layout == "region":
+            return self.alloc.usage().used_blocks - used
+        taken = 0
+        for sid, groups in tables.items():
+            if sid in self.seqs:
+                for old, new in zip(groups, self.alloc.block_tables(sid)):
+                    changed = [n for o, n in zip(old, new) if n not in (o, NULL_BLOCK)]
+                    taken += len(changed) + max(0, len(new) - len(old))
+        return taken
+
+    def pool_use(self) -> tuple[int, dict]:
+        """The used blocks and every live sequence's tables, for ``blocks_taken``."""
+        tables = {sid: self.alloc.block_tables(sid) for sid in self.seqs}
+        return self.alloc.usage().used_blocks, tables

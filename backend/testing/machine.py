@@ -45,12 +45,14 @@ from hypothesis.stateful import (
     rule,
 )
 
-from backend.base import AllocatorFactory, ReservingAllocator
+from backend.base import ONE_GROUP, AllocatorFactory, ReservingAllocator
 from backend.capabilities import TrustedAllocate, TrustedAppendBatch
 from backend.testing import checks
 from backend.testing.harness import (
+    KV_GROUP_LAYOUTS,
     STAT_NAMES,
     Harness,
+    supports_kv_groups,
     supports_offload_tier,
     supports_prefix_caching,
 )
@@ -73,11 +75,11 @@ def prompts(draw, longest: int) -> list[int]:
     return (list(prefix) + suffix)[:longest] or [0]
 
 
-def bound_setup(prefix_caching: bool, offload_tier: bool = False):
+def bound_setup(prefix_caching: bool, offload_tier: bool = False, kv_groups: bool = False):
     """The machine's first step: build an allocator (with prefix caching 3 times in 4 if
     ``prefix_caching``, then with an offload tier of 0-24 blocks if ``offload_tier``, and
-    below that a disk tier of 0-24)."""
-
+    below that a disk tier of 0-24; 1 time in 3 with several KV cache groups or sliding
+    windows of 1-12 tokens if ``kv_groups``, then without swap space or tiers)."""
     @initialize(
         num_blocks=st.integers(4, 16),
         block_size=st.integers(1, 4),
@@ -85,11 +87,14 @@ def bound_setup(prefix_caching: bool, offload_tier: bool = False):
         prefix_caching=st.sampled_from([True, True, True, False] if prefix_caching else [False]),
         num_offload_blocks=st.just(0) | st.integers(1, 24) if offload_tier else st.just(0),
         num_disk_blocks=st.just(0) | st.integers(1, 24) if offload_tier else st.just(0),
+        kv_groups=KV_GROUP_LAYOUTS if kv_groups else st.just(()),
     )
-    def setup(self, num_blocks, block_size, num_cpu_blocks, prefix_caching, **tiers):
+    def setup(self, num_blocks, block_size, num_cpu_blocks, prefix_caching, kv_groups, **tiers):
         cpu, disk = (tiers["num_offload_blocks"] if prefix_caching else 0), tiers["num_disk_blocks"]
         cpu = min(cpu, 1 + cpu % 4) if disk else cpu  # it overflows: the disk serves hits
-        self.build(num_blocks, block_size, num_cpu_blocks, prefix_caching, cpu, disk)
+        if kv_groups not in ((), ONE_GROUP):  # (no swap space or tiers with groups)
+            num_cpu_blocks = cpu = disk = 0
+        self.build(num_blocks, block_size, num_cpu_blocks, prefix_caching, cpu, disk, kv_groups)
 
     return setup
 
@@ -116,7 +121,9 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         body = {
             "factory": staticmethod(factory),
             "stats": dict.fromkeys(STAT_NAMES, 0),
-            "setup": bound_setup(prefix_caching, supports_offload_tier(factory)),
+            "setup": bound_setup(
+                prefix_caching, supports_offload_tier(factory), supports_kv_groups(factory)
+            ),
             "__module__": cls.__module__,
         }
         return type(name or f"Check{getattr(factory, '__name__', 'Allocator')}", (cls,), body)
@@ -174,10 +181,7 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         stores = self.tier_loads()
         self.check_prefix_hit(prompt, salt, hit, promised)
         self.new_seq(prompt, salt, hit)
-        shared = self.memory.read(self.blocks(sid), hit, swapped=False)
-        assert shared == prompt[:hit], (
-            f"a prefix hit of {hit} tokens on blocks holding the KV of {shared}, not {prompt[:hit]}"
-        )
+        self.check_hit_blocks(sid, prompt, hit)
         self.count("prefix hits" if hit else "allocations")
         computed = len(prompt) if computed_tokens is None else computed_tokens
         self.compute_through(sid, max(hit, computed))
@@ -232,7 +236,7 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
             return
         alloc, ids = self.alloc, np.array(batch, np.int64)
         needed = self.query("blocks_needed_for_batch", lambda: alloc.blocks_needed_for_batch(ids))
-        used, shared = alloc.usage().used_blocks, any(map(self.shares_last_block, batch))
+        before, shared = self.pool_use(), any(map(self.shares_last_block, batch))
         token_ids = np.array(tokens[: len(batch)], np.int32)
         # The engine's own entry, where the allocator has one: the same command unchecked.
         unchecked = trusted and isinstance(alloc, TrustedAppendBatch)
@@ -241,7 +245,7 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         if not done:
             assert needed > 0, "append_batch refused a batch that needs no block"
             return
-        took = alloc.usage().used_blocks - used
+        took = self.blocks_taken(before)
         assert took == needed, f"blocks_needed_for_batch said {needed}, append_batch took {took}"
         self.count("decode steps with a write to a shared block" if shared else "decode steps")
         self.grown({s: [t] for s, t in zip(batch, tokens)}, moves, "append_batch")
@@ -388,7 +392,7 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         assert alloc.num_free_cpu_blocks == alloc.num_cpu_blocks, "CPU blocks leaked"
         if isinstance(alloc, ReservingAllocator):
             return
-        whole = [FILLER] * (alloc.num_blocks * alloc.block_size)
+        whole = [FILLER] * (alloc.num_blocks // alloc.num_kv_groups * alloc.block_size)
         assert alloc.can_allocate(whole), "with every sequence freed, the pool is not whole"
         alloc.allocate(self.next_id, whole)
         alloc.free(self.next_id)

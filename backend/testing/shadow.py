@@ -9,6 +9,12 @@ must take), and recomputes nothing a prefix hit shares. Reading a sequence back
 through its table from this memory must give its own tokens; a missing copy-on-write, a
 wrong swap move or a prefix hit on blocks that do not hold the prompt's KV shows up as a
 wrong read, whatever the allocator says about itself.
+
+A model with several KV cache groups (``Allocator.kv_groups``) has a table per group,
+all over the one device pool: the executor computes each token into every group's
+table and reads each back through each. A sliding-window group may leave a position
+without a block (NULL_BLOCK) only if it is wholly out of the window of the sequence's
+newest token: a block still in the window must be there and hold its token.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from backend.base import Allocator
+from backend.base import NULL_BLOCK, Allocator
 from backend.transfer import CPU, GPU, Route, Transfer
 
 #: the content of a slot no KV was ever computed into
@@ -61,6 +67,7 @@ class KVMemory:
             f"block_table_layout must be 'blocks' or 'region', got {self.layout!r}"
         )
         self.block_size = alloc.block_size
+        self.windows = [group.sliding_window for group in alloc.kv_groups]
         if self.layout == "region":
             assert self.block_size == 1, "a region-layout allocator has block_size 1"
         self.device = np.full((alloc.num_blocks, self.block_size), UNWRITTEN, np.int64)
@@ -73,14 +80,23 @@ class KVMemory:
             self.pools[medium] = np.full((blocks, self.block_size), UNWRITTEN, np.int64)
 
     # -- tables ----------------------------------------------------------------------------
-    def blocks_of(self, alloc: Allocator, seq_id: int, seq: Seq) -> list[int]:
-        """The physical blocks (slots, for a region) holding ``seq``'s tokens in order,
-        from its block table, checked for shape and range."""
+    def tables_of(self, alloc: Allocator, seq_id: int, seq: Seq) -> list[list[int]]:
+        """Each group's physical blocks (slots, for a region) holding ``seq``'s tokens in
+        order, from its block tables, checked for shape, range and windows; no block is
+        in two groups' tables."""
         table = [int(b) for b in alloc.block_table(seq_id)]
-        tables = alloc.block_tables(seq_id)
-        assert len(tables) == 1 and [int(b) for b in tables[0]] == table, (
-            f"{seq.name}: block_tables gives {tables}, not its one table {table}"
+        tables = [[int(b) for b in group] for group in alloc.block_tables(seq_id)]
+        assert len(tables) == len(self.windows) and tables[0] == table, (
+            f"{seq.name}: block_tables gives {tables}: not one table per group of "
+            f"{len(self.windows)}, or group 0's is not block_table's {table}"
         )
+        checked = [self._checked(table, seq, window) for table, window in zip(tables, self.windows)]
+        held = [b for table in checked for b in table if b != NULL_BLOCK]
+        assert len(set(held)) == len(held), f"{seq.name}: a block twice in its tables {tables}"
+        return checked
+
+    def _checked(self, table: list[int], seq: Seq, window: int | None) -> list[int]:
+        """One group's table, checked (``window``: its sliding window; None: full)."""
         pool = self.cpu if seq.swapped else self.device
         where = "CPU" if seq.swapped else "device"
         held = len(seq.tokens)
@@ -95,10 +111,19 @@ class KVMemory:
             assert len(blocks) >= need, (
                 f"{seq.name}: {held} tokens need {need} blocks, its table has {blocks}"
             )
-            assert len(set(blocks)) == len(blocks), f"{seq.name}: a block twice in {blocks}"
+            # the newest token reads from position held - window on: blocks wholly before
+            # it may be gone (NULL_BLOCK), no other
+            gone = 0 if window is None else max(0, held - window) // self.block_size
+            dropped = [i for i, b in enumerate(blocks) if b == NULL_BLOCK and i >= gone]
+            assert not dropped, (
+                f"{seq.name}: block {dropped[0]} of its table {blocks} is released, but "
+                + ("the group is full attention" if window is None else
+                   f"holds tokens in the window of its newest token (window {window})")
+            )  # fmt: skip
+            blocks = [b for b in blocks if b != NULL_BLOCK]
         bad = [b for b in blocks if not 0 <= b < pool.shape[0]]
         assert not bad, f"{seq.name}: {where} blocks {bad} outside a pool of {pool.shape[0]}"
-        return blocks
+        return table if self.layout == "blocks" else blocks
 
     def positions(self, blocks: list[int], start: int, stop: int) -> list[tuple[int, int]]:
         """(block, offset) of logical token positions ``start .. stop - 1``."""
@@ -106,20 +131,34 @@ class KVMemory:
         return [(blocks[i // size], i % size) for i in range(start, stop)]
 
     # -- the executor ----------------------------------------------------------------------
-    def compute(self, blocks: list[int], start: int, tokens: list[int]) -> None:
-        """Compute the KV of ``tokens`` at logical positions ``start...`` (device)."""
-        for (block, offset), token in zip(
-            self.positions(blocks, start, start + len(tokens)), tokens
-        ):
-            self.device[block, offset] = token
+    def compute(self, tables: list[list[int]], start: int, tokens: list[int]) -> None:
+        """Compute the KV of ``tokens`` at logical positions ``start...`` into every
+        group's table (device). A position without a block whose KV is due is a bug."""
+        for table in tables:
+            for (block, offset), token in zip(
+                self.positions(table, start, start + len(tokens)), tokens
+            ):
+                assert block != NULL_BLOCK, f"the KV of token {token} is due in a released block"
+                self.device[block, offset] = token
 
     def read(self, blocks: list[int], count: int, *, swapped: bool) -> list[int]:
+        """The KV of positions ``0 .. count - 1`` through one table; UNWRITTEN where the
+        table has no block."""
         memory = self.cpu if swapped else self.device
-        return [int(memory[b, o]) for b, o in self.positions(blocks, 0, count)]
+        return [
+            UNWRITTEN if b == NULL_BLOCK else int(memory[b, o])
+            for b, o in self.positions(blocks, 0, count)
+        ]
+
+    def expected(self, table: list[int], tokens: list[int]) -> list[int]:
+        """``tokens`` as read through ``table``: UNWRITTEN where it has no block."""
+        size = self.block_size
+        return [UNWRITTEN if table[i // size] == NULL_BLOCK else t for i, t in enumerate(tokens)]
 
     def move(self, moves: Iterable[Transfer], *, route: Route, what: str) -> int:
         """Perform ``moves`` in order; returns how many. Asserts each is a Transfer of
-        ``route`` (what ``what`` must return), of group 0 and between ids in range."""
+        ``route`` (what ``what`` must return), of a group there is and between ids in
+        range (the groups' blocks are of one pool)."""
         src, dst = route
         source, target = self.pools[src], self.pools[dst]
         count = 0
@@ -129,7 +168,8 @@ class KVMemory:
                 f"{what}: {move!r} goes {move.src_medium.value} -> {move.dst_medium.value}, "
                 f"not {src.value} -> {dst.value}"
             )
-            assert move.group == 0, f"{what}: {move!r} names group {move.group} of one"
+            groups = len(self.windows)
+            assert 0 <= move.group < groups, f"{what}: {move!r} names a group of {groups}"
             s, d = int(move.src), int(move.dst)
             assert 0 <= s < source.shape[0], (
                 f"{what}: move {move} reads {src.value} block {s}, out of range"

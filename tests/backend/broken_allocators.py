@@ -8,9 +8,13 @@ catch them.
 
 from __future__ import annotations
 
+import numpy as np
+
+from backend.base import KVGroup
 from backend.blocks import BlockManager
 from backend.blocks.full_attention import FullAttention
 from backend.blocks.offload import OffloadTiers
+from backend.blocks.sliding_window import SlidingWindow
 from backend.transfer import GPU, SWAP_IN, Transfer
 
 
@@ -32,11 +36,9 @@ class NoCopyOnWrite(BlockManager):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        full = self._full
-        self._full = _FullAttentionWithoutCopies(
-            full.pool, full.index, full.slots, prefix_caching=full.prefix_caching
-        )
-        self._swap._group = self._full
+        for group in self._kv.groups if self._kv is not None else (self._full,):
+            if type(group) is FullAttention:  # (each full-attention group, not a window)
+                group.__class__ = _FullAttentionWithoutCopies
 
 
 class LeakyFree(BlockManager):
@@ -146,10 +148,32 @@ class GroupTableDisagrees(BlockManager):
 
 
 class ClaimsTwoGroups(BlockManager):
-    """Says it keeps two KV cache groups, which the checker does not cover yet: it must
-    say so rather than check one group and pass."""
+    """Says it keeps two KV cache groups whatever it was built with, and keeps one
+    table: the checker must hold it to the groups it asked for."""
 
-    num_kv_groups = 2
+    @property
+    def kv_groups(self):
+        return (KVGroup(), KVGroup())
+
+
+class _EagerWindow(SlidingWindow):
+    """A window that releases one block too many: the block holding the oldest tokens
+    the next token still reads (an off-by-one a real kernel would read garbage from)."""
+
+    def skipped_blocks(self, computed):
+        return max(0, computed - self.window + 1 + self.block_size) // self.block_size
+
+    def skipped_blocks_of(self, computed):
+        return np.maximum(computed - self.window + 1 + self.block_size, 0) // self.block_size
+
+
+class WindowReleasesTooEarly(BlockManager):
+    """Its sliding windows release a block still inside the window."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for group in self._kv.windows if self._kv is not None else ():
+            group.__class__ = _EagerWindow
 
 
 class FreeHangs(BlockManager):
@@ -240,3 +264,5 @@ class TierCascadesTheWrongBlock(BlockManager):
         if self._tier is not None:
             self._tier.__class__ = _TiersCascadingTheNeighbour
 
+
+UncheckedWindowReleasesTooEarly = unchecked(WindowReleasesTooEarly)

@@ -78,9 +78,10 @@ def test_groups_take_their_tables_from_one_pool_and_each_reads_back_its_tokens()
 def test_a_hit_must_hold_in_every_group():
     alloc = manager([FULL, SLIDING_8], caching=True)
     prompt = list(range(100, 116))  # four blocks
-    alloc.allocate(0, prompt, computed_tokens=0)  # nothing published yet
-    alloc.append(0, [7])  # the window releases blocks 0 and 1 of group 1, unpublished
-    alloc.mark_computed(0, 17)  # group 0 publishes blocks 0-3, group 1 blocks 2-3
+    alloc.allocate(0, prompt)  # both groups publish blocks 0-3
+    alloc.append(0, [7])  # the window releases blocks 0 and 1 of group 1: cached
+    assert sorted(alloc.evict(2)) == sorted(set(range(8)) - {*alloc.block_tables(0)[0],
+                                                              *alloc.block_tables(0)[1]})
     alloc.check_invariants()
     # full attention alone would serve 8 tokens; the window has no block 0 or 1
     assert alloc.cached_prefix_tokens(prompt[:8] + [1]) == 0

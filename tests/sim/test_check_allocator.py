@@ -33,7 +33,7 @@ def test_a_broken_allocator_fails_with_its_example(capsys):
     assert out[1:-1] == [
         "    state = CheckUncheckedLeakyFree()",
         "    state.setup(num_blocks=4, block_size=1, num_cpu_blocks=0, prefix_caching=True,"
-        " num_offload_blocks=0, num_disk_blocks=0)",
+        " num_offload_blocks=0, num_disk_blocks=0, kv_groups=())",
         "    seq_0 = state.allocate(computed_tokens=None, max_new_tokens=0, prompt=[0], salt=0)",
         "    state.free(seq=seq_0)",
         "    state.teardown()",
