@@ -24,6 +24,8 @@ ONE_CONCEPT = {
     "over its block pool, prefix index, sequences, per-group managers and swap space",
     "backend.blocks.prefix_index": "the device prefix cache's index: published keys, key "
     "chains, verified hits, and the publications an offload tier stores",
+    "sim.costs.analytic": "the analytic step-time model: every part of a step (GEMMs, "
+    "attention by kind of layer, all-reduce, LM head, moves, CPU) from the model and GPU",
 }
 ONE_CONCEPT_MAX_LINES = 600
 

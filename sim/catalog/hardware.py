@@ -13,10 +13,12 @@ weights and add no matmul FLOPs worth modelling.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_serializer, model_validator
 
+from sim.catalog.kv_layout import KVLayout, kv_layout
 from sim.catalog.links import LinkKind
 from sim.catalog.mla import MLASpec
 from sim.catalog.moe import MoESpec
@@ -68,10 +70,16 @@ class ModelSpec(StrictModel):
     rope_scaling: dict[str, Any] | None = None
     """RoPE scaling (``type``/``rope_type``, ``factor``, ...) as a config.json gives it, for the
     record; ``max_model_len`` is the context the run allows."""
-    sliding_window: PositiveInt | None = None
+    sliding_window: PositiveInt | Literal["off"] | None = None
     """Sliding-window attention span in tokens, as a config.json gives it (null: full attention, or
-    a window the config switches off). Carried, not modelled: the KV cache keeps every token of a
-    sequence, as it does for the mistral-7b preset."""
+    a window the config switches off). The layers ``layer_types`` names ``sliding_attention`` (all
+    of them without ``layer_types``: Mistral-7B-v0.1) keep only the KV of the last
+    ``sliding_window`` tokens, in KV cache groups of their own (sim.catalog.kv_layout), and read
+    at most that many. ``off``: count and price every layer as full attention, to compare."""
+    layer_types: tuple[Literal["full_attention", "sliding_attention"], ...] | None = None
+    """Each layer's attention, as a config.json's ``layer_types`` gives it (gpt-oss, Gemma 3):
+    ``full_attention`` or ``sliding_attention``, one entry per layer. Null: every layer is a
+    window of ``sliding_window`` tokens if that is set, else full attention."""
     moe: MoESpec | None = None
     """Mixture-of-experts layers (sim.catalog.moe): routed experts, top-k, expert width, shared
     experts and the layers that stay dense; read from a Mixtral, Qwen2-MoE or Qwen3-MoE
@@ -84,6 +92,39 @@ class ModelSpec(StrictModel):
     @model_serializer(mode="wrap")
     def _leave_out_unset_extras(self, handler) -> dict[str, Any]:
         return drop_unset(handler(self), _EXTRAS)
+
+    @model_validator(mode="after")
+    def _one_attention_type_per_layer(self) -> ModelSpec:
+        types = self.layer_types
+        if types is not None and len(types) != self.num_layers:
+            raise ValueError(
+                f"layer_types has {len(types)} entries; num_layers is {self.num_layers}: "
+                "one attention type per layer"
+            )
+        if types is not None and "sliding_attention" in types and self.sliding_window is None:
+            raise ValueError("layer_types names sliding_attention layers: set sliding_window")
+        return self
+
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Each layer's window in tokens (None: full attention), as the KV cache keeps it."""
+        window = self.sliding_window
+        if window is None or window == "off":
+            return (None,) * self.num_layers
+        types = self.layer_types or ("sliding_attention",) * self.num_layers
+        return tuple(window if kind == "sliding_attention" else None for kind in types)
+
+    @property
+    def kv_layout(self) -> KVLayout:
+        """The model's KV cache groups (sim.catalog.kv_layout)."""
+        return kv_layout(self.layer_windows())
+
+    def kv_block_bytes(
+        self, block_size: int, tensor_parallel: int = 1, element_bytes: int | None = None
+    ) -> int:
+        """Bytes of one KV block on each GPU: ``block_size`` tokens of the layers of one KV
+        cache group (all layers for most models; see ``kv_bytes_per_token``)."""
+        per_layer = self.kv_bytes_per_token(tensor_parallel, element_bytes) // self.num_layers
+        return block_size * self.kv_layout.layers_per_group * per_layer
 
     @model_validator(mode="after")
     def _kv_heads_divide_heads(self) -> ModelSpec:
@@ -178,7 +219,16 @@ class ModelSpec(StrictModel):
 
     @property
     def weight_bytes(self) -> int:
-        return self.num_params * self.dtype_bytes
+        """Bytes of the weights as served: the model's dtype, the routed experts at the
+        size their checkpoint stores them (``moe.expert_weight_bits``) where given."""
+        moe = self.moe
+        if moe is None or moe.expert_weight_bits is None:
+            return self.num_params * self.dtype_bytes
+        routed = moe.moe_layers(self.num_layers) * moe.routed_params(
+            self.hidden_size, self.mlp_matrices
+        )
+        rest = (self.num_params - routed) * self.dtype_bytes
+        return rest + math.ceil(routed * moe.expert_weight_bits / 8)
 
     @property
     def linear_flops_per_token(self) -> int:
@@ -188,7 +238,9 @@ class ModelSpec(StrictModel):
 
 
 #: ModelSpec fields a dump leaves out while they are null (what only a config.json gives).
-_EXTRAS = dict.fromkeys(("config", "rope_theta", "rope_scaling", "sliding_window", "moe", "mla"))
+_EXTRAS = dict.fromkeys(
+    ("config", "rope_theta", "rope_scaling", "sliding_window", "layer_types", "moe", "mla")
+)
 
 #: HardwareSpec fields a dump leaves out while they are null (measured on some cards only).
 _HARDWARE_EXTRAS = dict.fromkeys(

@@ -14,9 +14,11 @@ What a step reads depends on how many distinct experts its tokens touch
 
 from __future__ import annotations
 
-from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
+from typing import Any
 
-from sim.inputs.schema import StrictModel
+from pydantic import Field, NonNegativeInt, PositiveInt, model_serializer, model_validator
+
+from sim.inputs.schema import StrictModel, drop_unset
 
 
 class MoESpec(StrictModel):
@@ -39,6 +41,15 @@ class MoESpec(StrictModel):
     """Decoder layers with a dense MLP of ``model.intermediate_size`` instead of experts
     (DeepSeek's ``first_k_dense_replace``, layers off Qwen's ``decoder_sparse_step`` or in its
     ``mlp_only_layers``)."""
+    expert_weight_bits: float | None = Field(default=None, gt=0, le=32)
+    """Bits one routed expert's weight takes as the checkpoint stores it, where that is not the
+    model's dtype: 4.25 for MXFP4 (gpt-oss: 4-bit elements, an 8-bit scale per 32). Counted in
+    the weights' memory and read at that size by the expert GEMMs, which compute in the model's
+    dtype. Null: the model's dtype."""
+
+    @model_serializer(mode="wrap")
+    def _leave_out_the_dtype_default(self, handler) -> dict[str, Any]:
+        return drop_unset(handler(self), {"expert_weight_bits": None})
 
     @model_validator(mode="after")
     def _top_k_within_experts(self) -> MoESpec:
@@ -57,6 +68,10 @@ class MoESpec(StrictModel):
         router = hidden * self.num_experts
         experts = self.num_experts * matrices * hidden * self.expert_intermediate_size
         return router + experts + matrices * hidden * self.shared_intermediate_size
+
+    def routed_params(self, hidden: int, matrices: int) -> int:
+        """Weights of one MoE layer's routed experts (all of them)."""
+        return self.num_experts * matrices * hidden * self.expert_intermediate_size
 
     def active_layer_params(self, hidden: int, matrices: int) -> int:
         """Weights one token multiplies in a MoE layer: router, its top-k, shared."""

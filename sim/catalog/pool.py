@@ -114,7 +114,7 @@ def kv_pool_blocks(
     usable = (hardware.cuda_memory_bytes or hardware.mem_capacity_bytes) * gpu_memory_utilization
     weights = model.weight_bytes / tensor_parallel
     free = usable - weights - activation_reserve_bytes
-    block_bytes = block_size * model.kv_bytes_per_token(tensor_parallel, kv_element_bytes)
+    block_bytes = model.kv_block_bytes(block_size, tensor_parallel, kv_element_bytes)
     if free < block_bytes:
         raise ValueError(
             f"{model.name!r} does not leave room for KV blocks on {tensor_parallel} x "
@@ -141,7 +141,7 @@ def check_given_pool(
     ``("tensor_parallel" | "cache.num_blocks", message)`` naming what to change."""
     memory = hardware.cuda_memory_bytes or hardware.mem_capacity_bytes
     weights = model.weight_bytes / tensor_parallel
-    block_bytes = block_size * model.kv_bytes_per_token(tensor_parallel, kv_element_bytes)
+    block_bytes = model.kv_block_bytes(block_size, tensor_parallel, kv_element_bytes)
     needed = weights + num_blocks * block_bytes
     if needed <= memory:
         return None

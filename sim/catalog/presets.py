@@ -41,7 +41,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         vocab_size=128256,
         max_model_len=8192,
     ),
-    # mistralai/Mistral-7B-v0.1 config.json (its 4096-token sliding window is not modelled)
+    # mistralai/Mistral-7B-v0.1 config.json: every layer a 4096-token sliding window
     "mistral-7b": ModelSpec(
         name="mistral-7b",
         num_layers=32,
@@ -52,6 +52,7 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
         intermediate_size=14336,
         vocab_size=32000,
         max_model_len=32768,
+        sliding_window=4096,
     ),
     # Qwen/Qwen2.5-7B config.json (q/k/v biases not counted)
     "qwen2.5-7b": ModelSpec(
@@ -146,6 +147,23 @@ SHIPPED_CONFIGS: dict[str, tuple[str, str]] = {
     "qwen3-235b-a22b": (
         "Qwen/Qwen3-235B-A22B",
         "ai-dynamo/aiconfigurator@0b077da aic-core/src/aiconfigurator_core/model_configs/",
+    ),
+    # Models whose layers keep different KV (sim/catalog/kv_layout.py): sliding windows
+    # beside full attention. gpt-oss's routed experts are MXFP4 (sim/config/hf_moe.py).
+    "gpt-oss-20b": (
+        "openai/gpt-oss-20b",
+        "huggingface.co/openai/gpt-oss-20b config.json (Apache-2.0), as public test fixtures "
+        "quote it in full",
+    ),
+    "gpt-oss-120b": (
+        "openai/gpt-oss-120b",
+        "huggingface.co/openai/gpt-oss-120b raw/main/config.json (Apache-2.0), as public test "
+        "fixtures quote it in full",
+    ),
+    "gemma-3-12b": (  # the text_config of the multimodal release: its language model
+        "google/gemma-3-12b-it",
+        "huggingface.co/google/gemma-3-12b-it config.json text_config, as transformers' "
+        "Gemma 3 conversion tests quote it",
     ),
     "deepseek-v2-lite": (  # MoE with multi-head latent attention (sim/catalog/mla.py)
         "deepseek-ai/DeepSeek-V2-Lite",

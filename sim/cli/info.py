@@ -86,9 +86,22 @@ def _model_row(m) -> tuple[str, ...]:
         str(m.num_layers),
         str(m.hidden_size),
         f"{m.num_heads}/{m.num_kv_heads}",
-        _bytes(m.kv_bytes_per_token(1)),
+        _kv_per_token(m),
         f"{m.max_model_len:,}",
     )
+
+
+def _kv_per_token(m) -> str:
+    """KV bytes a token takes in every layer; with sliding windows, in the full-attention
+    layers, and the window the others keep (a long sequence's KV is then the former)."""
+    windows = m.layer_windows()
+    if not any(windows):
+        return _bytes(m.kv_bytes_per_token(1))
+    window = min(w for w in windows if w)
+    if None not in windows:  # every layer a window (Mistral-7B-v0.1)
+        return f"{_bytes(m.kv_bytes_per_token(1))}, last {window}"
+    full = m.kv_bytes_per_token(1) // m.num_layers * windows.count(None)
+    return f"{_bytes(full)} + {window}-token windows"
 
 
 def _count(n: int) -> str:

@@ -123,8 +123,8 @@ def _real_backend_bytes(scenario) -> float:
     element = _ELEMENT_BYTES[scenario.backend.dtype]
     model = scenario.model
     weights = model.num_params * element
-    pool = scenario.kv_pool.device_blocks * scenario.cache.block_size
-    kv = pool * model.kv_bytes_per_token(1, element)
+    block = model.kv_block_bytes(scenario.cache.block_size, 1, element)
+    kv = scenario.kv_pool.device_blocks * block
     return float(scenario.routing.replicas * (weights + kv))
 
 

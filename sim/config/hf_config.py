@@ -18,7 +18,8 @@ the scenario keeps it as written. What is read, by ModelSpec field:
 ``mlp``                from ``model_type``: gated (``swiglu``) or not (``gelu``, OPT)
 ``rope_theta``         ``rope_theta`` (or ``rope_parameters.rope_theta``), for the record
 ``rope_scaling``       ``rope_scaling`` (or ``rope_parameters``), for the record
-``sliding_window``     ``sliding_window``, null when ``use_sliding_window`` is false
+``sliding_window``     ``sliding_window`` and ``layer_types``
+``layer_types``        (:mod:`sim.config.hf_attention`)
 ``moe``                the experts of a ``mixtral``, ``qwen2_moe`` or ``qwen3_moe`` config
                        (:mod:`sim.config.hf_moe`)
 ``name``               the file's name without ``.json`` (a file named ``config.json``: its
@@ -46,7 +47,8 @@ from pydantic import ValidationInfo
 from sim.catalog.presets import expand_preset
 from sim.config.errors import error_at
 from sim.config.files import base_dir
-from sim.config.hf_moe import MLA_TYPES, MOE_TYPES, read_mla, read_moe
+from sim.config.hf_attention import read_attention
+from sim.config.hf_moe import MLA_TYPES, MOE_TYPES, MXFP4_TYPES, read_mla, read_moe
 from sim.inputs.hints import did_you_mean
 from sim.inputs.textfile import parse_json, read_text
 from sim.inputs.user_errors import UserError
@@ -71,6 +73,9 @@ MODEL_TYPES = {
     "qwen3_moe": ModelType("swiglu", False, "intermediate_size"),
     "deepseek_v2": ModelType("swiglu", False, "intermediate_size"),
     "deepseek_v3": ModelType("swiglu", False, "intermediate_size"),
+    "gpt_oss": ModelType("swiglu", False, "intermediate_size"),
+    # Gemma 3's language model (a gated GeLU MLP: three matrices, as SwiGLU's)
+    "gemma3_text": ModelType("swiglu", True, "intermediate_size"),
 }
 
 #: Keys that make a config a mixture of experts (Mixtral, Qwen-MoE, DeepSeek, ...).
@@ -189,7 +194,6 @@ class _Reader:
             "tie_embeddings": lambda: self.flag("tie_word_embeddings", kind.tied),
             "rope_theta": self._rope_theta,
             "rope_scaling": self._rope_scaling,
-            "sliding_window": self._sliding_window,
         }
         if self.type_name in MOE_TYPES:
             wanted["moe"] = lambda: read_moe(self, self.type_name)
@@ -202,6 +206,7 @@ class _Reader:
         for field, read in wanted.items():
             if field not in self.skip:
                 out[field] = read()
+        out |= {k: v for k, v in read_attention(self).items() if k not in self.skip}
         if kind.intermediate == "ffn_dim":
             self._no_projection(out)
         return {k: v for k, v in out.items() if v is not None and k not in self.skip}
@@ -310,6 +315,8 @@ class _Reader:
         method = config.get("quant_method")
         if method == "fp8":
             return 1
+        if method == "mxfp4" and self.type_name in MXFP4_TYPES:
+            return None  # (the experts' format: hf_moe.py; the rest is in the dtype)
         raise self.fail(
             "quantization_config.quant_method",
             f"{_shown(method)}: quantised weights are not modelled (fp8 is); set "
@@ -343,13 +350,6 @@ class _Reader:
             raise self.fail("rope_scaling", f"expected an object nested at most "
                                             f"{MAX_RECORD_DEPTH} deep")  # fmt: skip
         return value
-
-    def _sliding_window(self) -> int | None:
-        if self.raw.get("sliding_window") is None:
-            return None
-        window = self.count("sliding_window")
-        enabled = self.flag("use_sliding_window", True)
-        return window if enabled else None
 
     def _no_projection(self, out: dict[str, Any]) -> None:
         """OPT's smaller models project embeddings to and from a narrower width: weights

@@ -42,7 +42,15 @@ MOE_TYPES = {
     "qwen3_moe": "qwen",
     "deepseek_v2": "deepseek",
     "deepseek_v3": "deepseek",
+    "gpt_oss": "mixtral",
 }
+
+#: model types whose checkpoints store routed experts in MXFP4 (``quant_method: mxfp4``):
+#: 4-bit elements with one 8-bit scale per 32 (OCP Microscaling Formats spec v1.0), 4.25
+#: bits a weight; everything else stays in the model's dtype (gpt-oss's
+#: ``modules_to_not_convert``: attention, router, embeddings, LM head)
+MXFP4_TYPES = {"gpt_oss"}
+MXFP4_BITS = 4.25
 
 
 def read_moe(reader: Reader, model_type: str) -> dict[str, Any]:
@@ -76,6 +84,10 @@ def read_moe(reader: Reader, model_type: str) -> dict[str, Any]:
             "shared_intermediate_size": _optional_count(reader, "shared_expert_intermediate_size"),
             "dense_layers": _qwen_dense_layers(reader, layers),
         }
+    quant = reader.raw.get("quantization_config")
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    if model_type in MXFP4_TYPES and method == "mxfp4":
+        fields["expert_weight_bits"] = MXFP4_BITS
     if fields["experts_per_token"] > fields["num_experts"]:
         raise reader.fail(
             "num_experts_per_tok",

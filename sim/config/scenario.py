@@ -201,6 +201,7 @@ class Scenario(StrictModel):
             if problem is not None:
                 raise error_at(*problem)
         self._check_model_support()
+        self._check_kv_groups()
         reserved = profile_of(self.scheduler.engine).rules.reserved_blocks
         if blocks - reserved < 1:
             usable = f" ({reserved} reserved by scheduler.engine)" if reserved else ""
@@ -255,6 +256,39 @@ class Scenario(StrictModel):
                 "cache.offload",
                 "the real backend keeps one store per replica: a remote tier shared by "
                 f"{self.routing.replicas} replicas needs backend.kind: model",
+            )
+
+    def _check_kv_groups(self) -> None:
+        """A model whose layers keep different KV (sliding windows) needs an allocator
+        that keeps a block table per KV cache group; swap, offload tiers and the real
+        backend do not move such tables yet."""
+        layout = self.model.kv_layout
+        if layout.is_plain:
+            return
+        what = f"{self.model.name!r} keeps {layout.describe()}"
+        plugin = self.cache.plugin_allocator
+        takes = plugin is None and self.cache.allocator == PAGED
+        if not takes and not getattr(plugin, "supports_kv_groups", False):
+            raise error_at(
+                "cache.allocator",
+                f"{what}: the paged allocator (or a plug-in whose supports_kv_groups is "
+                f"True) keeps them, not {self.cache.allocator!r}; or set "
+                "model.sliding_window: off",
+            )
+        for field, used in (
+            ("cache.cpu_swap_gib", self.cache.cpu_blocks(self.model, self.tensor_parallel)),
+            ("cache.offload", self.cache.offload),
+            ("backend.kind", self.backend.kind == "torch"),
+        ):
+            if used:
+                raise error_at(field, f"{what}: swap space, offload tiers and the real "
+                                      "backend do not move its tables yet; or set "
+                                      "model.sliding_window: off")  # fmt: skip
+        if self.cost_model.kind != "analytic":
+            raise error_at(
+                "cost_model.kind",
+                f"{what}: the analytic cost model prices its windows ({self.cost_model.kind} "
+                "prices every layer as full attention); or set model.sliding_window: off",
             )
 
     def _check_model_support(self) -> None:

@@ -180,7 +180,7 @@ class CacheSpec(StrictModel):
     def replica_block_bytes(self, model: ModelSpec, tp: int = 1) -> int:
         """KV bytes of one block summed over the replica's ``tp`` GPUs (what an offload
         tier holds of it, as vLLM counts ``--kv-offloading-size``)."""
-        return self.block_size * tp * model.kv_bytes_per_token(tp, self.kv_element_bytes(model))
+        return tp * model.kv_block_bytes(self.block_size, tp, self.kv_element_bytes(model))
 
     @model_serializer(mode="wrap")
     def _leave_out_auto_kv_dtype(self, handler) -> dict[str, Any]:
@@ -216,7 +216,7 @@ class CacheSpec(StrictModel):
         GPU's host memory divided by that GPU's share of one block."""
         if self.num_cpu_blocks is not None:
             return self.num_cpu_blocks
-        block_bytes = self.block_size * model.kv_bytes_per_token(tp, self.kv_element_bytes(model))
+        block_bytes = model.kv_block_bytes(self.block_size, tp, self.kv_element_bytes(model))
         return int(self.cpu_swap_gib * _GIB // block_bytes)
 
 

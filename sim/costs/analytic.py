@@ -71,6 +71,7 @@ from sim.catalog.pool import check_tensor_parallel
 from sim.costs.kernels import GpuKernels
 from sim.costs.mla import attention_head_dim, mla_ops
 from sim.costs.moe import MOE_LAYER_GEMMS, MoELayer
+from sim.costs.windows import WindowedAttention
 
 # ndarray.sum without its Python-level wrapper (the same integer sum); one call a step.
 _sum = np.add.reduce
@@ -166,7 +167,12 @@ class AnalyticCostModel:
         # KV in its own element type (cache.kv_dtype): writes, decode reads, swaps.
         kv_token = model.kv_bytes_per_token(tp, kv_element_bytes)
         self._kv_bytes_per_layer_token = kv_token // model.num_layers
-        block_bytes = block_size * kv_token
+        block_bytes = model.kv_block_bytes(block_size, tp, kv_element_bytes)
+        # Sliding-window layers read at most their window (sim/costs/windows.py).
+        self._windows = WindowedAttention.of(
+            model, self.kernels, self._heads, self._attention_head_dim,
+            self._kv_bytes_per_layer_token,
+        )  # fmt: skip
         # Seconds one block takes on each link a transfer's route crosses (ROUTE_LINKS).
         self._s_per_block_on = {
             HOST_LINK: block_bytes / hardware.host_link_bytes_s,
@@ -238,6 +244,7 @@ class AnalyticCostModel:
             num_decodes,
             int(_sum(lens)) if num_decodes else 0,
             moved_blocks(batch.transfers) if batch.transfers else NO_MOVES,
+            lens,
         )
         return sum(parts)  # as StepCost.total_s sums them
 
@@ -265,9 +272,12 @@ class AnalyticCostModel:
         context = int(context_lens.sum()) if num else 0
         first = self._parts((), num, context, NO_MOVES)  # the parts that do not change
         contexts = context + num * np.arange(steps, dtype=np.int64)
-        decode = self._layers * self.kernels.decode_attentions(
-            num, contexts, self._kv_bytes_per_layer_token
-        )
+        if self._windows is not None:
+            decode = self._windows.decode_steps(context_lens, contexts, steps)
+        else:
+            decode = self._layers * self.kernels.decode_attentions(
+                num, contexts, self._kv_bytes_per_layer_token
+            )
         linear, elementwise, prefill, _, *tail = first  # tail: LM head to CPU
         total = 0 + linear + elementwise + prefill + decode
         if self._cpu_overlap:  # _parts' hidden-CPU rule, elementwise
@@ -300,7 +310,8 @@ class AnalyticCostModel:
         """:meth:`_parts` of a step given as :meth:`predict` takes it."""
         num_decodes = int(decode_context_lens.shape[0])
         decode_context = int(decode_context_lens.sum()) if num_decodes else 0
-        return self._parts(prefill_chunks, num_decodes, decode_context, moved)
+        lens = decode_context_lens
+        return self._parts(prefill_chunks, num_decodes, decode_context, moved, lens)
 
     def _transfers_s(self, moved: MovedBlocks) -> float:
         """Seconds the blocks ``moved`` take, summed per link first (host link, device
@@ -316,10 +327,12 @@ class AnalyticCostModel:
         num_decodes: int,
         decode_context: int,
         moved: MovedBlocks,
+        lens: np.ndarray | None = None,
     ) -> tuple[float, ...]:
         """A step's :class:`StepCost` fields, in order, as a plain tuple (the one place
         they are computed: breakdown, predict and execute all read them from here).
-        ``decode_context`` is the decodes' context lengths summed."""
+        ``decode_context`` is the decodes' context lengths summed; ``lens`` each of them
+        (what a sliding-window layer reads depends on each; only windowed models)."""
         prefill_tokens = 0
         for start, num_tokens in prefill_chunks:
             if start < 0 or num_tokens < 1:
@@ -337,20 +350,23 @@ class AnalyticCostModel:
         tokens = prefill_tokens + num_decodes
         linear, elementwise, allreduce = self._dense.get(tokens) or self._dense_s(tokens)
         lm_head, cpu = self._per_seqs.get(num_seqs) or self._per_seq_s(num_seqs)
-        kernels = self.kernels
-        prefill = (
-            kernels.prefill_attention(prefill_chunks, self._heads, self._attention_head_dim)
-            if prefill_chunks
-            else 0.0  # what prefill_attention returns for no chunk
-        )
-        decode = kernels.decode_attention(
-            num_decodes, decode_context, self._kv_bytes_per_layer_token
-        )
+        if self._windows is not None:
+            prefill, decode = self._windows.attention(prefill_chunks, num_decodes, lens)
+        else:
+            kernels = self.kernels
+            prefill = layers * (
+                kernels.prefill_attention(prefill_chunks, self._heads, self._attention_head_dim)
+                if prefill_chunks
+                else 0.0  # what prefill_attention returns for no chunk
+            )
+            decode = layers * kernels.decode_attention(
+                num_decodes, decode_context, self._kv_bytes_per_layer_token
+            )
         parts = (
             linear,
             elementwise,
-            layers * prefill,
-            layers * decode,
+            prefill,
+            decode,
             lm_head,
             allreduce,
             data_movement,

@@ -136,10 +136,13 @@ class GpuKernels:
 
     # -- attention ----------------------------------------------------------------------
     def prefill_attention(
-        self, chunks: Sequence[tuple[int, int]], heads: int, head_dim: int
-    ) -> float:
+        self, chunks: Sequence[tuple[int, int]], heads: int, head_dim: int,
+        window: int | None = None,
+    ) -> float:  # fmt: skip
         """Causal attention of prefill ``chunks`` (``(cached, new)`` tokens) over
-        ``heads`` query heads of ``head_dim`` (module doc). 0 for no chunk."""
+        ``heads`` query heads of ``head_dim`` (module doc); ``window``: a sliding window
+        of that many tokens, so a q-tile visits at most the KV tiles the window spans
+        (one more where it straddles a tile edge). 0 for no chunk."""
         if not chunks:
             return 0.0
         tile, overhead, ceil = self._attention_tile, self._cta_overhead_tiles, math.ceil
@@ -150,7 +153,12 @@ class GpuKernels:
             # q-tile j visits ceil((cached + (j+1) tile) / tile) = first + j + 1 KV tiles,
             # the last one ceil((cached + new) / tile)
             last = ceil((cached + new) / tile)
-            visits = (q_tiles - 1) * first + (q_tiles - 1) * q_tiles // 2 + last
+            if window is None:
+                visits = (q_tiles - 1) * first + (q_tiles - 1) * q_tiles // 2 + last
+            else:
+                cap = ceil(window / tile) + 1
+                last = min(last, cap)
+                visits = capped_sum(first + 1, first + q_tiles - 1, cap) + last
             work += visits + overhead * q_tiles
             longest = max(longest, last + overhead)
         tile_flops = 4 * tile * tile * head_dim
@@ -223,3 +231,14 @@ def smooth_max(a: float, b: float, p: float) -> float:
     if top <= 0.0:
         return 0.0
     return top * ((a / top) ** p + (b / top) ** p) ** (1.0 / p)
+
+
+def capped_sum(low: int, high: int, cap: int) -> int:
+    """``sum(min(x, cap) for x in range(low, high + 1))`` (0 when ``high < low``)."""
+    if high < low:
+        return 0
+    if cap >= high:
+        return (low + high) * (high - low + 1) // 2
+    if cap <= low:
+        return cap * (high - low + 1)
+    return (low + cap) * (cap - low + 1) // 2 + cap * (high - cap)

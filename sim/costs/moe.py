@@ -132,6 +132,9 @@ class MoELayer:
         assert moe is not None
         tp = tensor_parallel
         self.kernels, self.hidden, self.bytes = kernels, model.hidden_size, model.dtype_bytes
+        # an expert's weights are read as stored (MXFP4: 4.25 bits), its rows in the dtype
+        bits = moe.expert_weight_bits
+        self.weight_scale = 1 if bits is None else bits / 8 / self.bytes
         self.experts, self.top_k = moe.num_experts, moe.experts_per_token
         # Experts on this GPU, each ``width`` wide; the share of routed rows it runs.
         self.local_experts = moe.num_experts // tp if expert_parallel else moe.num_experts
@@ -208,5 +211,6 @@ class MoELayer:
         if rows <= 0.0:
             return 0.0
         compute = 2.0 * padded * k * n / self._flops
-        memory = (touched * k * n + rows * (k + n)) * self.bytes / self._bytes_s
+        weights = touched * k * n * self.weight_scale  # (in elements of the dtype)
+        memory = (weights + rows * (k + n)) * self.bytes / self._bytes_s
         return self._floor + smooth_max(compute, memory, self._p)

@@ -87,6 +87,7 @@ def build_allocator(
                 num_cpu_blocks=num_cpu_blocks,
                 enable_prefix_caching=cache.prefix_caching,
                 **_tiers(scenario),
+                **_groups(scenario),
             )
         except ValueError as err:
             raise ScenarioError(f"{scenario.source}: cache.allocator: {err}") from None
@@ -101,6 +102,7 @@ def build_allocator(
             enable_prefix_caching=cache.prefix_caching,
             evictor=make_policy(scenario, EVICTORS, eviction.policy, eviction.params, context),
             **_tiers(scenario, context, shared),
+            **_groups(scenario),
         )
         for spec in cache.offload:
             if spec.cluster_wide:  # one store for every replica
@@ -112,6 +114,13 @@ def build_allocator(
         max_model_len=scenario.model.max_model_len,
         num_cpu_slots=num_cpu_blocks * cache.block_size,
     )
+
+
+def _groups(scenario) -> dict:
+    """The KV cache groups' constructor argument (none for a model whose layers all keep
+    every token: the allocator's default)."""
+    layout = scenario.model.kv_layout
+    return {} if layout.is_plain else {"kv_groups": layout.groups}
 
 
 def _tiers(scenario, context: PolicyContext | None = None, shared: dict | None = None) -> dict:

@@ -33,18 +33,18 @@ ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "scenarios" / "models"
 
 #: What each shipped config.json carries beyond its preset: the public files' rope_theta
-#: and sliding_window (Mistral-7B-v0.1's 4096-token window; Qwen2.5-7B writes 131072 but
-#: switches it off with use_sliding_window: false). Presets leave these null.
+#: (Qwen2.5-7B writes a 131072-token window but switches it off with use_sliding_window:
+#: false; the mistral-7b preset has Mistral-7B-v0.1's 4096-token window, as its file).
 EXTRAS = {
     "llama-3-8b": {"rope_theta": 500000.0},
     "llama-3-70b": {"rope_theta": 500000.0},
-    "mistral-7b": {"rope_theta": 10000.0, "sliding_window": 4096},
+    "mistral-7b": {"rope_theta": 10000.0},
     "qwen2.5-7b": {"rope_theta": 1000000.0},
     "opt-13b": {},
     "opt-66b": {},
     "tiny": {"rope_theta": 500000.0},
 }
-CONFIG_ONLY = {"config", "rope_theta", "rope_scaling", "sliding_window"}
+CONFIG_ONLY = {"config", "rope_theta", "rope_scaling"}
 #: GPU and tensor parallelism that hold each preset's weights with room for KV.
 PLACEMENT = {"llama-3-70b": ("h100-sxm", 4), "opt-66b": ("h100-sxm", 4)}
 
@@ -98,6 +98,11 @@ SHIPPED_SHAPES = {
     "qwen2-57b-a14b": (57.41, 28, 4, 131072),
     "deepseek-v2-lite": (15.71, 27, 16, 163840),
     "deepseek-v3": (671.03, 61, 128, 163840),
+    # OpenAI's model card: 20.91B and 116.83B parameters (the attention biases and sinks
+    # and the experts' biases are not counted here)
+    "gpt-oss-20b": (20.91, 24, 8, 131072),
+    "gpt-oss-120b": (116.79, 36, 8, 131072),
+    "gemma-3-12b": (11.77, 48, 8, 131072),  # (its language model: no vision tower)
 }
 
 
@@ -128,7 +133,7 @@ def test_a_presets_config_json_gives_the_preset_field_for_field(preset):
     carried = {f: getattr(model, f) for f in CONFIG_ONLY - {"config"}}
     assert (
         carried
-        == {"rope_theta": None, "rope_scaling": None, "sliding_window": None} | (EXTRAS[preset])
+        == {"rope_theta": None, "rope_scaling": None} | (EXTRAS[preset])
     )
     assert all(getattr(expected, f) is None for f in CONFIG_ONLY)
 
@@ -169,7 +174,7 @@ def test_a_presets_config_json_runs_exactly_like_the_preset(preset, tmp_path):
 def test_a_presets_dump_has_no_config_only_fields():
     """What a config carries appears in scenario.json only when set: an existing
     scenario's scenario.json is unchanged (tests/test_golden.py pins the bytes)."""
-    dump = validate_scenario({"model": "mistral-7b"}).model_dump(mode="json")["model"]
+    dump = validate_scenario({"model": "llama-3-8b"}).model_dump(mode="json")["model"]
     assert not CONFIG_ONLY & set(dump)
     config = validate_scenario({"model": {"config": str(MODELS / "mistral-7b.json")}})
     dump = config.model_dump(mode="json")["model"]
@@ -245,7 +250,7 @@ def test_set_model_to_a_config_on_the_command_line(tmp_path):
 @pytest.mark.parametrize(
     "change, key, message",
     [
-        ({"num_local_experts": 8, "model_type": "gpt_oss"}, "num_local_experts", "mixture"),
+        ({"num_local_experts": 8, "model_type": "qwen2"}, "num_local_experts", "mixture"),
         ({"kv_lora_rank": 512, "model_type": "llama"}, "kv_lora_rank", "latent"),
         (
             {"quantization_config": {"quant_method": "awq", "bits": 4}},
@@ -355,7 +360,7 @@ def test_list_models_with_a_bad_config_is_one_line_exit_2(tmp_path, capsys):
     assert main(["list", "models", str(tmp_path / "bad.json")]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"pagesim: error: {tmp_path / 'bad.json'}: model_type: 'mistrall' is not " + (
-        "supported; did you mean 'mistral'? (valid: deepseek_v2, deepseek_v3, llama, mistral, "
-        "mixtral, opt, qwen2, qwen2_moe, qwen3, qwen3_moe)"
+        "supported; did you mean 'mistral'? (valid: deepseek_v2, deepseek_v3, gemma3_text, "
+        "gpt_oss, llama, mistral, mixtral, opt, qwen2, qwen2_moe, qwen3, qwen3_moe)"
     )
     assert main(["list", "hardware", "x.json"]) == 2

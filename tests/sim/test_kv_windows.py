@@ -1,0 +1,215 @@
+"""Models whose layers keep different KV (sim/catalog/kv_layout.py): the KV cache groups
+read from a config.json, the pool they size, what a scenario refuses with them, and a
+run with and without the windows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from backend.base import KVGroup
+from sim.catalog.kv_layout import kv_layout
+from sim.cli import main
+from sim.config.errors import ScenarioError
+from sim.config.loader import validate_scenario
+from sim.costs.analytic import AnalyticCostModel
+from sim.costs.kernels import capped_sum
+from sim.run.build import analytic_executor
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ROOT / "scenarios" / "models"
+GPT_OSS = json.loads((MODELS / "gpt-oss-20b.json").read_text())
+
+FULL, SLIDING_128 = KVGroup(), KVGroup(128)
+
+
+def model_of(config: str | dict, tmp_path: Path, **fields):
+    if isinstance(config, dict):
+        (tmp_path / "cfg.json").write_text(json.dumps(config))
+        config = "cfg.json"
+    raw = {"model": {"config": config, **fields}, "cache": {"num_blocks": 64}}
+    return validate_scenario(raw, "s.yaml", base_dir=tmp_path).model
+
+
+# -- grouping, as vLLM groups layers ---------------------------------------------------------
+@pytest.mark.parametrize(
+    "windows, groups, size",
+    [
+        ([None] * 4, (FULL,), 4),
+        ([4096] * 32, (KVGroup(4096),), 32),  # Mistral-7B-v0.1: one group of windows
+        ([128, None] * 12, (SLIDING_128, FULL), 12),  # gpt-oss: 1:1
+        (([1024] * 5 + [None]) * 8, (KVGroup(1024),) * 5 + (FULL,), 8),  # Gemma 3: 5:1
+        # vLLM's own examples: 10 full + 20 windows -> 3 groups of 10; 12 + 13 -> 13 each
+        ([None] * 10 + [64] * 20, (FULL, KVGroup(64), KVGroup(64)), 10),
+        ([64] * 12 + [None] * 13, (KVGroup(64), FULL), 13),
+        ([None, 64, 64, 64, 64, 64, 64], (FULL,) + (KVGroup(64),) * 6, 1),  # 1:6, padding 0
+        ([None] * 4 + [64] * 5, (FULL, KVGroup(64)), 5),  # 5 < 1.5 x 4: groups of 5, one padded
+        ([None] * 2 + [64] * 3, (FULL, KVGroup(64), KVGroup(64)), 2),  # 3 is 1.5 x 2: of 2
+    ],
+)
+def test_layers_are_grouped_as_vllm_groups_them(windows, groups, size):
+    layout = kv_layout(windows)
+    assert layout.groups == groups and layout.layers_per_group == size
+    assert layout.is_plain == (groups == (FULL,))
+
+
+def test_the_shipped_configs_give_their_groups(tmp_path):
+    models = ROOT / "scenarios" / "models"
+    oss = model_of(str(models / "gpt-oss-20b.json"), tmp_path)
+    assert oss.kv_layout.groups == (SLIDING_128, FULL) and oss.kv_layout.layers_per_group == 12
+    assert oss.moe.num_experts == 32 and oss.moe.expert_weight_bits == 4.25
+    # the MXFP4 checkpoint: 12.8 GiB (OpenAI's model card: "runs within 16GB of memory")
+    assert 13.5e9 < oss.weight_bytes < 14.0e9
+    gemma = model_of(str(models / "gemma-3-12b.json"), tmp_path)
+    assert gemma.kv_layout.groups == (KVGroup(1024),) * 5 + (FULL,)
+    assert gemma.layer_types[5] == "full_attention" and gemma.layer_types[:5] == (
+        "sliding_attention",
+    ) * 5
+    mistral = model_of(str(models / "mistral-7b.json"), tmp_path)
+    assert mistral.kv_layout.groups == (KVGroup(4096),)
+
+
+def test_a_block_holds_one_groups_layers_and_windows_off_hold_them_all(tmp_path):
+    on = model_of(GPT_OSS, tmp_path)
+    off = model_of(GPT_OSS, tmp_path, sliding_window="off")
+    per_layer = 2 * 8 * 64 * 2  # K and V, 8 KV heads of 64, bf16
+    assert on.kv_block_bytes(16) == 16 * 12 * per_layer
+    assert off.kv_block_bytes(16) == 16 * 24 * per_layer and off.kv_layout.is_plain
+    assert on.kv_bytes_per_token() == off.kv_bytes_per_token() == 24 * per_layer
+
+
+@pytest.mark.parametrize(
+    "change, field, message",
+    [
+        ({"sliding_window": 0}, "model.config", "sliding_window: expected a positive integer"),
+        (
+            {"layer_types": ["full_attention"] * 3},
+            "model.config",
+            "layer_types: 3 entries; num_hidden_layers is 24",
+        ),
+        ({"layer_types": ["local"] * 24}, "model.config", "layer_types: expected a list of"),
+        ({"attention_chunk_size": 8192}, "model.config", "chunked local attention (Llama 4)"),
+    ],
+)
+def test_bad_group_settings_in_a_config_are_one_line(tmp_path, change, field, message):
+    with pytest.raises(ScenarioError) as err:
+        model_of({**GPT_OSS, **change}, tmp_path)
+    text = str(err.value)
+    assert text.startswith(f"s.yaml: {field}: ") and message in text and "\n" not in text
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"sliding_window": 0}, "model.sliding_window"),
+        ({"sliding_window": "on"}, "model.sliding_window"),
+        ({"layer_types": ["full_attention"]}, "layer_types has 1 entries; num_layers is 24"),
+    ],
+)
+def test_bad_group_settings_beside_a_config_are_one_line(tmp_path, fields, message):
+    with pytest.raises(ScenarioError) as err:
+        model_of(GPT_OSS, tmp_path, **fields)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "cache, field",
+    [
+        ({"allocator": "contiguous-max"}, "cache.allocator"),
+        ({"cpu_swap_gib": 4}, "cache.cpu_swap_gib"),
+        ({"prefix_caching": True, "offload": [{"tier": "cpu", "capacity_gib": 4}]},
+         "cache.offload"),
+    ],
+)
+def test_what_does_not_keep_groups_yet_is_refused_by_name(tmp_path, cache, field):
+    (tmp_path / "cfg.json").write_text(json.dumps(GPT_OSS))
+    raw = {"model": {"config": "cfg.json"}, "cache": {"num_blocks": 64, **cache}}
+    with pytest.raises(ScenarioError, match=f"{field}: 'cfg' keeps 2 KV cache groups of 12 layers"):
+        validate_scenario(raw, "s.yaml", base_dir=tmp_path)
+    raw["model"]["sliding_window"] = "off"  # the way round it, as the message says
+    validate_scenario(raw, "s.yaml", base_dir=tmp_path)
+
+
+def test_a_cost_model_that_does_not_price_windows_is_refused(tmp_path):
+    profile = {"kind": "profile", "path": ".", "device": "h100", "profile_model": "m",
+               "network": "n"}  # fmt: skip
+    raw = {"model": "mistral-7b", "cost_model": profile}
+    message = "cost_model.kind: 'mistral-7b' keeps 1 KV cache group of 32 layers"
+    with pytest.raises(ScenarioError, match=message):
+        validate_scenario(raw, "s.yaml", base_dir=tmp_path)
+
+
+def test_windows_hold_more_of_a_long_sequence_in_the_same_memory(tmp_path):
+    """The same load on gpt-oss-20b in the same memory, windows on and off: a block of
+    the windowed model holds half the layers, so the pool has twice the blocks; a
+    sequence of 6,200 tokens holds 388 blocks in the full group and at most 9 in the
+    window's, so about twice as many sequences run at once and the queue drains
+    sooner."""
+    peaks = {}
+    for window in ("on", "off"):
+        model = {"config": str(MODELS / "gpt-oss-20b.json"), "max_model_len": 16384}
+        if window == "off":
+            model["sliding_window"] = "off"
+        raw = {
+            "name": window,
+            "model": model,
+            "hardware": "h100-sxm",
+            # (a pool sized from memory: 17.6 GB of the card, 13.7 GB of it weights)
+            "cache": {"gpu_memory_utilization": 0.22},
+            "workload": {
+                "arrival": {"kind": "poisson", "rate_rps": 30},
+                "input": {"kind": "fixed", "value": 6000},
+                "output": {"kind": "fixed", "value": 200},
+            },
+            "simulation": {"num_requests": 60, "seed": 0},
+        }
+        path = tmp_path / f"{window}.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        out = tmp_path / window
+        assert main(["run", str(path), "--out", str(out), "--quiet", "--no-report"]) == 0
+        summary = json.loads((out / "summary.json").read_text())
+        peaks[window] = summary
+    on, off = peaks["on"], peaks["off"]
+    assert on["num_blocks"] in (2 * off["num_blocks"], 2 * off["num_blocks"] + 1)
+    assert on["mean_batch_size"] > 1.5 * off["mean_batch_size"]
+    assert on["ttft_s"]["p99"] < off["ttft_s"]["p99"]
+
+
+# -- what attention costs with windows --------------------------------------------------------
+def test_capped_sum_is_the_sum_it_names():
+    for low in range(0, 6):
+        for high in range(low - 2, 12):
+            for cap in range(0, 14):
+                want = sum(min(x, cap) for x in range(low, high + 1))
+                assert capped_sum(low, high, cap) == want, (low, high, cap)
+
+
+def analytic(tmp_path, **fields) -> AnalyticCostModel:
+    (tmp_path / "cfg.json").write_text(json.dumps(GPT_OSS))
+    raw = {"model": {"config": "cfg.json", **fields}, "cache": {"num_blocks": 64}}
+    return analytic_executor(validate_scenario(raw, "s.yaml", base_dir=tmp_path))
+
+
+def test_a_window_reads_at_most_its_tokens(tmp_path):
+    on, off = analytic(tmp_path), analytic(tmp_path, sliding_window="off")
+    short = np.full(8, 100, np.int64)  # within the 128-token window: the same reads
+    assert on.breakdown([], short).decode_attention_s == off.breakdown([], short).decode_attention_s
+    long = np.full(8, 20_000, np.int64)  # half the layers read 128 tokens, not 20,000
+    ratio = on.breakdown([], long).decode_attention_s / off.breakdown([], long).decode_attention_s
+    assert 0.5 < ratio < 0.56  # (each layer also pays its kernel floor)
+    chunk = [(16_000, 2048)]
+    assert on.breakdown(chunk, short[:0]).prefill_attention_s < 0.6 * (
+        off.breakdown(chunk, short[:0]).prefill_attention_s
+    )
+    assert on.breakdown([(0, 100)], short[:0]) == off.breakdown([(0, 100)], short[:0])
+
+
+def test_a_decode_stretch_is_its_steps_bit_for_bit(tmp_path):
+    model = analytic(tmp_path)
+    lens = np.array([5, 120, 127, 128, 129, 3000], np.int64)
+    steps = model.decode_steps(lens, 40)
+    assert [float(s) for s in steps] == [model.predict([], lens + i) for i in range(40)]
