@@ -111,23 +111,10 @@ class KVGroups:
 
     def _group_run(self, number, group, keys, salt, tokens, limit, first_run) -> list[int]:
         """The longest hit (at most ``limit`` blocks) group ``number`` serves alone."""
-        size = self.block_size
-        if not isinstance(group, SlidingWindow):
-            run = first_run if number == 0 else self.indexes[number].lookup(tokens, salt)[1]
-            return run[:limit]
-        index, need = self.indexes[number], group.hit_blocks_needed()
-        run, contiguous = [NULL_BLOCK] * limit, 0
-        for position in range(limit - 1, -1, -1):  # from the right: the window's end
-            row = tokens[position * size : (position + 1) * size]
-            block = index.cached_block(keys[position], salt, position, row)
-            if block is None:
-                contiguous = 0
-                continue
-            run[position] = block
-            contiguous += 1
-            if contiguous >= need:
-                return run[: position + contiguous]
-        return run[:contiguous]  # a run from the start, shorter than the window
+        if isinstance(group, SlidingWindow):
+            return group.cached_run(keys, salt, tokens, limit)
+        run = first_run if number == 0 else self.indexes[number].lookup(tokens, salt)[1]
+        return run[:limit]
 
     # -- allocation --------------------------------------------------------------------------
     def can_allocate(self, tokens: np.ndarray, salt: int) -> bool:
@@ -175,22 +162,52 @@ class KVGroups:
                 index.publish_through(seq, count // self.block_size, group.tables[seq])
 
     # -- growth ------------------------------------------------------------------------------
-    def _check_room(self, needed: int, releasing: list[int]) -> None:
-        """Raise OutOfBlocks unless ``needed`` blocks fit once the windows give back
-        ``releasing`` (one entry per reference dropped)."""
-        available = self.pool.available()
-        if needed <= available:
-            return
+    def _room(self, releasing: list[int]) -> int:
+        """Blocks available once the windows give back ``releasing`` (one entry per
+        reference dropped: a block comes back when every holder drops it)."""
         gained = 0
-        if releasing:  # a block every holder releases at once comes back
+        if releasing:
             blocks, drops = np.unique(np.asarray(releasing, np.int64), return_counts=True)
             gained = int(np.count_nonzero(self.pool.refcount[blocks] == drops))
-        if needed > available + gained:
-            raise OutOfBlocks(
-                f"need {needed} blocks, {available + gained} available",
-                needed=needed,
-                available=available + gained,
-            )
+        return self.pool.available() + gained
+
+    def _check_room(self, needed: int, releasing: list[int]) -> None:
+        """Raise OutOfBlocks unless ``needed`` blocks fit in ``_room(releasing)``."""
+        if needed > self.pool.available() and needed > (room := self._room(releasing)):
+            raise OutOfBlocks(f"need {needed} blocks, {room} available", needed=needed,
+                              available=room)  # fmt: skip
+
+    def _check_in_order(self, seqs: np.ndarray, held: np.ndarray, moving: np.ndarray) -> None:
+        """Raise OutOfBlocks unless the decode step of ``seqs`` fits when they are served
+        in ascending id order, each after its own windows' releases. (Copy-on-write of a
+        shared last block is counted in the whole batch's check only.)"""
+        size, groups = self.block_size, len(self.groups)
+        releases = {int(seq): self._releasing(np.array([seq])) for seq in moving.tolist()}
+        left = {}  # references left to each releasing block, as members drop them
+        for blocks in releases.values():
+            for block in blocks:
+                left[block] = left.get(block, int(self.pool.refcount[block]))
+        free = self.pool.available()
+        order = np.argsort(seqs, kind="stable")
+        for served, position in enumerate(order.tolist()):
+            for block in releases.get(int(seqs[position]), ()):
+                left[block] -= 1
+                free += left[block] == 0  # its last holder let it go
+            free -= groups * int(held[position] % size == 0)  # a new block in every group
+            if free < 0:
+                self._release(seqs[order[: served + 1]])  # (the members it reached)
+                raise OutOfBlocks(
+                    f"sequence {int(seqs[position])} needs a block before later members' "
+                    "windows give theirs back",
+                    needed=groups,
+                    available=free + groups,
+                )
+
+    def _release(self, seqs: np.ndarray) -> None:
+        """Release the windows of ``seqs``, in order, before they grow."""
+        for seq in seqs.tolist():
+            for group in self.windows:
+                group.release_window(seq, int(self.computed[seq]))
 
     def _releasing(self, seqs: np.ndarray) -> list[int]:
         """The blocks the windows of ``seqs`` would release before they grow."""
@@ -207,24 +224,19 @@ class KVGroups:
         return sum(group.append_need(seq, held, num_new)[0] for group in self.groups)
 
     def can_append(self, seq: int, held: int, num_new: int) -> bool:
-        try:
-            self._check_room(self.append_need(seq, held, num_new), self._grows(seq, num_new))
-        except OutOfBlocks:
-            return False
-        return True
-
-    def _grows(self, seq: int, num_new: int) -> list[int]:
-        return self._releasing(np.array([seq])) if num_new else []
+        releasing = self._releasing(np.array([seq])) if num_new else []
+        return self.append_need(seq, held, num_new) <= self._room(releasing)
 
     def append(self, seq: int, held: int, tokens: np.ndarray) -> list[Transfer]:
         """Grow ``seq`` by ``tokens`` in every group, releasing what its windows left
-        behind first. Raises OutOfBlocks (nothing changed)."""
+        behind first. Raises OutOfBlocks, having changed nothing but those releases
+        (vLLM frees a request's out-of-window blocks before it checks the pool)."""
         num_new = tokens.shape[0]
-        self._check_room(self.append_need(seq, held, num_new), self._grows(seq, num_new))
+        if num_new:
+            self._release(np.array([seq]))
+        self._check_room(self.append_need(seq, held, num_new), [])
         if not num_new:
             return []
-        for group in self.windows:
-            group.release_window(seq, int(self.computed[seq]))
         moves: list[Transfer] = []
         for number, group in enumerate(self.groups):
             need = group.append_need(seq, held, num_new)
@@ -237,8 +249,13 @@ class KVGroups:
         return sum(group.batch_need(seqs, held).needed for group in self.groups)
 
     def append_batch(self, seqs: np.ndarray, held: np.ndarray, tokens: np.ndarray):
-        """One decode token for each of ``seqs`` in every group. Raises OutOfBlocks
-        (nothing changed). Returns the copy-on-write moves."""
+        """One decode token for each of ``seqs`` in every group. Members are served in
+        ascending id order (the order sequences were allocated: an engine's running
+        list), each taking its blocks after its own windows gave theirs back, so a
+        member never uses blocks a later member's window releases (vLLM's running loop
+        frees a request's out-of-window blocks when it reaches that request). Raises
+        OutOfBlocks (nothing changed) unless every member fits so. Returns the
+        copy-on-write moves."""
         computed = self.computed[seqs]
         moving = seqs[:0]
         if self.windows:  # only sequences whose window passed a block release anything
@@ -246,9 +263,10 @@ class KVGroups:
             for group in self.windows:
                 moved |= group.skipped_blocks_of(computed) > group.released[seqs]
             moving = seqs[moved]
+        if moving.shape[0]:
+            self._check_in_order(seqs, held, moving)
         self._check_room(self.batch_need(seqs, held), self._releasing(moving))
-        for group in self.windows:
-            group.release_windows(seqs, computed)
+        self._release(np.sort(moving))
         moves: list[Transfer] = []
         for number, group in enumerate(self.groups):
             grown = group.append_batch(seqs, held, tokens)

@@ -84,6 +84,27 @@ class SlidingWindow(FullAttention):
         window of the first token the sequence computes."""
         return -(-(self.window - 1) // self.block_size)
 
+    def cached_run(self, keys: list[int], salt: int, tokens: np.ndarray, limit: int):
+        """The longest prefix hit (at most ``limit`` blocks) of a prompt (``tokens``,
+        its full blocks' ``keys`` under ``salt``) this group serves: NULL_BLOCK where the
+        window needs no block, the cached blocks of the window before its end. Searched
+        from the right, as vLLM's sliding-window manager does: the first run of
+        ``hit_blocks_needed`` cached blocks ends the hit; without one, a run from the
+        prompt's start, however short. No mutation."""
+        size, need = self.block_size, self.hit_blocks_needed()
+        run, contiguous = [NULL_BLOCK] * limit, 0
+        for position in range(limit - 1, -1, -1):
+            row = tokens[position * size : (position + 1) * size]
+            block = self.index.cached_block(keys[position], salt, position, row)
+            if block is None:
+                contiguous = 0
+                continue
+            run[position] = block
+            contiguous += 1
+            if contiguous >= need:
+                return run[: position + contiguous]
+        return run[:contiguous]
+
     # -- tables ----------------------------------------------------------------------------
     def add(self, seq: int, table: list[int]) -> None:
         """Give new sequence ``seq`` its ``table``, whose leading NULL entries (a prefix
@@ -104,8 +125,8 @@ class SlidingWindow(FullAttention):
 
     # -- invariants ------------------------------------------------------------------------
     def check_tables(self, on_device: list[int], num_tokens: np.ndarray):
-        """As full attention's, where a table's leading entries may be NULL: only blocks
-        wholly out of the window of the sequence's newest token, never its last one."""
+        """As full attention's, where a table's leading entries may be NULL_BLOCK: only
+        blocks wholly out of the window of the next token the sequence computes."""
         size = self.block_size
         references = np.zeros(self.pool.num_blocks, np.int64)
         fill = np.zeros(self.pool.num_blocks, np.int64)
@@ -116,8 +137,8 @@ class SlidingWindow(FullAttention):
             assert all(b == NULL_BLOCK for b in table[:released]), f"released entries of {seq}"
             kept = table[released:]
             assert NULL_BLOCK not in kept, f"sequence {seq}: a NULL entry after a held block"
-            # the newest token's window starts at held - W: blocks wholly before it only
-            out = max(0, held - self.window) // size
+            # the next token computed (at ``held`` at the latest) reads from held - W + 1
+            out = max(0, held - self.window + 1) // size
             assert released <= out, f"sequence {seq} released a block inside its window"
             assert len(set(kept)) == len(kept), f"sequence {seq} holds a block twice"
             if kept:

@@ -39,6 +39,29 @@ def unchanged(before: tuple[Any, ...], after: tuple[Any, ...], what: str) -> Non
         assert old == new, f"{what} changed {label}"
 
 
+def unchanged_but_released(before: tuple, after: tuple, what: str) -> None:
+    """``unchanged`` for an allocator with sliding windows, whose refused growth may have
+    released blocks wholly out of a window first (as vLLM frees them before it checks the
+    pool): a table entry may have turned NULL_BLOCK, the token read there unreadable,
+    the sequence's held blocks fewer by as many; nothing else. (The window check of the
+    tables, after every call, says whether the blocks were out of the window.)"""
+    for old, new in zip(before[0], after[0]):
+        sid, old_reads, old_tables, *old_rest = old
+        _, new_reads, new_tables, *new_rest = new
+        released = 0
+        for old_table, new_table in zip(old_tables, new_tables, strict=True):
+            assert len(old_table) == len(new_table), f"{what} changed a table's length"
+            for was, now in zip(old_table, new_table):
+                if was != now:
+                    assert now == NULL_BLOCK, f"{what} put block {now} in a table"
+                    released += 1
+        swapped, tokens, held = old_rest
+        assert new_rest == [swapped, tokens, held - released], f"{what} changed seq {sid}"
+        for was, now in zip(old_reads, new_reads, strict=True):
+            assert now in (was, NULL_BLOCK), f"{what} changed what seq {sid} reads"
+    assert before[2:4] == after[2:4], f"{what} changed the CPU pool or the peak"
+
+
 def expect_misuse(alloc: Allocator, seqs: dict[int, Seq], what: str, call: Callable) -> None:
     """``call`` is a misuse: it must raise a ValueError or KeyError and change nothing."""
     before = observe(alloc, seqs)

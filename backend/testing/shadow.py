@@ -13,8 +13,8 @@ wrong read, whatever the allocator says about itself.
 A model with several KV cache groups (``Allocator.kv_groups``) has a table per group,
 all over the one device pool: the executor computes each token into every group's
 table and reads each back through each. A sliding-window group may leave a position
-without a block (NULL_BLOCK) only if it is wholly out of the window of the sequence's
-newest token: a block still in the window must be there and hold its token.
+without a block (NULL_BLOCK) only if it is wholly out of the window of the next token the
+sequence computes: a block still in the window must be there and hold its token.
 """
 
 from __future__ import annotations
@@ -111,14 +111,16 @@ class KVMemory:
             assert len(blocks) >= need, (
                 f"{seq.name}: {held} tokens need {need} blocks, its table has {blocks}"
             )
-            # the newest token reads from position held - window on: blocks wholly before
-            # it may be gone (NULL_BLOCK), no other
-            gone = 0 if window is None else max(0, held - window) // self.block_size
+            # the next token to compute (at ``computed``) reads from computed - window + 1
+            # on: blocks wholly before it may be gone (NULL_BLOCK), no other
+            reads_from = seq.computed - (window or 0) + 1
+            gone = 0 if window is None else max(0, reads_from) // self.block_size
             dropped = [i for i, b in enumerate(blocks) if b == NULL_BLOCK and i >= gone]
             assert not dropped, (
                 f"{seq.name}: block {dropped[0]} of its table {blocks} is released, but "
                 + ("the group is full attention" if window is None else
-                   f"holds tokens in the window of its newest token (window {window})")
+                   f"holds tokens in the window of the next token it computes (window "
+                   f"{window}, {seq.computed} computed)")
             )  # fmt: skip
             blocks = [b for b in blocks if b != NULL_BLOCK]
         bad = [b for b in blocks if not 0 <= b < pool.shape[0]]

@@ -181,10 +181,16 @@ class Driver:
                 dtype=torch.float32,
             )
         )
+        groups = [KVCacheGroupSpec(["layer"], spec)]
+        if cfg.get("kv_groups"):  # a model whose layers keep different KV (streams.py)
+            groups = [
+                KVCacheGroupSpec([f"layer.{n}"], self._group_spec(window, cfg, torch))
+                for n, window in enumerate(cfg["kv_groups"])
+            ]
         kv_cache_config = KVCacheConfig(
             num_blocks=cfg["num_gpu_blocks"],
             kv_cache_tensors=[],
-            kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
+            kv_cache_groups=groups,
         )
         cache_config.num_gpu_blocks = cfg["num_gpu_blocks"]
 
@@ -238,6 +244,21 @@ class Driver:
         self._make_requests()
 
     # ------------------------------------------------------------ requests
+    @staticmethod
+    def _group_spec(window, cfg, torch):
+        """One KV cache group's spec: full attention, or a sliding window of ``window``
+        tokens (the same page as full attention's: one KV head of size 1)."""
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+
+        kind = FullAttentionSpec if window is None else SlidingWindowSpec
+        extra = {} if window is None else {"sliding_window": window}
+        return kind(
+            **_kwargs_for(
+                kind, block_size=cfg["block_size"], num_kv_heads=1, head_size=1,
+                dtype=torch.float32, **extra,
+            )
+        )
+
     def _make_requests(self):
         from vllm.sampling_params import SamplingParams
         from vllm.v1.core import kv_cache_utils

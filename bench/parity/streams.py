@@ -311,6 +311,49 @@ def large_batch(b: _Builder) -> dict:
     return {"num_gpu_blocks": 20000, "max_num_seqs": 256}
 
 
+# -- models whose layers keep different KV (issue 41): ``kv_groups`` lists each KV cache
+# group's sliding window in tokens (None: full attention), in vLLM's group order (by each
+# attention type's first layer); the driver builds vLLM's KVCacheConfig with one group
+# per entry over the one pool, as vLLM's hybrid prefix-caching tests build it.
+
+
+def hybrid_alternating(b: _Builder) -> dict:
+    """gpt-oss-like 1:1 alternation (a 128-token window group, a full group), prompts
+    longer than the window, moderate load: the window's blocks are released as the
+    sequences decode."""
+    for t in b.poisson_times(120, 10.0):
+        b.add(t, [[b.unique_key(), b.rng.randint(100, 1500)]], b.rng.randint(20, 300))
+    return {"kv_groups": [128, None], "num_gpu_blocks": 1200}
+
+
+def hybrid_five_to_one(b: _Builder) -> dict:
+    """Gemma-3-like 5:1 (five 256-token window groups, one full group), a shared system
+    prompt on half of the requests."""
+    for t in b.poisson_times(100, 8.0):
+        prefix = [[7, 384]] if b.rng.random() < 0.5 else []
+        b.add(t, [*prefix, [b.unique_key(), b.rng.randint(50, 1200)]], b.rng.randint(20, 200))
+    return {"kv_groups": [256] * 5 + [None], "num_gpu_blocks": 3000}
+
+
+def hybrid_shared_prefix_long(b: _Builder) -> dict:
+    """Shared prefixes much longer than the window (1,024-2,048 tokens, a 64-token
+    window): a hit needs the window's blocks before its end, cached in both groups."""
+    t = 0.0
+    for burst in range(8):
+        prefix = [[200 + burst % 3, b.rng.choice([1024, 1536, 2048])]]
+        for _ in range(12):
+            b.add(t, [*prefix, [b.unique_key(), b.rng.randint(8, 200)]], b.rng.randint(8, 80))
+        t = round(t + b.rng.uniform(0.6, 1.6), 6)
+    return {"kv_groups": [64, None], "num_gpu_blocks": 2500}
+
+
+def hybrid_kv_pressure(b: _Builder) -> dict:
+    """KV pressure with preemptions on a 1:1 model (32-token windows, a small pool)."""
+    for t in b.poisson_times(150, 14.0):
+        b.add(t, [[b.unique_key(), b.rng.randint(64, 1024)]], b.rng.randint(50, 250))
+    return {"kv_groups": [32, None], "num_gpu_blocks": 400, "max_num_batched_tokens": 1024}
+
+
 # name -> (seed, builder)
 STREAMS = {
     "burst_shared_prefix": (11, burst_shared_prefix),
@@ -331,6 +374,10 @@ STREAMS = {
     "async_max_num_seqs_short": (94, async_max_num_seqs_short),
     "watermark_pressure": (101, watermark_pressure),
     "large_batch": (111, large_batch),
+    "hybrid_alternating": (121, hybrid_alternating),
+    "hybrid_five_to_one": (122, hybrid_five_to_one),
+    "hybrid_shared_prefix_long": (123, hybrid_shared_prefix_long),
+    "hybrid_kv_pressure": (124, hybrid_kv_pressure),
 }
 
 

@@ -191,7 +191,7 @@ def scenario_of(record: dict[str, Any]) -> Scenario:
     return Scenario.model_validate(
         {
             "name": record["stream"],
-            "model": {"preset": "llama-3-8b", "max_model_len": cfg["max_model_len"]},
+            "model": _model_of(cfg),
             "cache": {
                 "block_size": cfg["block_size"],
                 "num_blocks": cfg["num_gpu_blocks"],
@@ -201,6 +201,20 @@ def scenario_of(record: dict[str, Any]) -> Scenario:
             "simulation": {"num_requests": len(record["requests"])},
         }
     )
+
+
+def _model_of(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The model a record's KV cache config describes: llama-3-8b's shape, or, for
+    ``kv_groups`` (each group's window, None: full attention), one layer a group of
+    that attention type (the driver's pages are of one size: step times do not read
+    the model)."""
+    model = {"preset": "llama-3-8b", "max_model_len": cfg["max_model_len"]}
+    groups = cfg.get("kv_groups")
+    if groups:
+        window = next(w for w in groups if w is not None)
+        types = ["sliding_attention" if w is not None else "full_attention" for w in groups]
+        model |= {"num_layers": len(groups), "layer_types": types, "sliding_window": window}
+    return model
 
 
 def stream_requests(record: dict[str, Any]) -> tuple[list[Request], dict[int, str], dict]:

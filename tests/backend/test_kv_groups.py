@@ -173,3 +173,31 @@ def test_sizes_count_every_group():
 def test_bad_groups_are_refused(groups, build, message):
     with pytest.raises(InvalidRequest, match=message):
         BlockManager(8, 4, kv_groups=groups, **build)
+
+
+def test_a_refused_growth_still_releases_its_window_as_vllm_does():
+    # at 8 tokens a 5-token window passes block 0 just as the sequence needs a new block
+    # in each group: the release comes first (vLLM frees it before it checks the pool)
+    alloc = manager([FULL, KVGroup(sliding_window=5)], num_blocks=4)
+    alloc.allocate(0, list(range(8)))  # two blocks in each group: the pool is full
+    with pytest.raises(OutOfBlocks):
+        alloc.append(0, [8])  # two blocks needed, one given back
+    assert alloc.block_tables(0)[1][0] == NULL_BLOCK and alloc.num_free_blocks == 1
+    assert alloc.num_tokens(0) == 8
+    alloc.check_invariants()
+
+
+def test_a_member_never_uses_the_blocks_a_later_members_window_gives_back():
+    # sequence 0 needs a block in each group; only sequence 1's window frees one: vLLM's
+    # running loop reaches sequence 0 first and finds the pool short
+    alloc = manager([FULL, KVGroup(sliding_window=4)], num_blocks=7)
+    alloc.allocate(0, list(range(4)))  # 1 + 1, held 4: at a boundary
+    alloc.allocate(1, list(range(7)))  # 2 + 2, held 7: its window passes block 0 next
+    assert alloc.num_free_blocks == 1
+    with pytest.raises(OutOfBlocks):
+        alloc.append_batch(np.array([0, 1]), np.array([4, 7], np.int32))
+    alloc.check_invariants()
+    assert alloc.block_tables(1)[1][0] != NULL_BLOCK  # (not reached: not released)
+    alloc.free(0)  # the victim: the rest fits
+    alloc.append_batch(np.array([1]), np.array([7], np.int32))
+    alloc.check_invariants()
