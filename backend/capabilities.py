@@ -22,6 +22,7 @@ __all__ = [
     "TrustedAppendBatch",
     "TrustedAppendSteps",
     "UnpublishesBlocks",
+    "AdmitsWithWindowCap",
     "OffloadsPrefixes",
     "hide_bypassed_unchecked_forms",
 ]
@@ -79,6 +80,16 @@ class Snapshots(Protocol):
     leaving all of it unchanged, not only what the interface shows."""
 
     def snapshot(self) -> object: ...
+
+
+@runtime_checkable
+class AdmitsWithWindowCap(Protocol):
+    """An allocator that can answer vLLM's admission check for a model with sliding
+    windows: whether a prompt fits when each window counts at most the blocks of its
+    window, ``in_flight_tokens`` more tokens and one block (vLLM frees a window's blocks
+    as the prompt's chunks are computed, so it holds no more than that)."""
+
+    def can_admit(self, token_ids, *, salt: int = 0, in_flight_tokens: int) -> bool: ...
 
 
 @runtime_checkable

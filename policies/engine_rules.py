@@ -45,6 +45,13 @@ class EngineRules:
             alloc.mark_computed(seq_id, computed)
 
     # -- admission ---------------------------------------------------------------------------
+    def window_admission_tokens(self, max_num_batched_tokens: int, async_scheduling: bool):
+        """Tokens in flight a sliding window's share of an admission check covers (a
+        window then counts at most those, its window and a block: see
+        backend.capabilities.AdmitsWithWindowCap); None: every block the prompt fills,
+        pagesim's rule."""
+        return None
+
     def watermark_applies(self, resumed: bool) -> bool:
         """Whether the admission watermark holds for this request (it never does on an
         empty replica). pagesim waives it for resumed (preempted) requests."""

@@ -69,6 +69,11 @@ class VllmV1Rules(EngineRules):
     def step_planned(self, alloc: Allocator, chunks: Iterable[tuple[int, int]]) -> None:
         pass  # each chunk was published when it was scheduled
 
+    def window_admission_tokens(self, max_num_batched_tokens: int, async_scheduling: bool):
+        # VllmConfig.max_in_flight_tokens: a full budget for each concurrent batch (two
+        # under async scheduling, pipeline parallelism 1), SlidingWindowSpec's cap
+        return max_num_batched_tokens * (2 if async_scheduling else 1)
+
     def watermark_applies(self, resumed: bool) -> bool:
         return True
 

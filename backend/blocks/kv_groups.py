@@ -84,7 +84,6 @@ class KVGroups:
         self.windows = [g for g in self.groups if isinstance(g, SlidingWindow)]
         self.computed = np.zeros(64, np.int64)
 
-    # -- sizes -------------------------------------------------------------------------------
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks a new sequence of ``num_tokens`` tokens takes in all groups."""
         return len(self.groups) * self.groups[0].blocks_for(num_tokens)
@@ -117,10 +116,20 @@ class KVGroups:
         return run[:limit]
 
     # -- allocation --------------------------------------------------------------------------
-    def can_allocate(self, tokens: np.ndarray, salt: int) -> bool:
+    def can_allocate(self, tokens: np.ndarray, salt: int, in_flight: int | None = None) -> bool:
+        """Whether ``allocate`` of ``tokens`` would succeed; with ``in_flight`` (tokens
+        a step may have in flight), as vLLM's admission asks it: a window's share capped
+        at its window, those tokens and one block (``SlidingWindowSpec``'s admission
+        cap, what a window holds of a prompt prefilled in chunks). No mutation."""
         _, runs = self.lookup(tokens, salt)
         hits = [block for run in runs for block in run if block != NULL_BLOCK]
-        needed = sum(self.groups[0].blocks_for(tokens.shape[0]) - len(run) for run in runs)
+        whole = self.groups[0].blocks_for(tokens.shape[0])
+        needed = 0
+        for group, run in zip(self.groups, runs):
+            share = whole
+            if in_flight is not None and isinstance(group, SlidingWindow):
+                share = min(whole, group.blocks_for(group.window - 1 + in_flight) + 1)
+            needed += max(share - len(run), 0)
         return needed <= self.pool.available(self.pool.revived(hits))
 
     def allocate(self, seq: int, tokens: np.ndarray, salt: int, computed: int | None) -> int:
@@ -319,16 +328,13 @@ class KVGroups:
         tokens[np.repeat(table == NULL_BLOCK, self.block_size)[:held]] = NULL_BLOCK
         return tokens
 
-    def full_group(self) -> int | None:
-        """A full-attention group's number (None: every group is a window)."""
-        return next((n for n, spec in enumerate(self.specs) if spec.sliding_window is None), None)
-
     # -- invariants --------------------------------------------------------------------------
     def check(self, on_device: list[int], num_tokens: np.ndarray, read_tokens) -> tuple:
         """Assert every group's tables and index; returns (references, token slots)."""
         references = np.zeros(self.pool.num_blocks, np.int64)
         slots = 0
-        full = self.full_group()
+        # (a full-attention group reads every token back; a model of windows only none)
+        full = next((n for n, s in enumerate(self.specs) if s.sliding_window is None), None)
         reader = (lambda seq: read_tokens(seq, full)) if full is not None else None
         for group, index in zip(self.groups, self.indexes):
             counted, fill = group.check_tables(on_device, num_tokens)

@@ -27,10 +27,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from backend.base import Allocator, InvalidRequest, KVGroup, KVUsage, as_tokens, check_count
+from backend.base import ONE_GROUP, Allocator, InvalidRequest, KVUsage, as_tokens, check_count
 from backend.blocks.block_pool import BlockPool
 from backend.blocks.full_attention import FullAttention
-from backend.blocks.kv_groups import KVGroups, check_kv_groups
+from backend.blocks.kv_groups import KVGroup, KVGroups, check_kv_groups
 from backend.blocks.offload import OffloadTier, OffloadTiers, TierStats, TierTransfers
 from backend.blocks.prefix_index import GroupIndexes, PrefixCacheStats, PrefixIndex, check_salt
 from backend.blocks.sequences import ON_DEVICE, SWAPPED, SequenceRegistry
@@ -49,6 +49,7 @@ class BlockManager(Allocator):
     supports_prefix_caching = True
     supports_offload_tier = True
     supports_kv_groups = True
+    kv_groups = ONE_GROUP  # (set per instance: the groups it was built with)
 
     def __init__(
         self,
@@ -69,9 +70,9 @@ class BlockManager(Allocator):
         self.enable_prefix_caching = bool(enable_prefix_caching)
         # The "memory": the token id held in every slot.
         self.slots = np.zeros((self.num_blocks, self.block_size), np.int32)
-        self._kv_groups = check_kv_groups(kv_groups)
+        self.kv_groups = check_kv_groups(kv_groups)
         caching = self.enable_prefix_caching
-        indexes = [PrefixIndex(self.slots, enabled=caching) for _ in self._kv_groups]
+        indexes = [PrefixIndex(self.slots, enabled=caching) for _ in self.kv_groups]
         self._index = indexes[0]
         # Which cached block goes first is a policy (policies/eviction.py), passed in so
         # the backend imports nothing from policies/; LRU when none is given.
@@ -82,11 +83,11 @@ class BlockManager(Allocator):
         # One full-attention group (most models) runs the fast paths below; any other
         # layout runs on the groups' coordinator (kv_groups.py).
         self._kv: KVGroups | None = None
-        if self._kv_groups != (KVGroup(),):
+        if self.kv_groups != ONE_GROUP:
             if num_cpu_blocks or num_offload_blocks:  # (each group's tables would move)
                 raise InvalidRequest("swap space and offload tiers are not modelled with KV "
                                      "cache groups or sliding windows yet")  # fmt: skip
-            self._kv = KVGroups(self._kv_groups, self._pool, indexes, self.slots,
+            self._kv = KVGroups(self.kv_groups, self._pool, indexes, self.slots,
                                 prefix_caching=caching)  # fmt: skip
             self._full = self._kv.groups[0]
         else:
@@ -137,10 +138,6 @@ class BlockManager(Allocator):
 
     # -- public counters -----------------------------------------------------------------
     @property
-    def kv_groups(self) -> tuple[KVGroup, ...]:
-        return self._kv_groups
-
-    @property
     def reads_token_ids(self) -> bool:
         """Whether the token ids written here matter to this allocator: only prefix
         caching hashes them. A caller whose other readers ignore them too (a cost model)
@@ -183,6 +180,13 @@ class BlockManager(Allocator):
         _, hits = self._index.lookup(tokens, check_salt(salt))
         needed = self._full.blocks_for(tokens.shape[0]) - len(hits)
         return needed <= self._pool.available(self._pool.revived(hits))
+
+    def can_admit(self, token_ids, *, salt: int = 0, in_flight_tokens: int) -> bool:
+        """``can_allocate`` with vLLM's admission cap for windows (capabilities.py)."""
+        if self._kv is None:
+            return self.can_allocate(token_ids, salt=salt)
+        tokens = as_tokens(token_ids, allow_empty=False)
+        return self._kv.can_allocate(tokens, check_salt(salt), in_flight_tokens)
 
     def allocate(
         self,
@@ -525,12 +529,7 @@ class BlockManager(Allocator):
             return self._kv.held_blocks(seq)
         return len(self._full.tables[seq]) if self._seqs.state[seq] == ON_DEVICE else 0
 
-    def read_tokens(self, seq_id: int) -> np.ndarray:
-        """The token ids ``seq_id`` reads back through group 0's table (``read_group``);
-        -1 where a sliding window released the block."""
-        return self.read_group(seq_id, 0)
-
-    def read_group(self, seq_id: int, group: int) -> np.ndarray:
+    def read_tokens(self, seq_id: int, group: int = 0) -> np.ndarray:
         """The token ids ``seq_id`` reads back through KV cache group ``group``'s table;
         -1 where a sliding window released the block. No mutation."""
         seq = self._seqs.live(seq_id)
@@ -585,7 +584,7 @@ class BlockManager(Allocator):
         tables = self._full.tables
         on_device, swapped = self._seqs.check_invariants(tables)
         if self._kv is not None:
-            read = self.read_group
+            read = self.read_tokens
             references, slots = self._kv.check(on_device, self._seqs.num_tokens, read)
             self._pool.check_invariants(references, slots)
             return

@@ -354,6 +354,16 @@ def hybrid_kv_pressure(b: _Builder) -> dict:
     return {"kv_groups": [32, None], "num_gpu_blocks": 400, "max_num_batched_tokens": 1024}
 
 
+def hybrid_long_prompts(b: _Builder) -> dict:
+    """Prompts far longer than the window and the budget (1,500-3,000 tokens, a 64-token
+    window, a 512-token budget) on a pool that admission fills: vLLM admits a request
+    when its full-attention blocks and the window's capped share (the window, the
+    tokens in flight and a block) fit."""
+    for t in b.poisson_times(60, 6.0):
+        b.add(t, [[b.unique_key(), b.rng.randint(1500, 3000)]], b.rng.randint(16, 128))
+    return {"kv_groups": [64, None], "num_gpu_blocks": 900, "max_num_batched_tokens": 512}
+
+
 # name -> (seed, builder)
 STREAMS = {
     "burst_shared_prefix": (11, burst_shared_prefix),
@@ -378,6 +388,7 @@ STREAMS = {
     "hybrid_five_to_one": (122, hybrid_five_to_one),
     "hybrid_shared_prefix_long": (123, hybrid_shared_prefix_long),
     "hybrid_kv_pressure": (124, hybrid_kv_pressure),
+    "hybrid_long_prompts": (125, hybrid_long_prompts),
 }
 
 

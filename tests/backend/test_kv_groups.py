@@ -69,9 +69,9 @@ def test_groups_take_their_tables_from_one_pool_and_each_reads_back_its_tokens()
     assert len(tables) == 3 and tables[0] == alloc.block_table(0)
     held = [block for table in tables for block in table if block != NULL_BLOCK]
     assert len(set(held)) == len(held) == alloc.held_blocks(0) == alloc.num_used_blocks
-    assert alloc.read_group(0, 0).tolist() == list(range(25))
-    assert alloc.read_group(0, 2).tolist() == list(range(25))
-    window = alloc.read_group(0, 1).tolist()
+    assert alloc.read_tokens(0, 0).tolist() == list(range(25))
+    assert alloc.read_tokens(0, 2).tolist() == list(range(25))
+    window = alloc.read_tokens(0, 1).tolist()
     assert window[16:] == list(range(16, 25)) and set(window[:16]) == {NULL_BLOCK}
 
 
@@ -105,8 +105,8 @@ def test_copy_on_write_happens_in_every_group_and_names_its_group():
         assert alloc.block_tables(1)[move.group][-1] == move.dst
         assert alloc.block_tables(0)[move.group][-1] == move.src
     alloc.check_invariants()
-    assert alloc.read_group(0, 1).tolist() == list(range(6))
-    assert alloc.read_group(1, 1).tolist() == list(range(6)) + [99]
+    assert alloc.read_tokens(0, 1).tolist() == list(range(6))
+    assert alloc.read_tokens(1, 1).tolist() == list(range(6)) + [99]
 
 
 def test_a_window_gives_back_a_block_before_its_sequence_grows():
@@ -201,3 +201,15 @@ def test_a_member_never_uses_the_blocks_a_later_members_window_gives_back():
     alloc.free(0)  # the victim: the rest fits
     alloc.append_batch(np.array([1]), np.array([7], np.int32))
     alloc.check_invariants()
+
+
+def test_admission_caps_a_windows_share_at_its_window_and_the_tokens_in_flight():
+    # a 40-token prompt fills 10 blocks a group; prefilled in chunks of at most 8 tokens,
+    # a 4-token window never holds more than ceil((4 - 1 + 8) / 4) + 1 = 4 of them
+    alloc = manager([FULL, KVGroup(sliding_window=4)], num_blocks=15)
+    prompt = list(range(40))
+    assert not alloc.can_allocate(prompt)  # 20 blocks
+    assert alloc.can_admit(prompt, in_flight_tokens=8)  # 10 + 4
+    assert not alloc.can_admit(prompt, in_flight_tokens=24)  # 10 + 8
+    full = manager([FULL], num_blocks=15)
+    assert full.can_admit(prompt, in_flight_tokens=8) == full.can_allocate(prompt)

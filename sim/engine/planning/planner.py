@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
 from backend.base import OutOfBlocks, ReservingAllocator
-from backend.capabilities import OffloadsPrefixes, TrustedAllocate, TrustedAppendBatch
+from backend.capabilities import (
+    AdmitsWithWindowCap,
+    OffloadsPrefixes,
+    TrustedAllocate,
+    TrustedAppendBatch,
+)
 from backend.step import Batch, PrefillChunk
 from sim.engine.config import EngineConfig, ReplicaPolicies
 from sim.engine.executor import TokenSource
@@ -99,6 +105,7 @@ class StepPlanner:
             self.first_chunk_admission and self.admission.whole_sequence_must_fit
         )
         self.prefill_cap = 0  # long_prefill_token_threshold in force this step (0: none)
+        self._can_admit = whole_sequence_check(self.alloc, config)
 
     @property
     def unlogged_preemptions(self) -> bool:
@@ -328,7 +335,7 @@ class StepPlanner:
     def sequence_fits(self, seq: PrefillSeq, cached: int, watermark: bool) -> bool:
         """Whether all of ``seq``'s blocks (``cached`` tokens of it hit) are free now,
         with the watermark's headroom if it applies (vLLM's full-sequence check)."""
-        if not self.alloc.can_allocate(seq.tokens, salt=seq.request.tenant):
+        if not self._can_admit(seq.tokens, salt=seq.request.tenant):
             return False
         if not watermark or not self.cfg.watermark_blocks:
             return True
@@ -348,3 +355,14 @@ class StepPlanner:
         if self.reserve is not None:
             return self.reserve(tokens, max_new_tokens)
         return self.alloc.blocks_for_tokens(tokens)
+
+
+def whole_sequence_check(alloc, config: EngineConfig) -> Callable[..., bool]:
+    """``can_allocate``, or the allocator's check with the engine's cap on a sliding
+    window's share where the engine's rules set one and the allocator has it."""
+    in_flight = config.rules.window_admission_tokens(
+        config.max_num_batched_tokens, config.async_scheduling
+    )
+    if in_flight is not None and isinstance(alloc, AdmitsWithWindowCap):
+        return partial(alloc.can_admit, in_flight_tokens=in_flight)
+    return alloc.can_allocate

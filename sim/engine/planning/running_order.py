@@ -137,13 +137,13 @@ def _live_ids(state) -> set[int]:
 
 
 def _allocate_one(planner: PlannerOps, moves, seq_id: int, seq, take: int) -> bool:
-    if seq is not None:
-        if _chunk_blocks(planner, seq, take) > planner.state.available_blocks():
-            return False
-        planner.hold_chunk(seq, take)
-        return True
+    """Allocate one running sequence's share, as the allocator answers (a sliding
+    window gives its blocks back first: more than ``blocks_to_grow`` counts on)."""
     try:
-        _append_decodes(planner, moves, np.asarray([seq_id], dtype=np.int64))
+        if seq is not None:
+            planner.hold_chunk(seq, take)
+        else:
+            _append_decodes(planner, moves, np.asarray([seq_id], dtype=np.int64))
     except OutOfBlocks:
         return False
     return True
