@@ -24,15 +24,20 @@ from typing import Any
 LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
-def read_attention(reader: Any) -> dict[str, Any]:
-    """``sliding_window`` and ``layer_types`` of ModelSpec, checked key by key
-    (``reader.fail`` names the key); absent keys are left out."""
+def refuse_chunked_attention(reader: Any) -> None:
+    """ConfigError for a config with chunked local attention (Llama 4's layers keep KV
+    chunk by chunk: ``attention_chunk_size``)."""
     if reader.raw.get("attention_chunk_size") is not None:
         raise reader.fail(
             "attention_chunk_size",
             "chunked local attention (Llama 4) is not modelled: its layers keep KV chunk "
             "by chunk",
         )
+
+
+def read_attention(reader: Any) -> dict[str, Any]:
+    """``sliding_window`` and ``layer_types`` of ModelSpec, checked key by key
+    (``reader.fail`` names the key); absent keys are left out."""
     if reader.raw.get("sliding_window") is None or not reader.flag("use_sliding_window", True):
         return {}
     window = reader.count("sliding_window")

@@ -47,7 +47,7 @@ from pydantic import ValidationInfo
 from sim.catalog.presets import expand_preset
 from sim.config.errors import error_at
 from sim.config.files import base_dir
-from sim.config.hf_attention import read_attention
+from sim.config.hf_attention import read_attention, refuse_chunked_attention
 from sim.config.hf_moe import MLA_TYPES, MOE_TYPES, MXFP4_TYPES, read_mla, read_moe
 from sim.inputs.hints import did_you_mean
 from sim.inputs.textfile import parse_json, read_text
@@ -179,6 +179,7 @@ class _Reader:
         return ConfigError(f"{self.source}: {key}: {message}")
 
     def fields(self, name: str) -> dict[str, Any]:
+        refuse_chunked_attention(self)  # (by name, before its model type is looked at)
         kind = self._model_type()
         out: dict[str, Any] = {"name": name, "mlp": kind.mlp}
         wanted = {

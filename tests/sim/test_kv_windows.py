@@ -102,6 +102,15 @@ def test_bad_group_settings_in_a_config_are_one_line(tmp_path, change, field, me
     assert text.startswith(f"s.yaml: {field}: ") and message in text and "\n" not in text
 
 
+def test_llama_4_scout_is_refused_by_name(tmp_path):
+    scout = str(MODELS / "unsupported" / "llama-4-scout.json")
+    with pytest.raises(ScenarioError) as err:
+        model_of(scout, tmp_path)
+    assert "attention_chunk_size: chunked local attention (Llama 4) is not modelled" in str(
+        err.value
+    )
+
+
 @pytest.mark.parametrize(
     "fields, message",
     [
