@@ -5,9 +5,9 @@ backend/stretch.py), with the copy-on-write of a shared, partly filled last bloc
 
 Full attention keeps every token's KV, so a sequence holding ``n`` tokens holds
 ``ceil(n / block_size)`` blocks and no block ever leaves its table before the sequence
-does. A sliding-window group would free the blocks that fall wholly out of its window;
-the coordinator (manager.py) owns what all groups share: the sequences and their token
-counts, the pool, the prefix index and the CPU pool.
+does. A sliding-window group (sliding_window.py) also frees the blocks that fall wholly
+out of its window; the coordinator (manager.py, kv_groups.py) owns what all groups share:
+the sequences and their token counts, the pool and the CPU pool.
 
 The decode step is the simulator's hot path: a handful of vectorised operations over the
 batch, with Python work only for the sequences that cross a block boundary, need
