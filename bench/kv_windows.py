@@ -64,7 +64,8 @@ def kv_per_token(sets: list[str]) -> tuple[int, int, int]:
     token, a window's few blocks aside)."""
     scenario = load_scenario(ROOT / SCENARIO, overrides=sets)
     model, layout = scenario.model, scenario.model.kv_layout
-    per_token = model.kv_bytes_per_token(1) // model.num_layers * model.layer_windows().count(None)
+    full_layers = dict(model.attention_kinds()).get(None, 0)
+    per_token = model.kv_bytes_per_token(1) // model.num_layers * full_layers
     blocks = scenario.kv_pool.device_blocks
     full_groups = sum(1 for group in layout.groups if group.sliding_window is None)
     return per_token, blocks, blocks // max(full_groups, 1) * scenario.cache.block_size

@@ -105,18 +105,25 @@ class ModelSpec(StrictModel):
             raise ValueError("layer_types names sliding_attention layers: set sliding_window")
         return self
 
-    def layer_windows(self) -> tuple[int | None, ...]:
-        """Each layer's window in tokens (None: full attention), as the KV cache keeps it."""
+    def attention_kinds(self) -> tuple[tuple[int | None, int], ...]:
+        """``(window in tokens or None for full attention, layers)`` of each kind of layer
+        the KV cache keeps, in the order of each kind's first layer (counted, never a
+        list a layer: a config may claim billions of layers)."""
         window = self.sliding_window
         if window is None or window == "off":
-            return (None,) * self.num_layers
-        types = self.layer_types or ("sliding_attention",) * self.num_layers
-        return tuple(window if kind == "sliding_attention" else None for kind in types)
+            return ((None, self.num_layers),)
+        if self.layer_types is None:
+            return ((window, self.num_layers),)
+        counts: dict[int | None, int] = {}
+        for kind in self.layer_types:
+            key = window if kind == "sliding_attention" else None
+            counts[key] = counts.get(key, 0) + 1
+        return tuple(counts.items())
 
     @property
     def kv_layout(self) -> KVLayout:
         """The model's KV cache groups (sim.catalog.kv_layout)."""
-        return kv_layout(self.layer_windows())
+        return kv_layout(self.attention_kinds())
 
     def kv_block_bytes(
         self, block_size: int, tensor_parallel: int = 1, element_bytes: int | None = None

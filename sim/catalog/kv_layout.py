@@ -46,16 +46,16 @@ class KVLayout(NamedTuple):
         return f"{groups} of {self.layers_per_group} layers: {parts}"
 
 
-def kv_layout(windows: Sequence[int | None]) -> KVLayout:
-    """The KV cache groups of a model whose layer ``i`` keeps a window of ``windows[i]``
-    tokens (None: full attention). ValueError for no layers."""
-    if not windows:
+def kv_layout(kinds: Sequence[tuple[int | None, int]]) -> KVLayout:
+    """The KV cache groups of a model whose layers are ``kinds``: ``(window in tokens,
+    or None for full attention, how many layers)``, in the order of each kind's first
+    layer. ValueError for no layers."""
+    counts = {window: count for window, count in kinds if count > 0}
+    if not counts:
         raise ValueError("a model has at least one layer")
-    counts: dict[int | None, int] = {}
-    for window in windows:  # (insertion order: each type's first layer)
-        counts[window] = counts.get(window, 0) + 1
     if len(counts) == 1:
-        return KVLayout((KVGroup(windows[0]),), len(windows))
+        (window, count), = counts.items()
+        return KVLayout((KVGroup(window),), count)
     smallest, largest = min(counts.values()), max(counts.values())
     size = largest if largest < smallest * 1.5 else smallest
     groups = tuple(

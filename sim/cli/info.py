@@ -94,13 +94,13 @@ def _model_row(m) -> tuple[str, ...]:
 def _kv_per_token(m) -> str:
     """KV bytes a token takes in every layer; with sliding windows, in the full-attention
     layers, and the window the others keep (a long sequence's KV is then the former)."""
-    windows = m.layer_windows()
-    if not any(windows):
+    kinds = dict(m.attention_kinds())
+    if kinds.keys() == {None}:
         return _bytes(m.kv_bytes_per_token(1))
-    window = min(w for w in windows if w)
-    if None not in windows:  # every layer a window (Mistral-7B-v0.1)
+    window = min(w for w in kinds if w)
+    if None not in kinds:  # every layer a window (Mistral-7B-v0.1)
         return f"{_bytes(m.kv_bytes_per_token(1))}, last {window}"
-    full = m.kv_bytes_per_token(1) // m.num_layers * windows.count(None)
+    full = m.kv_bytes_per_token(1) // m.num_layers * kinds[None]
     return f"{_bytes(full)} + {window}-token windows"
 
 

@@ -31,10 +31,9 @@ class WindowedAttention(NamedTuple):
     def of(cls, model: ModelSpec, kernels: GpuKernels, heads: int, head_dim: int,
            kv_bytes_per_layer_token: int) -> WindowedAttention | None:  # fmt: skip
         """The windowed attention of ``model``; None if every layer is full attention."""
-        windows = model.layer_windows()
-        if not any(windows):
+        kinds = model.attention_kinds()
+        if all(window is None for window, _ in kinds):
             return None
-        kinds = tuple((window, windows.count(window)) for window in dict.fromkeys(windows))
         return cls(kernels, heads, head_dim, kv_bytes_per_layer_token, kinds)
 
     def attention(

@@ -199,9 +199,20 @@ def awq_weights(d):
 
 
 @case
-def gpt_oss_experts(d):
-    gpt_oss = llama(model_type="gpt_oss", num_local_experts=32, num_experts_per_tok=4)
-    return run_with(d, gpt_oss), ["cfg.json", "num_local_experts", "mixture-of-experts"]
+def experts_in_a_dense_type(d):
+    dense = llama(num_local_experts=32, num_experts_per_tok=4)
+    return run_with(d, dense), ["cfg.json", "num_local_experts", "mixture-of-experts"]
+
+
+@case
+def layer_types_of_another_model(d):
+    windows = llama(sliding_window=128, layer_types=["sliding_attention", "full_attention"] * 3)
+    return run_with(d, windows), ["cfg.json", "layer_types", "num_hidden_layers is"]
+
+
+@case
+def chunked_local_attention(d):
+    return run_with(d, llama(attention_chunk_size=8192)), ["cfg.json", "attention_chunk_size"]
 
 
 @case
