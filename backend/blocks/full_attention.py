@@ -73,6 +73,14 @@ class FullAttention:
         """Forget ``seq``'s table; returns it."""
         return self.tables.pop(seq)
 
+    def check_released(self, seq: int, table: list[int], held: int) -> None:
+        """Assert what ``seq``'s table released is allowed: nothing, for full attention."""
+
+    def first_held(self, seq: int) -> int:
+        """The index of the first block ``seq``'s table still holds (a window group
+        releases a prefix of it); 0 here: full attention keeps every block."""
+        return 0
+
     def replace(self, seq: int, table: list[int]) -> None:
         """``seq``'s table now holds ``table`` (a swap moved its blocks)."""
         self.tables[seq] = table
@@ -309,10 +317,13 @@ class FullAttention:
         for seq in on_device:
             table, held = self.tables[seq], int(num_tokens[seq])
             assert held > 0 and len(table) == self.blocks_for(held), f"table of {seq}"
-            assert len(set(table)) == len(table), f"sequence {seq} holds a block twice"
-            assert self.last_block[seq] == table[-1], f"last block of {seq}"
-            np.add.at(references, table, 1)
-            for index, block in enumerate(table):
+            self.check_released(seq, table, held)
+            start = self.first_held(seq)
+            kept = table[start:]
+            assert len(set(kept)) == len(kept), f"sequence {seq} holds a block twice"
+            assert not kept or self.last_block[seq] == table[-1], f"last block of {seq}"
+            np.add.at(references, kept, 1)
+            for index, block in enumerate(kept, start):
                 expected = min(size, held - index * size)
                 assert fill[block] in (0, expected), f"sharers disagree on block {block}"
                 fill[block] = expected

@@ -47,11 +47,6 @@ def check_kv_groups(specs: Sequence[KVGroup]) -> tuple[KVGroup, ...]:
     return groups
 
 
-def released(table: list[int]) -> int:
-    """The NULL entries leading a table."""
-    return next((i for i, block in enumerate(table) if block != NULL_BLOCK), len(table))
-
-
 class KVGroups:
     """The groups ``specs`` over ``pool``, each with its index of ``indexes`` (see the
     module docstring). Token counts are the caller's: every method takes what a sequence
@@ -186,10 +181,11 @@ class KVGroups:
             raise OutOfBlocks(f"need {needed} blocks, {room} available", needed=needed,
                               available=room)  # fmt: skip
 
-    def _check_in_order(self, seqs: np.ndarray, held: np.ndarray, moving: np.ndarray) -> None:
+    def _check_in_order(self, seqs: np.ndarray, held: np.ndarray, moving: np.ndarray):
         """Raise OutOfBlocks unless the decode step of ``seqs`` fits when they are served
-        in ascending id order, each after its own windows' releases. (Copy-on-write of a
-        shared last block is counted in the whole batch's check only.)"""
+        in ascending id order, each after its own windows' releases (those of ``moving``);
+        returns the blocks they release. (Copy-on-write of a shared last block is counted
+        in the whole batch's check only.)"""
         size, groups = self.block_size, len(self.groups)
         releases = {int(seq): self._releasing(np.array([seq])) for seq in moving.tolist()}
         left = {}  # references left to each releasing block, as members drop them
@@ -211,6 +207,7 @@ class KVGroups:
                     needed=groups,
                     available=free + groups,
                 )
+        return [block for blocks in releases.values() for block in blocks]
 
     def _release(self, seqs: np.ndarray) -> None:
         """Release the windows of ``seqs``, in order, before they grow."""
@@ -243,12 +240,12 @@ class KVGroups:
         num_new = tokens.shape[0]
         if num_new:
             self._release(np.array([seq]))
-        self._check_room(self.append_need(seq, held, num_new), [])
+        needs = [group.append_need(seq, held, num_new) for group in self.groups]
+        self._check_room(sum(need for need, _ in needs), [])
         if not num_new:
             return []
         moves: list[Transfer] = []
-        for number, group in enumerate(self.groups):
-            need = group.append_need(seq, held, num_new)
+        for number, (group, need) in enumerate(zip(self.groups, needs)):
             grown = group.append(seq, held, tokens, need)
             moves += [move._replace(group=number) for move in grown]
         self.computed[seq] = held + num_new
@@ -272,9 +269,8 @@ class KVGroups:
             for group in self.windows:
                 moved |= group.skipped_blocks_of(computed) > group.released[seqs]
             moving = seqs[moved]
-        if moving.shape[0]:
-            self._check_in_order(seqs, held, moving)
-        self._check_room(self.batch_need(seqs, held), self._releasing(moving))
+        releasing = self._check_in_order(seqs, held, moving) if moving.shape[0] else []
+        self._check_room(self.batch_need(seqs, held), releasing)
         self._release(np.sort(moving))
         moves: list[Transfer] = []
         for number, group in enumerate(self.groups):
@@ -288,7 +284,7 @@ class KVGroups:
         """``child`` shares every table of ``parent``."""
         for group, index in zip(self.groups, self.indexes):
             table = list(group.tables[parent])
-            self.pool.add_references([block for block in table if block != NULL_BLOCK])
+            self.pool.add_references(table[group.first_held(parent) :])
             if index.enabled:
                 index.fork(parent, child)
             group.add(child, table)
@@ -299,9 +295,8 @@ class KVGroups:
         """Drop ``seq``'s references in every group (it held ``held`` tokens)."""
         size = self.block_size
         for group, index in zip(self.groups, self.indexes):
-            table = group.tables[seq]
-            start = released(table)
-            group.remove(seq)
+            start = group.first_held(seq)
+            table = group.remove(seq)
             self.pool.release(table[start:], held - start * size)
             if index.enabled:
                 index.remove(seq)
@@ -318,7 +313,7 @@ class KVGroups:
         return tuple(list(group.tables[seq]) for group in self.groups)
 
     def held_blocks(self, seq: int) -> int:
-        return sum(len(group.tables[seq]) - released(group.tables[seq]) for group in self.groups)
+        return sum(len(group.tables[seq]) - group.first_held(seq) for group in self.groups)
 
     def read(self, seq: int, held: int, group: int = 0) -> np.ndarray:
         """The token ids ``seq`` reads through group ``group``'s table; -1 where its

@@ -90,14 +90,14 @@ class BlockManager(Allocator):
                                      "cache groups or sliding windows yet")  # fmt: skip
             self._kv = KVGroups(self.kv_groups, self._pool, indexes, self.slots,
                                 prefix_caching=caching)  # fmt: skip
-            self._full = self._kv.groups[0]
+            self._first = self._kv.groups[0]
         else:
-            self._full = FullAttention(self._pool, self._index, self.slots, prefix_caching=caching)
+            self._first = FullAttention(self._pool, self._index, self.slots, prefix_caching=caching)
         self._swap = SwapSpace(
             self.num_cpu_blocks,
             pool=self._pool,
             index=self._index,
-            group=self._full,
+            group=self._first,
             registry=self._seqs,
         )
         self.num_offload_blocks = check_count("num_offload_blocks", num_offload_blocks, 0)
@@ -179,7 +179,7 @@ class BlockManager(Allocator):
         if self._kv is not None:
             return self._kv.can_allocate(tokens, check_salt(salt))
         _, hits = self._index.lookup(tokens, check_salt(salt))
-        needed = self._full.blocks_for(tokens.shape[0]) - len(hits)
+        needed = self._first.blocks_for(tokens.shape[0]) - len(hits)
         return needed <= self._pool.available(self._pool.revived(hits))
 
     def can_admit(self, token_ids, *, salt: int = 0, in_flight_tokens: int) -> bool:
@@ -219,7 +219,7 @@ class BlockManager(Allocator):
         pool = self._pool
         # Hit blocks that are cached-evictable must not be counted as available: this
         # very allocation takes them back.
-        needed = self._full.blocks_for(tokens.shape[0]) - len(hits)
+        needed = self._first.blocks_for(tokens.shape[0]) - len(hits)
         pool.require(needed, not_evictable=pool.revived(hits))
 
         pool.clock += 1
@@ -240,13 +240,13 @@ class BlockManager(Allocator):
             self._loads += tier.load(tier_hits, fresh[: len(tier_hits)], self.slots)
         loaded_tokens = hit_tokens + len(tier_hits) * self.block_size
         computing = fresh[len(tier_hits) :] if tier_hits else taken
-        self._full.write_fresh(computing, tokens[loaded_tokens:])
+        self._first.write_fresh(computing, tokens[loaded_tokens:])
         table = hits + fresh
         self._index.add_sequence(seq, salt, keys, table, len(hits), computed_tokens)
         if tier_hits:  # loaded KV is computed KV: offered to lookups at once
             self._index.publish_through(seq, len(hits) + len(tier_hits), table)
         self._seqs.add(seq, tokens.shape[0])
-        self._full.add(seq, table)
+        self._first.add(seq, table)
         self._index.count_lookup(int(tokens.shape[0]), hit_tokens)
         return loaded_tokens
 
@@ -268,14 +268,14 @@ class BlockManager(Allocator):
         for, nothing to publish or count (vLLM hashes nothing with caching off either);
         every block is taken fresh. Returns 0 (no token was cached)."""
         pool, num_tokens = self._pool, tokens.shape[0]
-        needed = self._full.blocks_for(num_tokens)
+        needed = self._first.blocks_for(num_tokens)
         pool.require(needed)
         pool.clock += 1
         taken = pool.take(needed)
-        self._full.write_fresh(taken, tokens)
+        self._first.write_fresh(taken, tokens)
         pool.token_slots += num_tokens
         self._seqs.add(seq, num_tokens)
-        self._full.add(seq, taken.tolist())
+        self._first.add(seq, taken.tolist())
         return 0
 
     def mark_computed(self, seq_id: int, num_tokens: int) -> None:
@@ -287,7 +287,7 @@ class BlockManager(Allocator):
             if self._kv is not None:
                 self._kv.mark_computed(seq, min(num_tokens, int(self._seqs.num_tokens[seq])))
             elif self.enable_prefix_caching:  # (else there is nothing to publish)
-                self._index.publish_through(seq, ready, self._full.tables[seq])
+                self._index.publish_through(seq, ready, self._first.tables[seq])
 
     def unpublish_last_block(self, seq_id: int) -> None:
         """Withdraw ``seq_id``'s last block from the prefix cache if it is full and this
@@ -300,7 +300,7 @@ class BlockManager(Allocator):
             if self._kv is not None:
                 self._kv.unpublish_last_block(seq, held)
                 return
-            last = self._full.tables[seq][-1]
+            last = self._first.tables[seq][-1]
             # Only a block this sequence alone holds (a decode's own); it is freed next,
             # so its published count need not change.
             if self._index.is_keyed(last) and self._pool.refcount[last] == 1:
@@ -369,7 +369,7 @@ class BlockManager(Allocator):
         num_new = check_count("num_tokens", num_tokens, 0)
         if self._kv is not None:
             return self._kv.can_append(seq, held, num_new)
-        needed, _ = self._full.append_need(seq, held, num_new)
+        needed, _ = self._first.append_need(seq, held, num_new)
         return needed <= self._pool.available()
 
     def append(self, seq_id: int, token_ids) -> list[Transfer]:
@@ -381,12 +381,12 @@ class BlockManager(Allocator):
             self._pool.clock += 1
             self._seqs.num_tokens[seq] = held + tokens.shape[0]
             return moves
-        need = self._full.append_need(seq, held, tokens.shape[0])
+        need = self._first.append_need(seq, held, tokens.shape[0])
         self._pool.require(need[0])
         if tokens.shape[0] == 0:
             return []
         self._pool.clock += 1
-        moves = self._full.append(seq, held, tokens, need)
+        moves = self._first.append(seq, held, tokens, need)
         self._seqs.num_tokens[seq] = held + tokens.shape[0]
         return moves
 
@@ -394,7 +394,7 @@ class BlockManager(Allocator):
         seqs, _ = self._seqs.check_batch(seq_ids, np.zeros(np.shape(seq_ids), np.int32))
         if self._kv is not None:
             return self._kv.batch_need(seqs, self._seqs.num_tokens[seqs])
-        return self._full.batch_need(seqs, self._seqs.num_tokens[seqs]).needed
+        return self._first.batch_need(seqs, self._seqs.num_tokens[seqs]).needed
 
     def append_batch(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> list[Transfer]:
         return self.append_batch_trusted(*self._seqs.check_batch(seq_ids, token_ids))
@@ -408,7 +408,7 @@ class BlockManager(Allocator):
             return []
         num_tokens = self._seqs.num_tokens
         held = num_tokens[seqs]
-        group = self._full if self._kv is None else self._kv
+        group = self._first if self._kv is None else self._kv
         moves = group.append_batch(seqs, held, tokens)
         self._pool.clock += 1
         held += 1
@@ -425,7 +425,7 @@ class BlockManager(Allocator):
             return max(int(limit), 0)
         if self._kv is not None:
             return 0
-        return self._full.plain_decode_steps(seqs, self._seqs.num_tokens[seqs], limit)
+        return self._first.plain_decode_steps(seqs, self._seqs.num_tokens[seqs], limit)
 
     def append_steps(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> dict[str, np.ndarray]:
         """See backend/stretch.py. Raises InvalidRequest for a stretch that would copy
@@ -446,7 +446,7 @@ class BlockManager(Allocator):
         pool, steps = self._pool, tokens.shape[0]
         held = self._seqs.num_tokens[seqs]
         before = (pool.num_used, pool.num_cached, pool.num_free, pool.token_slots)
-        crossing = self._full.append_steps(seqs, held, tokens)
+        crossing = self._first.append_steps(seqs, held, tokens)
         self._seqs.num_tokens[seqs] = held + steps
         pool.clock += steps  # one tick per command, as step-by-step
         return paged_usage_by_step(
@@ -462,12 +462,12 @@ class BlockManager(Allocator):
             self._kv.fork(parent, child)
             self._seqs.add(child, int(self._seqs.num_tokens[parent]))
             return []
-        table = list(self._full.tables[parent])
+        table = list(self._first.tables[parent])
         self._pool.add_references(table)  # a table holds each block once, so no duplicates
         if self.enable_prefix_caching:  # (a disabled index registers no sequence)
             self._index.fork(parent, child)
         self._seqs.add(child, int(self._seqs.num_tokens[parent]))
-        self._full.add(child, table)
+        self._first.add(child, table)
         return []
 
     def free(self, seq_id: int) -> None:
@@ -479,7 +479,7 @@ class BlockManager(Allocator):
         if self._kv is not None:
             self._kv.free(seq, num_tokens)
             return
-        table = self._full.remove(seq)
+        table = self._first.remove(seq)
         if swapped:
             self._swap.free.put(table)
         else:
@@ -516,19 +516,19 @@ class BlockManager(Allocator):
         return int(self._seqs.num_tokens[self._seqs.live(seq_id)])
 
     def block_table(self, seq_id: int) -> list[int]:
-        return list(self._full.tables[self._seqs.live(seq_id)])
+        return list(self._first.tables[self._seqs.live(seq_id)])
 
     def block_tables(self, seq_id: int) -> tuple[list[int], ...]:
         seq = self._seqs.live(seq_id)
         if self._kv is not None:
             return self._kv.tables(seq)
-        return (list(self._full.tables[seq]),)
+        return (list(self._first.tables[seq]),)
 
     def held_blocks(self, seq_id: int) -> int:
         seq = self._seqs.live(seq_id)
         if self._kv is not None:
             return self._kv.held_blocks(seq)
-        return len(self._full.tables[seq]) if self._seqs.state[seq] == ON_DEVICE else 0
+        return len(self._first.tables[seq]) if self._seqs.state[seq] == ON_DEVICE else 0
 
     def read_tokens(self, seq_id: int, group: int = 0) -> np.ndarray:
         """The token ids ``seq_id`` reads back through KV cache group ``group``'s table;
@@ -537,7 +537,7 @@ class BlockManager(Allocator):
         if self._kv is not None:
             return self._kv.read(seq, int(self._seqs.num_tokens[seq]), group)
         memory = self._swap.slots if self._seqs.state[seq] == SWAPPED else self.slots
-        return memory[self._full.tables[seq]].reshape(-1)[: self._seqs.num_tokens[seq]].copy()
+        return memory[self._first.tables[seq]].reshape(-1)[: self._seqs.num_tokens[seq]].copy()
 
     def available_blocks(self) -> int:
         return self._pool.available()
@@ -573,8 +573,8 @@ class BlockManager(Allocator):
             self._seqs.snapshot_state(),
             self._tier.snapshot_state() if self._tier is not None else None,
             self._loads,
-            self._full.last_block,
-            sorted(self._full.tables.items()),
+            self._first.last_block,
+            sorted(self._first.tables.items()),
             self._kv.snapshot_state() if self._kv is not None else None,
         )
         return pickle.dumps(state)
@@ -582,14 +582,14 @@ class BlockManager(Allocator):
     # -- invariants ------------------------------------------------------------------------------
     def check_invariants(self) -> None:
         """Verify the whole state (O(pool + tokens)); AssertionError names the break."""
-        tables = self._full.tables
+        tables = self._first.tables
         on_device, swapped = self._seqs.check_invariants(tables)
         if self._kv is not None:
             read = self.read_tokens
             references, slots = self._kv.check(on_device, self._seqs.num_tokens, read)
             self._pool.check_invariants(references, slots)
             return
-        references, fill = self._full.check_tables(on_device, self._seqs.num_tokens)
+        references, fill = self._first.check_tables(on_device, self._seqs.num_tokens)
         self._pool.check_invariants(references, int(fill.sum()))
         self._index.check_invariants(tables, on_device, self.read_tokens)
         self._swap.check_invariants(swapped)

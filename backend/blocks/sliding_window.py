@@ -72,13 +72,6 @@ class SlidingWindow(FullAttention):
         self.released[seq] = stop
         self.pool.release(gone, len(gone) * self.block_size)  # out-of-window blocks are full
 
-    def release_windows(self, seqs: np.ndarray, computed: np.ndarray) -> None:
-        """``release_window`` for each of ``seqs`` (distinct) with ``computed`` tokens;
-        Python work only for the sequences whose window moved past a block."""
-        moved = (self.skipped_blocks_of(computed) > self.released[seqs]).nonzero()[0]
-        for position in moved.tolist():
-            self.release_window(int(seqs[position]), int(computed[position]))
-
     def hit_blocks_needed(self) -> int:
         """Cached blocks a prefix hit needs right before its end: those holding the
         window of the first token the sequence computes."""
@@ -114,41 +107,17 @@ class SlidingWindow(FullAttention):
             grow_arrays(self, ("released",), seq + 1)
         self.released[seq] = next((i for i, b in enumerate(table) if b != NULL_BLOCK), len(table))
 
-    def held_of(self, seq: int) -> list[int]:
-        """The device blocks ``seq`` holds (its table without the released entries)."""
-        return self.tables[seq][int(self.released[seq]) :]
-
-    def remove(self, seq: int) -> list[int]:
-        """Forget ``seq``'s table; returns the blocks it still held, in table order."""
-        table = self.tables.pop(seq)
-        return table[int(self.released[seq]) :]
+    def first_held(self, seq: int) -> int:
+        """The index of the first block ``seq``'s table still holds."""
+        return int(self.released[seq])
 
     # -- invariants ------------------------------------------------------------------------
-    def check_tables(self, on_device: list[int], num_tokens: np.ndarray):
-        """As full attention's, where a table's leading entries may be NULL_BLOCK: only
-        blocks wholly out of the window of the next token the sequence computes."""
-        size = self.block_size
-        references = np.zeros(self.pool.num_blocks, np.int64)
-        fill = np.zeros(self.pool.num_blocks, np.int64)
-        for seq in on_device:
-            table, held = self.tables[seq], int(num_tokens[seq])
-            released = int(self.released[seq])
-            assert held > 0 and len(table) == self.blocks_for(held), f"table of {seq}"
-            assert all(b == NULL_BLOCK for b in table[:released]), f"released entries of {seq}"
-            kept = table[released:]
-            assert NULL_BLOCK not in kept, f"sequence {seq}: a NULL entry after a held block"
-            # the next token computed (at ``held`` at the latest) reads from held - W + 1
-            out = max(0, held - self.window + 1) // size
-            assert released <= out, f"sequence {seq} released a block inside its window"
-            assert len(set(kept)) == len(kept), f"sequence {seq} holds a block twice"
-            if kept:
-                assert self.last_block[seq] == table[-1], f"last block of {seq}"
-            np.add.at(references, kept, 1)
-            for index in range(released, len(table)):
-                block = table[index]
-                expected = min(size, held - index * size)
-                assert fill[block] in (0, expected), f"sharers disagree on block {block}"
-                fill[block] = expected
-        for block in self.index.keyed_blocks():
-            assert fill[block] in (0, size), f"keyed block {block} is not full"
-        return references, fill
+    def check_released(self, seq: int, table: list[int], held: int) -> None:
+        """Assert ``seq``'s released entries are NULL_BLOCK, a prefix of its table, and
+        wholly behind the window of the next token it computes (at ``held`` at the
+        latest, reading from ``held - W + 1``)."""
+        released = int(self.released[seq])
+        assert all(b == NULL_BLOCK for b in table[:released]), f"released entries of {seq}"
+        assert NULL_BLOCK not in table[released:], f"sequence {seq}: NULL after a held block"
+        out = max(0, held - self.window + 1) // self.block_size
+        assert released <= out, f"sequence {seq} released a block inside its window"

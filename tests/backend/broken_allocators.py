@@ -36,7 +36,7 @@ class NoCopyOnWrite(BlockManager):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        for group in self._kv.groups if self._kv is not None else (self._full,):
+        for group in self._kv.groups if self._kv is not None else (self._first,):
             if type(group) is FullAttention:  # (each full-attention group, not a window)
                 group.__class__ = _FullAttentionWithoutCopies
 
@@ -48,7 +48,7 @@ class LeakyFree(BlockManager):
     def free(self, seq_id):
         seq = self._seqs.live(seq_id)
         self._seqs.remove(seq)
-        self._full.remove(seq)
+        self._first.remove(seq)
         self._index.remove(seq)
 
 
@@ -104,7 +104,7 @@ class SwapInSharesUncomputed(BlockManager):
         swap, index = self._swap, self._index
 
         def swap_in_plan(seq):
-            cpu = self._full.tables[seq]
+            cpu = self._first.tables[seq]
             if not index.enabled:
                 return [], len(cpu), 0
             chain, salt = index._chains[seq], int(index._salts[seq])
