@@ -45,6 +45,7 @@ def unchanged_but_released(before: tuple, after: tuple, what: str) -> None:
     pool): a table entry may have turned NULL_BLOCK, the token read there unreadable,
     the sequence's held blocks fewer by as many; nothing else. (The window check of the
     tables, after every call, says whether the blocks were out of the window.)"""
+    total = 0
     for old, new in zip(before[0], after[0]):
         sid, old_reads, old_tables, *old_rest = old
         _, new_reads, new_tables, *new_rest = new
@@ -59,6 +60,9 @@ def unchanged_but_released(before: tuple, after: tuple, what: str) -> None:
         assert new_rest == [swapped, tokens, held - released], f"{what} changed seq {sid}"
         for was, now in zip(old_reads, new_reads, strict=True):
             assert now in (was, NULL_BLOCK), f"{what} changed what seq {sid} reads"
+        total += released
+    if not total:  # nothing released: nothing may have changed at all
+        unchanged(before, after, what)
     assert before[2:4] == after[2:4], f"{what} changed the CPU pool or the peak"
 
 
