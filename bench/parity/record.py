@@ -25,6 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import streams as S  # noqa: E402
+import vllm_kv_config  # noqa: E402
 
 # Set-iteration order of request-id strings must not depend on the process.
 if os.environ.get("PYTHONHASHSEED") != "0":
@@ -81,7 +82,6 @@ class Driver:
         import vllm
         from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
         from vllm.v1.core.sched.scheduler import Scheduler
-        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
         from vllm.v1.structured_output import StructuredOutputManager
 
         self.stream = stream
@@ -109,11 +109,13 @@ class Driver:
             # The knob does not exist in this version: recorded, not applied.
             self.notes["knobs_not_in_this_version"] = dropped
         scheduler_config = SchedulerConfig(**accepted)
+        model = cfg.get("model")  # a real model: vLLM builds its KV cache config itself
         model_config = ModelConfig(
             **_kwargs_for(
                 ModelConfig,
-                model=_model_dir(),
-                dtype="float16",
+                model=vllm_kv_config.model_dir(model) if model else _model_dir(),
+                hf_overrides=cfg.get("hf_overrides") or {},
+                dtype="bfloat16" if model else "float16",
                 seed=42,
                 skip_tokenizer_init=True,
                 max_model_len=cfg["max_model_len"],
@@ -172,27 +174,20 @@ class Driver:
         if mc.max_model_len != cfg["max_model_len"]:
             mc.max_model_len = cfg["max_model_len"]
 
-        spec = FullAttentionSpec(
-            **_kwargs_for(
-                FullAttentionSpec,
-                block_size=cfg["block_size"],
-                num_kv_heads=1,
-                head_size=1,
-                dtype=torch.float32,
+        block_size = hash_block_size = cfg["block_size"]
+        if model:
+            kv_cache_config, block_size, hash_block_size = vllm_kv_config.build(
+                vllm_config, cfg["num_gpu_blocks"]
             )
-        )
-        groups = [KVCacheGroupSpec(["layer"], spec)]
-        if cfg.get("kv_groups"):  # a model whose layers keep different KV (streams.py)
-            groups = [
-                KVCacheGroupSpec([f"layer.{n}"], self._group_spec(window, cfg, torch))
-                for n, window in enumerate(cfg["kv_groups"])
-            ]
-        kv_cache_config = KVCacheConfig(
-            num_blocks=cfg["num_gpu_blocks"],
-            kv_cache_tensors=[],
-            kv_cache_groups=groups,
-        )
-        cache_config.num_gpu_blocks = cfg["num_gpu_blocks"]
+            self.notes["kv_cache_groups"] = vllm_kv_config.describe(kv_cache_config)
+            self.notes["prefix_cache_retention_interval"] = (
+                kv_cache_config.prefix_cache_retention_interval
+            )
+            assert not sc.disable_hybrid_kv_cache_manager, "the hybrid KV cache manager is off"
+        else:
+            kv_cache_config = self._hand_built_config(cfg, torch)
+            cache_config.num_gpu_blocks = cfg["num_gpu_blocks"]
+        self.hash_block_size = hash_block_size
 
         if cfg["async_scheduling"]:
             from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -209,8 +204,8 @@ class Driver:
                 kv_cache_config=kv_cache_config,
                 log_stats=True,
                 structured_output_manager=StructuredOutputManager(vllm_config),
-                block_size=cfg["block_size"],
-                hash_block_size=cfg["block_size"],
+                block_size=block_size,
+                hash_block_size=hash_block_size,
             )
         )
         self.notes["use_v2_model_runner"] = bool(getattr(vllm_config, "use_v2_model_runner", False))
@@ -244,19 +239,21 @@ class Driver:
         self._make_requests()
 
     # ------------------------------------------------------------ requests
-    @staticmethod
-    def _group_spec(window, cfg, torch):
-        """One KV cache group's spec: full attention, or a sliding window of ``window``
-        tokens (the same page as full attention's: one KV head of size 1)."""
-        from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+    def _hand_built_config(self, cfg, torch):
+        """The KV cache config of a stream without a real model, as vLLM's
+        tests/v1/core/utils.py builds it: one full-attention group over the pool."""
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 
-        kind = FullAttentionSpec if window is None else SlidingWindowSpec
-        extra = {} if window is None else {"sliding_window": window}
-        return kind(
+        spec = FullAttentionSpec(
             **_kwargs_for(
-                kind, block_size=cfg["block_size"], num_kv_heads=1, head_size=1,
-                dtype=torch.float32, **extra,
+                FullAttentionSpec, block_size=cfg["block_size"], num_kv_heads=1, head_size=1,
+                dtype=torch.float32,
             )
+        )  # fmt: skip
+        return KVCacheConfig(
+            num_blocks=cfg["num_gpu_blocks"],
+            kv_cache_tensors=[],
+            kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
         )
 
     def _make_requests(self):
@@ -269,7 +266,7 @@ class Driver:
         except ImportError:  # older layouts
             from vllm.utils import sha256
         kv_cache_utils.init_none_hash(sha256)
-        hasher = kv_cache_utils.get_request_block_hasher(self.cfg["block_size"], sha256)
+        hasher = kv_cache_utils.get_request_block_hasher(self.hash_block_size, sha256)
 
         self.pending: list = []  # (arrival_s, Request)
         self.index_of: dict[str, int] = {}

@@ -45,9 +45,14 @@ def expand_segment(key: int, length: int) -> list[int]:
 
 
 def expand_prompt(prompt: list[list[int]]) -> list[int]:
+    """A prompt's token ids. A segment ``[key, length]`` with a negative key quotes the
+    first ``length`` output tokens of request ``-key - 1`` (a chat's earlier answer)."""
     tokens: list[int] = []
     for key, length in prompt:
-        tokens.extend(expand_segment(key, length))
+        if key < 0:
+            tokens.extend(output_token(-key - 1, k) for k in range(length))
+        else:
+            tokens.extend(expand_segment(key, length))
     return tokens
 
 
@@ -278,8 +283,11 @@ def async_max_num_seqs_bursts(b: _Builder) -> dict:
     t = 0.0
     for _ in range(3):
         for _ in range(200):
-            b.add(t, [[1 + b.rng.randint(0, 3), 32], [b.unique_key(), b.rng.randint(16, 160)]],
-                  b.rng.randint(2, 48))  # fmt: skip
+            b.add(
+                t,
+                [[1 + b.rng.randint(0, 3), 32], [b.unique_key(), b.rng.randint(16, 160)]],
+                b.rng.randint(2, 48),
+            )
         t = round(t + b.rng.uniform(0.5, 1.5), 6)
     return {"async_scheduling": True, "num_gpu_blocks": 3000, "max_num_seqs": 64}
 
@@ -311,57 +319,172 @@ def large_batch(b: _Builder) -> dict:
     return {"num_gpu_blocks": 20000, "max_num_seqs": 256}
 
 
-# -- models whose layers keep different KV (issue 41): ``kv_groups`` lists each KV cache
-# group's sliding window in tokens (None: full attention), in vLLM's group order (by each
-# attention type's first layer); the driver builds vLLM's KVCacheConfig with one group
-# per entry over the one pool, as vLLM's hybrid prefix-caching tests build it.
+# -- models whose layers keep different KV: ``model`` names a shipped config.json
+# (scenarios/models/) that the recorder hands to vLLM, which builds the model and its KV
+# cache config itself (bench/parity/vllm_kv_config.py); ``hf_overrides`` are vLLM's own
+# ``--hf-overrides`` (a smaller window, so that windows matter at these lengths; every
+# layer a window), and pagesim's replay applies the same keys to the same config.
+
+
+def _system_prompts(b: _Builder, count: int, low: int, high: int, base: int) -> list:
+    return [[base + g, b.rng.randint(low, high)] for g in range(count)]
 
 
 def hybrid_alternating(b: _Builder) -> dict:
-    """gpt-oss-like 1:1 alternation (a 128-token window group, a full group), prompts
-    longer than the window, moderate load: the window's blocks are released as the
-    sequences decode."""
+    """gpt-oss-20b (24 layers, 128-token windows on every other one), prompts longer than
+    the window, a third of them behind one of two 300-600-token system prompts."""
+    systems = _system_prompts(b, 2, 300, 600, 400)
     for t in b.poisson_times(120, 10.0):
-        b.add(t, [[b.unique_key(), b.rng.randint(100, 1500)]], b.rng.randint(20, 300))
-    return {"kv_groups": [128, None], "num_gpu_blocks": 1200}
+        prefix = [b.rng.choice(systems)] if b.rng.random() < 0.33 else []
+        b.add(t, [*prefix, [b.unique_key(), b.rng.randint(100, 1500)]], b.rng.randint(20, 300))
+    return {"model": "gpt-oss-20b", "num_gpu_blocks": 1200}
 
 
 def hybrid_five_to_one(b: _Builder) -> dict:
-    """Gemma-3-like 5:1 (five 256-token window groups, one full group), a shared system
-    prompt on half of the requests."""
+    """Gemma 3 12B (48 layers, 5 window layers to 1 full; its window overridden to 256),
+    32-token blocks, a shared system prompt on half of the requests."""
     for t in b.poisson_times(100, 8.0):
         prefix = [[7, 384]] if b.rng.random() < 0.5 else []
         b.add(t, [*prefix, [b.unique_key(), b.rng.randint(50, 1200)]], b.rng.randint(20, 200))
-    return {"kv_groups": [256] * 5 + [None], "num_gpu_blocks": 3000}
+    return {
+        "model": "gemma-3-12b",
+        "hf_overrides": {"sliding_window": 256},
+        "block_size": 32,
+        "num_gpu_blocks": 1500,
+    }
 
 
 def hybrid_shared_prefix_long(b: _Builder) -> dict:
-    """Shared prefixes much longer than the window (1,024-2,048 tokens, a 64-token
-    window): a hit needs the window's blocks before its end, cached in both groups."""
+    """gpt-oss-20b, shared prefixes much longer than the window (1,024-2,048 tokens) in
+    bursts: a hit needs the window's blocks before its end, cached in both groups; the
+    request that finds a prefix only full attention holds gets no hit itself."""
     t = 0.0
     for burst in range(8):
         prefix = [[200 + burst % 3, b.rng.choice([1024, 1536, 2048])]]
         for _ in range(12):
             b.add(t, [*prefix, [b.unique_key(), b.rng.randint(8, 200)]], b.rng.randint(8, 80))
         t = round(t + b.rng.uniform(0.6, 1.6), 6)
-    return {"kv_groups": [64, None], "num_gpu_blocks": 2500}
+    return {"model": "gpt-oss-20b", "num_gpu_blocks": 2500}
 
 
 def hybrid_kv_pressure(b: _Builder) -> dict:
-    """KV pressure with preemptions on a 1:1 model (32-token windows, a small pool)."""
+    """KV pressure with preemptions on gpt-oss-20b (windows overridden to 32, a small
+    pool): eviction order and the window's releases under a full pool."""
+    systems = _system_prompts(b, 3, 100, 400, 500)
     for t in b.poisson_times(150, 14.0):
-        b.add(t, [[b.unique_key(), b.rng.randint(64, 1024)]], b.rng.randint(50, 250))
-    return {"kv_groups": [32, None], "num_gpu_blocks": 400, "max_num_batched_tokens": 1024}
+        prefix = [b.rng.choice(systems)] if b.rng.random() < 0.5 else []
+        b.add(t, [*prefix, [b.unique_key(), b.rng.randint(64, 1024)]], b.rng.randint(50, 250))
+    return {
+        "model": "gpt-oss-20b",
+        "hf_overrides": {"sliding_window": 32},
+        "num_gpu_blocks": 400,
+        "max_num_batched_tokens": 1024,
+    }
 
 
 def hybrid_long_prompts(b: _Builder) -> dict:
-    """Prompts far longer than the window and the budget (1,500-3,000 tokens, a 64-token
-    window, a 512-token budget) on a pool that admission fills: vLLM admits a request
-    when its full-attention blocks and the window's capped share (the window, the
-    tokens in flight and a block) fit."""
+    """Prompts far longer than the window and the budget (1,500-3,000 tokens, gpt-oss-20b
+    with 64-token windows, a 512-token budget) on a pool that admission fills: vLLM admits
+    a request when its full-attention blocks and the window's capped share fit."""
     for t in b.poisson_times(60, 6.0):
         b.add(t, [[b.unique_key(), b.rng.randint(1500, 3000)]], b.rng.randint(16, 128))
-    return {"kv_groups": [64, None], "num_gpu_blocks": 900, "max_num_batched_tokens": 512}
+    return {
+        "model": "gpt-oss-20b",
+        "hf_overrides": {"sliding_window": 64},
+        "num_gpu_blocks": 900,
+        "max_num_batched_tokens": 512,
+    }
+
+
+def hybrid_all_window(b: _Builder) -> dict:
+    """Every layer a window (Mistral-7B with ``layer_types`` all sliding, a 512-token
+    window): one group, vLLM's unitary coordinator. System prompts of 1-2K tokens longer
+    than the window, and a few prompts sent twice."""
+    systems = _system_prompts(b, 3, 1000, 2000, 600)
+    sent = []
+    for t in b.poisson_times(80, 6.0):
+        if sent and b.rng.random() < 0.15:
+            prompt = b.rng.choice(sent)
+        else:
+            prompt = [b.rng.choice(systems), [b.unique_key(), b.rng.randint(20, 400)]]
+            sent.append(prompt)
+        b.add(t, prompt, b.rng.randint(16, 160))
+    layers = ["sliding_attention"] * 32
+    return {
+        "model": "mistral-7b",
+        "hf_overrides": {"sliding_window": 512, "layer_types": layers},
+        "num_gpu_blocks": 1500,
+        "max_model_len": 8192,
+    }
+
+
+def hybrid_multi_turn(b: _Builder) -> dict:
+    """Multi-turn chats on Gemma 3 12B (windows overridden to 128, 32-token blocks): each
+    turn's prompt is the previous turn's prompt, its answer and a new question."""
+    t = 0.0
+    chats = []
+    for _ in range(25):
+        first = [[b.unique_key(), b.rng.randint(100, 600)]]
+        chats.append(first)
+    for turn in range(4):
+        for c, prompt in enumerate(chats):
+            arrival = round(t + turn * 2.5 + c * 0.07 + b.rng.uniform(0, 0.05), 6)
+            j = len(b.requests)
+            answer = b.rng.randint(16, 120)
+            b.add(arrival, prompt, answer)
+            chats[c] = [*prompt, [-(j + 1), answer], [b.unique_key(), b.rng.randint(10, 80)]]
+    return {
+        "model": "gemma-3-12b",
+        "hf_overrides": {"sliding_window": 128},
+        "block_size": 32,
+        "num_gpu_blocks": 1200,
+        "max_model_len": 8192,
+    }
+
+
+def hybrid_duplicates(b: _Builder) -> dict:
+    """Duplicate cached blocks under eviction (gpt-oss-20b, 64-token windows, a small pool):
+    bursts of requests that compute the same new prefix in the same step each cache their
+    own copy; which copy a later hit takes and which survive eviction decide later hits."""
+    t = 0.0
+    for burst in range(14):
+        prefix = [[700 + burst % 5, b.rng.choice([256, 384, 512])]]
+        for _ in range(b.rng.randint(3, 8)):
+            b.add(t, [*prefix, [b.unique_key(), b.rng.randint(8, 160)]], b.rng.randint(8, 120))
+        t = round(t + b.rng.uniform(0.3, 1.2), 6)
+    return {"model": "gpt-oss-20b", "hf_overrides": {"sliding_window": 64}, "num_gpu_blocks": 450}
+
+
+def hybrid_async(b: _Builder) -> dict:
+    """Async scheduling on gpt-oss-20b (64-token windows): a window's blocks are released
+    a step after its tokens are processed; shared system prompts and a pool that fills."""
+    systems = _system_prompts(b, 2, 200, 500, 800)
+    for t in b.poisson_times(120, 16.0):
+        prefix = [b.rng.choice(systems)] if b.rng.random() < 0.5 else []
+        b.add(t, [*prefix, [b.unique_key(), b.rng.randint(32, 900)]], b.rng.randint(20, 200))
+    return {
+        "model": "gpt-oss-20b",
+        "hf_overrides": {"sliding_window": 64},
+        "async_scheduling": True,
+        "num_gpu_blocks": 600,
+        "max_num_batched_tokens": 1024,
+    }
+
+
+def hybrid_async_five_to_one(b: _Builder) -> dict:
+    """Async scheduling on Gemma 3 12B (windows overridden to 256, 32-token blocks),
+    shared system prompts longer than the window."""
+    systems = _system_prompts(b, 2, 300, 700, 900)
+    for t in b.poisson_times(90, 8.0):
+        prefix = [b.rng.choice(systems)] if b.rng.random() < 0.6 else []
+        b.add(t, [*prefix, [b.unique_key(), b.rng.randint(50, 900)]], b.rng.randint(20, 200))
+    return {
+        "model": "gemma-3-12b",
+        "hf_overrides": {"sliding_window": 256},
+        "block_size": 32,
+        "async_scheduling": True,
+        "num_gpu_blocks": 1200,
+    }
 
 
 # name -> (seed, builder)
@@ -389,6 +512,11 @@ STREAMS = {
     "hybrid_shared_prefix_long": (123, hybrid_shared_prefix_long),
     "hybrid_kv_pressure": (124, hybrid_kv_pressure),
     "hybrid_long_prompts": (125, hybrid_long_prompts),
+    "hybrid_all_window": (126, hybrid_all_window),
+    "hybrid_multi_turn": (127, hybrid_multi_turn),
+    "hybrid_duplicates": (128, hybrid_duplicates),
+    "hybrid_async": (129, hybrid_async),
+    "hybrid_async_five_to_one": (130, hybrid_async_five_to_one),
 }
 
 

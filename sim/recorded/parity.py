@@ -39,10 +39,15 @@ TIME_TOLERANCE_S = 1e-9  # the same float expression on both sides; allow a last
 
 
 def segment_tokens(segments: list[list[int]]) -> np.ndarray:
-    parts = [
-        (1 + ((key * 1_000_003 + np.arange(length, dtype=np.int64)) * 2_654_435_761) % 32_000)
-        for key, length in segments
-    ]
+    """A prompt's token ids; a negative key quotes the first ``length`` output tokens of
+    request ``-key - 1`` (a chat's earlier answer), as the recorder fed them."""
+    parts = []
+    for key, length in segments:
+        positions = np.arange(length, dtype=np.int64)
+        if key < 0:
+            parts.append(32_001 + ((-key - 1) * 7_777_777 + positions * 97) % 30_000)
+        else:
+            parts.append(1 + ((key * 1_000_003 + positions) * 2_654_435_761) % 32_000)
     return np.concatenate(parts).astype(np.int32)
 
 
@@ -203,18 +208,25 @@ def scenario_of(record: dict[str, Any]) -> Scenario:
     )
 
 
+#: the model config.json files a record may name (``model``), as the recorder handed them
+#: to vLLM
+MODELS_DIR = Path(__file__).resolve().parents[2] / "scenarios" / "models"
+#: vLLM ``hf_overrides`` a record may carry, as the scenario's model fields they are
+HF_OVERRIDES = {"sliding_window": "sliding_window", "layer_types": "layer_types"}
+
+
 def _model_of(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The model a record's KV cache config describes: llama-3-8b's shape, or, for
-    ``kv_groups`` (each group's window, None: full attention), one layer a group of
-    that attention type (the driver's pages are of one size: step times do not read
-    the model)."""
-    model = {"preset": "llama-3-8b", "max_model_len": cfg["max_model_len"]}
-    groups = cfg.get("kv_groups")
-    if groups:
-        window = next(w for w in groups if w is not None)
-        types = ["sliding_attention" if w is not None else "full_attention" for w in groups]
-        model |= {"num_layers": len(groups), "layer_types": types, "sliding_window": window}
-    return model
+    """The model a record names (``model``: a shipped config.json, with vLLM's
+    ``hf_overrides`` applied as the same fields), else llama-3-8b's shape (step times do
+    not read the model; its KV cache is one full-attention group, as the recorder's)."""
+    if not cfg.get("model"):
+        return {"preset": "llama-3-8b", "max_model_len": cfg["max_model_len"]}
+    model = {"config": str(MODELS_DIR / f"{cfg['model']}.json")}
+    for key, value in (cfg.get("hf_overrides") or {}).items():
+        if key not in HF_OVERRIDES:
+            raise ValueError(f"config.hf_overrides: {key!r} is not replayed")
+        model[HF_OVERRIDES[key]] = value
+    return model | {"max_model_len": cfg["max_model_len"]}
 
 
 def stream_requests(record: dict[str, Any]) -> tuple[list[Request], dict[int, str], dict]:
