@@ -50,9 +50,14 @@ class KVGroup(NamedTuple):
     """One KV cache group as an allocator that keeps several takes it (``kv_groups``):
     layers of one attention type whose KV has one geometry, so one block table serves
     them all (vLLM's KV cache groups). ``sliding_window``: the window in tokens of a
-    sliding-window group; None for full attention."""
+    sliding-window group; None for full attention. ``retention_interval`` (a window's
+    only, vLLM's ``prefix_cache_retention_interval``): which of its full blocks the
+    prefix cache keeps. None keeps every one (dense); 0 only the window's blocks before
+    the points a later request can resume at (the prompt's end, a shared prefix's end);
+    a positive multiple of the block size also those before every multiple of it."""
 
     sliding_window: int | None = None
+    retention_interval: int | None = None
 
     def describe(self) -> str:
         window = self.sliding_window

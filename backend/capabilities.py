@@ -93,6 +93,18 @@ class AdmitsWithWindowCap(Protocol):
 
 
 @runtime_checkable
+class RetainsPrefixTails(Protocol):
+    """An allocator whose sliding windows keep in the prefix cache only the blocks a later
+    request can resume from (vLLM's sparse retention): it is told, once a sequence is
+    allocated (perhaps a first chunk of it), the tokens it will compute and how many of
+    them are its prompt, whose end a request sending the same prompt resumes at."""
+
+    def retain_prefix_tails(
+        self, seq_id: int, token_ids, *, salt: int = 0, num_prompt_tokens: int
+    ) -> None: ...
+
+
+@runtime_checkable
 class UnpublishesBlocks(Protocol):
     """An allocator whose prefix cache can take back the newest block a sequence
     published (vLLM registers a decode-filled block a step late under async scheduling)."""

@@ -44,6 +44,14 @@ def check_kv_groups(specs: Sequence[KVGroup]) -> tuple[KVGroup, ...]:
             raise InvalidRequest(
                 f"kv_groups[{number}].sliding_window must be a positive int, got {window!r}"
             )
+        interval = spec.retention_interval
+        if interval is not None and (
+            isinstance(interval, bool) or not isinstance(interval, int) or interval < 0
+        ):
+            raise InvalidRequest(
+                f"kv_groups[{number}].retention_interval must be None or an int >= 0, "
+                f"got {interval!r}"
+            )
     return groups
 
 
@@ -72,11 +80,28 @@ class KVGroups:
             if window is None:
                 group = FullAttention(pool, index, slots, prefix_caching=prefix_caching)
             else:
+                interval = spec.retention_interval
+                if interval and interval % self.block_size:
+                    raise InvalidRequest(
+                        f"retention_interval {interval} is not a multiple of the block size "
+                        f"{self.block_size}"
+                    )
                 group = SlidingWindow(
-                    pool, index, slots, window=window, prefix_caching=prefix_caching
+                    pool,
+                    index,
+                    slots,
+                    window=window,
+                    prefix_caching=prefix_caching,
+                    retention_interval=interval,
                 )
             self.groups.append(group)
         self.windows = [g for g in self.groups if isinstance(g, SlidingWindow)]
+        self.sparse = [g for g in self.windows if g.retention_interval is not None]
+        # Full attention first, as vLLM's hybrid coordinator asks its groups: the first
+        # answer is full attention's whole hit, the shared prefix a window may lack.
+        self.lookup_order = sorted(
+            range(len(self.groups)), key=lambda n: isinstance(self.groups[n], SlidingWindow)
+        )
         self.computed = np.zeros(64, np.int64)
 
     def blocks_for(self, num_tokens: int) -> int:
@@ -88,20 +113,30 @@ class KVGroups:
         """(the prompt's full-block keys, each group's hit table: cached blocks, NULL
         where a window needs none), all tables of the longest common hit. No mutation
         but the indexes' memos."""
+        keys, runs, _ = self.find_hit(tokens, salt)
+        return keys, runs
+
+    def find_hit(self, tokens: np.ndarray, salt: int) -> tuple[list[int], list[list[int]], int]:
+        """``lookup``'s answer and the shared prefix a window lacks: the blocks of the
+        longest hit one group alone holds (full attention's, asked first as vLLM asks),
+        when that is longer than the common hit; else 0."""
         keys, first_run = self.indexes[0].lookup(tokens, salt)
         if not self.indexes[0].enabled:
-            return keys, [[] for _ in self.groups]
+            return keys, [[] for _ in self.groups], 0
         limit = (tokens.shape[0] - 1) // self.block_size  # never the last token's block
         runs: list[list[int]] = [[] for _ in self.groups]
-        settled = False
+        longest, settled = 0, False
         while not settled:
             settled = True
-            for number, group in enumerate(self.groups):
+            for number in self.lookup_order:
+                group = self.groups[number]
                 run = self._group_run(number, group, keys, salt, tokens, limit, first_run)
+                longest = max(longest, len(run))
                 if len(run) < limit:
                     limit, settled = len(run), False
                 runs[number] = run
-        return keys, [run[:limit] for run in runs]
+        shared = longest if longest > limit and len(self.groups) > 1 else 0
+        return keys, [run[:limit] for run in runs], shared
 
     def _group_run(self, number, group, keys, salt, tokens, limit, first_run) -> list[int]:
         """The longest hit (at most ``limit`` blocks) group ``number`` serves alone."""
@@ -132,7 +167,7 @@ class KVGroups:
         shared, the rest written into fresh blocks. Raises OutOfBlocks (nothing changed).
         Returns the hit in tokens."""
         pool, size = self.pool, self.block_size
-        keys, runs = self.lookup(tokens, salt)
+        keys, runs, shared = self.find_hit(tokens, salt)
         hits = [block for run in runs for block in run if block != NULL_BLOCK]
         per_group = self.groups[0].blocks_for(tokens.shape[0])
         needed = sum(per_group - len(run) for run in runs)
@@ -149,6 +184,8 @@ class KVGroups:
             pool.token_slots += int(tokens.shape[0]) - hit_tokens
             table = run + fresh
             if index.enabled:
+                if group in self.sparse:
+                    index.retain(seq, group.retained(tokens.shape[0], shared * size))
                 index.add_sequence(seq, salt, keys, table, len(run), computed)
             group.add(seq, table)
         self.indexes[0].count_lookup(int(tokens.shape[0]), hit_tokens)
@@ -156,6 +193,17 @@ class KVGroups:
         done = tokens.shape[0] if computed is None else min(computed, tokens.shape[0])
         self.computed[seq] = max(done, hit_tokens)
         return hit_tokens
+
+    def retain_tails(self, seq: int, tokens: np.ndarray, salt: int, prompt_tokens: int) -> None:
+        """``seq`` will compute ``tokens`` (allocated perhaps a chunk of them) of which the
+        first ``prompt_tokens`` are its prompt: the windows with sparse retention keep the
+        tails of that prompt and of the shared prefix a lookup of ``tokens`` finds."""
+        if not self.sparse or not self.indexes[0].enabled:
+            return
+        _, _, shared = self.find_hit(tokens, salt)
+        for group in self.sparse:
+            index = self.indexes[self.groups.index(group)]
+            index.retain(seq, group.retained(prompt_tokens, shared * self.block_size))
 
     def mark_computed(self, seq: int, count: int) -> None:
         """``seq`` has the KV of its first ``count`` tokens (held ones): its full blocks

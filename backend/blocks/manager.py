@@ -124,7 +124,9 @@ class BlockManager(Allocator):
             if spec.shared is not None:  # another allocator's: one store for both
                 shared = spec.shared
                 if not isinstance(shared, OffloadTier) or (
-                    shared.medium, shared.num_blocks, shared.block_size
+                    shared.medium,
+                    shared.num_blocks,
+                    shared.block_size,
                 ) != (spec.medium, blocks, self.block_size):
                     raise InvalidRequest(f"offload tier {n}: the shared tier does not match")
                 tiers.append(shared)
@@ -277,6 +279,17 @@ class BlockManager(Allocator):
         self._seqs.add(seq, num_tokens)
         self._first.add(seq, taken.tolist())
         return 0
+
+    def retain_prefix_tails(
+        self, seq_id: int, token_ids, *, salt: int = 0, num_prompt_tokens: int
+    ) -> None:
+        """``seq_id`` (just allocated) will compute ``token_ids``, its first
+        ``num_prompt_tokens`` its prompt: sliding windows with sparse retention keep the
+        tails of that prompt and of the shared prefix found cached (capabilities.py)."""
+        if self._kv is not None:
+            tokens = as_tokens(token_ids, allow_empty=False)
+            prompt = check_count("num_prompt_tokens", num_prompt_tokens, 1)
+            self._kv.retain_tails(self._seqs.live(seq_id), tokens, check_salt(salt), prompt)
 
     def mark_computed(self, seq_id: int, num_tokens: int) -> None:
         """The KV of ``seq_id``'s first ``num_tokens`` tokens is computed (or scheduled
@@ -541,7 +554,6 @@ class BlockManager(Allocator):
 
     def available_blocks(self) -> int:
         return self._pool.available()
-
 
     def usage(self, next_request_tokens: int = 0) -> KVUsage:
         size, pool = self.block_size, self._pool

@@ -114,6 +114,9 @@ class PrefixIndex:
         self.hits_tokens = 0
         # Blocks published since the offload tier last took them (None: no tier).
         self.newly_published: list[int] | None = None
+        # Per sequence, which of its table's positions may be published (a sliding
+        # window's sparse retention, sliding_window.py); a sequence not here: all.
+        self._retained: dict[int, Callable[[int], bool]] = {}
 
     # -- queries ---------------------------------------------------------------------------
     @property
@@ -250,11 +253,22 @@ class PrefixIndex:
         self._chains[child] = list(self._chains[parent])
         self._salts[child] = self._salts[parent]
         self._published[child] = self._published[parent]
+        if parent in self._retained:
+            self._retained[child] = self._retained[parent]
 
     def remove(self, seq: int) -> None:
         """Forget a freed sequence. Its published blocks stay published: the pool
         decides (by their refcount) whether they are still in use or evictable."""
         del self._chains[seq], self._published[seq]
+        self._retained.pop(seq, None)
+
+    def retain(self, seq: int, keep: Callable[[int], bool] | None) -> None:
+        """From now on publish only the blocks of ``seq`` at the table positions ``keep``
+        accepts (None: every one); blocks passed over are never published later."""
+        if keep is None:
+            self._retained.pop(seq, None)
+        else:
+            self._retained[seq] = keep
 
     # -- publishing ------------------------------------------------------------------------
     def publish_through(self, seq: int, count: int, table: list[int]) -> None:
@@ -273,8 +287,11 @@ class PrefixIndex:
     def _publish_blocks(self, seq: int, start: int, stop: int, table: list[int]) -> None:
         """Publish the keys of ``seq``'s full blocks ``start .. stop - 1``."""
         chain, salt = self._chains[seq], int(self._salts[seq])
+        keep = self._retained.get(seq)
         for index in range(start, stop):
-            if table[index] != NULL_BLOCK:  # (a sliding window released it unpublished)
+            if table[index] == NULL_BLOCK:  # (a sliding window released it unpublished)
+                continue
+            if keep is None or keep(index):
                 self._publish(chain[index], table[index], salt, index)
 
     def _publish(self, key: int, block: int, salt: int, position: int) -> None:
@@ -311,7 +328,7 @@ class PrefixIndex:
         sequence still has unpublished prompt blocks before it. Up to one call per block
         of a decode step: hot names are bound locally and ``_publish`` is inlined, with
         its array stores done once for all the blocks published here."""
-        chains, published = self._chains, self._published
+        chains, published, retained = self._chains, self._published, self._retained
         block_of_key, key_of_block = self._block_of_key, self._key_of_block
         newly: list[int] = []  # the blocks published here,
         owners: list[int] = []  # their sequences
@@ -321,6 +338,8 @@ class PrefixIndex:
             chain.append(key)
             if published[seq] == len(chain) - 1:  # not behind deferred prompt blocks
                 published[seq] = len(chain)
+                if retained and seq in retained and not retained[seq](len(chain) - 1):
+                    continue
                 if key not in block_of_key:  # another block may hold this prefix already
                     block_of_key[key] = block
                     key_of_block[block] = key
@@ -349,6 +368,7 @@ class PrefixIndex:
             self._pos_of_block,
             sorted(self._chains.items()),
             sorted(self._published.items()),
+            sorted(self._retained),
             self._salts,
             self.queries_tokens,
             self.hits_tokens,

@@ -14,9 +14,19 @@ A prefix hit in this group needs only the blocks inside the window of the first 
 computes: the ``ceil((W - 1) / block_size)`` blocks before the hit point. The coordinator
 (manager.py) asks every group in turn for the longest hit it can serve and settles on
 the length all of them hold.
+
+So the prefix cache need keep only those blocks before the points a hit can end at
+(vLLM's sparse retention, ``prefix_cache_retention_interval``, 0 by default): before the
+end of the prompt (a request sending it again resumes at its last block boundary, as a
+hit never covers the last token) and before the end of a shared prefix the lookup found
+held by full attention only (so that later requests sharing it hit; the request that
+found it does not); with a positive interval, also before every multiple of it. A window
+block outside those tails is computed, used and released, never published.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -38,9 +48,11 @@ class SlidingWindow(FullAttention):
         *,
         window: int,
         prefix_caching: bool,
+        retention_interval: int | None = None,
     ):
         super().__init__(pool, index, slots, prefix_caching=prefix_caching)
         self.window = window
+        self.retention_interval = retention_interval
         self.released = np.zeros(64, np.int64)
 
     # -- the window ------------------------------------------------------------------------
@@ -97,6 +109,24 @@ class SlidingWindow(FullAttention):
             if contiguous >= need:
                 return run[: position + contiguous]
         return run[:contiguous]
+
+    def retained(self, prompt_tokens: int, shared_prefix: int) -> Callable[[int], bool] | None:
+        """Which positions of a sequence's table the prefix cache keeps (None: all), for a
+        prompt of ``prompt_tokens`` and a shared prefix of ``shared_prefix`` tokens (0:
+        none) found cached beyond the hit (the module docstring). No mutation."""
+        interval, size, need = self.retention_interval, self.block_size, self.hit_blocks_needed()
+        if interval is None:
+            return None
+        tails: set[int] = set()
+        for point in (prompt_tokens - 1, shared_prefix) if shared_prefix else (prompt_tokens - 1,):
+            end = point // size
+            tails.update(range(max(end - need, 0), end))
+        if not interval:
+            return tails.__contains__
+        period = interval // size
+        if need >= period:  # every block is before some multiple of the interval
+            return None
+        return lambda position: position in tails or position % period >= period - need
 
     # -- tables ----------------------------------------------------------------------------
     def add(self, seq: int, table: list[int]) -> None:

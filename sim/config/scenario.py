@@ -263,6 +263,12 @@ class Scenario(StrictModel):
         that keeps a block table per KV cache group; swap, offload tiers and the real
         backend do not move such tables yet."""
         layout = self.model.kv_layout
+        interval = self.cache.retention_interval
+        if interval and (interval % self.cache.block_size or layout.is_plain):
+            why = f"expected a multiple of cache.block_size ({self.cache.block_size})"
+            if layout.is_plain:
+                why = "no sliding window to apply it to (set 0)"
+            raise error_at("cache.prefix_cache_retention_interval", f"{why}, got {interval}")
         if layout.is_plain:
             return
         what = f"{self.model.name!r} keeps {layout.describe()}"

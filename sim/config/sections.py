@@ -101,6 +101,13 @@ class CacheSpec(StrictModel):
     prefix_caching: bool = False
     """Automatic prefix caching: full blocks of identical prompt prefixes are shared between
     requests and kept after use until evicted (see ``eviction``); paged allocator only."""
+    prefix_cache_retention_interval: int | Literal["dense"] = Field(default=0)
+    """Which full blocks of a sliding window the prefix cache keeps (vLLM's
+    ``--prefix-cache-retention-interval``, 0 by default): 0 only the window's blocks before
+    the points a later request can resume at (the end of a prompt; the end of a shared
+    prefix that full attention holds and the window lacks, so later requests sharing it
+    hit); a multiple of ``block_size`` also those before every multiple of it; ``dense``
+    every full block (earlier vLLM releases). Full attention always keeps every block."""
     cpu_swap_gib: float = Field(default=0.0, ge=0)
     """Host memory per GPU, in GiB, for the KV of requests swapped out on preemption (vLLM's
     ``swap_space``); 0: no CPU pool. ``preemption.mode: swap`` needs a CPU pool."""
@@ -123,6 +130,21 @@ class CacheSpec(StrictModel):
     Allocator subclass, ``module:Class`` or ``path/file.py:Class`` (sim/config/allocators.py),
     loaded when the scenario is validated."""
     _plugin: type[Allocator] | None = PrivateAttr(default=None)
+
+    @field_validator("prefix_cache_retention_interval")
+    @classmethod
+    def _retention(cls, interval: int | str) -> int | str:
+        if isinstance(interval, int) and (isinstance(interval, bool) or interval < 0):
+            raise ValueError(
+                f"expected 0, a positive multiple of block_size or 'dense', got {interval!r}"
+            )
+        return interval
+
+    @property
+    def retention_interval(self) -> int | None:
+        """``prefix_cache_retention_interval`` as the allocator takes it (None: dense)."""
+        interval = self.prefix_cache_retention_interval
+        return None if interval == "dense" else interval
 
     @field_validator("allocator")
     @classmethod

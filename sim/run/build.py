@@ -120,7 +120,15 @@ def _groups(scenario) -> dict:
     """The KV cache groups' constructor argument (none for a model whose layers all keep
     every token: the allocator's default)."""
     layout = scenario.model.kv_layout
-    return {} if layout.is_plain else {"kv_groups": layout.groups}
+    if layout.is_plain:
+        return {}
+    interval = scenario.cache.retention_interval
+    return {
+        "kv_groups": tuple(
+            group if group.sliding_window is None else group._replace(retention_interval=interval)
+            for group in layout.groups
+        )
+    }
 
 
 def _tiers(scenario, context: PolicyContext | None = None, shared: dict | None = None) -> dict:

@@ -20,6 +20,7 @@ from backend.base import OutOfBlocks, ReservingAllocator
 from backend.capabilities import (
     AdmitsWithWindowCap,
     OffloadsPrefixes,
+    RetainsPrefixTails,
     TrustedAllocate,
     TrustedAppendBatch,
 )
@@ -87,6 +88,9 @@ class StepPlanner:
         self._logged_preemptions = 0  # num_preemptions already in a step's record
         self.append_batch = batch_appender(self.alloc)
         self._allocate = prompt_allocator(self.alloc)
+        self._retain_tails = (
+            self.alloc.retain_prefix_tails if isinstance(self.alloc, RetainsPrefixTails) else None
+        )
         # Reserving (contiguous) allocators size a request's region from the start
         # (``reserve(prompt, max_new_tokens)``), so they always admit by whole prompt.
         reserving = isinstance(self.alloc, ReservingAllocator)
@@ -101,9 +105,7 @@ class StepPlanner:
         self.first_chunk_admission = (
             not self.admission.whole_prompt and self.reserve is None and self.chunking
         )
-        self.whole_sequence = (
-            self.first_chunk_admission and self.admission.whole_sequence_must_fit
-        )
+        self.whole_sequence = self.first_chunk_admission and self.admission.whole_sequence_must_fit
         self.prefill_cap = 0  # long_prefill_token_threshold in force this step (0: none)
         self._can_admit = whole_sequence_check(self.alloc, config)
 
@@ -321,6 +323,11 @@ class StepPlanner:
             return None
         seq.seq_id = state.next_seq_id
         state.next_seq_id += 1
+        if self._retain_tails is not None:
+            prompt = request.prompt_len
+            self._retain_tails(
+                seq.seq_id, seq.tokens, salt=request.tenant, num_prompt_tokens=prompt
+            )
         seq.held = tokens.shape[0]
         # At least one token is computed so the step has logits to sample from.
         seq.computed = min(cached, total - 1)
