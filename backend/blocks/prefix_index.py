@@ -94,7 +94,12 @@ class PrefixIndex:
         self._slots = slots
         self._multipliers = slot_multipliers(self.block_size)
         self._key_of_block: list[int | None] = [None] * num_blocks
-        self._block_of_key: dict[int, int] = {}
+        self._block_of_key: dict[int, int] = {}  # the block a hit on the key takes
+        # Other blocks holding a published prefix, oldest first: two requests that compute
+        # the same prefix at once each publish their copy (vLLM keeps every block under
+        # its hash, so that a block table never changes); when the block a hit takes is
+        # evicted, the oldest copy left takes its place.
+        self._copies: dict[int, list[int]] = {}
         # The salt and chain position each published block was published under: a hit
         # checks them with the tokens, so a key collision cannot share a prefix across
         # tenants or reuse a block at another position.
@@ -128,8 +133,11 @@ class PrefixIndex:
         return len(self._block_of_key)
 
     def keyed_blocks(self) -> list[int]:
-        """The blocks published under a key (any order)."""
-        return list(self._block_of_key.values())
+        """The blocks published under a key, copies included (any order)."""
+        blocks = list(self._block_of_key.values())
+        for copies in self._copies.values():
+            blocks += copies
+        return blocks
 
     def key_of(self, block: int) -> int | None:
         """The key ``block`` is published under (None: unpublished)."""
@@ -295,13 +303,15 @@ class PrefixIndex:
                 self._publish(chain[index], table[index], salt, index)
 
     def _publish(self, key: int, block: int, salt: int, position: int) -> None:
-        if key not in self._block_of_key:  # another block may hold this prefix already
-            self._block_of_key[key] = block
-            self._key_of_block[block] = key
-            self._salt_of_block[block] = salt
-            self._pos_of_block[block] = position
-            if self.newly_published is not None:
-                self.newly_published.append(block)
+        self._key_of_block[block] = key
+        self._salt_of_block[block] = salt
+        self._pos_of_block[block] = position
+        if key in self._block_of_key:  # another block holds this prefix already
+            self._copies.setdefault(key, []).append(block)
+            return
+        self._block_of_key[key] = block
+        if self.newly_published is not None:
+            self.newly_published.append(block)
 
     def seal_step(self, seqs: np.ndarray, blocks: np.ndarray) -> None:
         """A decode step filled ``blocks[i]``, the newest block of ``seqs[i]`` (distinct
@@ -330,9 +340,10 @@ class PrefixIndex:
         its array stores done once for all the blocks published here."""
         chains, published, retained = self._chains, self._published, self._retained
         block_of_key, key_of_block = self._block_of_key, self._key_of_block
-        newly: list[int] = []  # the blocks published here,
+        placed: list[int] = []  # the blocks published here,
         owners: list[int] = []  # their sequences
         positions: list[int] = []  # and their positions in their chains
+        newly: list[int] = []  # those that are the first to hold their prefix
         for seq, block, key in zip(seqs, blocks, keys):
             chain = chains[seq]
             chain.append(key)
@@ -340,23 +351,38 @@ class PrefixIndex:
                 published[seq] = len(chain)
                 if retained and seq in retained and not retained[seq](len(chain) - 1):
                     continue
-                if key not in block_of_key:  # another block may hold this prefix already
+                key_of_block[block] = key
+                placed.append(block)
+                owners.append(seq)
+                positions.append(len(chain) - 1)
+                if key in block_of_key:  # another block holds this prefix already
+                    self._copies.setdefault(key, []).append(block)
+                else:
                     block_of_key[key] = block
-                    key_of_block[block] = key
                     newly.append(block)
-                    owners.append(seq)
-                    positions.append(len(chain) - 1)
-        if newly:
-            self._salt_of_block[newly] = self._salts[owners]
-            self._pos_of_block[newly] = positions
+        if placed:
+            self._salt_of_block[placed] = self._salts[owners]
+            self._pos_of_block[placed] = positions
             if self.newly_published is not None:
                 self.newly_published += newly
 
     def drop(self, blocks: list[int]) -> None:
-        """The pool evicted ``blocks`` (each published): forget their keys, in order."""
+        """The pool evicted ``blocks`` (each published): forget their keys, in order. A
+        key keeps its other copies, the oldest now the one a hit takes."""
+        block_of_key, copies = self._block_of_key, self._copies
         for block in blocks:
-            del self._block_of_key[self._key_of_block[block]]
+            key = self._key_of_block[block]
             self._key_of_block[block] = None
+            others = copies.get(key)
+            if block_of_key[key] == block:
+                if others:
+                    block_of_key[key] = others.pop(0)
+                else:
+                    del block_of_key[key]
+            else:
+                others.remove(block)
+            if others is not None and not others:
+                del copies[key]
 
     # -- state -----------------------------------------------------------------------------
     def snapshot_state(self) -> tuple:
@@ -364,6 +390,7 @@ class PrefixIndex:
         return (
             self._key_of_block,
             sorted(self._block_of_key.items()),
+            sorted(self._copies.items()),
             self._salt_of_block,
             self._pos_of_block,
             sorted(self._chains.items()),
@@ -392,8 +419,12 @@ class PrefixIndex:
             assert 0 <= self._published[seq] <= len(self._chains[seq]), f"published of {seq}"
         for key, block in self._block_of_key.items():
             assert self._key_of_block[block] == key, f"key map of block {block}"
+        for key, copies in self._copies.items():
+            assert copies and key in self._block_of_key, f"copies of an unpublished key {key}"
+            assert all(self._key_of_block[block] == key for block in copies), f"copies of {key}"
         keyed = sum(k is not None for k in self._key_of_block)
-        assert keyed == len(self._block_of_key), "block -> key map has extra entries"
+        listed = len(self._block_of_key) + sum(len(c) for c in self._copies.values())
+        assert keyed == listed, "block -> key map has extra entries"
         if not self.enabled:
             assert keyed == 0, "a disabled index published a key"
             return
