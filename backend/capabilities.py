@@ -105,6 +105,16 @@ class RetainsPrefixTails(Protocol):
 
 
 @runtime_checkable
+class ReleasesBehindProcessed(Protocol):
+    """An allocator whose sliding windows release blocks only behind tokens whose step
+    has finished: the engine says when it begins planning a step and whether the previous
+    step is still in flight then (async scheduling), as vLLM frees a window's blocks on
+    the processed-token basis."""
+
+    def begin_step(self, *, lag: bool) -> None: ...
+
+
+@runtime_checkable
 class UnpublishesBlocks(Protocol):
     """An allocator whose prefix cache can take back the newest block a sequence
     published (vLLM registers a decode-filled block a step late under async scheduling)."""

@@ -57,6 +57,11 @@ class EngineRules:
         empty replica). pagesim waives it for resumed (preempted) requests."""
         return not resumed
 
+    def step_begins(self, alloc: Allocator, async_scheduling: bool) -> None:
+        """The engine begins planning a step (mutates the allocator's step count where it
+        keeps one). pagesim: windows release behind every computed token, nothing to say."""
+        pass
+
     # -- finished and preempted sequences --------------------------------------------------
     def frees_lag(self, async_scheduling: bool) -> bool:
         """Whether a sequence that finished in the step just ended keeps its blocks and

@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from backend.base import Allocator
-from backend.capabilities import UnpublishesBlocks
+from backend.capabilities import ReleasesBehindProcessed, UnpublishesBlocks
 from policies.engine_rules import EngineProfile, EngineRules
 from policies.views import StepBuilder
 
@@ -76,6 +76,12 @@ class VllmV1Rules(EngineRules):
 
     def watermark_applies(self, resumed: bool) -> bool:
         return True
+
+    def step_begins(self, alloc: Allocator, async_scheduling: bool) -> None:
+        # Scheduler.allocate_slots frees a window's blocks behind num_computed_tokens less
+        # the request's in-flight tokens: the previous step's, under async scheduling.
+        if isinstance(alloc, ReleasesBehindProcessed):
+            alloc.begin_step(lag=async_scheduling)
 
     def frees_lag(self, async_scheduling: bool) -> bool:
         return async_scheduling

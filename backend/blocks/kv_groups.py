@@ -103,6 +103,12 @@ class KVGroups:
             range(len(self.groups)), key=lambda n: isinstance(self.groups[n], SlidingWindow)
         )
         self.computed = np.zeros(64, np.int64)
+        # Steps the engine has begun (begin_step) and, per sequence, the step it last grew
+        # in and what it had computed before: under async scheduling the last step's
+        # tokens are still in flight, and a window releases only behind processed ones.
+        self.step, self.lag = 0, False
+        self.grown_in = np.full(64, -1, np.int64)
+        self.before_step = np.zeros(64, np.int64)
 
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks a new sequence of ``num_tokens`` tokens takes in all groups."""
@@ -189,9 +195,10 @@ class KVGroups:
                 index.add_sequence(seq, salt, keys, table, len(run), computed)
             group.add(seq, table)
         self.indexes[0].count_lookup(int(tokens.shape[0]), hit_tokens)
-        grow_arrays(self, ("computed",), seq + 1)
+        grow_arrays(self, ("computed", "grown_in", "before_step"), seq + 1)
         done = tokens.shape[0] if computed is None else min(computed, tokens.shape[0])
         self.computed[seq] = max(done, hit_tokens)
+        self.grown_in[seq], self.before_step[seq] = self.step, hit_tokens
         return hit_tokens
 
     def retain_tails(self, seq: int, tokens: np.ndarray, salt: int, prompt_tokens: int) -> None:
@@ -205,9 +212,32 @@ class KVGroups:
             index = self.indexes[self.groups.index(group)]
             index.retain(seq, group.retained(prompt_tokens, shared * self.block_size))
 
+    # -- steps in flight ---------------------------------------------------------------------
+    def begin_step(self, lag: bool) -> None:
+        """The engine plans a new step; ``lag``: the previous step's tokens are still in
+        flight (async scheduling), so windows release behind the tokens before them."""
+        self.step += 1
+        self.lag = lag
+
+    def processed(self, seqs: np.ndarray) -> np.ndarray:
+        """Tokens of ``seqs`` whose KV a window may release behind: all computed ones, or
+        under ``lag`` those computed before a growth in the previous step (vLLM frees on
+        the processed-token basis: in-flight steps still read the window)."""
+        if not self.lag:
+            return self.computed[seqs]
+        in_flight = self.grown_in[seqs] == self.step - 1
+        return np.where(in_flight, self.before_step[seqs], self.computed[seqs])
+
+    def _growing(self, seqs: np.ndarray) -> None:
+        """``seqs`` grow in this step: remember what they had computed before it."""
+        first = self.grown_in[seqs] != self.step
+        self.before_step[seqs[first]] = self.computed[seqs[first]]
+        self.grown_in[seqs] = self.step
+
     def mark_computed(self, seq: int, count: int) -> None:
         """``seq`` has the KV of its first ``count`` tokens (held ones): its full blocks
         among them are published in every group's index."""
+        self._growing(np.array([seq]))
         self.computed[seq] = max(self.computed[seq], count)
         for group, index in zip(self.groups, self.indexes):
             if index.enabled:
@@ -261,11 +291,11 @@ class KVGroups:
         """Release the windows of ``seqs``, in order, before they grow."""
         for seq in seqs.tolist():
             for group in self.windows:
-                group.release_window(seq, int(self.computed[seq]))
+                group.release_window(seq, int(self.processed(np.array([seq]))[0]))
 
     def _releasing(self, seqs: np.ndarray) -> list[int]:
         """The blocks the windows of ``seqs`` would release before they grow."""
-        computed = self.computed[seqs].tolist()
+        computed = self.processed(seqs).tolist()
         return [
             block
             for group in self.windows
@@ -296,6 +326,7 @@ class KVGroups:
         for number, (group, need) in enumerate(zip(self.groups, needs)):
             grown = group.append(seq, held, tokens, need)
             moves += [move._replace(group=number) for move in grown]
+        self._growing(np.array([seq]))
         self.computed[seq] = held + num_new
         return moves
 
@@ -310,7 +341,7 @@ class KVGroups:
         frees a request's out-of-window blocks when it reaches that request). Raises
         OutOfBlocks (nothing changed) unless every member fits so. Returns the
         copy-on-write moves."""
-        computed = self.computed[seqs]
+        computed = self.processed(seqs)
         moving = seqs[:0]
         if self.windows:  # only sequences whose window passed a block release anything
             moved = np.zeros(seqs.shape[0], bool)
@@ -324,6 +355,7 @@ class KVGroups:
         for number, group in enumerate(self.groups):
             grown = group.append_batch(seqs, held, tokens)
             moves += [move._replace(group=number) for move in grown]
+        self._growing(seqs)
         self.computed[seqs] = held + 1
         return moves
 
@@ -336,18 +368,29 @@ class KVGroups:
             if index.enabled:
                 index.fork(parent, child)
             group.add(child, table)
-        grow_arrays(self, ("computed",), child + 1)
+        grow_arrays(self, ("computed", "grown_in", "before_step"), child + 1)
         self.computed[child] = self.computed[parent]
+        self.grown_in[child] = self.grown_in[parent]
+        self.before_step[child] = self.before_step[parent]
 
     def free(self, seq: int, held: int) -> None:
-        """Drop ``seq``'s references in every group (it held ``held`` tokens)."""
+        """Drop ``seq``'s references in every group (it held ``held`` tokens). The blocks
+        come back as vLLM frees a request's: all groups' tables end to end, reversed (the
+        last group's tail is evicted first)."""
         size = self.block_size
+        blocks: list[int] = []
+        fills: list[np.ndarray] = []
         for group, index in zip(self.groups, self.indexes):
             start = group.first_held(seq)
             table = group.remove(seq)
-            self.pool.release(table[start:], held - start * size)
+            blocks += table[start:]
+            fills.append(np.minimum(size, held - np.arange(start, len(table)) * size))
             if index.enabled:
                 index.remove(seq)
+        if blocks:
+            self.pool.release_in_order(
+                np.array(blocks[::-1], np.int64), np.concatenate(fills)[::-1]
+            )
 
     def unpublish_last_block(self, seq: int, held: int) -> None:
         """Withdraw ``seq``'s full last block, in each group where it alone holds it."""
@@ -394,4 +437,4 @@ class KVGroups:
             (sorted(group.tables.items()), group.last_block, index.snapshot_state())
             + ((group.released,) if isinstance(group, SlidingWindow) else ())
             for group, index in zip(self.groups, self.indexes)
-        ) + (self.computed,)
+        ) + (self.computed, self.grown_in, self.before_step, self.step)

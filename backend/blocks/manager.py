@@ -291,6 +291,12 @@ class BlockManager(Allocator):
             prompt = check_count("num_prompt_tokens", num_prompt_tokens, 1)
             self._kv.retain_tails(self._seqs.live(seq_id), tokens, check_salt(salt), prompt)
 
+    def begin_step(self, *, lag: bool) -> None:
+        """The engine begins planning a step; ``lag``: the previous one is still in flight
+        (capabilities.ReleasesBehindProcessed)."""
+        if self._kv is not None:
+            self._kv.begin_step(lag)
+
     def mark_computed(self, seq_id: int, num_tokens: int) -> None:
         """The KV of ``seq_id``'s first ``num_tokens`` tokens is computed (or scheduled
         this step): publish its full blocks among them in the prefix cache."""

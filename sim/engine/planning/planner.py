@@ -120,6 +120,7 @@ class StepPlanner:
 
     def plan(self) -> tuple[Batch, StepPlan]:
         """The next step's batch and what to apply when its time has passed."""
+        self.rules.step_begins(self.alloc, self.cfg.async_scheduling)
         plan = PlanDraft()
         moves = Moves()
         # vLLM caps a prompt's share only when another request could use the budget.
