@@ -129,26 +129,17 @@ class BlockPool:
         if not self.num_shared:  # every block has one reference: all of them go
             self.refcount[blocks] = 0
             self.token_slots -= num_tokens
-            self._to_free_or_cached(blocks)
-            return
-        # Block i of a table holds min(size, num_tokens - i * size) tokens.
-        size = self.block_size
-        fills = np.minimum(size, num_tokens - np.arange(len(table) - 1, -1, -1) * size)
-        self.release_in_order(blocks, fills)
-
-    def release_in_order(self, blocks: np.ndarray, fills: np.ndarray) -> None:
-        """Drop one reference to each of ``blocks`` (distinct, holding ``fills`` tokens),
-        which come back in this order: the first is evicted or reused first."""
-        self.refcount[blocks] -= 1
-        left = self.refcount[blocks]
-        self.num_shared -= int(np.count_nonzero(left == 1))
-        dropped = left == 0
-        self.token_slots -= int(fills[dropped].sum())
-        self._to_free_or_cached(blocks[dropped])
-
-    def _to_free_or_cached(self, released: np.ndarray) -> None:
-        """Unreferenced ``released`` blocks become cached-evictable if published, else
-        free, in this order."""
+            released = blocks
+        else:
+            self.refcount[blocks] -= 1
+            left = self.refcount[blocks]
+            self.num_shared -= int(np.count_nonzero(left == 1))
+            dropped = left == 0
+            size = self.block_size
+            # Block i of a table holds min(size, num_tokens - i * size) tokens.
+            fills = np.minimum(size, num_tokens - np.arange(len(table) - 1, -1, -1) * size)
+            self.token_slots -= int(fills[dropped].sum())
+            released = blocks[dropped]
         if not self._index:  # nothing can be cached: straight to the free list
             self.free.put(released)
             return

@@ -374,23 +374,15 @@ class KVGroups:
         self.before_step[child] = self.before_step[parent]
 
     def free(self, seq: int, held: int) -> None:
-        """Drop ``seq``'s references in every group (it held ``held`` tokens). The blocks
-        come back as vLLM frees a request's: all groups' tables end to end, reversed (the
-        last group's tail is evicted first)."""
+        """Drop ``seq``'s references in every group (it held ``held`` tokens), group by
+        group, each table's tail first (vLLM's coordinator frees its managers in turn)."""
         size = self.block_size
-        blocks: list[int] = []
-        fills: list[np.ndarray] = []
         for group, index in zip(self.groups, self.indexes):
             start = group.first_held(seq)
             table = group.remove(seq)
-            blocks += table[start:]
-            fills.append(np.minimum(size, held - np.arange(start, len(table)) * size))
+            self.pool.release(table[start:], held - start * size)
             if index.enabled:
                 index.remove(seq)
-        if blocks:
-            self.pool.release_in_order(
-                np.array(blocks[::-1], np.int64), np.concatenate(fills)[::-1]
-            )
 
     def unpublish_last_block(self, seq: int, held: int) -> None:
         """Withdraw ``seq``'s full last block, in each group where it alone holds it."""

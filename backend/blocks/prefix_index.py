@@ -303,6 +303,8 @@ class PrefixIndex:
                 self._publish(chain[index], table[index], salt, index)
 
     def _publish(self, key: int, block: int, salt: int, position: int) -> None:
+        if self._key_of_block[block] is not None:  # (shared by a fork: published already)
+            return
         self._key_of_block[block] = key
         self._salt_of_block[block] = salt
         self._pos_of_block[block] = position
@@ -350,6 +352,8 @@ class PrefixIndex:
             if published[seq] == len(chain) - 1:  # not behind deferred prompt blocks
                 published[seq] = len(chain)
                 if retained and seq in retained and not retained[seq](len(chain) - 1):
+                    continue
+                if key_of_block[block] is not None:  # (shared by a fork: published already)
                     continue
                 key_of_block[block] = key
                 placed.append(block)

@@ -42,10 +42,8 @@ def schedule_running(planner: PlannerOps, plan: PlanDraft, moves: Moves, budget:
     needed = planner.alloc.blocks_needed_for_batch(d.seq_id[decoded_rows])
     needed += sum(_chunk_blocks(planner, seq, take) for seq, take in chunks)
     if needed <= state.available_blocks():
-        for seq, take in chunks:
-            planner.hold_chunk(seq, take)
         decoded = d.seq_id[decoded_rows]
-        _append_decodes(planner, moves, decoded)
+        _grow_in_order(planner, moves, chunks, decoded)
     else:
         entries = sorted(
             [(s.seq_id, s) for s in state.prefilling] + [(i, None) for i in d.seq_id.tolist()],
@@ -83,6 +81,19 @@ def _shares(planner: PlannerOps, plan: PlanDraft, order: np.ndarray, budget: int
 def _chunk_blocks(planner: PlannerOps, seq: PrefillSeq, take: int) -> int:
     """Blocks ``seq`` needs beyond those it holds to compute its next ``take`` tokens."""
     return planner.alloc.blocks_to_grow(seq.held, seq.computed + take)
+
+
+def _grow_in_order(planner: PlannerOps, moves: Moves, chunks, decoded: np.ndarray) -> None:
+    """Hold each chunk and each decode's token in the running list's order (``chunks``
+    and ``decoded`` are each in it): the blocks windows release come back in that order,
+    as vLLM's loop frees them. The decodes between two chunks grow in one batch."""
+    start = 0
+    for seq, take in chunks:
+        cut = int(np.searchsorted(decoded, seq.seq_id))
+        _append_decodes(planner, moves, decoded[start:cut])
+        start = cut
+        planner.hold_chunk(seq, take)
+    _append_decodes(planner, moves, decoded[start:])
 
 
 def _append_decodes(planner: PlannerOps, moves: Moves, seq_ids: np.ndarray) -> None:
