@@ -9,11 +9,7 @@ pool, the sequences and their token counts. A command takes blocks for every gro
 for none: it first counts what all groups need, less what the sliding windows give
 back, and raises OutOfBlocks before changing anything.
 
-A prefix hit is the longest prefix every group serves. Full attention serves any
-prefix of its cached run; a sliding window serves a length only if the blocks holding
-the window before it are cached. The lengths only shrink as groups are asked in turn,
-so asking until no group shrinks it settles on the longest common hit (vLLM's hybrid
-coordinator iterates the same way).
+A prefix hit is the longest prefix every group serves (group_hits.py).
 """
 
 from __future__ import annotations
@@ -22,9 +18,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from backend.base import NULL_BLOCK, InvalidRequest, KVGroup, OutOfBlocks, grow_arrays
+from backend.base import NULL_BLOCK, InvalidRequest, KVGroup, OutOfBlocks
 from backend.blocks.block_pool import BlockPool
+from backend.blocks.computed import ComputedTokens
 from backend.blocks.full_attention import FullAttention
+from backend.blocks.group_hits import CommonHit, common_hit
 from backend.blocks.prefix_index import PrefixIndex
 from backend.blocks.sliding_window import SlidingWindow
 from backend.transfer import Transfer
@@ -55,12 +53,28 @@ def check_kv_groups(specs: Sequence[KVGroup]) -> tuple[KVGroup, ...]:
     return groups
 
 
+def build_group(
+    spec: KVGroup, pool: BlockPool, index: PrefixIndex, slots: np.ndarray, *, prefix_caching: bool
+) -> FullAttention:
+    """The manager of one group of ``spec``'s kind over ``pool``."""
+    if spec.sliding_window is None:
+        return FullAttention(pool, index, slots, prefix_caching=prefix_caching)
+    return SlidingWindow(
+        pool,
+        index,
+        slots,
+        window=spec.sliding_window,
+        prefix_caching=prefix_caching,
+        retention_interval=spec.retention_interval,
+    )
+
+
 class KVGroups:
     """The groups ``specs`` over ``pool``, each with its index of ``indexes`` (see the
     module docstring). Token counts are the caller's: every method takes what a sequence
-    holds and never changes it. ``computed`` is each sequence's count of tokens whose
-    KV exists (a window releases only behind those): set at allocation, raised by
-    ``mark_computed`` and by growth (a step computes all a sequence holds)."""
+    holds and never changes it. ``tokens`` counts each sequence's tokens whose KV exists
+    and is processed, which a window releases behind (computed.py): set at allocation,
+    raised by ``mark_computed`` and by growth (a step computes all a sequence holds)."""
 
     def __init__(
         self,
@@ -74,82 +88,23 @@ class KVGroups:
         self.specs = tuple(specs)
         self.pool, self.indexes = pool, indexes
         self.block_size = pool.block_size
-        self.groups: list[FullAttention] = []
-        for spec, index in zip(self.specs, indexes):
-            window = spec.sliding_window
-            if window is None:
-                group = FullAttention(pool, index, slots, prefix_caching=prefix_caching)
-            else:
-                interval = spec.retention_interval
-                if interval and interval % self.block_size:
-                    raise InvalidRequest(
-                        f"retention_interval {interval} is not a multiple of the block size "
-                        f"{self.block_size}"
-                    )
-                group = SlidingWindow(
-                    pool,
-                    index,
-                    slots,
-                    window=window,
-                    prefix_caching=prefix_caching,
-                    retention_interval=interval,
-                )
-            self.groups.append(group)
+        self.groups = [
+            build_group(spec, pool, index, slots, prefix_caching=prefix_caching)
+            for spec, index in zip(self.specs, indexes)
+        ]
         self.windows = [g for g in self.groups if isinstance(g, SlidingWindow)]
         self.sparse = [g for g in self.windows if g.retention_interval is not None]
-        # Full attention first, as vLLM's hybrid coordinator asks its groups: the first
-        # answer is full attention's whole hit, the shared prefix a window may lack.
-        self.lookup_order = sorted(
-            range(len(self.groups)), key=lambda n: isinstance(self.groups[n], SlidingWindow)
-        )
-        self.computed = np.zeros(64, np.int64)
-        # Steps the engine has begun (begin_step) and, per sequence, the step it last grew
-        # in and what it had computed before: under async scheduling the last step's
-        # tokens are still in flight, and a window releases only behind processed ones.
-        self.step, self.lag = 0, False
-        self.grown_in = np.full(64, -1, np.int64)
-        self.before_step = np.zeros(64, np.int64)
+        self.tokens = ComputedTokens()
 
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks a new sequence of ``num_tokens`` tokens takes in all groups."""
         return len(self.groups) * self.groups[0].blocks_for(num_tokens)
 
     # -- prefix hits -------------------------------------------------------------------------
-    def lookup(self, tokens: np.ndarray, salt: int) -> tuple[list[int], list[list[int]]]:
-        """(the prompt's full-block keys, each group's hit table: cached blocks, NULL
-        where a window needs none), all tables of the longest common hit. No mutation
-        but the indexes' memos."""
-        keys, runs, _ = self.find_hit(tokens, salt)
-        return keys, runs
-
-    def find_hit(self, tokens: np.ndarray, salt: int) -> tuple[list[int], list[list[int]], int]:
-        """``lookup``'s answer and the shared prefix a window lacks: the blocks of the
-        longest hit one group alone holds (full attention's, asked first as vLLM asks),
-        when that is longer than the common hit; else 0."""
-        keys, first_run = self.indexes[0].lookup(tokens, salt)
-        if not self.indexes[0].enabled:
-            return keys, [[] for _ in self.groups], 0
-        limit = (tokens.shape[0] - 1) // self.block_size  # never the last token's block
-        runs: list[list[int]] = [[] for _ in self.groups]
-        longest, settled = 0, False
-        while not settled:
-            settled = True
-            for number in self.lookup_order:
-                group = self.groups[number]
-                run = self._group_run(number, group, keys, salt, tokens, limit, first_run)
-                longest = max(longest, len(run))
-                if len(run) < limit:
-                    limit, settled = len(run), False
-                runs[number] = run
-        shared = longest if longest > limit and len(self.groups) > 1 else 0
-        return keys, [run[:limit] for run in runs], shared
-
-    def _group_run(self, number, group, keys, salt, tokens, limit, first_run) -> list[int]:
-        """The longest hit (at most ``limit`` blocks) group ``number`` serves alone."""
-        if isinstance(group, SlidingWindow):
-            return group.cached_run(keys, salt, tokens, limit)
-        run = first_run if number == 0 else self.indexes[number].lookup(tokens, salt)[1]
-        return run[:limit]
+    def lookup(self, tokens: np.ndarray, salt: int) -> CommonHit:
+        """The longest prefix hit every group serves (group_hits.py). No mutation but
+        the indexes' memos."""
+        return common_hit(self.groups, self.indexes, tokens, salt)
 
     # -- allocation --------------------------------------------------------------------------
     def can_allocate(self, tokens: np.ndarray, salt: int, in_flight: int | None = None) -> bool:
@@ -157,7 +112,7 @@ class KVGroups:
         a step may have in flight), as vLLM's admission asks it: a window's share capped
         at its window, those tokens and one block (``SlidingWindowSpec``'s admission
         cap, what a window holds of a prompt prefilled in chunks). No mutation."""
-        _, runs = self.lookup(tokens, salt)
+        runs = self.lookup(tokens, salt).runs
         hits = [block for run in runs for block in run if block != NULL_BLOCK]
         whole = self.groups[0].blocks_for(tokens.shape[0])
         needed = 0
@@ -173,7 +128,7 @@ class KVGroups:
         shared, the rest written into fresh blocks. Raises OutOfBlocks (nothing changed).
         Returns the hit in tokens."""
         pool, size = self.pool, self.block_size
-        keys, runs, shared = self.find_hit(tokens, salt)
+        keys, runs, shared = self.lookup(tokens, salt)
         hits = [block for run in runs for block in run if block != NULL_BLOCK]
         per_group = self.groups[0].blocks_for(tokens.shape[0])
         needed = sum(per_group - len(run) for run in runs)
@@ -195,10 +150,8 @@ class KVGroups:
                 index.add_sequence(seq, salt, keys, table, len(run), computed)
             group.add(seq, table)
         self.indexes[0].count_lookup(int(tokens.shape[0]), hit_tokens)
-        grow_arrays(self, ("computed", "grown_in", "before_step"), seq + 1)
         done = tokens.shape[0] if computed is None else min(computed, tokens.shape[0])
-        self.computed[seq] = max(done, hit_tokens)
-        self.grown_in[seq], self.before_step[seq] = self.step, hit_tokens
+        self.tokens.add(seq, max(done, hit_tokens), hit_tokens)
         return hit_tokens
 
     def retain_tails(self, seq: int, tokens: np.ndarray, salt: int, prompt_tokens: int) -> None:
@@ -207,38 +160,15 @@ class KVGroups:
         tails of that prompt and of the shared prefix a lookup of ``tokens`` finds."""
         if not self.sparse or not self.indexes[0].enabled:
             return
-        _, _, shared = self.find_hit(tokens, salt)
+        shared = self.lookup(tokens, salt).shared_blocks
         for group in self.sparse:
             index = self.indexes[self.groups.index(group)]
             index.retain(seq, group.retained(prompt_tokens, shared * self.block_size))
 
-    # -- steps in flight ---------------------------------------------------------------------
-    def begin_step(self, lag: bool) -> None:
-        """The engine plans a new step; ``lag``: the previous step's tokens are still in
-        flight (async scheduling), so windows release behind the tokens before them."""
-        self.step += 1
-        self.lag = lag
-
-    def processed(self, seqs: np.ndarray) -> np.ndarray:
-        """Tokens of ``seqs`` whose KV a window may release behind: all computed ones, or
-        under ``lag`` those computed before a growth in the previous step (vLLM frees on
-        the processed-token basis: in-flight steps still read the window)."""
-        if not self.lag:
-            return self.computed[seqs]
-        in_flight = self.grown_in[seqs] == self.step - 1
-        return np.where(in_flight, self.before_step[seqs], self.computed[seqs])
-
-    def _growing(self, seqs: np.ndarray) -> None:
-        """``seqs`` grow in this step: remember what they had computed before it."""
-        first = self.grown_in[seqs] != self.step
-        self.before_step[seqs[first]] = self.computed[seqs[first]]
-        self.grown_in[seqs] = self.step
-
     def mark_computed(self, seq: int, count: int) -> None:
         """``seq`` has the KV of its first ``count`` tokens (held ones): its full blocks
         among them are published in every group's index."""
-        self._growing(np.array([seq]))
-        self.computed[seq] = max(self.computed[seq], count)
+        self.tokens.grow(np.array([seq]), count)
         for group, index in zip(self.groups, self.indexes):
             if index.enabled:
                 index.publish_through(seq, count // self.block_size, group.tables[seq])
@@ -291,11 +221,11 @@ class KVGroups:
         """Release the windows of ``seqs``, in order, before they grow."""
         for seq in seqs.tolist():
             for group in self.windows:
-                group.release_window(seq, int(self.processed(np.array([seq]))[0]))
+                group.release_window(seq, int(self.tokens.processed(np.array([seq]))[0]))
 
     def _releasing(self, seqs: np.ndarray) -> list[int]:
         """The blocks the windows of ``seqs`` would release before they grow."""
-        computed = self.processed(seqs).tolist()
+        computed = self.tokens.processed(seqs).tolist()
         return [
             block
             for group in self.windows
@@ -326,8 +256,7 @@ class KVGroups:
         for number, (group, need) in enumerate(zip(self.groups, needs)):
             grown = group.append(seq, held, tokens, need)
             moves += [move._replace(group=number) for move in grown]
-        self._growing(np.array([seq]))
-        self.computed[seq] = held + num_new
+        self.tokens.grow(np.array([seq]), held + num_new)
         return moves
 
     def batch_need(self, seqs: np.ndarray, held: np.ndarray) -> int:
@@ -341,7 +270,7 @@ class KVGroups:
         frees a request's out-of-window blocks when it reaches that request). Raises
         OutOfBlocks (nothing changed) unless every member fits so. Returns the
         copy-on-write moves."""
-        computed = self.processed(seqs)
+        computed = self.tokens.processed(seqs)
         moving = seqs[:0]
         if self.windows:  # only sequences whose window passed a block release anything
             moved = np.zeros(seqs.shape[0], bool)
@@ -355,8 +284,7 @@ class KVGroups:
         for number, group in enumerate(self.groups):
             grown = group.append_batch(seqs, held, tokens)
             moves += [move._replace(group=number) for move in grown]
-        self._growing(seqs)
-        self.computed[seqs] = held + 1
+        self.tokens.grow(seqs, held + 1)
         return moves
 
     # -- sharing and release ----------------------------------------------------------------
@@ -368,10 +296,7 @@ class KVGroups:
             if index.enabled:
                 index.fork(parent, child)
             group.add(child, table)
-        grow_arrays(self, ("computed", "grown_in", "before_step"), child + 1)
-        self.computed[child] = self.computed[parent]
-        self.grown_in[child] = self.grown_in[parent]
-        self.before_step[child] = self.before_step[parent]
+        self.tokens.fork(parent, child)
 
     def free(self, seq: int, held: int) -> None:
         """Drop ``seq``'s references in every group (it held ``held`` tokens), group by
@@ -425,8 +350,11 @@ class KVGroups:
         return references, slots
 
     def snapshot_state(self) -> tuple:
-        return tuple(
-            (sorted(group.tables.items()), group.last_block, index.snapshot_state())
-            + ((group.released,) if isinstance(group, SlidingWindow) else ())
-            for group, index in zip(self.groups, self.indexes)
-        ) + (self.computed, self.grown_in, self.before_step, self.step)
+        return (
+            tuple(
+                (sorted(group.tables.items()), group.last_block, index.snapshot_state())
+                + ((group.released,) if isinstance(group, SlidingWindow) else ())
+                for group, index in zip(self.groups, self.indexes)
+            )
+            + self.tokens.snapshot_state()
+        )

@@ -118,26 +118,7 @@ class BlockManager(Allocator):
         if not self.enable_prefix_caching:
             raise InvalidRequest("an offload tier needs prefix caching (its keys)")
         specs = [TierSpec(CPU, self.num_offload_blocks, cpu_evictor), *lower]
-        tiers = []
-        for n, spec in enumerate(specs):
-            blocks = check_count(f"offload tier {n}'s num_blocks", spec.num_blocks, 1)
-            if spec.shared is not None:  # another allocator's: one store for both
-                shared = spec.shared
-                if not isinstance(shared, OffloadTier) or (
-                    shared.medium,
-                    shared.num_blocks,
-                    shared.block_size,
-                ) != (spec.medium, blocks, self.block_size):
-                    raise InvalidRequest(f"offload tier {n}: the shared tier does not match")
-                tiers.append(shared)
-                continue
-            evictor = spec.evictor if spec.evictor is not None else LeastRecentlyUsed()
-            base = self.num_cpu_blocks if spec.medium is CPU else 0
-            tiers.append(OffloadTier(blocks, self.block_size, spec.medium, evictor, base=base))
-        try:
-            return OffloadTiers(tiers)
-        except ValueError as error:
-            raise InvalidRequest(str(error)) from None
+        return OffloadTiers.build(specs, self.block_size, cpu_base=self.num_cpu_blocks)
 
     # -- public counters -----------------------------------------------------------------
     @property
@@ -295,7 +276,7 @@ class BlockManager(Allocator):
         """The engine begins planning a step; ``lag``: the previous one is still in flight
         (capabilities.ReleasesBehindProcessed)."""
         if self._kv is not None:
-            self._kv.begin_step(lag)
+            self._kv.tokens.begin_step(lag)
 
     def mark_computed(self, seq_id: int, num_tokens: int) -> None:
         """The KV of ``seq_id``'s first ``num_tokens`` tokens is computed (or scheduled
@@ -339,7 +320,7 @@ class BlockManager(Allocator):
             return 0
         tokens = as_tokens(token_ids, allow_empty=False)
         if self._kv is not None:
-            return len(self._kv.lookup(tokens, check_salt(salt))[1][0]) * self.block_size
+            return len(self._kv.lookup(tokens, check_salt(salt)).runs[0]) * self.block_size
         keys, hits = self._index.lookup(tokens, check_salt(salt))
         tiers = self._tier is not None
         below = self._tier_hits(keys, len(hits), tokens, salt, own) if tiers else []

@@ -46,9 +46,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from backend.base import InvalidRequest, check_count
 from backend.blocks.freelist import FreeList
 from backend.blocks.prefix_index import verified_run
-from backend.evictor import Evictor
+from backend.capabilities import TierSpec
+from backend.evictor import Evictor, LeastRecentlyUsed
 from backend.transfer import CPU, GPU, REMOTE, Medium, Transfer
 
 
@@ -204,6 +206,32 @@ class OffloadTiers:
             raise ValueError(f"one offload tier per medium, not {[m.value for m in media]}")
         self.tiers = tiers
         self.primary = tiers[0]
+
+    @classmethod
+    def build(cls, specs: list[TierSpec], block_size: int, *, cpu_base: int) -> OffloadTiers:
+        """The tiers ``specs`` (the CPU tier's blocks numbered from ``cpu_base``, after the
+        swap space's in the one CPU pool; each tier below from 0); a spec's ``shared``
+        tier, another allocator's, serves as it is. Raises InvalidRequest."""
+        tiers = []
+        for n, spec in enumerate(specs):
+            blocks = check_count(f"offload tier {n}'s num_blocks", spec.num_blocks, 1)
+            if spec.shared is not None:  # another allocator's: one store for both
+                shared = spec.shared
+                if not isinstance(shared, OffloadTier) or (
+                    shared.medium,
+                    shared.num_blocks,
+                    shared.block_size,
+                ) != (spec.medium, blocks, block_size):
+                    raise InvalidRequest(f"offload tier {n}: the shared tier does not match")
+                tiers.append(shared)
+                continue
+            evictor = spec.evictor if spec.evictor is not None else LeastRecentlyUsed()
+            base = cpu_base if spec.medium is CPU else 0
+            tiers.append(OffloadTier(blocks, block_size, spec.medium, evictor, base=base))
+        try:
+            return cls(tiers)
+        except ValueError as error:
+            raise InvalidRequest(str(error)) from None
 
     @property
     def stats(self) -> tuple[TierStats, ...]:

@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from backend.base import NULL_BLOCK, grow_arrays
+from backend.base import NULL_BLOCK, InvalidRequest, grow_arrays
 from backend.blocks.block_pool import BlockPool
 from backend.blocks.full_attention import FullAttention
 from backend.blocks.prefix_index import PrefixIndex
@@ -51,6 +51,11 @@ class SlidingWindow(FullAttention):
         retention_interval: int | None = None,
     ):
         super().__init__(pool, index, slots, prefix_caching=prefix_caching)
+        if retention_interval and retention_interval % self.block_size:
+            raise InvalidRequest(
+                f"retention_interval {retention_interval} is not a multiple "
+                f"of the block size {self.block_size}"
+            )
         self.window = window
         self.retention_interval = retention_interval
         self.released = np.zeros(64, np.int64)
