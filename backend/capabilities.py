@@ -93,6 +93,18 @@ class AdmitsWithWindowCap(Protocol):
 
 
 @runtime_checkable
+class PeaksWithWindows(Protocol):
+    """An allocator that can say the most blocks a request holds at its largest when its
+    sequences grow by at most ``in_flight_tokens`` at a time: a sliding window then holds
+    its window, those tokens and a block, not every block of the sequence (what decides
+    whether a request can ever be served)."""
+
+    def peak_blocks(
+        self, shared_tokens: int, tokens: int, samples: int, *, in_flight_tokens: int
+    ) -> int: ...
+
+
+@runtime_checkable
 class RetainsPrefixTails(Protocol):
     """An allocator whose sliding windows keep in the prefix cache only the blocks a later
     request can resume from (vLLM's sparse retention): it is told, once a sequence is

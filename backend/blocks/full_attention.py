@@ -62,6 +62,12 @@ class FullAttention:
         """Blocks a table holding ``num_tokens`` tokens has."""
         return -(-num_tokens // self.block_size)
 
+    def most_held(self, num_tokens: int, in_flight: int | None) -> int:
+        """The most blocks a sequence of ``num_tokens`` tokens holds at once in this group
+        when it computes at most ``in_flight`` tokens at a time (None: all at once):
+        full attention keeps every block."""
+        return self.blocks_for(num_tokens)
+
     def add(self, seq: int, table: list[int]) -> None:
         """Give new sequence ``seq`` its device ``table`` (non-empty)."""
         if seq >= self.last_block.shape[0]:  # (ids are dense: the array rarely grows)

@@ -114,14 +114,25 @@ class KVGroups:
         cap, what a window holds of a prompt prefilled in chunks). No mutation."""
         runs = self.lookup(tokens, salt).runs
         hits = [block for run in runs for block in run if block != NULL_BLOCK]
-        whole = self.groups[0].blocks_for(tokens.shape[0])
-        needed = 0
-        for group, run in zip(self.groups, runs):
-            share = whole
-            if in_flight is not None and isinstance(group, SlidingWindow):
-                share = min(whole, group.blocks_for(group.window - 1 + in_flight) + 1)
-            needed += max(share - len(run), 0)
+        shares = self.shares(tokens.shape[0], in_flight)
+        needed = sum(max(share - len(run), 0) for share, run in zip(shares, runs))
         return needed <= self.pool.available(self.pool.revived(hits))
+
+    def shares(self, num_tokens: int, in_flight: int | None) -> list[int]:
+        """The most blocks each group holds at once of a sequence of ``num_tokens``
+        tokens computed at most ``in_flight`` at a time (None: all at once): a window
+        holds its window, those tokens and a block, as its releases go ahead of growth."""
+        return [group.most_held(num_tokens, in_flight) for group in self.groups]
+
+    def peak_blocks(self, shared_tokens: int, tokens: int, samples: int, in_flight: int) -> int:
+        """The most blocks ``samples`` sequences of ``tokens`` tokens, forks sharing the
+        first ``shared_tokens``, hold at once when each grows by at most ``in_flight``
+        tokens at a time (full attention's shared full blocks counted once)."""
+        shares = self.shares(tokens, in_flight)
+        full_groups = len(self.groups) - len(self.windows)
+        return samples * sum(shares) - (samples - 1) * full_groups * (
+            shared_tokens // self.block_size
+        )
 
     def allocate(self, seq: int, tokens: np.ndarray, salt: int, computed: int | None) -> int:
         """Give new sequence ``seq`` a table in every group for ``tokens``: the common hit

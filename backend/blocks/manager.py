@@ -172,6 +172,15 @@ class BlockManager(Allocator):
         tokens = as_tokens(token_ids, allow_empty=False)
         return self._kv.can_allocate(tokens, check_salt(salt), in_flight_tokens)
 
+    def peak_blocks(
+        self, shared_tokens: int, tokens: int, samples: int, *, in_flight_tokens: int
+    ) -> int:
+        """``blocks_for_samples`` with each window credited with what it releases as the
+        sequences grow by at most ``in_flight_tokens`` at a time (capabilities.py)."""
+        if self._kv is None:
+            return self.blocks_for_samples(shared_tokens, tokens, samples)
+        return self._kv.peak_blocks(shared_tokens, tokens, samples, in_flight_tokens)
+
     def allocate(
         self,
         seq_id,
@@ -218,7 +227,7 @@ class BlockManager(Allocator):
         fresh = taken if needed == 1 else taken.tolist()
         pool.token_slots += int(tokens.shape[0]) - hit_tokens  # hits were counted in reuse
         tier = self._tier
-        tier_hits = self._tier_hits(keys, len(hits), tokens, salt) if tier is not None else []
+        tier_hits = tier.prompt_hits(keys, len(hits), tokens, salt) if tier is not None else []
         if tier_hits:  # loaded into the first fresh blocks; the rest are written as new
             self._loads += tier.load(tier_hits, fresh[: len(tier_hits)], self.slots)
         loaded_tokens = hit_tokens + len(tier_hits) * self.block_size
@@ -232,19 +241,6 @@ class BlockManager(Allocator):
         self._first.add(seq, table)
         self._index.count_lookup(int(tokens.shape[0]), hit_tokens)
         return loaded_tokens
-
-    def _tier_hits(
-        self, keys: list[int], start: int, tokens: np.ndarray, salt: int, own: bool = False
-    ):
-        """The offload tiers' ``(tier, block)`` of the prompt's chain from block ``start``
-        (the first device miss) on, never the block holding the prompt's last token;
-        ``own``: not from a remote store."""
-        size = self.block_size
-        usable = (tokens.shape[0] - 1) // size
-        if usable <= start:
-            return []
-        rows = tokens[start * size : usable * size].reshape(-1, size)
-        return self._tier.cached_run(keys[start:usable], salt, start, rows, own=own)
 
     def _allocate_fresh(self, seq: int, tokens: np.ndarray) -> int:
         """``allocate_trusted`` without a prefix cache: no keys to hash, no hits to look
@@ -273,8 +269,7 @@ class BlockManager(Allocator):
             self._kv.retain_tails(self._seqs.live(seq_id), tokens, check_salt(salt), prompt)
 
     def begin_step(self, *, lag: bool) -> None:
-        """The engine begins planning a step; ``lag``: the previous one is still in flight
-        (capabilities.ReleasesBehindProcessed)."""
+        """A step's planning begins (capabilities.ReleasesBehindProcessed)."""
         if self._kv is not None:
             self._kv.tokens.begin_step(lag)
 
@@ -322,8 +317,8 @@ class BlockManager(Allocator):
         if self._kv is not None:
             return len(self._kv.lookup(tokens, check_salt(salt)).runs[0]) * self.block_size
         keys, hits = self._index.lookup(tokens, check_salt(salt))
-        tiers = self._tier is not None
-        below = self._tier_hits(keys, len(hits), tokens, salt, own) if tiers else []
+        tiers = self._tier
+        below = tiers.prompt_hits(keys, len(hits), tokens, salt, own) if tiers is not None else []
         return (len(hits) + len(below)) * self.block_size
 
     # -- the offload tiers (offload.py) -----------------------------------------------------

@@ -237,6 +237,16 @@ class OffloadTiers:
     def stats(self) -> tuple[TierStats, ...]:
         return tuple(tier.stats for tier in self.tiers)
 
+    def prompt_hits(self, keys: list[int], start: int, tokens: np.ndarray, salt: int, own=False):
+        """``cached_run`` of a prompt's chain (``keys`` of ``tokens``) from block ``start``
+        (the device's first miss) on, never the block holding its last token."""
+        size = self.primary.block_size
+        usable = (tokens.shape[0] - 1) // size
+        if usable <= start:
+            return []
+        rows = tokens[start * size : usable * size].reshape(-1, size)
+        return self.cached_run(keys[start:usable], salt, start, rows, own=own)
+
     def saw_prompt(self, keys: list[int]) -> None:
         for tier in self.tiers:
             tier.saw_prompt(keys)

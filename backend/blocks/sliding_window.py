@@ -89,6 +89,14 @@ class SlidingWindow(FullAttention):
         self.released[seq] = stop
         self.pool.release(gone, len(gone) * self.block_size)  # out-of-window blocks are full
 
+    def most_held(self, num_tokens: int, in_flight: int | None) -> int:
+        """A window holds at most its window, the tokens in flight and a block, as it
+        releases before it grows (vLLM's ``SlidingWindowSpec`` admission cap)."""
+        whole = self.blocks_for(num_tokens)
+        if in_flight is None:
+            return whole
+        return min(whole, self.blocks_for(self.window - 1 + in_flight) + 1)
+
     def hit_blocks_needed(self) -> int:
         """Cached blocks a prefix hit needs right before its end: those holding the
         window of the first token the sequence computes."""

@@ -26,6 +26,7 @@ import numpy as np
 import simpy
 
 from backend.base import Allocator
+from backend.capabilities import PeaksWithWindows
 from backend.step import Batch
 from sim.engine.completion import Completion
 from sim.engine.config import EngineConfig, ReplicaPolicies
@@ -205,7 +206,13 @@ class Replica:
             return n * self._planner.reserve(prompt, output)
         # The last sampled token is never written, so KV peaks at prompt + output - 1;
         # forks share the prompt.
-        return self.alloc.blocks_for_samples(prompt, prompt + max(output - 1, 0), n)
+        peak = prompt + max(output - 1, 0)
+        if isinstance(self.alloc, PeaksWithWindows):
+            # A step computes at most the token budget; a step in flight adds its own.
+            cfg = self._cfg
+            in_flight = cfg.max_num_batched_tokens * (2 if cfg.async_scheduling else 1)
+            return self.alloc.peak_blocks(prompt, peak, n, in_flight_tokens=in_flight)
+        return self.alloc.blocks_for_samples(prompt, peak, n)
 
     # -- departures -----------------------------------------------------------------
     def _reject(self, request: Request, reason: str) -> None:

@@ -225,3 +225,29 @@ def test_a_decode_stretch_is_its_steps_bit_for_bit(tmp_path):
     lens = np.array([5, 120, 127, 128, 129, 3000], np.int64)
     steps = model.decode_steps(lens, 40)
     assert [float(s) for s in steps] == [model.predict([], lens + i) for i in range(40)]
+
+
+def test_a_request_a_window_lets_fit_is_served_not_rejected(tmp_path):
+    """Gemma 3 12B, 8,000-token prompts on a pool of 1,500 blocks: counted as six groups
+    holding every block (6 x 507) the request would never fit, but a window holds at
+    most its 1,024 tokens, a step's 2,048 and a block (193 blocks), so the request peaks
+    at 507 + 5 x 193 = 1,472 blocks and is served, as vLLM serves it (issue 50, B)."""
+    raw = {
+        "name": "gemma-long",
+        "model": {"config": str(MODELS / "gemma-3-12b.json"), "max_model_len": 16384},
+        "hardware": "h100-sxm",
+        "cache": {"num_blocks": 1500, "prefix_caching": True},
+        "scheduler": {"engine": "vllm-v1", "max_num_batched_tokens": 2048},
+        "workload": {
+            "arrival": {"kind": "poisson", "rate_rps": 2},
+            "input": {"kind": "fixed", "value": 8000},
+            "output": {"kind": "fixed", "value": 100},
+        },
+        "simulation": {"num_requests": 6, "seed": 0},
+    }
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--quiet", "--no-report"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["num_rejected"], summary["num_finished"]) == (0, 6), summary
