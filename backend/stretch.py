@@ -20,6 +20,7 @@ having both methods below (:class:`DecodeStretches`); the engine steps one at a 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -49,10 +50,20 @@ def append_steps_one_by_one(
 ) -> dict[str, np.ndarray]:
     """What ``append_steps`` must equal: one ``append_batch`` per row, ``usage()`` after
     each. Mutates ``allocator``; raises what ``append_batch`` raises."""
+    append = partial(allocator.append_batch, seq_ids)
+    return append_rows(append, np.asarray(token_ids), allocator.usage)
+
+
+def append_rows(append_row, token_rows: np.ndarray, usage, next_step=None) -> dict:
+    """``append_row(row)`` for each row of ``token_rows``, ``usage()`` after each, and
+    ``next_step()`` between two rows (a step beginning, for an allocator that counts
+    them): a stretch taken step by step. Mutates what the callables do."""
     usages = []
-    for row in np.asarray(token_ids):
-        allocator.append_batch(seq_ids, row)
-        usages.append(allocator.usage())
+    for number, row in enumerate(token_rows):
+        if number and next_step is not None:
+            next_step()
+        append_row(row)
+        usages.append(usage())
     return usage_columns(usages)
 
 

@@ -32,6 +32,10 @@ class ComputedTokens:
         self.step += 1
         self.lag = lag
 
+    def next_step(self) -> None:
+        """The next step of a decode stretch begins, as the one before it did."""
+        self.begin_step(self.lag)
+
     def add(self, seq: int, computed: int, before: int) -> None:
         """New sequence ``seq`` has ``computed`` tokens, ``before`` of them from before
         this step (a prefix hit)."""

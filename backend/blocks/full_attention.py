@@ -247,17 +247,20 @@ class FullAttention:
         return moves
 
     # -- a decode stretch --------------------------------------------------------------------
-    def plain_decode_steps(self, seqs: np.ndarray, held: np.ndarray, limit: int) -> int:
+    def plain_decode_steps(
+        self, seqs: np.ndarray, held: np.ndarray, limit: int, free: int | None = None
+    ) -> int:
         """How many of the next ``limit`` (> 0) decode steps of ``seqs`` (holding
-        ``held``) run without copy-on-write or eviction: 0 when a sequence's partly filled
-        last block is shared (its next write copies)."""
+        ``held``) run without copy-on-write or eviction, with ``free`` blocks (None: the
+        pool's free list): 0 when a sequence's partly filled last block is shared (its
+        next write copies)."""
         size = self.block_size
         if self.pool.num_shared:
             last = self.last_block[seqs]
             if ((held % size != 0) & (self.pool.refcount[last] > 1)).any():
                 return 0
         first = -held % size  # the step (0-based) of each sequence's first new block
-        free = len(self.pool.free)
+        free = len(self.pool.free) if free is None else free
 
         def taken(steps: int) -> int:
             return int(np.maximum((steps - 1 - first) // size + 1, 0).sum())

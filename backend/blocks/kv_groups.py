@@ -114,21 +114,15 @@ class KVGroups:
         cap, what a window holds of a prompt prefilled in chunks). No mutation."""
         runs = self.lookup(tokens, salt).runs
         hits = [block for run in runs for block in run if block != NULL_BLOCK]
-        shares = self.shares(tokens.shape[0], in_flight)
+        shares = [group.most_held(tokens.shape[0], in_flight) for group in self.groups]
         needed = sum(max(share - len(run), 0) for share, run in zip(shares, runs))
         return needed <= self.pool.available(self.pool.revived(hits))
-
-    def shares(self, num_tokens: int, in_flight: int | None) -> list[int]:
-        """The most blocks each group holds at once of a sequence of ``num_tokens``
-        tokens computed at most ``in_flight`` at a time (None: all at once): a window
-        holds its window, those tokens and a block, as its releases go ahead of growth."""
-        return [group.most_held(num_tokens, in_flight) for group in self.groups]
 
     def peak_blocks(self, shared_tokens: int, tokens: int, samples: int, in_flight: int) -> int:
         """The most blocks ``samples`` sequences of ``tokens`` tokens, forks sharing the
         first ``shared_tokens``, hold at once when each grows by at most ``in_flight``
         tokens at a time (full attention's shared full blocks counted once)."""
-        shares = self.shares(tokens, in_flight)
+        shares = [group.most_held(tokens, in_flight) for group in self.groups]
         full_groups = len(self.groups) - len(self.windows)
         return samples * sum(shares) - (samples - 1) * full_groups * (
             shared_tokens // self.block_size
@@ -297,6 +291,12 @@ class KVGroups:
             moves += [move._replace(group=number) for move in grown]
         self.tokens.grow(seqs, held + 1)
         return moves
+
+    # -- decode stretches (backend/stretch.py) -----------------------------------------------
+    def plain_decode_steps(self, seqs: np.ndarray, held: np.ndarray, limit: int) -> int:
+        """Steps on free blocks alone, all groups at once (windows' releases add room)."""
+        free = len(self.pool.free) // len(self.groups)
+        return min(group.plain_decode_steps(seqs, held, limit, free) for group in self.groups)
 
     # -- sharing and release ----------------------------------------------------------------
     def fork(self, parent: int, child: int) -> None:

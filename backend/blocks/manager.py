@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 
@@ -38,7 +39,7 @@ from backend.blocks.sequences import ON_DEVICE, SWAPPED, SequenceRegistry
 from backend.blocks.swap import SwapSpace
 from backend.capabilities import TierSpec
 from backend.evictor import Evictor, LeastRecentlyUsed
-from backend.stretch import paged_usage_by_step
+from backend.stretch import append_rows, paged_usage_by_step
 from backend.transfer import CPU, Medium, Transfer
 
 
@@ -413,14 +414,12 @@ class BlockManager(Allocator):
     # -- decode stretches (backend/stretch.py) ------------------------------------------------
     def plain_decode_steps(self, seq_ids: np.ndarray, limit: int) -> int:
         """See backend/stretch.py. 0 when a sequence's partly filled last block is
-        shared (its next write copies), and with KV cache groups or sliding windows
-        (their stretches are not modelled: those models step one decode at a time)."""
+        shared (its next write copies)."""
         seqs = np.asarray(seq_ids, dtype=np.int64)
         if limit <= 0 or not seqs.size:
             return max(int(limit), 0)
-        if self._kv is not None:
-            return 0
-        return self._first.plain_decode_steps(seqs, self._seqs.num_tokens[seqs], limit)
+        group = self._first if self._kv is None else self._kv
+        return group.plain_decode_steps(seqs, self._seqs.num_tokens[seqs], limit)
 
     def append_steps(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> dict[str, np.ndarray]:
         """See backend/stretch.py. Raises InvalidRequest for a stretch that would copy
@@ -438,6 +437,9 @@ class BlockManager(Allocator):
         """``append_steps`` for a caller that guarantees its input (the engine): distinct
         on-device int64 ids, an int32 ``(steps, len(seqs))`` grid within what
         ``plain_decode_steps`` granted. Unchecked: bad input corrupts the state."""
+        if self._kv is not None:  # (windows release as they go: row by row, exactly)
+            step, tokens_done = partial(self.append_batch_trusted, seqs), self._kv.tokens
+            return append_rows(step, tokens, self.usage, tokens_done.next_step)
         pool, steps = self._pool, tokens.shape[0]
         held = self._seqs.num_tokens[seqs]
         before = (pool.num_used, pool.num_cached, pool.num_free, pool.token_slots)

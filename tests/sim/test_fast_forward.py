@@ -59,6 +59,18 @@ def test_step_by_step_writes_the_pinned_outputs(name):
             ],
             0.5,
         ),
+        # sliding windows release blocks as a stretch goes (one group of windows beside
+        # full attention), and under async scheduling a step late
+        ("scenarios/windows/gpt-oss-20b.yaml", ["simulation.num_requests=60"], 0.9),
+        (
+            "scenarios/windows/gpt-oss-20b.yaml",
+            [
+                "simulation.num_requests=60",
+                "scheduler.async_scheduling=true",
+                "cache.prefix_caching=true",
+            ],
+            0.9,
+        ),
     ],
 )
 def test_fast_forward_engages(path, sets, share):
