@@ -69,9 +69,10 @@ def test_the_shipped_configs_give_their_groups(tmp_path):
     assert 13.5e9 < oss.weight_bytes < 14.0e9
     gemma = model_of(str(models / "gemma-3-12b.json"), tmp_path)
     assert gemma.kv_layout.groups == (KVGroup(1024),) * 5 + (FULL,)
-    assert gemma.layer_types[5] == "full_attention" and gemma.layer_types[:5] == (
-        "sliding_attention",
-    ) * 5
+    assert (
+        gemma.layer_types[5] == "full_attention"
+        and gemma.layer_types[:5] == ("sliding_attention",) * 5
+    )
     mistral = model_of(str(models / "mistral-7b.json"), tmp_path)
     assert mistral.kv_layout.groups == (KVGroup(4096),)
 
@@ -133,8 +134,10 @@ def test_bad_group_settings_beside_a_config_are_one_line(tmp_path, fields, messa
     [
         ({"allocator": "contiguous-max"}, "cache.allocator"),
         ({"cpu_swap_gib": 4}, "cache.cpu_swap_gib"),
-        ({"prefix_caching": True, "offload": [{"tier": "cpu", "capacity_gib": 4}]},
-         "cache.offload"),
+        (
+            {"prefix_caching": True, "offload": [{"tier": "cpu", "capacity_gib": 4}]},
+            "cache.offload",
+        ),
     ],
 )
 def test_what_does_not_keep_groups_yet_is_refused_by_name(tmp_path, cache, field):
@@ -251,3 +254,74 @@ def test_a_request_a_window_lets_fit_is_served_not_rejected(tmp_path):
     assert main(["run", str(path), "--out", str(out), "--quiet", "--no-report"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["num_rejected"], summary["num_finished"]) == (0, 6), summary
+
+
+@pytest.mark.parametrize(
+    "value, retention, error",
+    [
+        ("0", 0, None),
+        ("dense", None, None),
+        ("64", 64, None),
+        ("24", None, "multiple of cache.block_size (16), got 24"),
+        ("-16", None, "expected 0, a positive multiple of block_size or 'dense'"),
+    ],
+)
+def test_retention_interval_as_a_scenario_writes_it(tmp_path, value, retention, error):
+    """``cache.prefix_cache_retention_interval`` read from YAML text, as a user writes it:
+    vLLM's default 0, ``dense``, a multiple of the block size; anything else is one line
+    naming the field. The windows of the built allocator get it."""
+    text = (
+        f"model: {{config: {MODELS / 'gpt-oss-20b.json'}, max_model_len: 4096}}\n"
+        f"cache: {{num_blocks: 256, prefix_caching: true, "
+        f"prefix_cache_retention_interval: {value}}}\n"
+    )
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    if error is not None:
+        with pytest.raises(ScenarioError, match="prefix_cache_retention_interval") as caught:
+            validate_scenario(yaml.safe_load(text), str(path), base_dir=tmp_path)
+        assert error in str(caught.value) and "\n" not in str(caught.value)
+        return
+    scenario = validate_scenario(yaml.safe_load(text), str(path), base_dir=tmp_path)
+    from sim.run.build import _groups
+
+    windows = [g for g in _groups(scenario)["kv_groups"] if g.sliding_window is not None]
+    assert windows and all(g.retention_interval == retention for g in windows)
+
+
+def test_a_retention_interval_without_a_window_is_refused(tmp_path):
+    raw = {
+        "model": "llama-3-8b",
+        "cache": {"num_blocks": 64, "prefix_cache_retention_interval": 32},
+    }
+    with pytest.raises(ScenarioError, match="no sliding window to apply it to"):
+        validate_scenario(raw, "s.yaml", base_dir=tmp_path)
+
+
+def test_a_window_keeps_only_the_tails_a_later_request_resumes_at():
+    """Block arithmetic of sparse retention (vLLM's reachable_block_mask): a 64-token
+    window needs 4 blocks of 16 before a hit; a 1,000-token prompt keeps blocks 58-61
+    (its last boundary is 62: (1000 - 1) // 16) and, with a 512-token shared prefix,
+    28-31; an interval of 256 also keeps the 4 blocks before every 16th."""
+    from backend.blocks.block_pool import BlockPool
+    from backend.blocks.prefix_index import PrefixIndex
+    from backend.blocks.sliding_window import SlidingWindow
+    from backend.evictor import LeastRecentlyUsed
+
+    slots = np.zeros((8, 16), np.int32)
+    index = PrefixIndex(slots, enabled=True)
+    pool = BlockPool(8, 16, LeastRecentlyUsed(), index)
+
+    def kept(interval, shared):
+        window = SlidingWindow(
+            pool, index, slots, window=64, prefix_caching=True, retention_interval=interval
+        )
+        keep = window.retained(1000, shared)
+        return None if keep is None else [p for p in range(70) if keep(p)]
+
+    assert kept(None, 0) is None
+    assert kept(0, 0) == [58, 59, 60, 61]
+    assert kept(0, 512) == [28, 29, 30, 31, 58, 59, 60, 61]
+    every = [12, 13, 14, 15, 28, 29, 30, 31, 44, 45, 46, 47, 60, 61, 62, 63]
+    assert kept(256, 0) == sorted(set(every) | {58, 59})
+    assert kept(64, 0) is None  # every block is before some multiple of the interval
