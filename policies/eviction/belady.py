@@ -48,7 +48,8 @@ class Belady(PriorityEvictor):
             if keys:
                 self._by_signature.setdefault(keys[-1], deque()).append(position)
         self._key_of: dict[int, int] = {}  # evictable block -> its key
-        self._block_of: dict[int, int] = {}  # key -> evictable block
+        # key -> its evictable blocks (copies of one prefix each keep theirs)
+        self._blocks_of: dict[int, set[int]] = {}
 
     def next_use(self, key: int) -> int:
         """Stream position of the next request that uses ``key`` (len(requests): none)."""
@@ -59,7 +60,8 @@ class Belady(PriorityEvictor):
         return -self.next_use(key)
 
     def on_cached(self, block: int, now: int, key: int) -> None:
-        self._key_of[block], self._block_of[key] = key, block
+        self._key_of[block] = key
+        self._blocks_of.setdefault(key, set()).add(block)
         super().on_cached(block, now, key)
 
     def on_lookup(self, keys: Sequence[int], now: int) -> None:
@@ -75,8 +77,7 @@ class Belady(PriorityEvictor):
                 uses.remove(position)
                 continue  # its next use is unchanged
             uses.popleft()
-            block = self._block_of.get(key)
-            if block is not None:
+            for block in sorted(self._blocks_of.get(key, ())):
                 self._set.reprioritise(block, -self.next_use(key))
 
     def on_removed(self, block: int) -> None:
@@ -84,4 +85,8 @@ class Belady(PriorityEvictor):
         self.forget(block)
 
     def forget(self, block: int) -> None:
-        del self._block_of[self._key_of.pop(block)]
+        key = self._key_of.pop(block)
+        blocks = self._blocks_of[key]
+        blocks.discard(block)
+        if not blocks:
+            del self._blocks_of[key]

@@ -70,3 +70,24 @@ def test_no_policy_hits_more_than_belady_on_a_stream_served_in_turn(prompts, num
     best = sum(hits_served_in_turn("belady", requests, num_blocks, 2))
     for policy in ("lru", "fifo", "lfu", "reuse-weighted"):
         assert sum(hits_served_in_turn(policy, requests, num_blocks, 2)) <= best, policy
+
+
+def test_copies_of_one_prefix_are_each_evictable():
+    """Two sequences compute the same prompt at once: both copies stay cached under one
+    key (as vLLM's block pool keeps them). Belady tracks each, evicts both in turn and
+    forgets the key only with the last one."""
+    requests = stream([[1, 2, 3, 4, 9], [1, 2, 3, 4, 9], [5, 6, 7, 8, 9]])
+    context = PolicyContext.standalone(block_size=2, num_blocks=6, requests=requests)
+    manager = BlockManager(
+        6, 2, enable_prefix_caching=True, evictor=build_policy(EVICTORS, "belady", {}, context)
+    )
+    for seq in (0, 1):  # neither is computed when the other is allocated: no hit
+        assert manager.allocate(seq, requests[seq].prompt, computed_tokens=0) == 0
+    for seq in (0, 1):
+        manager.mark_computed(seq, 5)
+        manager.free(seq)
+    assert manager.num_cached_blocks == 4  # two copies of each of the two full blocks
+    manager.allocate(2, requests[2].prompt)  # 3 blocks: 2 free, then an eviction
+    manager.check_invariants()
+    assert manager.evict(8) and manager.num_cached_blocks == 0
+    manager.check_invariants()
