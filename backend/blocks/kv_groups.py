@@ -69,6 +69,18 @@ def build_group(
     )
 
 
+def peak_blocks(
+    groups: list[FullAttention], shared_tokens: int, tokens: int, samples: int, in_flight: int
+) -> int:
+    """The most blocks ``samples`` sequences of ``tokens`` tokens, forks sharing the first
+    ``shared_tokens``, hold at once in ``groups`` when each grows by at most ``in_flight``
+    tokens at a time (full attention's shared full blocks counted once)."""
+    shares = [group.most_held(tokens, in_flight) for group in groups]
+    full_groups = sum(not isinstance(group, SlidingWindow) for group in groups)
+    shared_blocks = shared_tokens // groups[0].block_size
+    return samples * sum(shares) - (samples - 1) * full_groups * shared_blocks
+
+
 class KVGroups:
     """The groups ``specs`` over ``pool``, each with its index of ``indexes`` (see the
     module docstring). Token counts are the caller's: every method takes what a sequence
@@ -118,16 +130,6 @@ class KVGroups:
         needed = sum(max(share - len(run), 0) for share, run in zip(shares, runs))
         return needed <= self.pool.available(self.pool.revived(hits))
 
-    def peak_blocks(self, shared_tokens: int, tokens: int, samples: int, in_flight: int) -> int:
-        """The most blocks ``samples`` sequences of ``tokens`` tokens, forks sharing the
-        first ``shared_tokens``, hold at once when each grows by at most ``in_flight``
-        tokens at a time (full attention's shared full blocks counted once)."""
-        shares = [group.most_held(tokens, in_flight) for group in self.groups]
-        full_groups = len(self.groups) - len(self.windows)
-        return samples * sum(shares) - (samples - 1) * full_groups * (
-            shared_tokens // self.block_size
-        )
-
     def allocate(self, seq: int, tokens: np.ndarray, salt: int, computed: int | None) -> int:
         """Give new sequence ``seq`` a table in every group for ``tokens``: the common hit
         shared, the rest written into fresh blocks. Raises OutOfBlocks (nothing changed).
@@ -144,14 +146,13 @@ class KVGroups:
         if hits:
             pool.reuse(hits)
         hit_tokens = len(runs[0]) * size
+        self._retain(seq, tokens.shape[0], shared)  # (the engine may say more: retain_tails)
         for group, index, run in zip(self.groups, self.indexes, runs):
             fresh = pool.take(per_group - len(run)).tolist()
             group.write_fresh(fresh, tokens[hit_tokens:])
             pool.token_slots += int(tokens.shape[0]) - hit_tokens
             table = run + fresh
             if index.enabled:
-                if group in self.sparse:
-                    index.retain(seq, group.retained(tokens.shape[0], shared * size))
                 index.add_sequence(seq, salt, keys, table, len(run), computed)
             group.add(seq, table)
         self.indexes[0].count_lookup(int(tokens.shape[0]), hit_tokens)
@@ -163,12 +164,15 @@ class KVGroups:
         """``seq`` will compute ``tokens`` (allocated perhaps a chunk of them) of which the
         first ``prompt_tokens`` are its prompt: the windows with sparse retention keep the
         tails of that prompt and of the shared prefix a lookup of ``tokens`` finds."""
-        if not self.sparse or not self.indexes[0].enabled:
-            return
-        shared = self.lookup(tokens, salt).shared_blocks
-        for group in self.sparse:
-            index = self.indexes[self.groups.index(group)]
-            index.retain(seq, group.retained(prompt_tokens, shared * self.block_size))
+        if self.sparse and self.indexes[0].enabled:
+            self._retain(seq, prompt_tokens, self.lookup(tokens, salt).shared_blocks)
+
+    def _retain(self, seq: int, prompt_tokens: int, shared_blocks: int) -> None:
+        """The windows with sparse retention keep the tails of a prompt of
+        ``prompt_tokens`` and of a shared prefix of ``shared_blocks`` blocks."""
+        for group, index in zip(self.groups, self.indexes):
+            if group in self.sparse and index.enabled:
+                index.retain(seq, group.retained(prompt_tokens, shared_blocks * self.block_size))
 
     def mark_computed(self, seq: int, count: int) -> None:
         """``seq`` has the KV of its first ``count`` tokens (held ones): its full blocks
@@ -191,8 +195,9 @@ class KVGroups:
     def _check_room(self, needed: int, releasing: list[int]) -> None:
         """Raise OutOfBlocks unless ``needed`` blocks fit in ``_room(releasing)``."""
         if needed > self.pool.available() and needed > (room := self._room(releasing)):
-            raise OutOfBlocks(f"need {needed} blocks, {room} available", needed=needed,
-                              available=room)  # fmt: skip
+            raise OutOfBlocks(
+                f"need {needed} blocks, {room} available", needed=needed, available=room
+            )
 
     def _check_in_order(self, seqs: np.ndarray, held: np.ndarray, moving: np.ndarray):
         """Raise OutOfBlocks unless the decode step of ``seqs`` fits when they are served

@@ -32,7 +32,7 @@ import numpy as np
 from backend.base import ONE_GROUP, Allocator, InvalidRequest, KVUsage, as_tokens, check_count
 from backend.blocks.block_pool import BlockPool
 from backend.blocks.full_attention import FullAttention
-from backend.blocks.kv_groups import KVGroup, KVGroups, check_kv_groups
+from backend.blocks.kv_groups import KVGroup, KVGroups, check_kv_groups, peak_blocks
 from backend.blocks.offload import OffloadTier, OffloadTiers, TierStats, TierTransfers
 from backend.blocks.prefix_index import GroupIndexes, PrefixCacheStats, PrefixIndex, check_salt
 from backend.blocks.sequences import ON_DEVICE, SWAPPED, SequenceRegistry
@@ -87,10 +87,13 @@ class BlockManager(Allocator):
         self._kv: KVGroups | None = None
         if self.kv_groups != ONE_GROUP:
             if num_cpu_blocks or num_offload_blocks:  # (each group's tables would move)
-                raise InvalidRequest("swap space and offload tiers are not modelled with KV "
-                                     "cache groups or sliding windows yet")  # fmt: skip
-            self._kv = KVGroups(self.kv_groups, self._pool, indexes, self.slots,
-                                prefix_caching=caching)  # fmt: skip
+                raise InvalidRequest(
+                    "swap space and offload tiers are not modelled with KV "
+                    "cache groups or sliding windows yet"
+                )
+            self._kv = KVGroups(
+                self.kv_groups, self._pool, indexes, self.slots, prefix_caching=caching
+            )
             self._first = self._kv.groups[0]
         else:
             self._first = FullAttention(self._pool, self._index, self.slots, prefix_caching=caching)
@@ -180,7 +183,7 @@ class BlockManager(Allocator):
         sequences grow by at most ``in_flight_tokens`` at a time (capabilities.py)."""
         if self._kv is None:
             return self.blocks_for_samples(shared_tokens, tokens, samples)
-        return self._kv.peak_blocks(shared_tokens, tokens, samples, in_flight_tokens)
+        return peak_blocks(self._kv.groups, shared_tokens, tokens, samples, in_flight_tokens)
 
     def allocate(
         self,

@@ -330,13 +330,20 @@ def _system_prompts(b: _Builder, count: int, low: int, high: int, base: int) -> 
     return [[base + g, b.rng.randint(low, high)] for g in range(count)]
 
 
+def _behind_system_prompts(b: _Builder, systems, times, share, prompt, output) -> None:
+    """A request at each of ``times``, a ``share`` of them behind one of ``systems``, each
+    with a unique part of ``prompt`` (low, high) tokens and ``output`` (low, high) out."""
+    for t in times:
+        prefix = [b.rng.choice(systems)] if b.rng.random() < share else []
+        b.add(t, [*prefix, [b.unique_key(), b.rng.randint(*prompt)]], b.rng.randint(*output))
+
+
 def hybrid_alternating(b: _Builder) -> dict:
     """gpt-oss-20b (24 layers, 128-token windows on every other one), prompts longer than
     the window, a third of them behind one of two 300-600-token system prompts."""
     systems = _system_prompts(b, 2, 300, 600, 400)
-    for t in b.poisson_times(120, 10.0):
-        prefix = [b.rng.choice(systems)] if b.rng.random() < 0.33 else []
-        b.add(t, [*prefix, [b.unique_key(), b.rng.randint(100, 1500)]], b.rng.randint(20, 300))
+    times = b.poisson_times(120, 10.0)
+    _behind_system_prompts(b, systems, times, 0.33, (100, 1500), (20, 300))
     return {"model": "gpt-oss-20b", "num_gpu_blocks": 1200}
 
 
@@ -371,9 +378,8 @@ def hybrid_kv_pressure(b: _Builder) -> dict:
     """KV pressure with preemptions on gpt-oss-20b (windows overridden to 32, a small
     pool): eviction order and the window's releases under a full pool."""
     systems = _system_prompts(b, 3, 100, 400, 500)
-    for t in b.poisson_times(150, 14.0):
-        prefix = [b.rng.choice(systems)] if b.rng.random() < 0.5 else []
-        b.add(t, [*prefix, [b.unique_key(), b.rng.randint(64, 1024)]], b.rng.randint(50, 250))
+    times = b.poisson_times(150, 14.0)
+    _behind_system_prompts(b, systems, times, 0.5, (64, 1024), (50, 250))
     return {
         "model": "gpt-oss-20b",
         "hf_overrides": {"sliding_window": 32},
@@ -459,9 +465,8 @@ def hybrid_async(b: _Builder) -> dict:
     """Async scheduling on gpt-oss-20b (64-token windows): a window's blocks are released
     a step after its tokens are processed; shared system prompts and a pool that fills."""
     systems = _system_prompts(b, 2, 200, 500, 800)
-    for t in b.poisson_times(120, 16.0):
-        prefix = [b.rng.choice(systems)] if b.rng.random() < 0.5 else []
-        b.add(t, [*prefix, [b.unique_key(), b.rng.randint(32, 900)]], b.rng.randint(20, 200))
+    times = b.poisson_times(120, 16.0)
+    _behind_system_prompts(b, systems, times, 0.5, (32, 900), (20, 200))
     return {
         "model": "gpt-oss-20b",
         "hf_overrides": {"sliding_window": 64},
@@ -475,9 +480,8 @@ def hybrid_async_five_to_one(b: _Builder) -> dict:
     """Async scheduling on Gemma 3 12B (windows overridden to 256, 32-token blocks),
     shared system prompts longer than the window."""
     systems = _system_prompts(b, 2, 300, 700, 900)
-    for t in b.poisson_times(90, 8.0):
-        prefix = [b.rng.choice(systems)] if b.rng.random() < 0.6 else []
-        b.add(t, [*prefix, [b.unique_key(), b.rng.randint(50, 900)]], b.rng.randint(20, 200))
+    times = b.poisson_times(90, 8.0)
+    _behind_system_prompts(b, systems, times, 0.6, (50, 900), (20, 200))
     return {
         "model": "gemma-3-12b",
         "hf_overrides": {"sliding_window": 256},

@@ -211,8 +211,9 @@ def scenario_of(record: dict[str, Any]) -> Scenario:
 #: the model config.json files a record may name (``model``), as the recorder handed them
 #: to vLLM
 MODELS_DIR = Path(__file__).resolve().parents[2] / "scenarios" / "models"
-#: vLLM ``hf_overrides`` a record may carry, as the scenario's model fields they are
-HF_OVERRIDES = {"sliding_window": "sliding_window", "layer_types": "layer_types"}
+#: vLLM ``hf_overrides`` a record may carry: config.json keys the scenario's model takes
+#: under the same names
+HF_OVERRIDES = ("sliding_window", "layer_types")
 
 
 def _model_of(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -225,7 +226,7 @@ def _model_of(cfg: dict[str, Any]) -> dict[str, Any]:
     for key, value in (cfg.get("hf_overrides") or {}).items():
         if key not in HF_OVERRIDES:
             raise ValueError(f"config.hf_overrides: {key!r} is not replayed")
-        model[HF_OVERRIDES[key]] = value
+        model[key] = value
     return model | {"max_model_len": cfg["max_model_len"]}
 
 
@@ -277,16 +278,20 @@ def replay(record: dict[str, Any], *, notes: bool = True) -> Replayed:
     env = simpy.Environment()
     done = []
     replica = build_replica(
-        scenario, env, 0,
+        scenario,
+        env,
+        0,
         make_executor=lambda _: (
             RecordingExecutor(record["step_time"], names)
             if notes
             else StepTime(record["step_time"])
         ),
         outputs=RecordedOutputs(index_of, {r.req_id for r in requests if r.n > 1}),
-        steps=_NoSteps(), on_done=done.append, requests=requests,
+        steps=_NoSteps(),
+        on_done=done.append,
+        requests=requests,
         fast_forward=not notes,  # (noting every step needs them one by one)
-    )  # fmt: skip
+    )
     executor = replica.executor
     executor.replica = replica  # (a StepTime ignores it)
     cluster = build_cluster(scenario, env, [replica], requests)
