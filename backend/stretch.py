@@ -68,9 +68,16 @@ def append_rows(append_row, token_rows: np.ndarray, usage, next_step=None) -> di
 
 
 def paged_usage_by_step(
-    crossing: np.ndarray, used: int, cached: int, free: int, token_slots: int, batch: int,
-    num_blocks: int, block_size: int, evicted: int,
-) -> dict[str, np.ndarray]:  # fmt: skip
+    crossing: np.ndarray,
+    used: int,
+    cached: int,
+    free: int,
+    token_slots: int,
+    batch: int,
+    num_blocks: int,
+    block_size: int,
+    evicted: int,
+) -> dict[str, np.ndarray]:
     """A paged pool's usage after each step of a stretch of ``batch`` sequences, from its
     counts before it and ``crossing`` (per step, which sequences took a new block): a
     stretch takes only free blocks (never evicts) and writes one token per sequence."""

@@ -60,8 +60,9 @@ def main() -> int:
     def table(kind: str, name: str) -> list[dict]:
         path = args.data / kind / "vllm" / args.vllm / f"{name}.parquet"
         if not path.is_file():
-            print(f"{path}: not found (DIR is systems/data/<gpu> of aiconfigurator)",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"{path}: not found (DIR is systems/data/<gpu> of aiconfigurator)", file=sys.stderr
+            )
             raise SystemExit(2)
         return pq.read_table(path).to_pylist()
 
@@ -102,8 +103,10 @@ def _regimes(kernels, attention, gemms, allreduce) -> None:
         ("decode attention, batch >= 128", [k for k in attention if k[0] >= 128]),
     ):
         points = [k for k in points if k[1] >= 512]
-        ratios = [_decode_attention_s(kernels, b, c, kv) * 1e3 / attention[(b, c, h, kv)]
-                  for b, c, h, kv in points]  # fmt: skip
+        ratios = [
+            _decode_attention_s(kernels, b, c, kv) * 1e3 / attention[(b, c, h, kv)]
+            for b, c, h, kv in points
+        ]
         rows.append((label, ratios))
     for low, high in ((1, 32), (33, 128), (129, 256)):
         points = [k for k in gemms if low <= k[0] <= high and min(k[1], k[2]) >= 1024]
@@ -118,8 +121,10 @@ def _regimes(kernels, attention, gemms, allreduce) -> None:
         if not ratios:
             continue
         deciles = statistics.quantiles(ratios, n=10) if len(ratios) > 1 else ratios * 9
-        print(f"{label:44} {len(ratios):>6} {statistics.median(ratios):>7.2f}"
-              f"  {deciles[0]:>5.2f} {deciles[-1]:>5.2f}")  # fmt: skip
+        print(
+            f"{label:44} {len(ratios):>6} {statistics.median(ratios):>7.2f}"
+            f"  {deciles[0]:>5.2f} {deciles[-1]:>5.2f}"
+        )
 
 
 def _nearest(table: dict, key: tuple) -> tuple:
@@ -128,8 +133,10 @@ def _nearest(table: dict, key: tuple) -> tuple:
 
 
 def _layers(kernels, attention, gemms, allreduce) -> None:
-    print(f"\none decoder layer of {BATCH} decodes of {CONTEXT} tokens (nearest measured "
-          "shape), microseconds: measured / modelled")  # fmt: skip
+    print(
+        f"\none decoder layer of {BATCH} decodes of {CONTEXT} tokens (nearest measured "
+        "shape), microseconds: measured / modelled"
+    )
     for label, heads, kv_heads, hidden, inter, tp in LAYERS:
         q, kv, mlp = heads // tp, kv_heads // tp, inter // tp
         shapes = {  # name -> (m, n, k)
@@ -141,14 +148,29 @@ def _layers(kernels, attention, gemms, allreduce) -> None:
         parts = []
         for name, (m, n, k) in shapes.items():
             near = _nearest(gemms, (m, n, k))
-            parts.append((f"{name} {near[1]}x{near[2]}", gemms[near] * 1e3,
-                          kernels.gemm(near[0], near[2], near[1]) * 1e6))  # fmt: skip
+            parts.append(
+                (
+                    f"{name} {near[1]}x{near[2]}",
+                    gemms[near] * 1e3,
+                    kernels.gemm(near[0], near[2], near[1]) * 1e6,
+                )
+            )
         near = _nearest(attention, (BATCH, CONTEXT, q, kv))
-        parts.append((f"attention {near[2]}/{near[3]} heads", attention[near] * 1e3,
-                      _decode_attention_s(kernels, near[0], near[1], near[3]) * 1e6))  # fmt: skip
+        parts.append(
+            (
+                f"attention {near[2]}/{near[3]} heads",
+                attention[near] * 1e3,
+                _decode_attention_s(kernels, near[0], near[1], near[3]) * 1e6,
+            )
+        )
         near = _nearest(allreduce, (tp, BATCH * hidden))
-        parts.append((f"2 all-reduces of {near[1]:,} elements", 2 * allreduce[near] * 1e3,
-                      2 * kernels.allreduce(2 * near[1], tp) * 1e6))  # fmt: skip
+        parts.append(
+            (
+                f"2 all-reduces of {near[1]:,} elements",
+                2 * allreduce[near] * 1e3,
+                2 * kernels.allreduce(2 * near[1], tp) * 1e6,
+            )
+        )
         measured, modelled = sum(p[1] for p in parts), sum(p[2] for p in parts)
         print(f"  {label}: {measured:.0f} / {modelled:.0f} ({modelled / measured - 1:+.1%})")
         for name, meas, model in parts:

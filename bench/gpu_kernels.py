@@ -125,14 +125,17 @@ def decode_grid(copy_gbs: float, batches, contexts, device="cuda") -> list[dict]
             gbs = kv_bytes / paged_us / 1e3
             rows.append(
                 dict(
-                    batch=batch, context=context, splits=splits,
-                    paged_us=round(paged_us, 1), contiguous_us=round(contiguous_us, 1),
+                    batch=batch,
+                    context=context,
+                    splits=splits,
+                    paged_us=round(paged_us, 1),
+                    contiguous_us=round(contiguous_us, 1),
                     paged_gbs=round(gbs, 1),
                     contiguous_gbs=round(kv_bytes / contiguous_us / 1e3, 1),
                     frac_of_copy_bw=round(gbs / copy_gbs, 3),
                     overhead_vs_contiguous=round(paged_us / contiguous_us - 1, 3),
                 )
-            )  # fmt: skip
+            )
             print(rows[-1], flush=True)
     return rows
 
@@ -151,9 +154,14 @@ class _TablesOnly:
 
 
 def model_step(
-    num_decodes: int, context: int, prefill_tokens: int, *, shape=LLAMA3_8B, device="cuda",
+    num_decodes: int,
+    context: int,
+    prefill_tokens: int,
+    *,
+    shape=LLAMA3_8B,
+    device="cuda",
     dtype=torch.bfloat16,
-) -> dict:  # fmt: skip
+) -> dict:
     """One model step (llama-3-8b-shaped by default): ``num_decodes`` decodes at ``context``
     tokens plus one prefill chunk of ``prefill_tokens``, random weights."""
     per_seq = -(-context // BLOCK_SIZE)
@@ -177,11 +185,13 @@ def model_step(
     decode_only = batch._replace(prefills=())
     decode_s = [executor.execute(decode_only) for _ in range(3)]
     return dict(
-        num_decodes=num_decodes, context=context, prefill_tokens=prefill_tokens,
+        num_decodes=num_decodes,
+        context=context,
+        prefill_tokens=prefill_tokens,
         step_ms=round(1e3 * float(np.median(seconds)), 2),
         decode_only_step_ms=round(1e3 * float(np.median(decode_s)), 2),
         setup_s=round(setup_s, 1),
-    )  # fmt: skip
+    )
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:

@@ -66,8 +66,10 @@ def cases(
     cpu = min(capacities)
     for gib in disks:
         for policy in ("lru", "belady"):
-            tiers = (f"cache.offload=[{{tier: cpu, capacity_gib: {cpu}}}, "
-                     f"{{tier: disk, capacity_gib: {gib}, eviction: {policy}}}]")  # fmt: skip
+            tiers = (
+                f"cache.offload=[{{tier: cpu, capacity_gib: {cpu}}}, "
+                f"{{tier: disk, capacity_gib: {gib}, eviction: {policy}}}]"
+            )
             rows.append((f"+ disk {gib:g} GiB, {policy}", [*base, tiers]))
     return rows
 
@@ -105,19 +107,25 @@ def main() -> None:
     began = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
         results = list(pool.map(run, *zip(*rows, strict=True)))
-    print(f"Mooncake conversation trace, first {args.requests} requests; llama-3.1-8b, one "
-          "H100 at a quarter of the trace's rate, vllm-v1")  # fmt: skip
+    print(
+        f"Mooncake conversation trace, first {args.requests} requests; llama-3.1-8b, one "
+        "H100 at a quarter of the trace's rate, vllm-v1"
+    )
     print(f"(disk rows: the CPU tier of {min(args.capacities):g} GiB, LRU, above the disk)")
-    print(f"{'cache':<26}{'hit rate':>9}{'TTFT p50 s':>12}{'TTFT p90 s':>12}"
-          f"{'cpu hit tok':>13}{'disk hit tok':>14}{'loaded GiB':>12}{'CPU s':>8}")  # fmt: skip
+    print(
+        f"{'cache':<26}{'hit rate':>9}{'TTFT p50 s':>12}{'TTFT p90 s':>12}"
+        f"{'cpu hit tok':>13}{'disk hit tok':>14}{'loaded GiB':>12}{'CPU s':>8}"
+    )
     for label, summary, cpu_s in results:
         tiers = {t["tier"]: t for t in (summary.get("kv_offload") or {}).get("tiers", [])}
         served = [tiers.get(name, {}).get("hit_tokens", 0) for name in ("cpu", "disk")]
         loaded = sum(t["loaded_bytes"] for t in tiers.values()) / GIB
         ttft = summary["ttft_s"]
-        print(f"{label:<26}{summary['prefix_hit_rate']:>9.1%}{ttft['p50']:>12.3f}"
-              f"{ttft['p90']:>12.3f}{served[0]:>13,}{served[1]:>14,}"
-              f"{loaded:>12.1f}{cpu_s:>8.1f}")  # fmt: skip
+        print(
+            f"{label:<26}{summary['prefix_hit_rate']:>9.1%}{ttft['p50']:>12.3f}"
+            f"{ttft['p90']:>12.3f}{served[0]:>13,}{served[1]:>14,}"
+            f"{loaded:>12.1f}{cpu_s:>8.1f}"
+        )
     print(f"{'trace bound (no eviction)':<26}{trace_bound(args.requests):>9.1%}")
     load = os.getloadavg()[0]
     print(f"wall {time.perf_counter() - began:.0f} s, {args.jobs} processes, load {load:.1f}")

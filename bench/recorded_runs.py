@@ -44,8 +44,15 @@ from sim.recorded.stages import (  # noqa: E402
 from sim.run.runner import simulate  # noqa: E402
 
 CORPUS = ROOT / "validation" / "recorded" / "runs"
-HEADLINE = ("ttft_s.mean", "ttft_s.p99", "tpot_s.mean", "tpot_s.p99", "e2e_s.mean",
-            "e2e_s.p99", "throughput_rps")  # fmt: skip
+HEADLINE = (
+    "ttft_s.mean",
+    "ttft_s.p99",
+    "tpot_s.mean",
+    "tpot_s.p99",
+    "e2e_s.mean",
+    "e2e_s.p99",
+    "throughput_rps",
+)
 
 
 def recorded_figures(run: Path, summary: dict):
@@ -55,8 +62,12 @@ def recorded_figures(run: Path, summary: dict):
     return figures(read_requests_csv(run / "requests.csv"), [(-1, -float("inf"), float("inf"))])
 
 
-def replay(run: Path, overrides: tuple[str, ...] = (), calibration: Path | None = None,
-           client_shift: float = CLIENT_OVERHEAD_S) -> dict:  # fmt: skip
+def replay(
+    run: Path,
+    overrides: tuple[str, ...] = (),
+    calibration: Path | None = None,
+    client_shift: float = CLIENT_OVERHEAD_S,
+) -> dict:
     """Simulate one corpus run and compare it with its recording (a picklable result);
     ``calibration``: a calibration file the run's scenario takes."""
     summary = json.loads((run / "summary.json").read_text())
@@ -69,16 +80,28 @@ def replay(run: Path, overrides: tuple[str, ...] = (), calibration: Path | None 
     cpu = time.process_time() - cpu
     block = summary.get("recorded") or {}
     shift = client_shift if block.get("clock", "client") == "client" else 0.0
-    simulated = figures(from_table(request_table(result.outcomes)), stage_windows(scenario),
-                        timeout_s=block.get("request_timeout_s"), shift_s=shift)  # fmt: skip
+    simulated = figures(
+        from_table(request_table(result.outcomes)),
+        stage_windows(scenario),
+        timeout_s=block.get("request_timeout_s"),
+        shift_s=shift,
+    )
     if len(simulated) > 1 and not recorded_stages(summary):
         simulated = simulated[:1]
     comparison = compare(recorded_figures(run, summary), simulated)
     series = block.get("series")
     means = series_means(result.steps, series) if series else None
-    return {"run": run.name, "gpu": scenario.hardware.name, "model": scenario.model.name,
-            "dense": scenario.model.moe is None, "tp": scenario.tensor_parallel, "cpu_s": cpu,
-            "steps": result.num_steps, "series": means, **comparison}  # fmt: skip
+    return {
+        "run": run.name,
+        "gpu": scenario.hardware.name,
+        "model": scenario.model.name,
+        "dense": scenario.model.moe is None,
+        "tp": scenario.tensor_parallel,
+        "cpu_s": cpu,
+        "steps": result.num_steps,
+        "series": means,
+        **comparison,
+    }
 
 
 def _headline(result: dict) -> dict[str, float]:
@@ -92,15 +115,19 @@ def _headline(result: dict) -> dict[str, float]:
 
 
 def _worst(result: dict) -> str:
-    rows = [(abs(r[2]), f"stage {s['index']} {name} {100 * r[2]:+.0f}%")
-            for s in result["stages"] for name, r in s["rows"].items()]  # fmt: skip
+    rows = [
+        (abs(r[2]), f"stage {s['index']} {name} {100 * r[2]:+.0f}%")
+        for s in result["stages"]
+        for name, r in s["rows"].items()
+    ]
     return max(rows)[1] if rows else "-"
 
 
 def print_table(results: list[dict], label: str) -> None:
     print(f"\n{label}")
-    head = "".join(f"{name.replace('_s', '').replace('throughput_rps', 'req/s'):>11}"
-                   for name in HEADLINE)  # fmt: skip
+    head = "".join(
+        f"{name.replace('_s', '').replace('throughput_rps', 'req/s'):>11}" for name in HEADLINE
+    )
     print(f"{'run':<32}{'gpu':<20}{'tp':>3}{'MAPE':>8}{head}   furthest off")
     for r in results:
         line = _headline(r)
@@ -124,8 +151,10 @@ def print_table(results: list[dict], label: str) -> None:
 def _median_line(label: str, group: list[dict]) -> None:
     worst = max(group, key=lambda r: r["mape"])
     median = statistics.median(r["mape"] for r in group)
-    print(f"  {label:<26} runs {len(group):>2}  median MAPE {100 * median:5.1f}%  "
-          f"worst {100 * worst['mape']:5.1f}% ({worst['run']})")  # fmt: skip
+    print(
+        f"  {label:<26} runs {len(group):>2}  median MAPE {100 * median:5.1f}%  "
+        f"worst {100 * worst['mape']:5.1f}% ({worst['run']})"
+    )
 
 
 def print_series(results: list[dict]) -> None:
@@ -141,8 +170,10 @@ def print_series(results: list[dict]) -> None:
 
 
 def print_detail(result: dict) -> None:
-    print(f"\n{result['run']} ({result['gpu']}, {result['model']}, tp {result['tp']}): "
-          f"{result['steps']:,} steps in {result['cpu_s']:.1f} s CPU")  # fmt: skip
+    print(
+        f"\n{result['run']} ({result['gpu']}, {result['model']}, tp {result['tp']}): "
+        f"{result['steps']:,} steps in {result['cpu_s']:.1f} s CPU"
+    )
     for stage in result["stages"]:
         print(f"  stage {stage['index']}")
         for name, (real, model, error) in stage["rows"].items():
@@ -190,9 +221,13 @@ def main() -> int:
     if args.calibrated == "loo":
         from sim.recorded.calibrate import leave_one_out
 
-        calibrated = leave_one_out(runs, replay, jobs=args.jobs,
-                                   max_evaluations=args.fit_evaluations,
-                                   stage_s=args.fit_stage_s)  # fmt: skip
+        calibrated = leave_one_out(
+            runs,
+            replay,
+            jobs=args.jobs,
+            max_evaluations=args.fit_evaluations,
+            stage_s=args.fit_stage_s,
+        )
         print_table(calibrated, "leave-one-out calibrated (fitted on the other runs of the GPU)")
     return 0
 

@@ -45,10 +45,25 @@ def metric(text: str, name: str) -> float:
 def start_server(threads: int) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "sim.cli", "serve", str(SCENARIO), "--port", "0",
-         "--set", "backend.kind=torch", "--threads", str(threads)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "sim.cli",
+            "serve",
+            str(SCENARIO),
+            "--port",
+            "0",
+            "--set",
+            "backend.kind=torch",
+            "--threads",
+            str(threads),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = process.stdout.readline()
     found = re.search(r"http://127\.0\.0\.1:(\d+)", line)
     if not found:
@@ -58,8 +73,7 @@ def start_server(threads: int) -> tuple[subprocess.Popen, str]:
 
 
 async def client(session, url: str, index: int, leave: bool, seen: list) -> str:
-    body = {"prompt": list(range(1, 9 + index % 48)), "max_tokens": 32 + index % 64,
-            "stream": True}  # fmt: skip
+    body = {"prompt": list(range(1, 9 + index % 48)), "max_tokens": 32 + index % 64, "stream": True}
     async with session.post(url + "/v1/completions", json=body) as response:
         if response.status != 200:
             return f"http {response.status}"
@@ -107,9 +121,9 @@ async def load(url: str, clients: int, leave_share: float) -> dict:
         watcher = asyncio.create_task(watch(session, url, stop, log))
         every = int(1 / leave_share) if leave_share else 0
         started = time.perf_counter()
-        ends = await asyncio.gather(*(
-            client(session, url, i, bool(every) and i % every == 0, seen) for i in range(clients)
-        ))  # fmt: skip
+        ends = await asyncio.gather(
+            *(client(session, url, i, bool(every) and i % every == 0, seen) for i in range(clients))
+        )
         log["load_s"] = time.perf_counter() - started
         for _ in range(600):  # the engine finishes what the leavers left behind
             async with session.get(url + "/metrics") as response:
@@ -152,8 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     checks = {
         "/health answered 200 at every scrape": log["health"] and set(log["health"]) == {200},
         "metrics never went backwards or negative": not log["bad"],
-        "at every scrape received = finished + rejected + running + waiting":
-            not log["unbalanced"],
+        "at every scrape received = finished + rejected + running + waiting": not log["unbalanced"],
         "every request finished once in the engine": log["final_success"] == args.clients,
         "nothing left running or waiting": log["running_after"] + log["waiting_after"] == 0,
         "every client's stream had its own id": log["ids"] == args.clients,
@@ -161,13 +174,19 @@ def main(argv: list[str] | None = None) -> int:
         "memory back to where the first round left it (within 8 MiB)": after - warm <= 8,
     }
     load_avg = os.getloadavg()
-    print(f"serve under load: {args.clients} streaming clients ({args.leave:.0%} leave after "
-          f"their first token), tiny on the CPU, {args.threads} torch thread(s); load average "
-          f"{load_avg[0]:.2f}")  # fmt: skip
-    print(f"  clients ended: {log['ends']}; load took {log['load_s']:.1f} s; "
-          f"{log['scrapes']} scrapes of /health and /metrics")
-    print(f"  server memory: {before:.0f} MiB idle, {warm:.0f} MiB after a first round, "
-          f"{after:.0f} MiB after the second ({after - warm:+.0f} MiB)")
+    print(
+        f"serve under load: {args.clients} streaming clients ({args.leave:.0%} leave after "
+        f"their first token), tiny on the CPU, {args.threads} torch thread(s); load average "
+        f"{load_avg[0]:.2f}"
+    )
+    print(
+        f"  clients ended: {log['ends']}; load took {log['load_s']:.1f} s; "
+        f"{log['scrapes']} scrapes of /health and /metrics"
+    )
+    print(
+        f"  server memory: {before:.0f} MiB idle, {warm:.0f} MiB after a first round, "
+        f"{after:.0f} MiB after the second ({after - warm:+.0f} MiB)"
+    )
     for name, ok in checks.items():
         print(f"  {'ok  ' if ok else 'FAIL'} {name}")
     return 0 if all(checks.values()) else 1

@@ -110,8 +110,9 @@ def line(case: str, mode: str, r: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=QUICK)
-    parser.add_argument("--modes", choices=("fast-forward", "step-by-step", "both"),
-                        default="fast-forward")  # fmt: skip
+    parser.add_argument(
+        "--modes", choices=("fast-forward", "step-by-step", "both"), default="fast-forward"
+    )
     parser.add_argument("--repeats", type=int, default=1, help="median over this many runs")
     parser.add_argument(
         "--root",

@@ -98,7 +98,7 @@ TARGETS = {
             ("profile", "Profile"),
         )
         for method in ("execute", "decode_steps")
-    ],  # fmt: skip
+    ],
     (APPLY, "step"): [
         ENGINE + "completion:Completion.apply",
         ENGINE + "completion:Completion.apply_decodes",

@@ -41,9 +41,25 @@ def _step(i: int):
     from sim.engine.records import Limit, StepRecord
 
     return StepRecord(
-        0.02 * i, i % 3, 0.02, 64, 512, 60, 1000 + i % 7, 20, 3000, 15000, 200, 300, 100,
-        48000, 0, 12, 0, Limit.TOKEN_BUDGET,
-    )  # fmt: skip
+        0.02 * i,
+        i % 3,
+        0.02,
+        64,
+        512,
+        60,
+        1000 + i % 7,
+        20,
+        3000,
+        15000,
+        200,
+        300,
+        100,
+        48000,
+        0,
+        12,
+        0,
+        Limit.TOKEN_BUDGET,
+    )
 
 
 def _stretch(first: int):

@@ -91,44 +91,76 @@ def vidur_args(trace: Path, data: Path | None, cache: Path, out: Path, *, lean: 
     builds during the event loop); otherwise Vidur's default outputs."""
     rf = "--random_forrest_execution_time_predictor_config_"
     outputs = ["--no-metrics_config_enable_chrome_trace", "--no-metrics_config_store_plots"]
-    return [
-        "--replica_config_device", "a100",
-        "--replica_config_model_name", "meta-llama/Meta-Llama-3-8B",
-        "--cluster_config_num_replicas", "1",
-        "--replica_config_tensor_parallel_size", "1",
-        "--replica_config_num_pipeline_stages", "1",
-        "--request_generator_config_type", "synthetic",
-        "--synthetic_request_generator_config_num_requests", "10000",
-        "--length_generator_config_type", "trace",
-        "--trace_request_length_generator_config_trace_file", str(trace),
-        "--trace_request_length_generator_config_max_tokens", "8192",
-        "--interval_generator_config_type", "poisson",
-        "--poisson_request_interval_generator_config_qps", "20",
-        "--replica_scheduler_config_type", "sarathi",
-        "--sarathi_scheduler_config_batch_size_cap", "256",
-        "--sarathi_scheduler_config_chunk_size", "4096",
-        # Its defaults (128 sequences, 4,096 tokens) are below this shape's 256 and 6,208.
-        f"{rf}prediction_max_batch_size", "256",
-        f"{rf}prediction_max_tokens_per_request", "8192",
-        # A smaller hyper-parameter grid than the default 27 points: training fits the
-        # 2-core machine; a warm run loads the cached predictions either way.
-        f"{rf}num_estimators", "250",
-        f"{rf}max_depth", "16", "32",
-        f"{rf}min_samples_split", "2", "5",
-        "--metrics_config_cache_dir", str(cache),
-        "--metrics_config_output_dir", str(out),
-    ] + (outputs if lean else []) + (profile_args(rf, data) if data else [])  # fmt: skip
+    return (
+        [
+            "--replica_config_device",
+            "a100",
+            "--replica_config_model_name",
+            "meta-llama/Meta-Llama-3-8B",
+            "--cluster_config_num_replicas",
+            "1",
+            "--replica_config_tensor_parallel_size",
+            "1",
+            "--replica_config_num_pipeline_stages",
+            "1",
+            "--request_generator_config_type",
+            "synthetic",
+            "--synthetic_request_generator_config_num_requests",
+            "10000",
+            "--length_generator_config_type",
+            "trace",
+            "--trace_request_length_generator_config_trace_file",
+            str(trace),
+            "--trace_request_length_generator_config_max_tokens",
+            "8192",
+            "--interval_generator_config_type",
+            "poisson",
+            "--poisson_request_interval_generator_config_qps",
+            "20",
+            "--replica_scheduler_config_type",
+            "sarathi",
+            "--sarathi_scheduler_config_batch_size_cap",
+            "256",
+            "--sarathi_scheduler_config_chunk_size",
+            "4096",
+            # Its defaults (128 sequences, 4,096 tokens) are below this shape's 256 and 6,208.
+            f"{rf}prediction_max_batch_size",
+            "256",
+            f"{rf}prediction_max_tokens_per_request",
+            "8192",
+            # A smaller hyper-parameter grid than the default 27 points: training fits the
+            # 2-core machine; a warm run loads the cached predictions either way.
+            f"{rf}num_estimators",
+            "250",
+            f"{rf}max_depth",
+            "16",
+            "32",
+            f"{rf}min_samples_split",
+            "2",
+            "5",
+            "--metrics_config_cache_dir",
+            str(cache),
+            "--metrics_config_output_dir",
+            str(out),
+        ]
+        + (outputs if lean else [])
+        + (profile_args(rf, data) if data else [])
+    )
 
 
 def profile_args(rf: str, data: Path) -> list[str]:
     """Vidur's profile paths under ``data`` (it fills in the placeholders itself)."""
     compute, network = f"{data}/profiling/compute", f"{data}/profiling/network"
     return [
-        f"{rf}compute_input_file", f"{compute}/{{DEVICE}}/{{MODEL}}/mlp.csv",
-        f"{rf}attention_input_file", f"{compute}/{{DEVICE}}/{{MODEL}}/attention.csv",
-        f"{rf}all_reduce_input_file", f"{network}/{{NETWORK_DEVICE}}/all_reduce.csv",
-        f"{rf}send_recv_input_file", f"{network}/{{NETWORK_DEVICE}}/send_recv.csv",
-    ]  # fmt: skip
+        f"{rf}compute_input_file",
+        f"{compute}/{{DEVICE}}/{{MODEL}}/mlp.csv",
+        f"{rf}attention_input_file",
+        f"{compute}/{{DEVICE}}/{{MODEL}}/attention.csv",
+        f"{rf}all_reduce_input_file",
+        f"{network}/{{NETWORK_DEVICE}}/all_reduce.csv",
+        f"{rf}send_recv_input_file",
+        f"{network}/{{NETWORK_DEVICE}}/send_recv.csv",
+    ]
 
 
 def run_child(argv: list[str], *, cwd: Path, env: dict | None = None) -> dict:

@@ -26,6 +26,8 @@ ONE_CONCEPT = {
     "chains, verified hits, and the publications an offload tier stores",
     "sim.costs.analytic": "the analytic step-time model: every part of a step (GEMMs, "
     "attention by kind of layer, all-reduce, LM head, moves, CPU) from the model and GPU",
+    "backend.paged.triton_ops": "the paged KV operations as Triton kernels (write, decode "
+    "and prefill attention, block copies), each the twin of a torch path in ops.py",
 }
 ONE_CONCEPT_MAX_LINES = 600
 
@@ -169,8 +171,11 @@ def test_no_import_cycle():
 def test_no_cycle_of_types_in_the_engine():
     """Within the engine, even imports made for type hints alone form no circle: a
     module that names another's type depends on it as a reader follows the code."""
-    engine = {m: project_imports(p, typing_too=True) for m, p in MODULES.items()
-              if m.startswith("sim.engine")}  # fmt: skip
+    engine = {
+        m: project_imports(p, typing_too=True)
+        for m, p in MODULES.items()
+        if m.startswith("sim.engine")
+    }
     cycle = find_cycle(engine)
     assert cycle is None, " -> ".join(cycle)
 

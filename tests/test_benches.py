@@ -70,13 +70,29 @@ def test_the_moe_kernel_bench_runs_and_its_fitted_table_stays_fitted():
 
 
 def test_the_offload_tier_bench_prints_every_row_on_a_short_prefix_of_the_trace():
-    command = [sys.executable, str(ROOT / "bench" / "offload_tiers.py"), "--requests", "60",
-               "--capacities", "256", "--disks", "1024", "--jobs", "1"]  # fmt: skip
+    command = [
+        sys.executable,
+        str(ROOT / "bench" / "offload_tiers.py"),
+        "--requests",
+        "60",
+        "--capacities",
+        "256",
+        "--disks",
+        "1024",
+        "--jobs",
+        "1",
+    ]
     out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stderr
     rows = {line[:26].strip(): line[26:].split() for line in out.stdout.splitlines()}
-    labels = ("device, lru", "device, belady", "+ cpu 256 GiB, lru", "+ cpu 256 GiB, belady",
-              "+ disk 1024 GiB, lru", "+ disk 1024 GiB, belady")  # fmt: skip
+    labels = (
+        "device, lru",
+        "device, belady",
+        "+ cpu 256 GiB, lru",
+        "+ cpu 256 GiB, belady",
+        "+ disk 1024 GiB, lru",
+        "+ disk 1024 GiB, belady",
+    )
     for label in labels:
         hit_rate = float(rows[label][0].rstrip("%"))
         assert 0 <= hit_rate <= 100
@@ -98,7 +114,11 @@ def test_the_gpu_model_step_builds_its_executor_from_what_the_bench_hands_it():
     from tests.backend.paged.harness import TINY
 
     step = gpu_kernels.model_step(
-        num_decodes=2, context=32, prefill_tokens=16, shape=TINY, device="cpu",
+        num_decodes=2,
+        context=32,
+        prefill_tokens=16,
+        shape=TINY,
+        device="cpu",
         dtype=torch.float32,
-    )  # fmt: skip
+    )
     assert step["num_decodes"] == 2 and step["step_ms"] > 0 and step["decode_only_step_ms"] > 0

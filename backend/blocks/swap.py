@@ -52,8 +52,7 @@ class SwapSpace:
         device = group.tables[seq]
         if len(device) > len(self.free):
             raise OutOfBlocks(
-                f"swap out of sequence {seq} needs {len(device)} CPU blocks, "
-                f"{len(self.free)} free",
+                f"swap out of sequence {seq} needs {len(device)} CPU blocks, {len(self.free)} free",
                 needed=len(device),
                 available=len(self.free),
             )

@@ -69,13 +69,16 @@ class PagedExecutor:
         self.use_triton = bool(use_triton)
         self.model = LlamaModel(shape, device=self.device, dtype=dtype, seed=seed)
         self.kv = KVCache(
-            shape, allocator.num_blocks, allocator.block_size,
+            shape,
+            allocator.num_blocks,
+            allocator.block_size,
             # one CPU pool: the swap space's blocks, then an offload tier's
             num_cpu_blocks=allocator.num_cpu_blocks + allocator.num_offload_blocks,
             lower_tier_blocks=allocator.lower_tier_blocks,
-            device=self.device, dtype=dtype,
+            device=self.device,
+            dtype=dtype,
             use_triton=self.use_triton,
-        )  # fmt: skip
+        )
         # torch's intra-op threads spin-wait; on a shared CPU that turns a 4 ms tiny-model
         # step into 100+ ms. ``cpu_threads`` caps them for the step (then restores them).
         self.cpu_threads = cpu_threads
@@ -138,16 +141,29 @@ class PagedExecutor:
             out = torch.empty_like(query)
             if split:
                 ops.paged_prefill_attention(
-                    query[:split], key_cache, value_cache, inputs.prefill_tables,
-                    inputs.query_start_loc, inputs.context_starts, scale,
-                    use_triton=use_triton, out=out[:split], chunk_lens=inputs.chunk_lens,
-                )  # fmt: skip
+                    query[:split],
+                    key_cache,
+                    value_cache,
+                    inputs.prefill_tables,
+                    inputs.query_start_loc,
+                    inputs.context_starts,
+                    scale,
+                    use_triton=use_triton,
+                    out=out[:split],
+                    chunk_lens=inputs.chunk_lens,
+                )
             if split < query.shape[0]:
                 ops.paged_decode_attention(
-                    query[split:], key_cache, value_cache, inputs.decode_tables,
-                    inputs.context_lens, scale, use_triton=use_triton, out=out[split:],
+                    query[split:],
+                    key_cache,
+                    value_cache,
+                    inputs.decode_tables,
+                    inputs.context_lens,
+                    scale,
+                    use_triton=use_triton,
+                    out=out[split:],
                     max_context_len=inputs.max_context_len,
-                )  # fmt: skip
+                )
             return out
 
         return attend

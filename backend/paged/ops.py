@@ -52,10 +52,18 @@ def write_kv(key, value, key_cache, value_cache, slot_mapping, *, use_triton=Fal
 
 
 def paged_decode_attention(
-    query, key_cache, value_cache, block_tables, context_lens, scale, *,
-    num_splits: int | None = None, use_triton=False, out: torch.Tensor | None = None,
+    query,
+    key_cache,
+    value_cache,
+    block_tables,
+    context_lens,
+    scale,
+    *,
+    num_splits: int | None = None,
+    use_triton=False,
+    out: torch.Tensor | None = None,
     max_context_len: int | None = None,
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """Decode attention through block tables; ``num_splits`` (Triton only) picks split-KV,
     None lets a heuristic choose. ``max_context_len``, when the caller knows it, saves a
     device-to-host sync. Writes into ``out`` when given; no other mutation."""
@@ -70,9 +78,16 @@ def paged_decode_attention(
         programs = query.shape[0] * key_cache.shape[2]
         num_splits = choose_num_splits(programs, max_context_len, query.device)
     return _impl(True).paged_decode_attention(
-        query, key_cache, value_cache, block_tables, context_lens, scale, num_splits, out,
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        context_lens,
+        scale,
+        num_splits,
+        out,
         max_context_len,
-    )  # fmt: skip
+    )
 
 
 def choose_num_splits(programs: int, max_len: int, device: torch.device) -> int:
@@ -92,9 +107,18 @@ def _multiprocessors(device: torch.device) -> int:
 
 
 def paged_prefill_attention(
-    query, key_cache, value_cache, block_tables, query_start_loc, context_starts, scale, *,
-    use_triton=False, out: torch.Tensor | None = None, chunk_lens: Sequence[int] | None = None,
-) -> torch.Tensor:  # fmt: skip
+    query,
+    key_cache,
+    value_cache,
+    block_tables,
+    query_start_loc,
+    context_starts,
+    scale,
+    *,
+    use_triton=False,
+    out: torch.Tensor | None = None,
+    chunk_lens: Sequence[int] | None = None,
+) -> torch.Tensor:
     """Chunked-prefill attention through block tables (the chunk's own K/V must already be
     written). ``chunk_lens``, when the caller knows them, saves a device-to-host sync.
     Writes into ``out`` when given; no other mutation."""
@@ -106,9 +130,16 @@ def paged_prefill_attention(
     if chunk_lens is None:
         chunk_lens = query_start_loc.diff().tolist()
     return _impl(True).paged_prefill_attention(
-        query, key_cache, value_cache, block_tables, query_start_loc, context_starts, scale, out,
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        query_start_loc,
+        context_starts,
+        scale,
+        out,
         tuple(chunk_lens),
-    )  # fmt: skip
+    )
 
 
 def copy_blocks(data, src, dst, *, use_triton=False) -> None:

@@ -59,9 +59,13 @@ def reference_decode(
 
 
 def reference_prefill(
-    query, key_cache, value_cache, block_tables, chunk_lens: Sequence[int],
+    query,
+    key_cache,
+    value_cache,
+    block_tables,
+    chunk_lens: Sequence[int],
     context_starts: Sequence[int],
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """Float64 chunked prefill: chunk c has ``chunk_lens[c]`` query rows (concatenated in
     ``query``) at positions ``context_starts[c]...``."""
     outs, row = [], 0
@@ -137,7 +141,10 @@ def _dense_sdpa(query, key, value, query_start: int) -> torch.Tensor:
     q_pos = torch.arange(query_start, query_start + n, device=query.device)
     mask = torch.arange(kv_len, device=query.device)[None, :] <= q_pos[:, None]
     out = torch.nn.functional.scaled_dot_product_attention(
-        query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1),
-        attn_mask=mask, enable_gqa=True,
-    )  # fmt: skip
+        query.transpose(0, 1),
+        key.transpose(0, 1),
+        value.transpose(0, 1),
+        attn_mask=mask,
+        enable_gqa=True,
+    )
     return out.transpose(0, 1)

@@ -26,9 +26,16 @@ def _pow2(n: int, minimum: int = 16) -> int:
 # -- write_kv (vLLM's reshape-and-cache) --------------------------------------------------
 @triton.jit
 def _write_kv_kernel(
-    key_ptr, value_ptr, key_cache_ptr, value_cache_ptr, slot_ptr,
-    stride_key, stride_value, row_numel, BLOCK: tl.constexpr,
-):  # fmt: skip
+    key_ptr,
+    value_ptr,
+    key_cache_ptr,
+    value_cache_ptr,
+    slot_ptr,
+    stride_key,
+    stride_value,
+    row_numel,
+    BLOCK: tl.constexpr,
+):
     token = tl.program_id(0)
     slot = tl.load(slot_ptr + token).to(tl.int64)
     offs = tl.arange(0, BLOCK)
@@ -50,18 +57,39 @@ def write_kv(key, value, key_cache, value_cache, slot_mapping) -> None:
     value = value.reshape(tokens, -1).to(value_cache.dtype).contiguous()
     row = key.shape[1]
     _write_kv_kernel[(tokens,)](
-        key, value, key_cache, value_cache, slot_mapping.contiguous(),
-        key.stride(0), value.stride(0), row, BLOCK=triton.next_power_of_2(row),
-    )  # fmt: skip
+        key,
+        value,
+        key_cache,
+        value_cache,
+        slot_mapping.contiguous(),
+        key.stride(0),
+        value.stride(0),
+        row,
+        BLOCK=triton.next_power_of_2(row),
+    )
 
 
 # -- the shared inner loop of both attention kernels --------------------------------------
 @triton.jit
 def _attend_tile(
-    q, m_i, l_i, acc, key_cache_ptr, value_cache_ptr, table_row_ptr, kv_head,
-    n, valid, dims, dim_mask, block_size, kv_heads, scale,
-    HEAD_DIM: tl.constexpr, IEEE: tl.constexpr,
-):  # fmt: skip
+    q,
+    m_i,
+    l_i,
+    acc,
+    key_cache_ptr,
+    value_cache_ptr,
+    table_row_ptr,
+    kv_head,
+    n,
+    valid,
+    dims,
+    dim_mask,
+    block_size,
+    kv_heads,
+    scale,
+    HEAD_DIM: tl.constexpr,
+    IEEE: tl.constexpr,
+):
     """One online-softmax update over key positions ``n`` (``valid``: [rows, cols] mask)."""
     col_ok = tl.max(valid.to(tl.int32), 0) > 0
     block = tl.load(table_row_ptr + n // block_size, mask=col_ok, other=0).to(tl.int64)
@@ -90,26 +118,47 @@ def _attend_tile(
 # -- paged decode attention (optionally split-KV) -----------------------------------------
 @triton.jit
 def _decode_kernel(
-    q_ptr, key_cache_ptr, value_cache_ptr, tables_ptr, lens_ptr,
-    out_ptr, max_ptr, sum_ptr,
-    stride_qb, stride_qh, stride_tb, stride_ob, stride_oh, stride_os, stride_mb, stride_mh,
-    block_size, kv_heads, tokens_per_split, scale,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, IEEE: tl.constexpr,
-):  # fmt: skip
+    q_ptr,
+    key_cache_ptr,
+    value_cache_ptr,
+    tables_ptr,
+    lens_ptr,
+    out_ptr,
+    max_ptr,
+    sum_ptr,
+    stride_qb,
+    stride_qh,
+    stride_tb,
+    stride_ob,
+    stride_oh,
+    stride_os,
+    stride_mb,
+    stride_mh,
+    block_size,
+    kv_heads,
+    tokens_per_split,
+    scale,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SPLIT: tl.constexpr,
+    IEEE: tl.constexpr,
+):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
-    context_len = tl.load(lens_ptr + seq)
     start = split * tokens_per_split
-    end = tl.minimum(context_len, start + tokens_per_split)
+    end = tl.minimum(tl.load(lens_ptr + seq), start + tokens_per_split)  # (its context)
     rows = tl.arange(0, BLOCK_G)
     dims = tl.arange(0, BLOCK_D)
     row_mask = rows < GROUP
     dim_mask = dims < HEAD_DIM
     heads = kv_head * GROUP + rows
     q_offs = seq * stride_qb + heads[:, None] * stride_qh + dims[None, :]
-    q = tl.load(q_ptr + q_offs, mask=row_mask[:, None] & dim_mask[None, :], other=0.0)
+    out_mask = row_mask[:, None] & dim_mask[None, :]  # (the query's tile and the output's)
+    q = tl.load(q_ptr + q_offs, mask=out_mask, other=0.0)
     if IEEE:
         q = q.to(tl.float32)
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
@@ -120,10 +169,24 @@ def _decode_kernel(
         n = n0 + tl.arange(0, BLOCK_N)
         valid = (n < end)[None, :] & (rows >= 0)[:, None]
         m_i, l_i, acc = _attend_tile(
-            q, m_i, l_i, acc, key_cache_ptr, value_cache_ptr, table_row, kv_head,
-            n, valid, dims, dim_mask, block_size, kv_heads, scale, HEAD_DIM, IEEE,
-        )  # fmt: skip
-    out_mask = row_mask[:, None] & dim_mask[None, :]
+            q,
+            m_i,
+            l_i,
+            acc,
+            key_cache_ptr,
+            value_cache_ptr,
+            table_row,
+            kv_head,
+            n,
+            valid,
+            dims,
+            dim_mask,
+            block_size,
+            kv_heads,
+            scale,
+            HEAD_DIM,
+            IEEE,
+        )
     if SPLIT:
         o_offs = seq * stride_ob + heads[:, None] * stride_oh + split * stride_os + dims[None, :]
         tl.store(out_ptr + o_offs, acc, mask=out_mask)
@@ -138,10 +201,22 @@ def _decode_kernel(
 
 @triton.jit
 def _combine_splits_kernel(
-    part_ptr, max_ptr, sum_ptr, out_ptr, num_splits,
-    stride_pb, stride_ph, stride_ps, stride_mb, stride_mh, stride_ob, stride_oh,
-    HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
+    part_ptr,
+    max_ptr,
+    sum_ptr,
+    out_ptr,
+    num_splits,
+    stride_pb,
+    stride_ph,
+    stride_ps,
+    stride_mb,
+    stride_mh,
+    stride_ob,
+    stride_oh,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     """Second stage of split-KV: rescale each split's partial sums to the global max."""
     seq = tl.program_id(0)
     head = tl.program_id(1)
@@ -162,8 +237,16 @@ def _combine_splits_kernel(
 
 
 def paged_decode_attention(
-    query, key_cache, value_cache, block_tables, context_lens, scale, num_splits, out, max_len,
-) -> torch.Tensor:  # fmt: skip
+    query,
+    key_cache,
+    value_cache,
+    block_tables,
+    context_lens,
+    scale,
+    num_splits,
+    out,
+    max_len,
+) -> torch.Tensor:
     """See torch_ops.paged_decode_attention (called through ``ops``, which fills in the
     defaults). ``num_splits > 1`` splits each sequence's context into that many ranges
     computed in parallel, then combined (split-KV). ``max_len`` is ``context_lens.max()``
@@ -177,49 +260,91 @@ def paged_decode_attention(
     tokens_per_split = -(-max_len // num_splits)
     tokens_per_split = -(-tokens_per_split // block_n) * block_n
     common = dict(
-        GROUP=group, HEAD_DIM=head_dim, BLOCK_G=_pow2(group), BLOCK_D=_pow2(head_dim),
-        BLOCK_N=block_n, IEEE=query.dtype == torch.float32,
-    )  # fmt: skip
-    grid = (batch, kv_heads, num_splits)
-    if num_splits == 1:
-        _decode_kernel[grid](
-            query, key_cache, value_cache, block_tables, context_lens, out, out, out,
-            query.stride(0), query.stride(1), block_tables.stride(0),
-            out.stride(0), out.stride(1), 0, 0, 0,
-            block_size, kv_heads, tokens_per_split, scale, SPLIT=False, **common,
-        )  # fmt: skip
-        return out
-    part = torch.empty(
-        batch, num_heads, num_splits, head_dim, dtype=torch.float32, device=query.device
+        GROUP=group,
+        HEAD_DIM=head_dim,
+        BLOCK_G=_pow2(group),
+        BLOCK_D=_pow2(head_dim),
+        BLOCK_N=block_n,
+        IEEE=query.dtype == torch.float32,
     )
-    maxes = torch.empty(batch, num_heads, num_splits, dtype=torch.float32, device=query.device)
-    sums = torch.empty_like(maxes)
+    grid = (batch, kv_heads, num_splits)
+    if num_splits == 1:  # the kernel writes the result itself
+        targets, strides = (out, out, out), (out.stride(0), out.stride(1), 0, 0, 0)
+    else:  # each split writes its part, its row maxima and sums; then they are combined
+        shape = (batch, num_heads, num_splits)
+        part = torch.empty(*shape, head_dim, dtype=torch.float32, device=query.device)
+        maxes = torch.empty(*shape, dtype=torch.float32, device=query.device)
+        targets = (part, maxes, torch.empty_like(maxes))
+        strides = (*part.stride()[:3], *maxes.stride()[:2])
     _decode_kernel[grid](
-        query, key_cache, value_cache, block_tables, context_lens, part, maxes, sums,
-        query.stride(0), query.stride(1), block_tables.stride(0),
-        part.stride(0), part.stride(1), part.stride(2), maxes.stride(0), maxes.stride(1),
-        block_size, kv_heads, tokens_per_split, scale, SPLIT=True, **common,
-    )  # fmt: skip
-    _combine_splits_kernel[(batch, num_heads)](
-        part, maxes, sums, out, num_splits,
-        part.stride(0), part.stride(1), part.stride(2), maxes.stride(0), maxes.stride(1),
-        out.stride(0), out.stride(1),
-        HEAD_DIM=head_dim, BLOCK_S=triton.next_power_of_2(num_splits),
-        BLOCK_D=triton.next_power_of_2(head_dim),
-    )  # fmt: skip
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        context_lens,
+        *targets,
+        query.stride(0),
+        query.stride(1),
+        block_tables.stride(0),
+        *strides,
+        block_size,
+        kv_heads,
+        tokens_per_split,
+        scale,
+        SPLIT=num_splits > 1,
+        **common,
+    )
+    if num_splits > 1:
+        _combine_splits(*targets, out, num_splits)
     return out
+
+
+def _combine_splits(part, maxes, sums, out, num_splits: int) -> None:
+    """The result of split-KV decode attention from its splits' parts, maxima and sums."""
+    batch, num_heads, _, head_dim = part.shape
+    _combine_splits_kernel[(batch, num_heads)](
+        part,
+        maxes,
+        sums,
+        out,
+        num_splits,
+        *part.stride()[:3],
+        *maxes.stride()[:2],
+        out.stride(0),
+        out.stride(1),
+        HEAD_DIM=head_dim,
+        BLOCK_S=triton.next_power_of_2(num_splits),
+        BLOCK_D=triton.next_power_of_2(head_dim),
+    )
 
 
 # -- paged prefill attention ----------------------------------------------------------------
 @triton.jit
 def _prefill_kernel(
-    q_ptr, key_cache_ptr, value_cache_ptr, tables_ptr, qsl_ptr, ctx_ptr,
-    tile_chunk_ptr, tile_offset_ptr, out_ptr,
-    stride_qt, stride_qh, stride_tb, stride_ot, stride_oh,
-    block_size, kv_heads, scale,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
-):  # fmt: skip
+    q_ptr,
+    key_cache_ptr,
+    value_cache_ptr,
+    tables_ptr,
+    qsl_ptr,
+    ctx_ptr,
+    tile_chunk_ptr,
+    tile_offset_ptr,
+    out_ptr,
+    stride_qt,
+    stride_qh,
+    stride_tb,
+    stride_ot,
+    stride_oh,
+    block_size,
+    kv_heads,
+    scale,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    IEEE: tl.constexpr,
+):
     tile = tl.program_id(0)
     head = tl.program_id(1)
     kv_head = head // GROUP
@@ -247,9 +372,24 @@ def _prefill_kernel(
         n = n0 + tl.arange(0, BLOCK_N)
         valid = (n[None, :] <= q_pos[:, None]) & (n < kv_end)[None, :]
         m_i, l_i, acc = _attend_tile(
-            q, m_i, l_i, acc, key_cache_ptr, value_cache_ptr, table_row, kv_head,
-            n, valid, dims, dim_mask, block_size, kv_heads, scale, HEAD_DIM, IEEE,
-        )  # fmt: skip
+            q,
+            m_i,
+            l_i,
+            acc,
+            key_cache_ptr,
+            value_cache_ptr,
+            table_row,
+            kv_head,
+            n,
+            valid,
+            dims,
+            dim_mask,
+            block_size,
+            kv_heads,
+            scale,
+            HEAD_DIM,
+            IEEE,
+        )
     out = acc / l_i[:, None]
     o_offs = (q_lo + rows)[:, None].to(tl.int64) * stride_ot + head * stride_oh + dims[None, :]
     out_mask = row_mask[:, None] & dim_mask[None, :]
@@ -272,9 +412,16 @@ def _prefill_tiles(
 
 
 def paged_prefill_attention(
-    query, key_cache, value_cache, block_tables, query_start_loc, context_starts, scale,
-    out, chunk_lens,
-) -> torch.Tensor:  # fmt: skip
+    query,
+    key_cache,
+    value_cache,
+    block_tables,
+    query_start_loc,
+    context_starts,
+    scale,
+    out,
+    chunk_lens,
+) -> torch.Tensor:
     """See torch_ops.paged_prefill_attention (called through ``ops``, which fills in the
     defaults); ``chunk_lens`` are the chunks' lengths as host ints."""
     tokens, num_heads, head_dim = query.shape
@@ -286,21 +433,36 @@ def paged_prefill_attention(
     if tile_chunk.numel() == 0:
         return out
     _prefill_kernel[(tile_chunk.numel(), num_heads)](
-        query, key_cache, value_cache, block_tables, query_start_loc, context_starts,
-        tile_chunk, tile_offset, out,
-        query.stride(0), query.stride(1), block_tables.stride(0), out.stride(0), out.stride(1),
-        block_size, kv_heads, scale,
-        GROUP=num_heads // kv_heads, HEAD_DIM=head_dim, BLOCK_M=block_m,
-        BLOCK_D=_pow2(head_dim), BLOCK_N=32, IEEE=query.dtype == torch.float32,
-    )  # fmt: skip
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        query_start_loc,
+        context_starts,
+        tile_chunk,
+        tile_offset,
+        out,
+        query.stride(0),
+        query.stride(1),
+        block_tables.stride(0),
+        out.stride(0),
+        out.stride(1),
+        block_size,
+        kv_heads,
+        scale,
+        GROUP=num_heads // kv_heads,
+        HEAD_DIM=head_dim,
+        BLOCK_M=block_m,
+        BLOCK_D=_pow2(head_dim),
+        BLOCK_N=32,
+        IEEE=query.dtype == torch.float32,
+    )
     return out
 
 
 # -- copy_blocks ------------------------------------------------------------------------------
 @triton.jit
-def _copy_blocks_kernel(
-    data_ptr, src_ptr, dst_ptr, plane_numel, block_numel, BLOCK: tl.constexpr
-):  # fmt: skip
+def _copy_blocks_kernel(data_ptr, src_ptr, dst_ptr, plane_numel, block_numel, BLOCK: tl.constexpr):
     move = tl.program_id(0)
     plane = tl.program_id(1).to(tl.int64)
     piece = tl.program_id(2)
@@ -320,6 +482,10 @@ def copy_blocks(data, src, dst) -> None:
     piece = min(4096, triton.next_power_of_2(block_numel))
     grid = (src.numel(), layers * two, triton.cdiv(block_numel, piece))
     _copy_blocks_kernel[grid](
-        data, src.contiguous(), dst.contiguous(), num_blocks * block_numel, block_numel,
+        data,
+        src.contiguous(),
+        dst.contiguous(),
+        num_blocks * block_numel,
+        block_numel,
         BLOCK=piece,
-    )  # fmt: skip
+    )

@@ -137,9 +137,12 @@ def usage_adds_up(alloc: Allocator, memory: KVMemory, seqs, blocks, caching: boo
     kept = {sid: [[b for b in table if b != NULL_BLOCK] for table in blocks[sid]] for sid in blocks}
     in_use = {b for sid in device for table in kept[sid] for b in table}
     held = {
-        (b, offset) for sid in device for table in blocks[sid]
-        for b, offset in memory.positions(table, 0, len(seqs[sid].tokens)) if b != NULL_BLOCK
-    }  # fmt: skip
+        (b, offset)
+        for sid in device
+        for table in blocks[sid]
+        for b, offset in memory.positions(table, 0, len(seqs[sid].tokens))
+        if b != NULL_BLOCK
+    }
     for next_tokens in (0, size, alloc.num_blocks * size):
         u = alloc.usage(next_tokens)
         assert min(u) >= 0, f"usage({next_tokens}) has a negative field: {u}"

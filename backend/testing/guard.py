@@ -53,8 +53,12 @@ def guarded_factory(factory: Callable[..., Any], limit_s: float | None = None):
                 setattr(allocator, name, _guarded(method, f"{name}()", limit_s))
         return allocator
 
-    for attribute in ("supports_prefix_caching", "supports_offload_tier", "supports_kv_groups",
-                      "block_table_layout"):
+    for attribute in (
+        "supports_prefix_caching",
+        "supports_offload_tier",
+        "supports_kv_groups",
+        "block_table_layout",
+    ):
         if hasattr(factory, attribute):
             setattr(build, attribute, getattr(factory, attribute))
     return build
@@ -71,8 +75,7 @@ def _guarded(method: Callable, what: str, limit_s: float) -> Callable:
 def _call(function: Callable, what: str, limit_s: float, *args, **kwargs):
     outer = _Calls.current  # a guarded method may call another: keep the outer deadline
     if outer is None:
-        _Calls.current = (f"{what} did not return within {limit_s:g} s",
-                          time.monotonic() + limit_s)  # fmt: skip
+        _Calls.current = (f"{what} did not return within {limit_s:g} s", time.monotonic() + limit_s)
     try:
         return function(*args, **kwargs)
     except SystemExit as err:

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from hypothesis import strategies as st
-
-from backend.base import NULL_BLOCK, ONE_GROUP, Allocator, AllocatorFactory, KVGroup, OutOfBlocks
+from backend.base import NULL_BLOCK, ONE_GROUP, Allocator, AllocatorFactory, OutOfBlocks
 from backend.capabilities import TierSpec
 from backend.testing import checks
 from backend.testing.shadow import KVMemory, Seq
@@ -37,17 +35,6 @@ STAT_NAMES = (
     "refused calls",
     "misuses refused",
 )
-
-#: a sliding window of 1-12 tokens whose prefix cache keeps only the tails a later
-#: request can resume at (vLLM's default) when the window is odd, every block when even
-#: (taken from the window, so that drawing it adds no choice for the shrinker)
-WINDOWS = st.integers(1, 12).map(lambda window: KVGroup(window, 0 if window % 2 else None))
-#: the KV cache groups the machine draws for an allocator that takes them: one full
-#: group 3 times in 4, else 1-3 groups, each full or a window
-KV_GROUP_LAYOUTS = st.one_of(
-    st.just(()), st.just(()), st.just(()),
-    st.lists(WINDOWS | st.just(KVGroup()), min_size=1, max_size=3).map(tuple),
-)  # fmt: skip
 
 
 def supports_offload_tier(factory: AllocatorFactory) -> bool:
@@ -83,9 +70,15 @@ class Harness:
     stats: ClassVar[dict[str, int]] = dict.fromkeys(STAT_NAMES, 0)
 
     def build(
-        self, num_blocks, block_size, num_cpu_blocks, prefix_caching, num_offload_blocks=0,
-        num_disk_blocks=0, kv_groups=(),
-    ) -> None:  # fmt: skip
+        self,
+        num_blocks,
+        block_size,
+        num_cpu_blocks,
+        prefix_caching,
+        num_offload_blocks=0,
+        num_disk_blocks=0,
+        kv_groups=(),
+    ) -> None:
         """Build the allocator under test; an offload tier of ``num_offload_blocks``
         blocks if any, and below it a disk tier of ``num_disk_blocks`` if any; the KV
         cache groups ``kv_groups`` if any."""

@@ -32,6 +32,7 @@ swapped-out sequences, ids reused while live). After every call it checks:
 from __future__ import annotations
 
 import sys
+from functools import partial
 
 import numpy as np
 from hypothesis import strategies as st
@@ -48,8 +49,8 @@ from hypothesis.stateful import (
 from backend.base import ONE_GROUP, AllocatorFactory, ReservingAllocator
 from backend.capabilities import TrustedAllocate, TrustedAppendBatch
 from backend.testing import checks
+from backend.testing.draws import KV_GROUP_LAYOUTS, TOKENS, prompts
 from backend.testing.harness import (
-    KV_GROUP_LAYOUTS,
     STAT_NAMES,
     Harness,
     supports_kv_groups,
@@ -59,20 +60,10 @@ from backend.testing.harness import (
 from backend.testing.shadow import SeqRef
 from backend.transfer import DEVICE_COPY, SWAP_IN, SWAP_OUT
 
-PREFIXES = ((1, 2, 3, 4, 5, 6, 7, 8), (1, 2, 3, 4, 9, 9, 9, 9), (5, 5, 5, 5, 5, 5, 5, 5))
-TOKENS = st.lists(st.integers(0, 3), min_size=1, max_size=4)
 #: at most this many live sequences (a few, so that calls meet the same ones often)
 MAX_LIVE = 6
 #: a token no drawn prompt holds (the final whole-pool prompt never hits the cache)
 FILLER = 99
-
-
-@st.composite
-def prompts(draw, longest: int) -> list[int]:
-    """A prompt of 1 to ``longest`` tokens, most starting with a shared prefix."""
-    prefix = draw(st.sampled_from(PREFIXES))[: draw(st.integers(0, 8))]
-    suffix = draw(st.lists(st.integers(0, 3), max_size=3))
-    return (list(prefix) + suffix)[:longest] or [0]
 
 
 def bound_setup(prefix_caching: bool, offload_tier: bool = False, kv_groups: bool = False):
@@ -80,6 +71,7 @@ def bound_setup(prefix_caching: bool, offload_tier: bool = False, kv_groups: boo
     ``prefix_caching``, then with an offload tier of 0-24 blocks if ``offload_tier``, and
     below that a disk tier of 0-24; 1 time in 3 with several KV cache groups or sliding
     windows of 1-12 tokens if ``kv_groups``, then without swap space or tiers)."""
+
     @initialize(
         num_blocks=st.integers(4, 16),
         block_size=st.integers(1, 4),
@@ -166,15 +158,15 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         )
         # Every other new sequence goes through the engine's unchecked entry where the
         # allocator has one (same command; chosen by id so that no draw changes).
-        trusted = alloc.allocate_trusted if sid % 2 and isinstance(alloc, TrustedAllocate) else None
-        if trusted is not None:
+        if sid % 2 and isinstance(alloc, TrustedAllocate):
             tokens = np.asarray(prompt, dtype=np.int32)
-            done, hit = self.attempt("allocate", trusted, sid, tokens, salt, computed_tokens)
+            command = partial(alloc.allocate_trusted, sid, tokens, salt, computed_tokens)
         else:
-            done, hit = self.attempt(
-                "allocate", alloc.allocate, sid, prompt, salt=salt,
-                max_new_tokens=max_new_tokens, computed_tokens=computed_tokens,
-            )  # fmt: skip
+            options = {"salt": salt, "max_new_tokens": max_new_tokens}
+            command = partial(
+                alloc.allocate, sid, prompt, computed_tokens=computed_tokens, **options
+            )
+        done, hit = self.attempt("allocate", command)
         assert done == possible, f"can_allocate said {possible}; allocate {checks.verb(done)}"
         if not done:
             return multiple()
@@ -397,4 +389,3 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         alloc.allocate(self.next_id, whole)
         alloc.free(self.next_id)
         alloc.check_invariants()
-

@@ -53,9 +53,10 @@ def check_allocator(
     except PluginStopped as err:
         return CheckResult(False, {"runs": 0, "calls": 0}, [], f"PluginStopped: {err}")
     machine = AllocatorStateMachine.for_factory(
-        guarded, prefix_caching=prefix_caching,
+        guarded,
+        prefix_caching=prefix_caching,
         name=name or f"Check{getattr(factory, '__name__', 'Allocator')}",
-    )  # fmt: skip
+    )
     config = Settings(
         max_examples=examples,
         stateful_step_count=steps,

@@ -118,10 +118,13 @@ class KVMemory:
             dropped = [i for i, b in enumerate(blocks) if b == NULL_BLOCK and i >= gone]
             assert not dropped, (
                 f"{seq.name}: block {dropped[0]} of its table {blocks} is released, but "
-                + ("the group is full attention" if window is None else
-                   f"holds tokens in the window of the next token it computes (window "
-                   f"{window}, {seq.computed} computed)")
-            )  # fmt: skip
+                + (
+                    "the group is full attention"
+                    if window is None
+                    else f"holds tokens in the window of the next token it computes (window "
+                    f"{window}, {seq.computed} computed)"
+                )
+            )
             blocks = [b for b in blocks if b != NULL_BLOCK]
         bad = [b for b in blocks if not 0 <= b < pool.shape[0]]
         assert not bad, f"{seq.name}: {where} blocks {bad} outside a pool of {pool.shape[0]}"

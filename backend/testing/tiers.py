@@ -72,8 +72,7 @@ class TierModel:
                 assert dst is CPU, f"a tier store {move} goes from the device to {dst.value}"
                 computed = self.memory.device[int(move.src)]
                 assert (computed != UNWRITTEN).all(), (
-                    f"a tier store {move} copies device block {move.src}, whose KV is not "
-                    "computed"
+                    f"a tier store {move} copies device block {move.src}, whose KV is not computed"
                 )
                 held = _prefix_of(int(move.src), seqs, tables, size)
             else:

@@ -246,10 +246,13 @@ class Driver:
 
         spec = FullAttentionSpec(
             **_kwargs_for(
-                FullAttentionSpec, block_size=cfg["block_size"], num_kv_heads=1, head_size=1,
+                FullAttentionSpec,
+                block_size=cfg["block_size"],
+                num_kv_heads=1,
+                head_size=1,
                 dtype=torch.float32,
             )
-        )  # fmt: skip
+        )
         return KVCacheConfig(
             num_blocks=cfg["num_gpu_blocks"],
             kv_cache_tensors=[],

@@ -17,10 +17,16 @@ EVICTORS: Registry = Registry(
     field="eviction.policy",
     params_field="eviction.params",
     methods=(
-        "on_cached", "on_hit", "on_lookup", "on_removed", "pick_victims", "blocks",
-        "__len__", "__contains__",
+        "on_cached",
+        "on_hit",
+        "on_lookup",
+        "on_removed",
+        "pick_victims",
+        "blocks",
+        "__len__",
+        "__contains__",
     ),
-)  # fmt: skip
+)
 EVICTORS.register("lru")(LeastRecentlyUsed)  # the block manager's default
 
 

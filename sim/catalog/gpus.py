@@ -306,7 +306,7 @@ HARDWARE_PRESETS: dict[str, HardwareSpec] = {
             "bf16": 1307.4 * _TF,
             "fp16": 1307.4 * _TF,
             "fp8": 2614.9 * _TF,
-        },  # fmt: skip
+        },
         mem_bandwidth_bytes_s=5300 * _GB,
         mem_capacity_bytes=192 * 10**9,
         host_link_bytes_s=64 * _GB,

@@ -54,7 +54,7 @@ def kv_layout(kinds: Sequence[tuple[int | None, int]]) -> KVLayout:
     if not counts:
         raise ValueError("a model has at least one layer")
     if len(counts) == 1:
-        (window, count), = counts.items()
+        ((window, count),) = counts.items()
         return KVLayout((KVGroup(window),), count)
     smallest, largest = min(counts.values()), max(counts.values())
     size = largest if largest < smallest * 1.5 else smallest

@@ -189,8 +189,7 @@ def blocks_per_link(moved: MovedBlocks) -> dict[str, int]:
         if link is None:
             src, dst = route
             raise ValueError(
-                f"no link prices moves from {src.value} to {dst.value} "
-                f"(links: {', '.join(blocks)})"
+                f"no link prices moves from {src.value} to {dst.value} (links: {', '.join(blocks)})"
             )
         blocks[link] += count
     return blocks

@@ -21,8 +21,14 @@ class UsageError(UserError):
 
 
 #: What ``pip install -e '.[extra]'`` brings, for the one-line hint when it is missing.
-EXTRAS = {"torch": "real", "triton": "real", "ray": "cluster", "aiohttp": "serve",
-          "prometheus_client": "serve", "hypothesis": "test"}  # fmt: skip
+EXTRAS = {
+    "torch": "real",
+    "triton": "real",
+    "ray": "cluster",
+    "aiohttp": "serve",
+    "prometheus_client": "serve",
+    "hypothesis": "test",
+}
 
 
 def require(module: str, command: str) -> None:

@@ -130,9 +130,7 @@ def read_scenario(path: Path, run_dir: str) -> dict:
     return scenario
 
 
-def read_csv_columns(
-    path: Path, columns, run_dir: str, optional=()
-) -> dict[str, np.ndarray]:
+def read_csv_columns(path: Path, columns, run_dir: str, optional=()) -> dict[str, np.ndarray]:
     """The named columns of one of a run's CSV files as float arrays; UsageError (one
     line naming the file, and the line) if it is missing, unreadable, not UTF-8, not
     CSV, lacks a column (one of ``optional`` absent is all zeros), has a short row or a

@@ -19,6 +19,7 @@ from sim.cli.common import UsageError, output_file
 #: Where the shipped scenarios are (a checkout's scenarios/ folder).
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
+
 #: Policy families in the order a scenario's sections name them.
 def add_commands(subparsers) -> None:
     listing = subparsers.add_parser("list", help="what a scenario can name: presets, policies")

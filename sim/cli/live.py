@@ -22,24 +22,41 @@ def add_commands(subparsers) -> None:
     )
     observe.add_argument("scenario", help="scenario YAML file (its requests are replayed)")
     observe.add_argument(
-        "--endpoint", required=True, metavar="URL",
+        "--endpoint",
+        required=True,
+        metavar="URL",
         help="http://HOST:PORT (the API path is added) or the full /v1/... URL",
-    )  # fmt: skip
-    observe.add_argument("--api", choices=("completions", "chat"), default="completions",
-                         help="/v1/completions (default) or /v1/chat/completions")  # fmt: skip
+    )
     observe.add_argument(
-        "--prompt-mode", choices=("tokens", "text"), default="tokens",
+        "--api",
+        choices=("completions", "chat"),
+        default="completions",
+        help="/v1/completions (default) or /v1/chat/completions",
+    )
+    observe.add_argument(
+        "--prompt-mode",
+        choices=("tokens", "text"),
+        default="tokens",
         help="send prompts as token id lists (default; vLLM takes them) or as text",
-    )  # fmt: skip
+    )
     observe.add_argument("--model", help="the model name to ask for (default: the scenario's)")
-    observe.add_argument("--max-connections", type=int, default=64,
-                         help="requests in flight at most (default 64)")  # fmt: skip
-    observe.add_argument("--time-limit", type=float, default=600.0, metavar="S",
-                         help="stop the replay after S seconds (default 600)")  # fmt: skip
     observe.add_argument(
-        "--request-timeout", type=float, default=60.0, metavar="S",
+        "--max-connections", type=int, default=64, help="requests in flight at most (default 64)"
+    )
+    observe.add_argument(
+        "--time-limit",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="stop the replay after S seconds (default 600)",
+    )
+    observe.add_argument(
+        "--request-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
         help="a request with no byte for S seconds is a timeout (default 60)",
-    )  # fmt: skip
+    )
     observe.add_argument("--out", help="run folder (default runs/<scenario>-observed)")
     observe.add_argument("--force", action="store_true", help="replace the run in --out")
     observe.add_argument("--no-report", action="store_true", help="skip report.html")
@@ -52,11 +69,16 @@ def add_commands(subparsers) -> None:
     )
     serve.add_argument("scenario", help="scenario YAML file (model, pool, scheduler, policies)")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=port, default=8000,
-                       help="port (default 8000; 0 picks a free one and prints it)")  # fmt: skip
+    serve.add_argument(
+        "--port",
+        type=port,
+        default=8000,
+        help="port (default 8000; 0 picks a free one and prints it)",
+    )
     serve.add_argument("--device", choices=("cpu", "cuda"), help="default: the scenario's")
-    serve.add_argument("--threads", type=positive_int, default=1,
-                       help="torch threads on the CPU (default 1)")  # fmt: skip
+    serve.add_argument(
+        "--threads", type=positive_int, default=1, help="torch threads on the CPU (default 1)"
+    )
     serve.add_argument("--model-name", help="the name /v1/models gives (default: the model's)")
     add_scenario_options(serve)
     serve.set_defaults(handler=cmd_serve)
@@ -87,8 +109,11 @@ def cmd_observe(args) -> int:
     from sim.run.folders import FolderExists, check_target
 
     scenario = load(args.scenario, args.overrides, args.seed)
-    _positive(max_connections=args.max_connections, time_limit=args.time_limit,
-              request_timeout=args.request_timeout)  # fmt: skip
+    _positive(
+        max_connections=args.max_connections,
+        time_limit=args.time_limit,
+        request_timeout=args.request_timeout,
+    )
     from sim.live.replay import ReplayOptions, api_url
 
     try:
@@ -108,10 +133,14 @@ def cmd_observe(args) -> int:
     if unreachable:
         raise UsageError(f"--endpoint {args.endpoint}: {unreachable}; nothing was written")
     options = ReplayOptions(
-        url=url, model=args.model or scenario.model.name, api=args.api,
-        prompt_mode=args.prompt_mode, max_connections=args.max_connections,
-        time_limit_s=args.time_limit, request_timeout_s=args.request_timeout,
-    )  # fmt: skip
+        url=url,
+        model=args.model or scenario.model.name,
+        api=args.api,
+        prompt_mode=args.prompt_mode,
+        max_connections=args.max_connections,
+        time_limit_s=args.time_limit,
+        request_timeout_s=args.request_timeout,
+    )
     return _observe(args, scenario, requests, options, out)
 
 
@@ -135,8 +164,16 @@ def _observe(args, scenario, requests, options, out: Path) -> int:
     summary = observed_summary(
         scenario, requests, result.attempts, result, options, DEFAULT_PERCENTILES
     )
-    write_observed(out, scenario, requests, result, summary, html=not args.no_report,
-                   force=args.force, argv=args.argv)  # fmt: skip
+    write_observed(
+        out,
+        scenario,
+        requests,
+        result,
+        summary,
+        html=not args.no_report,
+        force=args.force,
+        argv=args.argv,
+    )
     observed = summary["observed"]
     if not args.quiet:
         from sim.output.tables import format_summary_table

@@ -37,8 +37,9 @@ def cmd_calibrate_observed(args) -> int:
         raise UsageError(str(err)) from None
     model = scenario["model"]
     shape = model_shape_key(SimpleNamespace(**model))
-    fitted.profile.update(model=model["name"], model_shape=shape, device="observed",
-                          observed_run=str(run))  # fmt: skip
+    fitted.profile.update(
+        model=model["name"], model_shape=shape, device="observed", observed_run=str(run)
+    )
     with atomic_file(out) as partial:
         save(fitted, partial)
     print(format_observed_fit(fitted))
@@ -63,8 +64,9 @@ def format_observed_fit(fitted) -> str:
     ]
     lines += [f"  {name:<20} {value:.4g}" for name, value in fitted.coefficients.items() if value]
     lines.append("identified: " + "; ".join(fitted.fit["identified"]))
-    lines.append("not identified (left at 0 or a chosen split): "
-                 + "; ".join(fitted.fit["not_identified"]))  # fmt: skip
+    lines.append(
+        "not identified (left at 0 or a chosen split): " + "; ".join(fitted.fit["not_identified"])
+    )
     return "\n".join(lines)
 
 
@@ -75,8 +77,9 @@ def _read_timings(run: Path):
     from sim.live.fit import Timings
 
     where = str(run)
-    seen = read_csv_columns(run / "observed.csv", ("req_id", "send_s", "first_token_s", "end_s"),
-                            where)  # fmt: skip
+    seen = read_csv_columns(
+        run / "observed.csv", ("req_id", "send_s", "first_token_s", "end_s"), where
+    )
     table = read_csv_columns(run / "requests.csv", ("req_id", "prompt_tokens"), where)
     tokens = read_csv_columns(run / "tokens.csv", ("req_id", "choice", "time_s"), where)
     prompt = dict(zip(table["req_id"].tolist(), table["prompt_tokens"].tolist()))
@@ -89,10 +92,15 @@ def _read_timings(run: Path):
         if np.isnan(end[i]) and mine.size:
             end[i] = mine.max()
     return Timings(
-        seen["req_id"], seen["send_s"], seen["first_token_s"], end,
+        seen["req_id"],
+        seen["send_s"],
+        seen["first_token_s"],
+        end,
         np.array([prompt[r] for r in seen["req_id"].tolist()]),
-        tokens["req_id"], tokens["choice"], tokens["time_s"],
-    )  # fmt: skip
+        tokens["req_id"],
+        tokens["choice"],
+        tokens["time_s"],
+    )
 
 
 def cmd_validate_observed(args) -> int:
@@ -115,10 +123,15 @@ def cmd_validate_observed(args) -> int:
     output_folder(out, "--out")
     simulated, cost_model = _simulate(scenario, args.calibration)
     write_run(simulated, scenario, out / "simulated", html=not args.no_report, force=True)
-    report = build_report(scenario, observed, _as_the_client_saw(simulated.summary, observed),
-                          run=str(run), cost_model=cost_model,
-                          prefix=_prefix_rates(observed, simulated),
-                          series=_series_means(observed, simulated))  # fmt: skip
+    report = build_report(
+        scenario,
+        observed,
+        _as_the_client_saw(simulated.summary, observed),
+        run=str(run),
+        cost_model=cost_model,
+        prefix=_prefix_rates(observed, simulated),
+        series=_series_means(observed, simulated),
+    )
     with atomic_file(out / "validation.json") as partial:
         partial.write_text(json.dumps(report, indent=2, sort_keys=True, allow_nan=False) + "\n")
     print(format_report(report))
@@ -154,8 +167,11 @@ def _prefix_rates(observed: dict, simulated) -> dict | None:
     server = observed.get("observed") or {}
     cached, prompts = server.get("server_cached_prompt_tokens"), server.get("server_prompt_tokens")
     if cached is not None and prompts:
-        return {"recorded": cached / prompts, "replay": simulated.summary.get("prefix_hit_rate"),
-                "over": "cached prompt tokens the server reported, the whole run"}  # fmt: skip
+        return {
+            "recorded": cached / prompts,
+            "replay": simulated.summary.get("prefix_hit_rate"),
+            "over": "cached prompt tokens the server reported, the whole run",
+        }
     return None
 
 
@@ -170,15 +186,21 @@ def _as_the_client_saw(simulated: dict, observed: dict) -> dict:
         return simulated
     shifted = dict(simulated)
     for metric in ("ttft_s", "e2e_s"):
-        shifted[metric] = {q: None if v is None else v + CLIENT_OVERHEAD_S
-                           for q, v in (simulated.get(metric) or {}).items()}  # fmt: skip
+        shifted[metric] = {
+            q: None if v is None else v + CLIENT_OVERHEAD_S
+            for q, v in (simulated.get(metric) or {}).items()
+        }
     return shifted
 
 
 #: Scenario fields that decide the request stream: an observed run of another stream
 #: cannot be compared request for request.
-_STREAM_FIELDS = (("workload",), ("simulation", "seed"), ("simulation", "num_requests"),
-                  ("model", "name"))  # fmt: skip
+_STREAM_FIELDS = (
+    ("workload",),
+    ("simulation", "seed"),
+    ("simulation", "num_requests"),
+    ("model", "name"),
+)
 
 
 def _check_same_requests(scenario, observed_scenario: dict, run: Path) -> None:

@@ -15,6 +15,7 @@ from sim.cli.common import UsageError
 
 __all__ = ["add_commands"]
 
+
 def add_commands(subparsers) -> None:
     """Register ``import-run``. Mutates ``subparsers``."""
     from sim.recorded import FORMATS
@@ -22,14 +23,18 @@ def add_commands(subparsers) -> None:
     cmd = subparsers.add_parser(
         "import-run", help="a real engine's recorded run as an observed run folder + its replay"
     )
-    cmd.add_argument("format", choices=FORMATS,
-                     help="what wrote the run (docs/recorded-runs.md: what each needs)")
+    cmd.add_argument(
+        "format",
+        choices=FORMATS,
+        help="what wrote the run (docs/recorded-runs.md: what each needs)",
+    )
     cmd.add_argument("path", help="the recorded run: its report folder or file")
     cmd.add_argument("--out", required=True, help="the run folder to write")
     cmd.add_argument("--model", help="preset, config.json, or HuggingFace repository name")
     cmd.add_argument("--hardware", help="GPU preset (pagesim list hardware)")
-    cmd.add_argument("--engine-args", metavar="FILE",
-                     help="YAML/JSON of engine arguments the run did not record")  # fmt: skip
+    cmd.add_argument(
+        "--engine-args", metavar="FILE", help="YAML/JSON of engine arguments the run did not record"
+    )
     cmd.add_argument(
         "--metadata",
         metavar="FILE",
@@ -40,12 +45,22 @@ def add_commands(subparsers) -> None:
         metavar="FILE",
         help="lifecycle: the workload JSONL with input_tok_ids (prompt identity)",
     )
-    cmd.add_argument("--benchmark", type=int, metavar="I",
-                     help="guidellm: which benchmark of the report (0 first)")
-    cmd.add_argument("--engine-log", metavar="FILE",
-                     help="the engine's log (vLLM's stats lines: its prefix cache hit rate)")
-    cmd.add_argument("--source", help="how the run's origin is named in its folder (default: "
-                     "PATH), e.g. a repository, commit and path")  # fmt: skip
+    cmd.add_argument(
+        "--benchmark",
+        type=int,
+        metavar="I",
+        help="guidellm: which benchmark of the report (0 first)",
+    )
+    cmd.add_argument(
+        "--engine-log",
+        metavar="FILE",
+        help="the engine's log (vLLM's stats lines: its prefix cache hit rate)",
+    )
+    cmd.add_argument(
+        "--source",
+        help="how the run's origin is named in its folder (default: "
+        "PATH), e.g. a repository, commit and path",
+    )
     cmd.add_argument("--force", action="store_true", help="replace the run in --out")
     cmd.add_argument("--no-report", action="store_true", help="skip report.html")
     cmd.add_argument("--quiet", action="store_true", help="no table")
@@ -63,14 +78,20 @@ def cmd_import_run(args) -> int:
         raise UsageError(f"--out: {err}") from None
     try:
         summary = import_run(
-            args.format, Path(args.path), out, model=args.model, hardware=args.hardware,
+            args.format,
+            Path(args.path),
+            out,
+            model=args.model,
+            hardware=args.hardware,
             engine_args=Path(args.engine_args) if args.engine_args else None,
             metadata=Path(args.metadata) if args.metadata else None,
             prompts=Path(args.prompts) if args.prompts else None,
             engine_log=Path(args.engine_log) if args.engine_log else None,
             benchmark=args.benchmark,
-            force=args.force, html=not args.no_report, source=args.source,
-        )  # fmt: skip
+            force=args.force,
+            html=not args.no_report,
+            source=args.source,
+        )
     except RecordError as err:
         raise UsageError(str(err)) from None
     if not args.quiet:
@@ -152,8 +173,10 @@ def _fit_table(fit) -> str:
     lines += [f"  {name:<30} {value:.4g}" for name, value in fit.values.items()]
     lines.append(f"  {'client overhead (ms)':<30} {1e3 * fit.client_overhead_s:.1f}")
     lines += [f"  not identified: {name}: {why}" for name, why in fit.not_identified.items()]
-    lines.append(f"mean |log error| over every figure: {fit.loss_before:.3f} -> "
-                 f"{fit.loss_after:.3f} ({fit.evaluations} evaluations)")  # fmt: skip
+    lines.append(
+        f"mean |log error| over every figure: {fit.loss_before:.3f} -> "
+        f"{fit.loss_after:.3f} ({fit.evaluations} evaluations)"
+    )
     return "\n".join(lines)
 
 
@@ -165,8 +188,9 @@ def _holdout_table(runs, calibration: Path, shift: float) -> str:
     for run in runs:
         for label, path in (("datasheet", None), ("calibrated", calibration)):
             recorded, requests, windows, timeout = simulate_run(run, path, None)
-            simulated = figures(requests, windows, timeout_s=timeout,
-                                shift_s=shift if path else 0.0)  # fmt: skip
+            simulated = figures(
+                requests, windows, timeout_s=timeout, shift_s=shift if path else 0.0
+            )
             mape = compare(recorded, simulated)["mape"]
             shown = "n/a" if mape is None else f"{100 * mape:.1f}%"
             lines.append(f"  {run.name:<32} {label:<11} MAPE {shown}")

@@ -77,20 +77,28 @@ def _add_calibrate(sub) -> None:
     cmd = sub.add_parser("calibrate", help="fit the calibrated cost model to a profile CSV")
     cmd.add_argument("profile", nargs="?", help="CSV written by `pagesim profile`")
     cmd.add_argument(
-        "--observed", metavar="RUN", nargs="+",
+        "--observed",
+        metavar="RUN",
+        nargs="+",
         help="fit to a `pagesim observe` run instead, or to recorded runs of one GPU "
         "(`pagesim import-run` folders): their physical figures, as a calibration file",
-    )  # fmt: skip
-    cmd.add_argument("--holdout", metavar="RUN", nargs="+", default=[],
-                     help="recorded runs to report the fit's error on, not to fit")  # fmt: skip
+    )
+    cmd.add_argument(
+        "--holdout",
+        metavar="RUN",
+        nargs="+",
+        default=[],
+        help="recorded runs to report the fit's error on, not to fit",
+    )
     cmd.add_argument(
         "--max-evaluations",
         type=int,
         default=40,
         help="recorded runs: how many simulations of the runs the fit may spend",
     )
-    cmd.add_argument("--out", help="(default calibration.json; recorded runs: "
-                     "<gpu>-calibration.yaml)")  # fmt: skip
+    cmd.add_argument(
+        "--out", help="(default calibration.json; recorded runs: <gpu>-calibration.yaml)"
+    )
     cmd.add_argument(
         "--statistic",
         default="min_s",
@@ -132,8 +140,9 @@ def _check_positive(**values) -> None:
 
 def _check_timing_options(args, **positive) -> None:
     """The timing options' ranges (and ``positive``'s, each >= 1); UsageError if not."""
-    _check_positive(repeats=args.repeats, threads=args.threads, max_context=args.max_context,
-                    **positive)  # fmt: skip
+    _check_positive(
+        repeats=args.repeats, threads=args.threads, max_context=args.max_context, **positive
+    )
     if args.warmup < 0:
         raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
     cpus = os.cpu_count() or 1
@@ -152,8 +161,9 @@ def _check_model_limits(args, model, block_size: int) -> None:
             )
 
 
-def _profile_rows(model, *, block_size, device, dtype, max_num_seqs, max_batched_tokens,
-                  args, seed, progress):  # fmt: skip
+def _profile_rows(
+    model, *, block_size, device, dtype, max_num_seqs, max_batched_tokens, args, seed, progress
+):
     """Run the grid for these limits; raises UsageError for an absent CUDA device."""
     from sim.hil.profiling import default_grid, profile
 
@@ -164,13 +174,24 @@ def _profile_rows(model, *, block_size, device, dtype, max_num_seqs, max_batched
             raise UsageError("--device cuda, but no CUDA device is available")
     max_context = args.max_context or min(model.max_model_len, 1024)
     shapes = default_grid(
-        max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
-        max_context=max_context, block_size=block_size, quick=args.quick,
-    )  # fmt: skip
+        max_num_seqs=max_num_seqs,
+        max_batched_tokens=max_batched_tokens,
+        max_context=max_context,
+        block_size=block_size,
+        quick=args.quick,
+    )
     return profile(
-        model, shapes, block_size=block_size, device=device, dtype=dtype, warmup=args.warmup,
-        repeats=args.repeats, seed=seed, cpu_threads=args.threads or 1, progress=progress,
-    )  # fmt: skip
+        model,
+        shapes,
+        block_size=block_size,
+        device=device,
+        dtype=dtype,
+        warmup=args.warmup,
+        repeats=args.repeats,
+        seed=seed,
+        cpu_threads=args.threads or 1,
+        progress=progress,
+    )
 
 
 def cmd_profile(args) -> int:
@@ -197,9 +218,16 @@ def cmd_profile(args) -> int:
     _check_model_limits(args, model, block_size)
     require("torch", "profile")  # after every check that does not need it
     rows = _profile_rows(
-        model, block_size=block_size, device=device, dtype=dtype, max_num_seqs=limits[0],
-        max_batched_tokens=limits[1], args=args, seed=seed, progress=not args.quiet,
-    )  # fmt: skip
+        model,
+        block_size=block_size,
+        device=device,
+        dtype=dtype,
+        max_num_seqs=limits[0],
+        max_batched_tokens=limits[1],
+        args=args,
+        seed=seed,
+        progress=not args.quiet,
+    )
     with atomic_file(out) as partial:
         write_profile(rows, partial)
     print(f"profiled {len(rows)} step shapes of {model.name} on {device}; wrote {out}")
@@ -289,11 +317,16 @@ def cmd_validate(args) -> int:
         if not args.quiet:
             print(f"no --calibration: profiling {scenario.model.name} on {device} first")
         rows = _profile_rows(
-            scenario.model, block_size=scenario.cache.block_size, device=device,
-            dtype=scenario.backend.dtype, max_num_seqs=scenario.scheduler.max_num_seqs,
-            max_batched_tokens=scenario.scheduler.max_num_batched_tokens, args=args,
-            seed=scenario.simulation.seed, progress=not args.quiet,
-        )  # fmt: skip
+            scenario.model,
+            block_size=scenario.cache.block_size,
+            device=device,
+            dtype=scenario.backend.dtype,
+            max_num_seqs=scenario.scheduler.max_num_seqs,
+            max_batched_tokens=scenario.scheduler.max_num_batched_tokens,
+            args=args,
+            seed=scenario.simulation.seed,
+            progress=not args.quiet,
+        )
         profile_path = out / "profile.csv"
         with atomic_file(profile_path) as partial:
             write_profile(rows, partial)
@@ -302,9 +335,12 @@ def cmd_validate(args) -> int:
             print(format_calibration(fitted))
     try:
         result = run_validation(
-            scenario, fitted, step_repeats=args.step_repeats, cpu_threads=args.threads or 1,
+            scenario,
+            fitted,
+            step_repeats=args.step_repeats,
+            cpu_threads=args.threads or 1,
             progress=not args.quiet,
-        )  # fmt: skip
+        )
     except ScenarioError as err:
         raise UsageError(str(err)) from None
     write_validation(result, out, html=not args.no_report)

@@ -88,7 +88,8 @@ def check_memory(scenario) -> None:
         "simulation.num_requests": expected_requests(scenario) * BYTES_PER_REQUEST,
         "cache.num_blocks": scenario.routing.replicas * device * per_block,
         "cache.num_cpu_blocks": scenario.routing.replicas * cpu * per_block,
-        "cache.offload": per_block * sum(
+        "cache.offload": per_block
+        * sum(
             n if spec.cluster_wide else scenario.routing.replicas * n
             for spec, n in zip(cache.offload, offload, strict=True)
         ),

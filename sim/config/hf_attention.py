@@ -30,8 +30,7 @@ def refuse_chunked_attention(reader: Any) -> None:
     if reader.raw.get("attention_chunk_size") is not None:
         raise reader.fail(
             "attention_chunk_size",
-            "chunked local attention (Llama 4) is not modelled: its layers keep KV chunk "
-            "by chunk",
+            "chunked local attention (Llama 4) is not modelled: its layers keep KV chunk by chunk",
         )
 
 
@@ -45,8 +44,9 @@ def read_attention(reader: Any) -> dict[str, Any]:
     types = reader.raw.get("layer_types")
     if types is None and reader.raw.get("sliding_window_pattern") is not None:
         every = reader.count("sliding_window_pattern")
-        types = ["full_attention" if (i + 1) % every == 0 else "sliding_attention"
-                 for i in range(layers)]  # fmt: skip
+        types = [
+            "full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(layers)
+        ]
     if types is None:
         return {"sliding_window": window}
     if not isinstance(types, list) or any(kind not in LAYER_TYPES for kind in types):

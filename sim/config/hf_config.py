@@ -348,8 +348,9 @@ class _Reader:
         if not isinstance(value, dict):
             raise self.fail("rope_scaling", f"expected an object or null, got {_shown(value)}")
         if _depth(value) > MAX_RECORD_DEPTH:  # kept for the record only: a flat object
-            raise self.fail("rope_scaling", f"expected an object nested at most "
-                                            f"{MAX_RECORD_DEPTH} deep")  # fmt: skip
+            raise self.fail(
+                "rope_scaling", f"expected an object nested at most {MAX_RECORD_DEPTH} deep"
+            )
         return value
 
     def _no_projection(self, out: dict[str, Any]) -> None:

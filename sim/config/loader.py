@@ -49,8 +49,9 @@ def validate_scenario(raw: dict, source: str = "<scenario>", *, base_dir: Path |
     try:
         scenario = Scenario.model_validate(raw, context=context)
     except ValidationError as err:
-        raise ScenarioError(format_validation_error(err, source, raw),
-                            error_path(err, raw)) from None  # fmt: skip
+        raise ScenarioError(
+            format_validation_error(err, source, raw), error_path(err, raw)
+        ) from None
     scenario._source = source
     scenario._base_dir = Path(context["base_dir"])
     return scenario

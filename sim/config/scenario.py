@@ -195,9 +195,14 @@ class Scenario(StrictModel):
         except ValueError as err:
             raise error_at("tensor_parallel", str(err)) from None
         if self.cache.num_blocks is not None:
-            problem = check_given_pool(self.model, self.hardware, self.tensor_parallel, blocks,
-                                       self.cache.block_size,
-                                       self.cache.kv_element_bytes(self.model))  # fmt: skip
+            problem = check_given_pool(
+                self.model,
+                self.hardware,
+                self.tensor_parallel,
+                blocks,
+                self.cache.block_size,
+                self.cache.kv_element_bytes(self.model),
+            )
             if problem is not None:
                 raise error_at(*problem)
         self._check_model_support()
@@ -287,9 +292,12 @@ class Scenario(StrictModel):
             ("backend.kind", self.backend.kind == "torch"),
         ):
             if used:
-                raise error_at(field, f"{what}: swap space, offload tiers and the real "
-                                      "backend do not move its tables yet; or set "
-                                      "model.sliding_window: off")  # fmt: skip
+                raise error_at(
+                    field,
+                    f"{what}: swap space, offload tiers and the real "
+                    "backend do not move its tables yet; or set "
+                    "model.sliding_window: off",
+                )
         if self.cost_model.kind != "analytic":
             raise error_at(
                 "cost_model.kind",

@@ -170,9 +170,12 @@ class AnalyticCostModel:
         block_bytes = model.kv_block_bytes(block_size, tp, kv_element_bytes)
         # Sliding-window layers read at most their window (sim/costs/windows.py).
         self._windows = WindowedAttention.of(
-            model, self.kernels, self._heads, self._attention_head_dim,
+            model,
+            self.kernels,
+            self._heads,
+            self._attention_head_dim,
             self._kv_bytes_per_layer_token,
-        )  # fmt: skip
+        )
         # Seconds one block takes on each link a transfer's route crosses (ROUTE_LINKS).
         self._s_per_block_on = {
             HOST_LINK: block_bytes / hardware.host_link_bytes_s,
@@ -297,9 +300,7 @@ class AnalyticCostModel:
         moved: MovedBlocks = NO_MOVES,
     ) -> StepCost:
         """Like :meth:`predict`, split by cause."""
-        return StepCost._make(
-            self._parts_of(prefill_chunks, decode_context_lens, moved)
-        )
+        return StepCost._make(self._parts_of(prefill_chunks, decode_context_lens, moved))
 
     def _parts_of(
         self,

@@ -136,9 +136,12 @@ class GpuKernels:
 
     # -- attention ----------------------------------------------------------------------
     def prefill_attention(
-        self, chunks: Sequence[tuple[int, int]], heads: int, head_dim: int,
+        self,
+        chunks: Sequence[tuple[int, int]],
+        heads: int,
+        head_dim: int,
         window: int | None = None,
-    ) -> float:  # fmt: skip
+    ) -> float:
         """Causal attention of prefill ``chunks`` (``(cached, new)`` tokens) over
         ``heads`` query heads of ``head_dim`` (module doc); ``window``: a sliding window
         of that many tokens, so a q-tile visits at most the KV tiles the window spans

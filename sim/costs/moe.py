@@ -103,8 +103,13 @@ def expected_tiles(tokens: int, share: float, rows: int) -> float:
     high = min(tokens, int(mean + 12.0 * sd + 16.0))
     mode = min(tokens, int((tokens + 1) * share))
     odds = share / (1.0 - share)
-    log_mode = (math.lgamma(tokens + 1) - math.lgamma(mode + 1) - math.lgamma(tokens - mode + 1)
-                + mode * math.log(share) + (tokens - mode) * math.log1p(-share))  # fmt: skip
+    log_mode = (
+        math.lgamma(tokens + 1)
+        - math.lgamma(mode + 1)
+        - math.lgamma(tokens - mode + 1)
+        + mode * math.log(share)
+        + (tokens - mode) * math.log1p(-share)
+    )
     p_mode = math.exp(log_mode)
     up = np.arange(mode + 1, high + 1, dtype=np.float64)
     p_up = p_mode * np.cumprod((tokens - up + 1.0) / up * odds)  # P(n) / P(n - 1)

@@ -28,8 +28,14 @@ class WindowedAttention(NamedTuple):
     kinds: tuple[tuple[int | None, int], ...]
 
     @classmethod
-    def of(cls, model: ModelSpec, kernels: GpuKernels, heads: int, head_dim: int,
-           kv_bytes_per_layer_token: int) -> WindowedAttention | None:  # fmt: skip
+    def of(
+        cls,
+        model: ModelSpec,
+        kernels: GpuKernels,
+        heads: int,
+        head_dim: int,
+        kv_bytes_per_layer_token: int,
+    ) -> WindowedAttention | None:
         """The windowed attention of ``model``; None if every layer is full attention."""
         kinds = model.attention_kinds()
         if all(window is None for window, _ in kinds):

@@ -96,13 +96,24 @@ class Replica:
         self._memory = Memory(self._state, config, policies, outputs, self.view)
         self._planner = StepPlanner(self._state, config, policies, self._memory, outputs, self.view)
         self._completion = Completion(
-            self._state, self._memory, outputs, self._finished, policies.served_tokens,
+            self._state,
+            self._memory,
+            outputs,
+            self._finished,
+            policies.served_tokens,
             lag_frees=config.rules.frees_lag(config.async_scheduling),
-        )  # fmt: skip
+        )
         parts = StretchParts(
-            index, self._state, self._planner, self._memory, self._completion.gaps, executor,
-            outputs, policies, steps,
-        )  # fmt: skip
+            index,
+            self._state,
+            self._planner,
+            self._memory,
+            self._completion.gaps,
+            executor,
+            outputs,
+            policies,
+            steps,
+        )
         self._fast = FastForward(parts, fast_forward)
         self.horizon: Callable[[], float] = lambda: math.inf  # set by the cluster
         self._deadlines = Deadlines(config.request_timeout_s)

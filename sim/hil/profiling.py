@@ -228,9 +228,13 @@ def profile(
     num_blocks = max(shape.blocks_needed(block_size) for shape in shapes)
     allocator = BlockManager(num_blocks, block_size)
     executor = PagedExecutor.from_spec(
-        model_spec, allocator, device=device, dtype=dtype, seed=seed,
+        model_spec,
+        allocator,
+        device=device,
+        dtype=dtype,
+        seed=seed,
         cpu_threads=cpu_threads if device == "cpu" else None,
-    )  # fmt: skip
+    )
     rng = np.random.default_rng(seed)
     common = {
         "device": device,
@@ -247,10 +251,17 @@ def profile(
     ):
         p10, median, p90 = np.percentile(seconds, [10, 50, 90])
         rows.append(
-            {"kind": shape.kind, **asdict(shape), "min_s": float(seconds.min()),
-             "median_s": float(median), "p10_s": float(p10),
-             "p90_s": float(p90), "repeats": repeats, **common}
-        )  # fmt: skip
+            {
+                "kind": shape.kind,
+                **asdict(shape),
+                "min_s": float(seconds.min()),
+                "median_s": float(median),
+                "p10_s": float(p10),
+                "p90_s": float(p90),
+                "repeats": repeats,
+                **common,
+            }
+        )
         bar.update(done)
     bar.close()
     return rows

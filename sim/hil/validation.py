@@ -107,8 +107,10 @@ def end_to_end_errors(measured: dict, predicted: dict) -> dict[str, dict[str, fl
         for quantile in _QUANTILES:
             real, model = measured[metric][quantile], predicted[metric][quantile]
             out[f"{metric}.{quantile}"] = {
-                "measured": real, "predicted": model, "rel_error": _relative(model, real)
-            }  # fmt: skip
+                "measured": real,
+                "predicted": model,
+                "rel_error": _relative(model, real),
+            }
     for metric in _THROUGHPUTS:
         real, model = measured[metric], predicted[metric]
         out[metric] = {"measured": real, "predicted": model, "rel_error": _relative(model, real)}
@@ -176,11 +178,8 @@ def run_validation(
     features = np.array([step_features(*r.shape) for r in records]).reshape(-1, len(FEATURES))
     predictions = {
         "calibrated": calibration.predict(features),
-        "analytic": np.array([
-            analytic.predict(*r.shape)
-            for r in records
-        ]),
-    }  # fmt: skip
+        "analytic": np.array([analytic.predict(*r.shape) for r in records]),
+    }
     validation = Validation(
         scenario, calibration, records, features, runs, predictions, step_repeats
     )

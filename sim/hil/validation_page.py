@@ -87,11 +87,19 @@ def _value(key: str, value: float | None) -> str:
 def _error_table(report: dict[str, Any]) -> str:
     per_step = report["per_step"]
     rows = [
-        ["per-step mean absolute error (MAPE)", "", _pct(per_step["calibrated"]["mape"], False),
-         _pct(per_step["analytic"]["mape"], False)],
-        ["per-step p90 absolute error", "", _pct(per_step["calibrated"]["p90_ape"], False),
-         _pct(per_step["analytic"]["p90_ape"], False)],
-    ]  # fmt: skip
+        [
+            "per-step mean absolute error (MAPE)",
+            "",
+            _pct(per_step["calibrated"]["mape"], False),
+            _pct(per_step["analytic"]["mape"], False),
+        ],
+        [
+            "per-step p90 absolute error",
+            "",
+            _pct(per_step["calibrated"]["p90_ape"], False),
+            _pct(per_step["analytic"]["p90_ape"], False),
+        ],
+    ]
     e2e = report["end_to_end"]
     for key, measured in e2e["calibrated"].items():
         cells = [METRIC_NAMES.get(key, key), _value(key, measured["measured"])]
@@ -113,11 +121,17 @@ def _facts(report: dict[str, Any]) -> list[tuple[str, str]]:
         ("measured steps", f"{report['num_measured_steps']:,}"),
         ("date (UTC)", str(report["date"])),
         ("load average (before, after)", ", ".join(str(v) for v in load)),
-        ("calibration held-out MAPE", f"{_pct(fit.get('heldout_mape'), False)} "
-         f"({fit.get('heldout_rows', '?')} of {fit.get('rows', '?')} shapes)"),
-        ("target", f"per-step MAPE and p50 TTFT/TPOT within {100 * target['bound']:.0f}%: "
-         + ("met" if target["met"] else "NOT met")),
-    ]  # fmt: skip
+        (
+            "calibration held-out MAPE",
+            f"{_pct(fit.get('heldout_mape'), False)} "
+            f"({fit.get('heldout_rows', '?')} of {fit.get('rows', '?')} shapes)",
+        ),
+        (
+            "target",
+            f"per-step MAPE and p50 TTFT/TPOT within {100 * target['bound']:.0f}%: "
+            + ("met" if target["met"] else "NOT met"),
+        ),
+    ]
 
 
 def _kind_table(report: dict[str, Any]) -> str:
@@ -168,24 +182,37 @@ def _scatter_figure(validation):
     keep = downsample_indices(measured_ms.size)
     fig = go.Figure()
     for name, predicted in validation.predictions.items():
-        fig.add_trace(go.Scatter(
-            x=measured_ms[keep], y=predicted[keep] * 1e3, mode="markers", name=name,
-            marker={"size": 5, "opacity": 0.6, "color": _COLOURS[name]},
-        ))  # fmt: skip
+        fig.add_trace(
+            go.Scatter(
+                x=measured_ms[keep],
+                y=predicted[keep] * 1e3,
+                mode="markers",
+                name=name,
+                marker={"size": 5, "opacity": 0.6, "color": _COLOURS[name]},
+            )
+        )
     every = np.concatenate([measured_ms] + [p * 1e3 for p in validation.predictions.values()])
     positive = every[every > 0]
     if positive.size:
         low, high = float(positive.min()), float(positive.max())
-        fig.add_trace(go.Scatter(x=[low, high], y=[low, high], mode="lines", name="identity",
-                                 line={"color": "grey", "dash": "dash"}))  # fmt: skip
+        fig.add_trace(
+            go.Scatter(
+                x=[low, high],
+                y=[low, high],
+                mode="lines",
+                name="identity",
+                line={"color": "grey", "dash": "dash"},
+            )
+        )
     else:
         mark_empty(fig, "no data: no step was measured")
     fig.update_layout(
         title="Step time: predicted vs measured (each step the measured run executed)",
         xaxis={"title": "measured (ms)", "type": "log"},
         yaxis={"title": "predicted (ms)", "type": "log"},
-        template="plotly_white", height=520,
-    )  # fmt: skip
+        template="plotly_white",
+        height=520,
+    )
     return fig
 
 
@@ -204,10 +231,18 @@ def _cdf_figure(validation):
                 continue
             line = {"color": _COLOURS[name], "shape": "hv"}
             fig.add_trace(
-                go.Scatter(x=values, y=fraction, mode="lines", name=name, legendgroup=name,
-                           showlegend=col == 1, line=line),
-                row=1, col=col,
-            )  # fmt: skip
+                go.Scatter(
+                    x=values,
+                    y=fraction,
+                    mode="lines",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=col == 1,
+                    line=line,
+                ),
+                row=1,
+                col=col,
+            )
             drawn = True
         finish_cdf_panel(fig, col, drawn, f"none: no request has a {label}", top=1.02)
     fig.update_yaxes(title_text="fraction of requests", row=1, col=1)

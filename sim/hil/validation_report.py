@@ -90,7 +90,11 @@ def _write_steps(validation: Validation, path: Path) -> None:
         )
         for index, record in enumerate(validation.records):
             writer.writerow(
-                [index, *(f"{v:g}" for v in validation.features[index]),
-                 f"{record.measured_s:.9g}",
-                 f"{calibrated[index]:.9g}", f"{analytic[index]:.9g}"]
-            )  # fmt: skip
+                [
+                    index,
+                    *(f"{v:g}" for v in validation.features[index]),
+                    f"{record.measured_s:.9g}",
+                    f"{calibrated[index]:.9g}",
+                    f"{analytic[index]:.9g}",
+                ]
+            )

@@ -208,24 +208,26 @@ def _parse_requests(path: str):
             ids.append(_prompt_id(path, line_no, row.get("prompt"), inputs[-1], known))
             if "hash_ids" in row:
                 if ids[-1] >= 0:
-                    raise TraceError(f"{path}:{line_no}: hash_ids: a row gives a prompt key "
-                                     "or hash_ids, not both")  # fmt: skip
+                    raise TraceError(
+                        f"{path}:{line_no}: hash_ids: a row gives a prompt key "
+                        "or hash_ids, not both"
+                    )
                 hashes.append(_hash_ids(path, line_no, row["hash_ids"]))
             else:
                 hashes.append(empty)
     has_hashes = any(h.size for h in hashes)
     if has_hashes and any(i >= 0 for i in ids):
         first = next(line for line, i in zip(lines, ids) if i >= 0)
-        raise TraceError(f"{path}:{first}: prompt: a trace gives prompt keys or hash_ids, "
-                         "not both")  # fmt: skip
+        raise TraceError(f"{path}:{first}: prompt: a trace gives prompt keys or hash_ids, not both")
     return times, lines, inputs, outputs, tuple(hashes) if has_hashes else None, ids
 
 
 def _seconds(path: str, line_no: int, value: Any) -> float:
     ok = isinstance(value, int | float) and not isinstance(value, bool)
     if not ok or not math.isfinite(value):
-        raise TraceError(f"{path}:{line_no}: arrival_s: expected a finite number of seconds, "
-                         f"got {_shown(value)}")  # fmt: skip
+        raise TraceError(
+            f"{path}:{line_no}: arrival_s: expected a finite number of seconds, got {_shown(value)}"
+        )
     return float(value)
 
 
@@ -233,8 +235,10 @@ def _prompt_id(path: str, line_no: int, value: Any, tokens: int, known: dict) ->
     if value is None:
         return -1
     if isinstance(value, bool) or not isinstance(value, str | int) or len(str(value)) > 200:
-        raise TraceError(f"{path}:{line_no}: prompt: expected a string or integer key of at "
-                         f"most 200 characters, got {_shown(value)}")  # fmt: skip
+        raise TraceError(
+            f"{path}:{line_no}: prompt: expected a string or integer key of at "
+            f"most 200 characters, got {_shown(value)}"
+        )
     key = (type(value).__name__, value)
     if key not in known:
         known[key] = (len(known), tokens, line_no)

@@ -127,9 +127,14 @@ def parse(body: Any, *, chat: bool, vocab_size: int, max_model_len: int) -> Ask:
     if not isinstance(options, dict):
         raise BadRequest("stream_options: expected an object")
     return Ask(
-        prompt, max_tokens, n, bool(body.get("stream", False)),
-        bool(options.get("include_usage", False)), priority, tenant_of(body.get("cache_salt")),
-    )  # fmt: skip
+        prompt,
+        max_tokens,
+        n,
+        bool(body.get("stream", False)),
+        bool(options.get("include_usage", False)),
+        priority,
+        tenant_of(body.get("cache_salt")),
+    )
 
 
 def token_text(token_id: int) -> str:
@@ -159,8 +164,11 @@ class Chunks:
 
     def _choice(self, index: int, text: str, finish: str | None) -> dict:
         if self.chat:
-            return {"index": index, "delta": {"content": text} if text else {},
-                    "finish_reason": finish}  # fmt: skip
+            return {
+                "index": index,
+                "delta": {"content": text} if text else {},
+                "finish_reason": finish,
+            }
         return {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
 
     def tokens(self, index: int, text: str) -> dict:
@@ -183,8 +191,14 @@ class Chunks:
             else:
                 choice.update(text=text, logprobs=None)
             choices.append(choice)
-        return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
-                "choices": choices, "usage": usage}  # fmt: skip
+        return {
+            "id": self.id,
+            "object": kind,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            "usage": usage,
+        }
 
 
 def usage_of(prompt: int, completion: int, cached: int) -> dict:

@@ -40,8 +40,11 @@ def _relative(simulated, observed) -> float | None:
 
 
 def _row(observed, simulated) -> dict[str, float | None]:
-    return {"observed": observed, "simulated": simulated,
-            "rel_error": _relative(simulated, observed)}  # fmt: skip
+    return {
+        "observed": observed,
+        "simulated": simulated,
+        "rel_error": _relative(simulated, observed),
+    }
 
 
 def _itl_s(summary: dict, key: str) -> float | None:
@@ -63,8 +66,10 @@ def compare_runs(observed: dict, simulated: dict) -> dict[str, Any]:
         metrics[f"itl_s.{quantile}"] = _row(_itl_s(observed, key), _itl_s(simulated, key))
     for metric in _THROUGHPUTS:
         metrics[metric] = _row(observed.get(metric), simulated.get(metric))
-    verdict = {side: (summary.get("steady_state") or {}).get("verdict")
-               for side, summary in (("observed", observed), ("simulated", simulated))}  # fmt: skip
+    verdict = {
+        side: (summary.get("steady_state") or {}).get("verdict")
+        for side, summary in (("observed", observed), ("simulated", simulated))
+    }
     counts = {
         side: {key: summary.get(key) for key in ("num_requests", "num_finished", "num_rejected")}
         for side, summary in (("observed", observed), ("simulated", simulated))
@@ -75,8 +80,11 @@ def compare_runs(observed: dict, simulated: dict) -> dict[str, Any]:
 def mape(metrics: dict[str, dict]) -> dict[str, Any]:
     """``{"value", "figures"}``: the mean absolute relative error over the
     :data:`MAPE_FIGURES` both sides have, and how many that was (value None: none)."""
-    errors = [abs(metrics[name]["rel_error"]) for name in MAPE_FIGURES
-              if name in metrics and metrics[name]["rel_error"] is not None]  # fmt: skip
+    errors = [
+        abs(metrics[name]["rel_error"])
+        for name in MAPE_FIGURES
+        if name in metrics and metrics[name]["rel_error"] is not None
+    ]
     return {"value": sum(errors) / len(errors) if errors else None, "figures": len(errors)}
 
 
@@ -85,9 +93,16 @@ def mape(metrics: dict[str, dict]) -> dict[str, Any]:
 PREFIX_WARN_POINTS = 5.0
 
 
-def build_report(scenario, observed: dict, simulated: dict, *, run: str, cost_model: dict,
-                 prefix: dict | None = None,
-                 series: dict | None = None) -> dict[str, Any]:  # fmt: skip
+def build_report(
+    scenario,
+    observed: dict,
+    simulated: dict,
+    *,
+    run: str,
+    cost_model: dict,
+    prefix: dict | None = None,
+    series: dict | None = None,
+) -> dict[str, Any]:
     """validation.json of ``validate --observed`` (JSON-ready); ``prefix``: the prefix
     cache hit rates of both, ``{recorded, replay, over}`` (None: neither known);
     ``series``: the recording's time series against the replay's, time-averaged,
@@ -123,8 +138,10 @@ def format_report(report: dict[str, Any]) -> str:
     ]
     for metric, row in report["metrics"].items():
         error = "n/a" if row["rel_error"] is None else f"{100 * row['rel_error']:+.1f}%"
-        lines.append(f"| {metric} | {_ms(row['observed'], metric)} | "
-                     f"{_ms(row['simulated'], metric)} | {error} |")  # fmt: skip
+        lines.append(
+            f"| {metric} | {_ms(row['observed'], metric)} | "
+            f"{_ms(row['simulated'], metric)} | {error} |"
+        )
     verdict, counts = report["verdict"], report["counts"]
     real, model = verdict["observed"], verdict["simulated"]
     same = "n/a" if real is None or model is None else ("same" if real == model else "differs")
@@ -139,10 +156,13 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"verdict {_VERDICTS[side]}")
     lines += _prefix_lines(report.get("prefix_hit_rate"))
     if report.get("series"):
-        cells = "   ".join(f"{name} {a:,.1f} / {b:,.1f}" for name, (a, b) in
-                           report["series"].items())  # fmt: skip
-        lines.append(f"step level (the engine's own time series, time-averaged; recorded / "
-                     f"simulated): {cells}")
+        cells = "   ".join(
+            f"{name} {a:,.1f} / {b:,.1f}" for name, (a, b) in report["series"].items()
+        )
+        lines.append(
+            f"step level (the engine's own time series, time-averaged; recorded / "
+            f"simulated): {cells}"
+        )
     observed, simulated = counts["observed"], counts["simulated"]
     errors = ", ".join(f"{k}: {v}" for k, v in report["errors"].items()) or "none"
     lines.append(
@@ -159,8 +179,9 @@ def _prefix_lines(prefix: dict | None) -> list[str]:
         return []
     recorded, replay = prefix["recorded"], prefix.get("replay")
     shown = "n/a" if replay is None else f"{100 * replay:.1f} %"
-    lines = [f"prefix cache hit rate ({prefix['over']}): recorded {100 * recorded:.1f} %, "
-             f"replay {shown}"]  # fmt: skip
+    lines = [
+        f"prefix cache hit rate ({prefix['over']}): recorded {100 * recorded:.1f} %, replay {shown}"
+    ]
     if replay is not None and abs(replay - recorded) * 100 > PREFIX_WARN_POINTS:
         lines.append(
             f"warning: the replay's prefix cache hits are {100 * (replay - recorded):+.1f} "

@@ -104,13 +104,17 @@ class EngineDriver:
             # One event per step, never a fast-forwarded decode stretch: each step runs
             # for real and its tokens go out as soon as it ends.
             build_replica(
-                scenario, self.env, index,
+                scenario,
+                self.env,
+                index,
                 make_executor=lambda alloc: WallClockExecutor(
                     make_executor(scenario, alloc), self.env, self.now
                 ),
-                outputs=outputs, steps=_Steps(self._on_step), on_done=self._on_done,
+                outputs=outputs,
+                steps=_Steps(self._on_step),
+                on_done=self._on_done,
                 fast_forward=False,
-            )  # fmt: skip
+            )
             for index in range(scenario.routing.replicas)
         ]
         self.cluster = build_cluster(scenario, self.env, replicas)

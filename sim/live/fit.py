@@ -105,8 +105,10 @@ def decode_gaps(t: Timings) -> tuple[np.ndarray, np.ndarray]:
         span = streams.setdefault((r, c), [s, s])
         span[1] = s
     spans = np.array(list(streams.values())) if streams else np.zeros((0, 2))
-    waiting_from, waiting_to = t.send_s, np.where(np.isnan(t.first_token_s), np.inf,
-                                                  t.first_token_s)  # fmt: skip
+    waiting_from, waiting_to = (
+        t.send_s,
+        np.where(np.isnan(t.first_token_s), np.inf, t.first_token_s),
+    )
     gaps, batch = [], []
     for begin, end in zip(starts.tolist(), ends.tolist()):
         if ((waiting_from < end) & (waiting_to > begin)).any():
@@ -155,8 +157,14 @@ def fit_observed(t: Timings, *, token_budget: int, source: str) -> Calibration:
     seqs = max(beta - b, 0.0)
     step = min(alpha, max(a - seqs, 0.0))
     chunks = max(a - seqs - step, 0.0)
-    coefficients.update(step=step, decode_step=alpha - step, prefill_chunks=chunks, tokens=b,
-                        seqs=seqs, prefill_new_pairs=c)  # fmt: skip
+    coefficients.update(
+        step=step,
+        decode_step=alpha - step,
+        prefill_chunks=chunks,
+        tokens=b,
+        seqs=seqs,
+        prefill_new_pairs=c,
+    )
     ttft_error = error_stats(prefill @ np.array([a, b, c]), ttft)
     itl_error = error_stats(alpha + beta * sizes, means)
     fit = {
@@ -169,14 +177,14 @@ def fit_observed(t: Timings, *, token_budget: int, source: str) -> Calibration:
             "per_token_s": b,
             "per_pair_s": c,
             "mape": ttft_error["mape"],
-        },  # fmt: skip
+        },
         "itl_fit": {
             "gaps": int(gaps.size),
             "batch_sizes": sizes.tolist(),
             "intercept_s": alpha,
             "per_sequence_s": beta,
             "mean_gap_mape": itl_error["mape"],
-        },  # fmt: skip
+        },
         "identified": IDENTIFIED,
         "not_identified": NOT_IDENTIFIED,
     }

@@ -52,6 +52,85 @@ def series(low: float, high: float) -> list[float]:
     return values
 
 
+#: attribute -> (prometheus_client kind, exposed name, help, extra: more labels, buckets)
+METRICS = {
+    "running": (
+        "Gauge",
+        "vllm:num_requests_running",
+        "Requests with a sequence on the device.",
+        {},
+    ),
+    "waiting": ("Gauge", "vllm:num_requests_waiting", "Requests waiting.", {}),
+    "kv_usage": (
+        "Gauge",
+        "vllm:kv_cache_usage_perc",
+        "KV-cache usage. 1 means 100 percent usage.",
+        {},
+    ),
+    "gpu_usage": ("Gauge", "vllm:gpu_cache_usage_perc", "KV-cache usage (vLLM's older name).", {}),
+    "queries": (
+        "Counter",
+        "vllm:prefix_cache_queries",
+        "Prompt tokens looked up in the prefix cache.",
+        {},
+    ),
+    "hits": (
+        "Counter",
+        "vllm:prefix_cache_hits",
+        "Prompt tokens served from the prefix cache.",
+        {},
+    ),
+    "preemptions": ("Counter", "vllm:num_preemptions", "Preemptions.", {}),
+    "prompt_tokens": ("Counter", "vllm:prompt_tokens", "Prefill tokens.", {}),
+    "generation_tokens": ("Counter", "vllm:generation_tokens", "Output tokens streamed.", {}),
+    # Taken by the engine (routed to a replica): at every scrape received = success +
+    # rejected + running + waiting, since all of them change under the engine's lock.
+    "received": ("Counter", "pagesim:requests_received", "Requests the engine took.", {}),
+    "rejected": (
+        "Counter",
+        "pagesim:requests_rejected",
+        "Requests the engine refused or could not finish.",
+        {},
+    ),
+    "success": (
+        "Counter",
+        "vllm:request_success",
+        "Finished requests.",
+        {"labels": ["finished_reason"]},
+    ),
+    "ttft": (
+        "Histogram",
+        "vllm:time_to_first_token_seconds",
+        "Time to first token.",
+        {"buckets": "seconds"},
+    ),
+    "itl": (
+        "Histogram",
+        "vllm:inter_token_latency_seconds",
+        "Inter-token latency.",
+        {"buckets": "seconds"},
+    ),
+    "tpot": (
+        "Histogram",
+        "vllm:time_per_output_token_seconds",
+        "Time per output token of each request.",
+        {"buckets": "seconds"},
+    ),
+    "e2e": (
+        "Histogram",
+        "vllm:e2e_request_latency_seconds",
+        "End-to-end request latency.",
+        {"buckets": "seconds"},
+    ),
+    "iteration": (
+        "Histogram",
+        "vllm:iteration_tokens_total",
+        "Tokens per engine step.",
+        {"buckets": "tokens"},
+    ),
+}
+
+
 class ServingMetrics:
     """The Prometheus metrics of one server (module docstring)."""
 
@@ -60,52 +139,19 @@ class ServingMetrics:
 
         self.registry = prom.CollectorRegistry()
         self.lock = threading.Lock()  # the engine driver holds it while it steps
-        labels = ["model_name", "engine"]
         self._model = model_name
-
-        def make(kind, name, doc, **extra):
-            return kind(name, doc, labelnames=labels + extra.pop("more", []),
-                        registry=self.registry, **extra)  # fmt: skip
-
-        seconds = series(1e-3, 600.0)
-        self.running = make(prom.Gauge, "vllm:num_requests_running",
-                            "Requests with a sequence on the device.")  # fmt: skip
-        self.waiting = make(prom.Gauge, "vllm:num_requests_waiting", "Requests waiting.")
-        self.kv_usage = make(prom.Gauge, "vllm:kv_cache_usage_perc",
-                             "KV-cache usage. 1 means 100 percent usage.")  # fmt: skip
-        self.gpu_usage = make(prom.Gauge, "vllm:gpu_cache_usage_perc",
-                              "KV-cache usage (vLLM's older name).")  # fmt: skip
-        self.queries = make(prom.Counter, "vllm:prefix_cache_queries",
-                            "Prompt tokens looked up in the prefix cache.")  # fmt: skip
-        self.hits = make(prom.Counter, "vllm:prefix_cache_hits",
-                         "Prompt tokens served from the prefix cache.")  # fmt: skip
-        self.preemptions = make(prom.Counter, "vllm:num_preemptions", "Preemptions.")
-        self.prompt_tokens = make(prom.Counter, "vllm:prompt_tokens", "Prefill tokens.")
-        self.generation_tokens = make(prom.Counter, "vllm:generation_tokens",
-                                      "Output tokens streamed.")  # fmt: skip
-        # Taken by the engine (routed to a replica): at every scrape received = success +
-        # rejected + running + waiting, since all of them change under the engine's lock.
-        self.received = make(prom.Counter, "pagesim:requests_received",
-                             "Requests the engine took.")  # fmt: skip
-        self.rejected = make(prom.Counter, "pagesim:requests_rejected",
-                             "Requests the engine refused or could not finish.")  # fmt: skip
-        self.success = make(prom.Counter, "vllm:request_success",
-                            "Finished requests.", more=["finished_reason"])  # fmt: skip
-        self.ttft = make(prom.Histogram, "vllm:time_to_first_token_seconds",
-                         "Time to first token.", buckets=seconds)  # fmt: skip
-        self.itl = make(prom.Histogram, "vllm:inter_token_latency_seconds",
-                        "Inter-token latency.", buckets=seconds)  # fmt: skip
-        self.tpot = make(prom.Histogram, "vllm:time_per_output_token_seconds",
-                         "Time per output token of each request.", buckets=seconds)  # fmt: skip
-        self.e2e = make(prom.Histogram, "vllm:e2e_request_latency_seconds",
-                        "End-to-end request latency.", buckets=seconds)  # fmt: skip
-        self.iteration = make(prom.Histogram, "vllm:iteration_tokens_total",
-                              "Tokens per engine step.", buckets=series(1, 16384))  # fmt: skip
+        buckets = {"seconds": series(1e-3, 600.0), "tokens": series(1, 16384)}
+        for attr, (kind, name, doc, extra) in METRICS.items():
+            labels = ["model_name", "engine", *extra.get("labels", ())]
+            more = {"buckets": buckets[extra["buckets"]]} if "buckets" in extra else {}
+            metric = getattr(prom, kind)(
+                name, doc, labelnames=labels, registry=self.registry, **more
+            )
+            setattr(self, attr, metric)
         for replica in range(num_replicas):  # every series shows from the start, at 0
-            for metric in (self.running, self.waiting, self.kv_usage, self.gpu_usage,
-                           self.queries, self.hits, self.preemptions, self.prompt_tokens,
-                           self.generation_tokens, self.received, self.rejected):  # fmt: skip
-                metric.labels(model_name, str(replica))
+            for attr, (kind, _, _, extra) in METRICS.items():
+                if kind != "Histogram" and not extra.get("labels"):
+                    getattr(self, attr).labels(model_name, str(replica))
 
     def _at(self, metric, replica: int = 0, *more: str):
         return metric.labels(self._model, str(replica), *more)

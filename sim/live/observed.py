@@ -46,9 +46,18 @@ from sim.run.folders import atomic_folder, run_metadata
 from sim.workload.request import Request
 
 OBSERVED_COLUMNS = (
-    "req_id", "scheduled_s", "send_s", "first_token_s", "end_s", "token_events",
-    "completion_tokens", "prompt_tokens", "cached_tokens", "error", "detail",
-)  # fmt: skip
+    "req_id",
+    "scheduled_s",
+    "send_s",
+    "first_token_s",
+    "end_s",
+    "token_events",
+    "completion_tokens",
+    "prompt_tokens",
+    "cached_tokens",
+    "error",
+    "detail",
+)
 
 
 def outcome_of(request: Request, attempt: Attempt) -> RequestOutcome:
@@ -131,8 +140,18 @@ def observed_summary(scenario, requests, attempts, result, options, percentiles)
     return summary
 
 
-def write_observed(out: Path, scenario, requests, result: ReplayResult, summary, *,
-                   html: bool, force: bool, argv, extra=None) -> Path:  # fmt: skip
+def write_observed(
+    out: Path,
+    scenario,
+    requests,
+    result: ReplayResult,
+    summary,
+    *,
+    html: bool,
+    force: bool,
+    argv,
+    extra=None,
+) -> Path:
     """Write the observed run's folder all at once (sim.run.folders.atomic_folder);
     ``extra(folder)``, if given, adds files of its own (an imported run's replay)."""
     outcomes = [outcome_of(r, a) for r, a in zip(requests, result.attempts, strict=True)]
@@ -151,9 +170,14 @@ def write_observed(out: Path, scenario, requests, result: ReplayResult, summary,
         _write_tokens(partial / "tokens.csv", result.attempts)
         if html:
             write_report(
-                partial, outcomes, steps, summary, f"{scenario.name} (observed)",
-                scenario=scenario_json, command=metadata["command"],
-            )  # fmt: skip
+                partial,
+                outcomes,
+                steps,
+                summary,
+                f"{scenario.name} (observed)",
+                scenario=scenario_json,
+                command=metadata["command"],
+            )
     return out
 
 
@@ -168,10 +192,24 @@ def _write_attempts(path: Path, attempts: Sequence[Attempt]) -> None:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(OBSERVED_COLUMNS)
         for a in attempts:
-            writer.writerow([_text(v) for v in (
-                a.req_id, a.scheduled_s, a.send_s, a.first_token_s, a.end_s, a.events,
-                a.completion_tokens, a.prompt_tokens, a.cached_tokens, a.error, a.detail,
-            )])  # fmt: skip
+            writer.writerow(
+                [
+                    _text(v)
+                    for v in (
+                        a.req_id,
+                        a.scheduled_s,
+                        a.send_s,
+                        a.first_token_s,
+                        a.end_s,
+                        a.events,
+                        a.completion_tokens,
+                        a.prompt_tokens,
+                        a.cached_tokens,
+                        a.error,
+                        a.detail,
+                    )
+                ]
+            )
 
 
 def _write_tokens(path: Path, attempts: Sequence[Attempt]) -> None:

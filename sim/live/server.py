@@ -84,8 +84,12 @@ class Server:
     async def models(self, request):
         from aiohttp import web
 
-        model = {"id": self.model_name, "object": "model", "owned_by": "pagesim",
-                 "max_model_len": self.scenario.model.max_model_len}  # fmt: skip
+        model = {
+            "id": self.model_name,
+            "object": "model",
+            "owned_by": "pagesim",
+            "max_model_len": self.scenario.model.max_model_len,
+        }
         return web.json_response({"object": "list", "data": [model]})
 
     async def health(self, request):
@@ -114,8 +118,9 @@ class Server:
             return web.json_response(error_body(f"the body is not JSON: {why}"), status=400)
         model = self.scenario.model
         try:
-            ask = parse(body, chat=chat, vocab_size=model.vocab_size,
-                        max_model_len=model.max_model_len)  # fmt: skip
+            ask = parse(
+                body, chat=chat, vocab_size=model.vocab_size, max_model_len=model.max_model_len
+            )
         except BadRequest as err:
             return web.json_response(error_body(str(err)), status=400)
         driver = self.driver
@@ -123,8 +128,17 @@ class Server:
         queue: asyncio.Queue = asyncio.Queue()
         self.streams[req_id] = queue
         prompt = np.asarray(ask.prompt, dtype=np.int32)
-        driver.submit(Request(req_id, driver.now(), prompt, ask.max_tokens, tenant=ask.tenant,
-                              priority=ask.priority, n=ask.n))  # fmt: skip
+        driver.submit(
+            Request(
+                req_id,
+                driver.now(),
+                prompt,
+                ask.max_tokens,
+                tenant=ask.tenant,
+                priority=ask.priority,
+                n=ask.n,
+            )
+        )
         chunks = Chunks(req_id, self.model_name, chat)
         try:
             if ask.stream:
@@ -176,8 +190,9 @@ class Server:
                 for index in range(ask.n):
                     await response.write(_sse(chunks.finish(index)))
                 if ask.include_usage:
-                    usage = chunks.usage(len(ask.prompt), outcome.output_tokens,
-                                         outcome.cached_prompt_tokens)  # fmt: skip
+                    usage = chunks.usage(
+                        len(ask.prompt), outcome.output_tokens, outcome.cached_prompt_tokens
+                    )
                     await response.write(_sse(usage))
                 await response.write(b"data: [DONE]\n\n")
                 break
@@ -230,8 +245,9 @@ async def serve(server: Server, host: str, port: int, on_ready) -> None:
 
     _one_line_for_bad_requests()
     # in-flight streams get 2 s to end when the server stops
-    runner = web.AppRunner(server.app(), handle_signals=False, access_log=None,
-                           shutdown_timeout=2.0)  # fmt: skip
+    runner = web.AppRunner(
+        server.app(), handle_signals=False, access_log=None, shutdown_timeout=2.0
+    )
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

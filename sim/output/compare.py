@@ -207,15 +207,30 @@ def _json(labels, rows, fields, paths: Mapping[str, str]) -> str:
 
 #: summary.json's numbers compare shows (sim.output.tables.metric_rows, compare_page).
 _SUMMARY_NUMBERS = (
-    "num_requests", "num_finished", "num_rejected", "num_preemptions", "num_replicas",
-    "throughput_rps", "throughput_tok_s", "goodput", "goodput_rps", "mean_batch_size",
-    "prefix_hit_rate", "total_slots", "block_size",
-)  # fmt: skip
+    "num_requests",
+    "num_finished",
+    "num_rejected",
+    "num_preemptions",
+    "num_replicas",
+    "throughput_rps",
+    "throughput_tok_s",
+    "goodput",
+    "goodput_rps",
+    "mean_batch_size",
+    "prefix_hit_rate",
+    "total_slots",
+    "block_size",
+)
 _WINDOW_NUMBERS = ("throughput_rps", "throughput_tok_s", "goodput", "goodput_rps")
 _LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
 _LATENCY_NUMBERS = ("mean", "p50", "p90", "p99")
-_KV_NUMBERS = (*KV_SPLIT_KEYS, "peak_used_fraction", "peak_used_slots", "peak_used_blocks",
-               "evicted_blocks")  # fmt: skip
+_KV_NUMBERS = (
+    *KV_SPLIT_KEYS,
+    "peak_used_fraction",
+    "peak_used_slots",
+    "peak_used_blocks",
+    "evicted_blocks",
+)
 
 
 def summary_problem(summary: Any) -> str:
@@ -237,7 +252,7 @@ def summary_problem(summary: Any) -> str:
             numbers=_WINDOW_NUMBERS,
             texts=("verdict", "limited_by"),
             mappings=("limiters", *_LATENCIES),
-        ),  # fmt: skip
+        ),
     ]
     if isinstance(window, Mapping):
         limiters = window.get("limiters")
@@ -261,8 +276,11 @@ def scenario_problem(scenario: Any) -> str:
 def _fields(node: Any, prefix: str, *, numbers=(), texts=(), mappings=()) -> str:
     if not isinstance(node, Mapping):
         return ""  # reported, if it matters, by the level above
-    kinds = [(numbers, _is_number, "a number"), (texts, _is_text, "a text"),
-             (mappings, _is_mapping, "a JSON object")]  # fmt: skip
+    kinds = [
+        (numbers, _is_number, "a number"),
+        (texts, _is_text, "a text"),
+        (mappings, _is_mapping, "a JSON object"),
+    ]
     for keys, fits, expected in kinds:
         for key in keys:
             value = node.get(key)

@@ -199,8 +199,9 @@ def timeseries_figure(runs: Sequence[RunSeries]) -> go.Figure:
     fig.update_yaxes(title_text="requests", rangemode="tozero", row=4, col=1)
     fig.update_xaxes(
         title_text="seconds from the run's start (a simulation's clock, or the recording's)",
-        row=4, col=1,
-    )  # fmt: skip
+        row=4,
+        col=1,
+    )
     fig.update_layout(
         title=COMPARE_FIGURES["timeseries"],
         template=TEMPLATE,
@@ -227,9 +228,14 @@ def _recorded_series(fig: go.Figure, run: RunSeries, style: dict) -> None:
             continue
         fig.add_trace(
             go.Scatter(
-                x=t, y=np.asarray(values, dtype=np.float32), mode="lines", showlegend=False,
-                name=f"{run.label} (recorded)", legendgroup=run.label,
+                x=t,
+                y=np.asarray(values, dtype=np.float32),
+                mode="lines",
+                showlegend=False,
+                name=f"{run.label} (recorded)",
+                legendgroup=run.label,
                 line={**style["line"], "dash": "dash"},
             ),
-            row=row, col=1,
-        )  # fmt: skip
+            row=row,
+            col=1,
+        )

@@ -91,23 +91,36 @@ def run_facts(
         ("model", _name(g(scenario, "model"))),
         ("GPU", _name(g(scenario, "hardware"))),
         ("tensor parallel", str(g(scenario, "tensor_parallel", "-"))),
-        ("replicas", f"{g(scenario, 'routing.replicas', '-')} (router "
-                     f"{g(scenario, 'routing.router', '-')})"),
-        ("scheduler", f"{g(scenario, 'scheduler.policy', '-')}, "
-                      f"{g(scenario, 'scheduler.batching', '-')} batching, "
-                      f"max {g(scenario, 'scheduler.max_num_seqs', '-')} seqs, "
-                      f"{g(scenario, 'scheduler.max_num_batched_tokens', '-')} tokens"),
-        ("preemption", f"{g(scenario, 'preemption.mode', '-')} "
-                       f"(victim {g(scenario, 'preemption.victim', '-')})"),
-        ("KV cache", f"{g(scenario, 'cache.allocator', '-')}, blocks of "
-                     f"{g(scenario, 'cache.block_size', '-')} tokens, prefix caching "
-                     f"{'on, eviction ' + eviction if prefix else 'off'}"),
+        (
+            "replicas",
+            f"{g(scenario, 'routing.replicas', '-')} (router {g(scenario, 'routing.router', '-')})",
+        ),
+        (
+            "scheduler",
+            f"{g(scenario, 'scheduler.policy', '-')}, "
+            f"{g(scenario, 'scheduler.batching', '-')} batching, "
+            f"max {g(scenario, 'scheduler.max_num_seqs', '-')} seqs, "
+            f"{g(scenario, 'scheduler.max_num_batched_tokens', '-')} tokens",
+        ),
+        (
+            "preemption",
+            f"{g(scenario, 'preemption.mode', '-')} "
+            f"(victim {g(scenario, 'preemption.victim', '-')})",
+        ),
+        (
+            "KV cache",
+            f"{g(scenario, 'cache.allocator', '-')}, blocks of "
+            f"{g(scenario, 'cache.block_size', '-')} tokens, prefix caching "
+            f"{'on, eviction ' + eviction if prefix else 'off'}",
+        ),
         ("arrivals", _traffic(scenario)),
         ("length", _length(scenario)),
-        ("cost model", f"{g(scenario, 'cost_model.kind', '-')} "
-                       f"(backend {g(scenario, 'backend.kind', '-')})"),
+        (
+            "cost model",
+            f"{g(scenario, 'cost_model.kind', '-')} (backend {g(scenario, 'backend.kind', '-')})",
+        ),
         ("seed", str(g(scenario, "simulation.seed", "-"))),
-    ]  # fmt: skip
+    ]
     if command is not None:
         rows.append(("overrides", " ".join(overrides(command)) or "none"))
     return rows

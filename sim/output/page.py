@@ -68,8 +68,9 @@ p.note { color: #555; }
 TEMPLATE = "plotly_white"
 
 
-def plotly_script_src(page_path: str | Path, plotly_js: str | None = None, *,
-                      share: bool = False) -> str:  # fmt: skip
+def plotly_script_src(
+    page_path: str | Path, plotly_js: str | None = None, *, share: bool = False
+) -> str:
     """Make plotly.js available to the page at ``page_path`` and return the ``src`` that
     loads it. ``plotly_js`` None: ``plotly.min.js`` beside the page (with ``share``, a
     run folder's: a hard link to one copy in the folder of runs, :func:`_write_plotly_js`).

@@ -244,12 +244,15 @@ def format_summary_table(summary: Mapping[str, Any]) -> str:
         ["preemptions", rows["preemptions"]],
         ["prefix hit rate", rows["prefix hit rate %"]],
         *(
-            [f"{name} tier", f"{rows[name + ' tier prompt tokens served']} prompt tokens served  "
-             f"({rows[name + ' tier GiB loaded']} GiB loaded, "
-             f"{rows[name + ' tier GiB stored']} GiB stored, "
-             f"{rows[name + ' tier blocks evicted']} blocks evicted)"]
+            [
+                f"{name} tier",
+                f"{rows[name + ' tier prompt tokens served']} prompt tokens served  "
+                f"({rows[name + ' tier GiB loaded']} GiB loaded, "
+                f"{rows[name + ' tier GiB stored']} GiB stored, "
+                f"{rows[name + ' tier blocks evicted']} blocks evicted)",
+            ]
             for name in offload_tiers(summary)
-        ),  # fmt: skip
+        ),
         ["KV split (time avg, % of pool)", kv_split],
         [
             "KV peak used",

@@ -20,10 +20,17 @@ __all__ = ["FORMATS", "RecordError", "import_run", "read_recorded"]
 FORMATS = ("inference-perf", "lifecycle", "vllm-bench", "sglang-bench", "otel", "guidellm")
 
 
-def read_recorded(fmt: str, path: Path, *, engine: EngineConfig, model: str | None,
-                  hardware: str | None, metadata: Path | None = None,
-                  prompts: Path | None = None,
-                  benchmark: int | None = None) -> RecordedRun:  # fmt: skip
+def read_recorded(
+    fmt: str,
+    path: Path,
+    *,
+    engine: EngineConfig,
+    model: str | None,
+    hardware: str | None,
+    metadata: Path | None = None,
+    prompts: Path | None = None,
+    benchmark: int | None = None,
+) -> RecordedRun:
     """The recorded run at ``path`` in format ``fmt``; RecordError (one line) if it
     cannot be read as that format."""
     if not path.exists():
@@ -35,18 +42,21 @@ def read_recorded(fmt: str, path: Path, *, engine: EngineConfig, model: str | No
     if fmt == "lifecycle":
         from sim.recorded import lifecycle
 
-        return lifecycle.read_run(path, engine=engine, model=model, hardware=hardware,
-                                  metadata=metadata, prompts=prompts)  # fmt: skip
+        return lifecycle.read_run(
+            path, engine=engine, model=model, hardware=hardware, metadata=metadata, prompts=prompts
+        )
     if fmt in ("vllm-bench", "sglang-bench"):
         from sim.recorded import bench_json
 
-        return bench_json.read_run(path, fmt, engine=engine, model=model, hardware=hardware,
-                                   metadata=metadata)  # fmt: skip
+        return bench_json.read_run(
+            path, fmt, engine=engine, model=model, hardware=hardware, metadata=metadata
+        )
     if fmt == "guidellm":
         from sim.recorded import guidellm
 
-        return guidellm.read_run(path, engine=engine, model=model, hardware=hardware,
-                                 benchmark=benchmark)  # fmt: skip
+        return guidellm.read_run(
+            path, engine=engine, model=model, hardware=hardware, benchmark=benchmark
+        )
     if fmt == "otel":
         from sim.recorded import otel
 
@@ -54,12 +64,23 @@ def read_recorded(fmt: str, path: Path, *, engine: EngineConfig, model: str | No
     raise RecordError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
-def import_run(fmt: str, path: Path, out: Path, *, model: str | None = None,
-               hardware: str | None = None, engine_args: Path | None = None,
-               metadata: Path | None = None, prompts: Path | None = None,
-               engine_log: Path | None = None, benchmark: int | None = None,
-               force: bool = False, html: bool = True, argv=None,
-               source: str | None = None) -> dict[str, Any]:  # fmt: skip
+def import_run(
+    fmt: str,
+    path: Path,
+    out: Path,
+    *,
+    model: str | None = None,
+    hardware: str | None = None,
+    engine_args: Path | None = None,
+    metadata: Path | None = None,
+    prompts: Path | None = None,
+    engine_log: Path | None = None,
+    benchmark: int | None = None,
+    force: bool = False,
+    html: bool = True,
+    argv=None,
+    source: str | None = None,
+) -> dict[str, Any]:
     """Read the recorded run and write its folder at ``out``; returns its summary.
     ``source`` names where the run came from (default: ``path``); the files read are
     named relative to it. ``engine_log``: the engine's log, for what it says of the run
@@ -70,8 +91,16 @@ def import_run(fmt: str, path: Path, out: Path, *, model: str | None = None,
     from sim.recorded.models import resolve_hardware_name, resolve_model_source
 
     engine = read_engine_args(engine_args) if engine_args is not None else EngineConfig()
-    run = read_recorded(fmt, path, engine=engine, model=model, hardware=None,
-                        metadata=metadata, prompts=prompts, benchmark=benchmark)  # fmt: skip
+    run = read_recorded(
+        fmt,
+        path,
+        engine=engine,
+        model=model,
+        hardware=None,
+        metadata=metadata,
+        prompts=prompts,
+        benchmark=benchmark,
+    )
     if hardware is not None:
         run = dataclasses.replace(run, hardware=hardware, hardware_guessed=run.hardware is None)
     if engine_log is not None:
@@ -79,8 +108,9 @@ def import_run(fmt: str, path: Path, out: Path, *, model: str | None = None,
     run = _named(run, path, source)
     model_source = resolve_model_source(model or run.model)
     gpu = resolve_hardware_name(hardware or run.hardware)
-    return import_folder(out, run, model=model_source, hardware=gpu, force=force, argv=argv,
-                         html=html)  # fmt: skip
+    return import_folder(
+        out, run, model=model_source, hardware=gpu, force=force, argv=argv, html=html
+    )
 
 
 def _named(run: RecordedRun, path: Path, source: str | None) -> RecordedRun:
@@ -116,5 +146,10 @@ def _with_engine_log(run: RecordedRun, path: Path) -> RecordedRun:
         engine = merged(engine_config(log.arguments, str(path)), run.engine)
         names = ", ".join(sorted(log.arguments))
         notes.append(f"engine log: its non-default args give {names}")
-    return dataclasses.replace(run, files=files, prefix_hit_rate=log.prefix_hit_rate,
-                               engine=engine, notes=(*run.notes, *notes))  # fmt: skip
+    return dataclasses.replace(
+        run,
+        files=files,
+        prefix_hit_rate=log.prefix_hit_rate,
+        engine=engine,
+        notes=(*run.notes, *notes),
+    )

@@ -55,8 +55,12 @@ Burstiness = Annotated[
 ]
 
 #: Latency figures as the clients name them (milliseconds): metric -> name in the key.
-_METRICS = {"ttft_s": ("ttft",), "tpot_s": ("tpot",), "itl_s": ("itl",),
-            "e2e_s": ("e2el", "e2e_latency")}  # fmt: skip
+_METRICS = {
+    "ttft_s": ("ttft",),
+    "tpot_s": ("tpot",),
+    "itl_s": ("itl",),
+    "e2e_s": ("e2el", "e2e_latency"),
+}
 
 
 class Aggregates(Record):
@@ -81,22 +85,31 @@ def aggregate_run(raw: dict[str, Any], run: RecordedRun, where: str) -> Recorded
     workload that regenerates its load (module doc)."""
     figures = parse(Aggregates, raw, where)
     if figures.max_concurrency not in (None, 0):
-        raise RecordError(f"{where}: max_concurrency: sends waited for a free slot, which an "
-                          "aggregate-only result cannot replay")  # fmt: skip
+        raise RecordError(
+            f"{where}: max_concurrency: sends waited for a free slot, which an "
+            "aggregate-only result cannot replay"
+        )
     if figures.completed == 0:
         raise RecordError(f"{where}: completed: no request completed; nothing to compare")
-    sent = figures.num_prompts if figures.num_prompts is not None else (
-        figures.completed + figures.failed)  # fmt: skip
+    sent = (
+        figures.num_prompts
+        if figures.num_prompts is not None
+        else (figures.completed + figures.failed)
+    )
     if figures.completed + figures.failed > sent:
         raise RecordError(f"{where}: num_prompts: {sent}, fewer than completed + failed")
     prompt = max(1, round(figures.total_input_tokens / figures.completed))
     output = max(1, round(figures.total_output_tokens / figures.completed))
     whole = StageFigures(
-        index=-1, rate_rps=None if math.isinf(figures.request_rate) else figures.request_rate,
-        duration_s=figures.duration, sent=sent, failed=sent - figures.completed,
-        latency=_latency(raw, where), throughput_rps=figures.request_throughput,
+        index=-1,
+        rate_rps=None if math.isinf(figures.request_rate) else figures.request_rate,
+        duration_s=figures.duration,
+        sent=sent,
+        failed=sent - figures.completed,
+        latency=_latency(raw, where),
+        throughput_rps=figures.request_throughput,
         output_tok_s=figures.output_throughput,
-    )  # fmt: skip
+    )
     arrival, note = _arrival(figures.request_rate, figures.burstiness)
     notes = (
         note,
@@ -105,16 +118,21 @@ def aggregate_run(raw: dict[str, Any], run: RecordedRun, where: str) -> Recorded
         "not each request's",
     )
     return dataclasses.replace(
-        run, model=run.model or figures.model_id, summary=whole, num_requests=sent,
+        run,
+        model=run.model or figures.model_id,
+        summary=whole,
+        num_requests=sent,
         workload={"arrival": arrival, "input": prompt, "output": output},
         notes=(*run.notes, *notes),
-    )  # fmt: skip
+    )
 
 
 def _arrival(rate: float, burstiness: float) -> tuple[dict[str, Any], str]:
     if math.isinf(rate):
-        return ({"kind": "constant", "rate_rps": 1e9},
-                "request_rate inf: every request sent at once (1 ns apart)")  # fmt: skip
+        return (
+            {"kind": "constant", "rate_rps": 1e9},
+            "request_rate inf: every request sent at once (1 ns apart)",
+        )
     if burstiness == 1.0:
         return {"kind": "poisson", "rate_rps": rate}, f"Poisson arrivals at {rate:g} req/s"
     cv = 1 / math.sqrt(burstiness)
@@ -134,6 +152,8 @@ def _latency(raw: dict[str, Any], where: str) -> dict[str, dict[str, float]]:
                     out.setdefault(metric, {})[stat] = value / 1e3
                     break
     if "ttft_s" not in out and "e2e_s" not in out:
-        raise RecordError(f"{where}: mean_ttft_ms: missing; an aggregate-only result needs "
-                          "its latency figures (TTFT or E2E at least)")  # fmt: skip
+        raise RecordError(
+            f"{where}: mean_ttft_ms: missing; an aggregate-only result needs "
+            "its latency figures (TTFT or E2E at least)"
+        )
     return out

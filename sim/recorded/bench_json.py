@@ -49,8 +49,17 @@ _LISTS = ("input_lens", "output_lens", "ttfts", "itls", "errors")
 _DEFAULT_SEED = {"vllm-bench": 0, "sglang-bench": 1}
 #: Result keys that are not metadata (everything else a vLLM file holds at the top level
 #: and is a string is a ``--metadata`` entry).
-_RESULT_KEYS = {"date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id",
-                "dataset_name", "tag", "server_info"}  # fmt: skip
+_RESULT_KEYS = {
+    "date",
+    "endpoint_type",
+    "backend",
+    "label",
+    "model_id",
+    "tokenizer_id",
+    "dataset_name",
+    "tag",
+    "server_info",
+}
 
 
 def _no_failure(value: Any) -> Any:
@@ -78,8 +87,15 @@ class Result(Record):
 Seed = Annotated[Count, Field(le=2**32 - 1)]
 
 
-def read_run(path: Path, fmt: str, *, engine: EngineConfig, model: str | None,
-             hardware: str | None, metadata: Path | None = None) -> RecordedRun:  # fmt: skip
+def read_run(
+    path: Path,
+    fmt: str,
+    *,
+    engine: EngineConfig,
+    model: str | None,
+    hardware: str | None,
+    metadata: Path | None = None,
+) -> RecordedRun:
     """The recorded run in ``path`` (module doc)."""
     files = {str(path): sha256_of(path)}
     raw = _result(path)
@@ -95,28 +111,39 @@ def read_run(path: Path, fmt: str, *, engine: EngineConfig, model: str | None,
         meta.update(context)
     gpu = meta.get("gpu") or meta.get("hardware")
     run = RecordedRun(
-        format=fmt, source=str(path), model=model, engine=merged(recorded, engine),
-        hardware=hardware or hardware_preset(gpu) or gpu, files=files,
-    )  # fmt: skip
+        format=fmt,
+        source=str(path),
+        model=model,
+        engine=merged(recorded, engine),
+        hardware=hardware or hardware_preset(gpu) or gpu,
+        files=files,
+    )
     if all(raw.get(key) is None for key in _LISTS):
         return aggregate_run(raw, run, where)
     missing = [key for key in _LISTS if raw.get(key) is None]
     if missing:
         flag = "--save-detailed" if fmt == "vllm-bench" else "--output-details"
-        raise RecordError(f"{where}: {missing[0]}: missing; a replay needs every per-request "
-                          f"list the client writes with {flag}, or none (aggregates)")  # fmt: skip
+        raise RecordError(
+            f"{where}: {missing[0]}: missing; a replay needs every per-request "
+            f"list the client writes with {flag}, or none (aggregates)"
+        )
     result = parse(Result, raw, where)
     size = len(result.ttfts)
     for key in _LISTS:
         if len(getattr(result, key)) != size:
-            raise RecordError(f"{where}: {key}: {len(getattr(result, key))} entries, "
-                              f"ttfts has {size}")  # fmt: skip
+            raise RecordError(
+                f"{where}: {key}: {len(getattr(result, key))} entries, ttfts has {size}"
+            )
     if size == 0:
         raise RecordError(f"{where}: ttfts: no requests")
     notes: list[str] = []
     send = _send_times(result, fmt, size, meta, where, notes)
-    return dataclasses.replace(run, model=model or result.model_id, notes=tuple(notes),
-                               requests=_requests(result, send, where))  # fmt: skip
+    return dataclasses.replace(
+        run,
+        model=model or result.model_id,
+        notes=tuple(notes),
+        requests=_requests(result, send, where),
+    )
 
 
 def _metadata_file(path: Path) -> tuple[EngineConfig, dict[str, Any]]:
@@ -199,10 +226,15 @@ def _requests(result: Result, send: np.ndarray, where: str) -> RecordedRequests:
         errors.append(_error_kind(error))
         times.append(stamps)
     return RecordedRequests(
-        send, np.asarray(first), np.asarray(end), np.asarray(result.input_lens, dtype=np.int64),
-        np.asarray(result.output_lens, dtype=np.int64), np.full(size, -1, dtype=np.int64),
-        tuple(errors), tuple(times),
-    )  # fmt: skip
+        send,
+        np.asarray(first),
+        np.asarray(end),
+        np.asarray(result.input_lens, dtype=np.int64),
+        np.asarray(result.output_lens, dtype=np.int64),
+        np.full(size, -1, dtype=np.int64),
+        tuple(errors),
+        tuple(times),
+    )
 
 
 def _error_kind(error: str) -> str:

@@ -119,12 +119,18 @@ def run_info(run: Path) -> dict[str, Any]:
     sent = sum(s.sent for s in stages) or parse_value(
         Count, summary.get("num_requests") or 0, where, "num_requests"
     )
-    failed = (sum(s.failed for s in stages) if stages
-              else parse_value(Count, summary.get("num_rejected") or 0, where,
-                               "num_rejected"))  # fmt: skip
-    return {"gpu": hardware["name"], "tp": scenario.get("tensor_parallel", 1),
-            "hardware": hardware, "client": block.get("clock", "client") == "client",
-            "overloaded": bool(sent) and failed / sent > OVERLOADED}  # fmt: skip
+    failed = (
+        sum(s.failed for s in stages)
+        if stages
+        else parse_value(Count, summary.get("num_rejected") or 0, where, "num_rejected")
+    )
+    return {
+        "gpu": hardware["name"],
+        "tp": scenario.get("tensor_parallel", 1),
+        "hardware": hardware,
+        "client": block.get("clock", "client") == "client",
+        "overloaded": bool(sent) and failed / sent > OVERLOADED,
+    }
 
 
 def check_run(run: Path) -> None:
@@ -192,8 +198,9 @@ def _loss_of(result, shift: float) -> float:
     simulated = figures(requests, windows, timeout_s=timeout, shift_s=shift)
     if len(simulated) > 1 and len(recorded) == 1 and recorded[0].index == -1:
         simulated = simulated[:1]
-    rows = [row for stage in compare(recorded, simulated)["stages"] for row in
-            stage["rows"].values()]  # fmt: skip
+    rows = [
+        row for stage in compare(recorded, simulated)["stages"] for row in stage["rows"].values()
+    ]
     return float(np.mean([abs(math.log(b / a)) for a, b, _ in rows if a > 0 and b > 0]))
 
 
@@ -208,17 +215,26 @@ def _best_shift(results, clients: list[bool]) -> tuple[float, float]:
     return best[1], best[0]
 
 
-def fit_runs(runs: Sequence[Path], *, jobs: int = 1, max_evaluations: int = 40,
-             stage_s: float | None = FIT_STAGE_S) -> Fit:  # fmt: skip
+def fit_runs(
+    runs: Sequence[Path],
+    *,
+    jobs: int = 1,
+    max_evaluations: int = 40,
+    stage_s: float | None = FIT_STAGE_S,
+) -> Fit:
     """Fit :data:`PARAMS` to ``runs`` (imported runs of one GPU; overloaded ones are left
     out). Raises ValueError when no run is left or the runs are of different GPUs."""
     infos = {run: run_info(run) for run in runs}
     gpus = {info["gpu"] for info in infos.values()}
     if len(gpus) > 1:
-        raise ValueError(f"the runs are of {len(gpus)} GPUs ({', '.join(sorted(gpus))}): "
-                         "fit one GPU at a time")  # fmt: skip
-    left_out = {r.name: "overloaded: more than 5 % of requests failed"
-                for r, i in infos.items() if i["overloaded"]}  # fmt: skip
+        raise ValueError(
+            f"the runs are of {len(gpus)} GPUs ({', '.join(sorted(gpus))}): fit one GPU at a time"
+        )
+    left_out = {
+        r.name: "overloaded: more than 5 % of requests failed"
+        for r, i in infos.items()
+        if i["overloaded"]
+    }
     used = [r for r in runs if r.name not in left_out]
     if not used:
         raise ValueError("every run is overloaded: nothing identifies the step time")
@@ -231,13 +247,17 @@ def fit_runs(runs: Sequence[Path], *, jobs: int = 1, max_evaluations: int = 40,
     evaluations = 0
     # The GPU's own figures from runs on one GPU; the link from the others, with the
     # GPU's figures held: a TP run's step time mixes both and cannot tell them apart.
-    stages = [([n for n, p in PARAMS.items() if p.section == "hardware"], single),
-              (["interconnect_efficiency"], grouped)]  # fmt: skip
+    stages = [
+        ([n for n, p in PARAMS.items() if p.section == "hardware"], single),
+        (["interconnect_efficiency"], grouped),
+    ]
     for names, subset in stages:
         if not subset:
-            why = ("no run on one GPU: a tensor-parallel step mixes the GPU's time with its "
-                   "link's" if names[0] != "interconnect_efficiency"
-                   else "only runs with tensor parallelism tell it")  # fmt: skip
+            why = (
+                "no run on one GPU: a tensor-parallel step mixes the GPU's time with its link's"
+                if names[0] != "interconnect_efficiency"
+                else "only runs with tensor parallelism tell it"
+            )
             not_identified.update(dict.fromkeys(names, why))
             continue
         search = _Search(subset, [clients[r] for r in subset], hardware, jobs, stage_s)
@@ -253,9 +273,16 @@ def fit_runs(runs: Sequence[Path], *, jobs: int = 1, max_evaluations: int = 40,
     overall = _Search(used, [clients[r] for r in used], hardware, jobs, stage_s)
     before, _ = overall.loss({n: _start_value(n, hardware) for n in PARAMS})
     after, shift = overall.loss(values)
-    return Fit(values=fitted, client_overhead_s=shift, loss_before=before, loss_after=after,
-               runs=[r.name for r in used], left_out=left_out, not_identified=not_identified,
-               evaluations=evaluations + overall.evaluations)  # fmt: skip
+    return Fit(
+        values=fitted,
+        client_overhead_s=shift,
+        loss_before=before,
+        loss_after=after,
+        runs=[r.name for r in used],
+        left_out=left_out,
+        not_identified=not_identified,
+        evaluations=evaluations + overall.evaluations,
+    )
 
 
 def _start_value(name: str, hardware: dict[str, Any]) -> float:
@@ -320,24 +347,29 @@ def _map(function: Callable, runs, calibration, stage_s, jobs):
     if jobs <= 1 or len(runs) == 1:
         return [function(run, calibration, stage_s) for run in runs]
     with ProcessPoolExecutor(max_workers=min(jobs, len(runs))) as pool:
-        return list(pool.map(function, runs, [calibration] * len(runs),
-                             [stage_s] * len(runs)))  # fmt: skip
+        return list(pool.map(function, runs, [calibration] * len(runs), [stage_s] * len(runs)))
 
 
 def write_calibration(fit: Fit, hardware: dict[str, Any], path: Path, command: str) -> None:
     """The calibration file a scenario names (sim.inputs.overrides)."""
     sections = fit.overrides(hardware)
-    sections["fit"] = {
-        "command": command, "runs": fit.runs, "left_out": fit.left_out,
-        "client_overhead_s": round(fit.client_overhead_s, 4),
-        "loss_before": round(fit.loss_before, 4), "loss_after": round(fit.loss_after, 4),
-        "not_identified": fit.not_identified,
-    }  # fmt: skip
+    kept = ("runs", "left_out", "client_overhead_s", "loss_before", "loss_after", "not_identified")
+    values = {name: getattr(fit, name) for name in kept}
+    sections["fit"] = {"command": command} | {
+        name: round(value, 4) if isinstance(value, float) else value
+        for name, value in values.items()
+    }
     path.write_text(yaml.safe_dump(sections, sort_keys=False))
 
 
-def leave_one_out(runs: Sequence[Path], replay: Callable, *, jobs: int = 1,
-                  max_evaluations: int = 16, stage_s: float = 60.0) -> list[dict]:  # fmt: skip
+def leave_one_out(
+    runs: Sequence[Path],
+    replay: Callable,
+    *,
+    jobs: int = 1,
+    max_evaluations: int = 16,
+    stage_s: float = 60.0,
+) -> list[dict]:
     """For each run: fit on the other runs of its GPU, replay it with that fit (``replay(run,
     overrides, calibration_path, client_shift)`` as bench/recorded_runs.py gives it)."""
     by_gpu: dict[str, list[Path]] = {}
@@ -347,8 +379,7 @@ def leave_one_out(runs: Sequence[Path], replay: Callable, *, jobs: int = 1,
     for run in runs:
         others = [r for r in by_gpu[run_info(run)["gpu"]] if r != run]
         try:
-            fit = fit_runs(others, jobs=jobs, max_evaluations=max_evaluations,
-                           stage_s=stage_s)  # fmt: skip
+            fit = fit_runs(others, jobs=jobs, max_evaluations=max_evaluations, stage_s=stage_s)
         except ValueError as err:
             result = replay(run)
             result["note"] = f"not calibrated: {err}" if others else "no other run of this GPU"
@@ -358,8 +389,10 @@ def leave_one_out(runs: Sequence[Path], replay: Callable, *, jobs: int = 1,
             path = Path(scratch) / "calibration.yaml"
             write_calibration(fit, run_info(run)["hardware"], path, "leave-one-out")
             result = replay(run, (), path, fit.client_overhead_s)
-        result["note"] = f"fitted on {len(fit.runs)} run(s): " + ", ".join(
-            f"{k} {v:.3g}" for k, v in fit.values.items()) + (
-            f", client {1e3 * fit.client_overhead_s:.0f} ms")  # fmt: skip
+        result["note"] = (
+            f"fitted on {len(fit.runs)} run(s): "
+            + ", ".join(f"{k} {v:.3g}" for k, v in fit.values.items())
+            + (f", client {1e3 * fit.client_overhead_s:.0f} ms")
+        )
         results.append(result)
     return results

@@ -111,8 +111,9 @@ def engine_config(values: dict[str, Any], where: str) -> EngineConfig:
     except ValidationError as err:
         field = str(err.errors()[0]["loc"][0])
         line = format_validation_error(err, where, fields)
-        raise RecordError(line.replace(f"{where}: {field}:", f"{where}: {written[field]}:", 1)
-                          ) from None  # fmt: skip
+        raise RecordError(
+            line.replace(f"{where}: {field}:", f"{where}: {written[field]}:", 1)
+        ) from None
 
 
 def read_engine_args(path: Path) -> EngineConfig:
@@ -137,9 +138,10 @@ def scenario_sections(engine: EngineConfig) -> tuple[dict[str, Any], list[str]]:
     notes: list[str] = []
     cache: dict[str, Any] = {
         "block_size": engine.block_size or 16,
-        "prefix_caching": True if engine.enable_prefix_caching is None
+        "prefix_caching": True
+        if engine.enable_prefix_caching is None
         else engine.enable_prefix_caching,
-    }  # fmt: skip
+    }
     if engine.num_gpu_blocks is not None:
         if engine.num_gpu_blocks < 2:
             raise RecordError(f"num_gpu_blocks: expected at least 2, got {engine.num_gpu_blocks}")
@@ -159,8 +161,10 @@ def scenario_sections(engine: EngineConfig) -> tuple[dict[str, Any], list[str]]:
         "engine": "vllm-v1" if engine.engine == "vllm" else "pagesim",
         "watermark": 0.0,
     }
-    for field, key in (("max_num_seqs", "max_num_seqs"),
-                       ("max_num_batched_tokens", "max_num_batched_tokens")):  # fmt: skip
+    for field, key in (
+        ("max_num_seqs", "max_num_seqs"),
+        ("max_num_batched_tokens", "max_num_batched_tokens"),
+    ):
         value = getattr(engine, field)
         if value is None:
             notes.append(f"{field} not recorded: pagesim's default")

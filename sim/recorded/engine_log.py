@@ -34,8 +34,10 @@ from sim.recorded.run import RecordError
 VLLM_HIT_RATE_REQUESTS = 1000
 
 #: The version line: plain, or in the start-up logo (ANSI colours between the words).
-_VERSION = re.compile(r"vLLM (?:API )?server version ([0-9][\w.+-]*)|"
-                      r"version\s+(?:\x1b\[[0-9;]*m)?([0-9]+\.[0-9]+\.[0-9][\w.+-]*)")
+_VERSION = re.compile(
+    r"vLLM (?:API )?server version ([0-9][\w.+-]*)|"
+    r"version\s+(?:\x1b\[[0-9;]*m)?([0-9]+\.[0-9]+\.[0-9][\w.+-]*)"
+)
 _ARGUMENTS = re.compile(r"non-default args: (\{.*\})\s*$", re.MULTILINE)
 _STATS = re.compile(
     r"Running: (?P<running>\d+) reqs, Waiting: (?P<waiting>\d+) reqs.*?"

@@ -41,8 +41,16 @@ from sim.workload.generate import generate_requests
 SCENARIO_FILE = "scenario.yaml"
 
 
-def import_folder(out: Path, run: RecordedRun, *, model: str | Path, hardware: Any,
-                  force: bool, argv, html: bool = True) -> dict[str, Any]:  # fmt: skip
+def import_folder(
+    out: Path,
+    run: RecordedRun,
+    *,
+    model: str | Path,
+    hardware: Any,
+    force: bool,
+    argv,
+    html: bool = True,
+) -> dict[str, Any]:
     """Write ``run``'s folder at ``out`` (atomically) and return its summary. ``model``
     is a preset name or a config.json (copied in as model.json)."""
     with tempfile.TemporaryDirectory(prefix=".pagesim-import-") as staging:
@@ -64,8 +72,9 @@ def import_folder(out: Path, run: RecordedRun, *, model: str | Path, hardware: A
         except ScenarioError as err:  # validated before anything is written
             origin = origin_of(run, err.field)
             named = f"{origin}: " if origin else ""
-            raise RecordError(f"{run.source}: {named}its replay would not be a valid "
-                              f"scenario: {err}") from None  # fmt: skip
+            raise RecordError(
+                f"{run.source}: {named}its replay would not be a valid scenario: {err}"
+            ) from None
         block = recorded_block(run, notes)
 
         def copy_inputs(folder: Path) -> None:
@@ -96,8 +105,17 @@ def _per_request(out, run, scenario, block, copy_inputs, force, argv, html) -> d
     options = ReplayOptions(url=f"recorded {run.format}: {run.source}", model=run.model or "")
     summary = observed_summary(scenario, requests, attempts, result, options, (50.0, 90.0, 99.0))
     summary["recorded"] = block
-    write_observed(out, scenario, requests, result, summary, html=html, force=force,
-                   argv=argv, extra=copy_inputs)  # fmt: skip
+    write_observed(
+        out,
+        scenario,
+        requests,
+        result,
+        summary,
+        html=html,
+        force=force,
+        argv=argv,
+        extra=copy_inputs,
+    )
     return summary
 
 
@@ -109,15 +127,21 @@ def _attempts(run: RecordedRun) -> list[Attempt]:
     for req_id, i in enumerate(order):
         times = r.token_times[i].tolist() if r.token_times is not None else []
         ok = not r.error[i] and not math.isnan(r.end_s[i])
-        attempts.append(Attempt(
-            req_id, float(r.send_s[i]), float(r.send_s[i]),
-            float(r.first_token_s[i]), float(r.end_s[i]),
-            {0: times} if times else {},
-            int(r.output_tokens[i]) if ok else None,
-            int(r.prompt_tokens[i]),
-            int(r.cached_tokens[i]) if r.cached_tokens[i] >= 0 else None,
-            r.error[i], "",
-        ))  # fmt: skip
+        attempts.append(
+            Attempt(
+                req_id,
+                float(r.send_s[i]),
+                float(r.send_s[i]),
+                float(r.first_token_s[i]),
+                float(r.end_s[i]),
+                {0: times} if times else {},
+                int(r.output_tokens[i]) if ok else None,
+                int(r.prompt_tokens[i]),
+                int(r.cached_tokens[i]) if r.cached_tokens[i] >= 0 else None,
+                r.error[i],
+                "",
+            )
+        )
     return attempts
 
 
@@ -141,8 +165,11 @@ def aggregate_summary(run: RecordedRun, scenario) -> dict[str, Any]:
     """summary.json of an aggregate-only run: the client's whole-run figures (the summary
     file, or the stages pooled by request count where no summary was published)."""
     whole = run.summary or _pooled(run.stages)
-    latency = {m: {q: v for q, v in whole.latency.get(m, {}).items() if q != "mean"}
-               | {"mean": whole.latency.get(m, {}).get("mean")} for m in METRICS}  # fmt: skip
+    latency = {
+        m: {q: v for q, v in whole.latency.get(m, {}).items() if q != "mean"}
+        | {"mean": whole.latency.get(m, {}).get("mean")}
+        for m in METRICS
+    }
     sent = whole.sent
     return {
         "num_requests": sent,
@@ -161,8 +188,11 @@ def aggregate_summary(run: RecordedRun, scenario) -> dict[str, Any]:
         "cost_model": {"kind": "observed", "endpoint": f"recorded {run.format}"},
         "observed": {"endpoint": f"recorded {run.format}: {run.source}", "errors": {}},
         # the ITL figures, where they were published, as a client's benchmark block
-        "benchmark": {benchmark_key(stat, "itl"): 1e3 * value for stat in QUANTILES
-                      if (value := whole.latency.get("itl_s", {}).get(stat)) is not None},
+        "benchmark": {
+            benchmark_key(stat, "itl"): 1e3 * value
+            for stat in QUANTILES
+            if (value := whole.latency.get("itl_s", {}).get(stat)) is not None
+        },
     }
 
 
@@ -171,8 +201,11 @@ def _pooled(stages: tuple[StageFigures, ...]) -> StageFigures:
     sent = sum(s.sent for s in stages)
     latency = {}
     for metric in METRICS:
-        rows = [(s.sent - s.failed, s.latency[metric]["mean"]) for s in stages
-                if "mean" in s.latency.get(metric, {})]  # fmt: skip
+        rows = [
+            (s.sent - s.failed, s.latency[metric]["mean"])
+            for s in stages
+            if "mean" in s.latency.get(metric, {})
+        ]
         weight = sum(n for n, _ in rows)
         if rows and weight:
             latency[metric] = {"mean": sum(n * v for n, v in rows) / weight}

@@ -76,10 +76,12 @@ def fits(raw: dict[str, Any], requests: RecordedRequests, base_dir) -> tuple[lis
         except ScenarioError:
             continue  # the model does not fit that card
         executor = analytic_executor(scenario)
-        predicted = np.asarray([
-            executor.predict([(0, round(n))] if n >= 1 else [], batch)
-            for batch, n in zip(batches, prompts.tolist(), strict=True)
-        ])  # fmt: skip
+        predicted = np.asarray(
+            [
+                executor.predict([(0, round(n))] if n >= 1 else [], batch)
+                for batch, n in zip(batches, prompts.tolist(), strict=True)
+            ]
+        )
         out.append(Fit(name, statistics.median((predicted / tpot).tolist()) - 1))
     return sorted(out, key=lambda fit: abs(fit.error)), int(tpot.size)
 
@@ -90,11 +92,16 @@ def note(guess: str, ranked: list[Fit], count: int) -> str:
     if not ranked:
         return f"GPU: the recording names none; --hardware {guess} not checked (no decode data)"
     mine = next((fit for fit in ranked if fit.hardware == guess), None)
-    said = (f"--hardware {guess} prices its decode steps {_pct(mine.error)}" if mine
-            else f"--hardware {guess} was not priced (the model does not fit it)")  # fmt: skip
+    said = (
+        f"--hardware {guess} prices its decode steps {_pct(mine.error)}"
+        if mine
+        else f"--hardware {guess} was not priced (the model does not fit it)"
+    )
     nearest = ", ".join(f"{fit.hardware} {_pct(fit.error)}" for fit in ranked[:3])
-    return (f"GPU: the recording names none; {said} (median over {count} requests' steps); "
-            f"nearest presets: {nearest}")
+    return (
+        f"GPU: the recording names none; {said} (median over {count} requests' steps); "
+        f"nearest presets: {nearest}"
+    )
 
 
 def _pct(error: float) -> str:

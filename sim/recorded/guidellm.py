@@ -91,8 +91,14 @@ class Report(Record):
     benchmarks: list[Benchmark] = Field(min_length=1)
 
 
-def read_run(path: Path, *, engine: EngineConfig, model: str | None, hardware: str | None,
-             benchmark: int | None = None) -> RecordedRun:  # fmt: skip
+def read_run(
+    path: Path,
+    *,
+    engine: EngineConfig,
+    model: str | None,
+    hardware: str | None,
+    benchmark: int | None = None,
+) -> RecordedRun:
     """The recorded run of one benchmark of GuideLLM's report ``path`` (module doc)."""
     files = {str(path): sha256_of(path)}
     raw = read_yaml(path) if path.suffix in (".yaml", ".yml") else read_json(path)
@@ -107,17 +113,28 @@ def read_run(path: Path, *, engine: EngineConfig, model: str | None, hardware: s
         raise RecordError(f"{where}: requests: none recorded")
     block = engine.block_size or DEFAULT_BLOCK_TOKENS
     requests = _columns(rows, where, block)
-    notes = [f"strategy {strategy.type_}" + (f" at {strategy.rate:g}" if strategy.rate else "")
-             + ": arrivals are the client's sends (first at 0)"]  # fmt: skip
+    notes = [
+        f"strategy {strategy.type_}"
+        + (f" at {strategy.rate:g}" if strategy.rate else "")
+        + ": arrivals are the client's sends (first at 0)"
+    ]
     if strategy.type_ in _CLOSED_LOOP:
-        notes.append(f"a {strategy.type_} client sent when a slot freed: the replay sends at "
-                     "the recorded instants (the engine's load, not the feedback)")  # fmt: skip
+        notes.append(
+            f"a {strategy.type_} client sent when a slot freed: the replay sends at "
+            "the recorded instants (the engine's load, not the feedback)"
+        )
     if requests.prefix_blocks is not None:
         notes.append(shareable_note(requests, "prompt text (request_args)"))
     return RecordedRun(
-        format="guidellm", source=str(path), model=model, hardware=hardware, engine=engine,
-        requests=requests, notes=tuple(notes), files=files,
-    )  # fmt: skip
+        format="guidellm",
+        source=str(path),
+        model=model,
+        hardware=hardware,
+        engine=engine,
+        requests=requests,
+        notes=tuple(notes),
+        files=files,
+    )
 
 
 def _chosen(report: Report, benchmark: int | None, where: str) -> Benchmark:
@@ -127,12 +144,12 @@ def _chosen(report: Report, benchmark: int | None, where: str) -> Benchmark:
             f"{i}: {(b.config.strategy.type_ if b.config and b.config.strategy else '?')}"
             for i, b in enumerate(report.benchmarks)
         )
-        raise RecordError(f"{where}: {count} benchmarks ({kinds}); choose one with "
-                          "--benchmark I")  # fmt: skip
+        raise RecordError(f"{where}: {count} benchmarks ({kinds}); choose one with --benchmark I")
     index = benchmark or 0
     if not 0 <= index < count:
-        raise RecordError(f"{where}: --benchmark: {index}: the report has benchmarks 0 to "
-                          f"{count - 1}")  # fmt: skip
+        raise RecordError(
+            f"{where}: --benchmark: {index}: the report has benchmarks 0 to {count - 1}"
+        )
     return report.benchmarks[index]
 
 
@@ -141,16 +158,18 @@ def _failure(request: GuideRequest, kind: str) -> str:
     return message.strip().splitlines()[-1][:80] if message.strip() else kind
 
 
-def _columns(rows: list[tuple[GuideRequest, str]], where: str,
-             block: int) -> RecordedRequests:  # fmt: skip
+def _columns(rows: list[tuple[GuideRequest, str]], where: str, block: int) -> RecordedRequests:
     send, first, end, prompt, output, cached, texts = [], [], [], [], [], [], []
     for i, (r, error) in enumerate(rows):
         if r.request_start_time is None:
             raise RecordError(f"{where}: request {i}: request_start_time: missing")
-        if not error and (r.prompt_tokens is None or r.output_tokens is None
-                          or r.time_to_first_token_ms is None):  # fmt: skip
-            raise RecordError(f"{where}: request {i}: a successful request without "
-                              "prompt_tokens, output_tokens or time_to_first_token_ms")  # fmt: skip
+        if not error and (
+            r.prompt_tokens is None or r.output_tokens is None or r.time_to_first_token_ms is None
+        ):
+            raise RecordError(
+                f"{where}: request {i}: a successful request without "
+                "prompt_tokens, output_tokens or time_to_first_token_ms"
+            )
         if r.request_end_time < r.request_start_time:
             raise RecordError(f"{where}: request {i}: request_end_time: before its start")
         send.append(r.request_start_time)
@@ -164,10 +183,15 @@ def _columns(rows: list[tuple[GuideRequest, str]], where: str,
     origin = min(send)
     shift = lambda values: np.asarray(values, dtype=np.float64) - origin  # noqa: E731
     requests = RecordedRequests(
-        shift(send), shift(first), shift(end), np.asarray(prompt, dtype=np.int64),
-        np.asarray(output, dtype=np.int64), np.asarray(cached, dtype=np.int64),
-        tuple(error for _, error in rows), None,
-    )  # fmt: skip
+        shift(send),
+        shift(first),
+        shift(end),
+        np.asarray(prompt, dtype=np.int64),
+        np.asarray(output, dtype=np.int64),
+        np.asarray(cached, dtype=np.int64),
+        tuple(error for _, error in rows),
+        None,
+    )
     chains = text_blocks(texts, requests.prompt_tokens, block)
     if chains is not None:
         requests = requests._replace(prefix_blocks=chains, prefix_block_tokens=block)

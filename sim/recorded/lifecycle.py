@@ -150,8 +150,15 @@ def hardware_preset(device_name: str | None) -> str | None:
     return None
 
 
-def read_run(path: Path, *, engine: EngineConfig, model: str | None, hardware: str | None,
-             metadata: Path | None = None, prompts: Path | None = None) -> RecordedRun:  # fmt: skip
+def read_run(
+    path: Path,
+    *,
+    engine: EngineConfig,
+    model: str | None,
+    hardware: str | None,
+    metadata: Path | None = None,
+    prompts: Path | None = None,
+) -> RecordedRun:
     """The recorded run in lifecycle JSONL ``path`` (module doc)."""
     files = {str(path): sha256_of(path)}
     rows = [(line, row) for line, row in read_json_lines(path)]
@@ -170,8 +177,7 @@ def read_run(path: Path, *, engine: EngineConfig, model: str | None, hardware: s
     requests = _requests(rows, str(path))
     if prompts is not None:
         block = engine.block_size or DEFAULT_BLOCK_TOKENS
-        chains = token_blocks(_prompt_ids(prompts, len(rows), files), requests.prompt_tokens,
-                              block)  # fmt: skip
+        chains = token_blocks(_prompt_ids(prompts, len(rows), files), requests.prompt_tokens, block)
         requests = requests._replace(prefix_blocks=chains, prefix_block_tokens=block)
         notes.append(shareable_note(requests, "prompt token ids (--prompts)"))
     notes.append(
@@ -183,10 +189,17 @@ def read_run(path: Path, *, engine: EngineConfig, model: str | None, hardware: s
     series = _series(path.parent / "timeseries.csv", files)
     device = meta.hardware.device_name if meta and meta.hardware else None
     return RecordedRun(
-        format="lifecycle", source=str(path), model=model or _model_of(meta),
-        hardware=hardware or hardware_preset(device), engine=engine,
-        requests=requests, clock="engine", notes=tuple(notes), series=series, files=files,
-    )  # fmt: skip
+        format="lifecycle",
+        source=str(path),
+        model=model or _model_of(meta),
+        hardware=hardware or hardware_preset(device),
+        engine=engine,
+        requests=requests,
+        clock="engine",
+        notes=tuple(notes),
+        series=series,
+        files=files,
+    )
 
 
 def _series(path: Path, files: dict[str, str]) -> dict[str, list[float]] | None:
@@ -221,10 +234,12 @@ def _engine_of(meta: Meta | None, where: str) -> EngineConfig:
     values = dict(meta.engine_kwargs or {})
     values.pop("seed", None)
     if values.pop("data_parallel_size", None) not in (None, 1):
-        raise RecordError(f"{where}: engine_kwargs.data_parallel_size: data-parallel ranks "
-                          "that step together (vLLM's DP attention, with expert parallelism "
-                          "across them) are not replayed: one replica, tensor and expert "
-                          "parallel within it")  # fmt: skip
+        raise RecordError(
+            f"{where}: engine_kwargs.data_parallel_size: data-parallel ranks "
+            "that step together (vLLM's DP attention, with expert parallelism "
+            "across them) are not replayed: one replica, tensor and expert "
+            "parallel within it"
+        )
     if meta.kv_cache is not None:
         logged = meta.kv_cache.model_dump(exclude_none=True)
         values.update(logged)
@@ -243,8 +258,10 @@ def _requests(rows: list[tuple[int, Any]], path: str) -> RecordedRequests:
         f = _time(row.first_token_ts, "first_token_ts", where, required=ok)
         e = _time(row.last_token_ts, "last_token_ts", where, required=ok)
         if ok and not q <= f <= e:
-            raise RecordError(f"{where}: first_token_ts: expected queued_ts <= first_token_ts "
-                              f"<= last_token_ts, got {q!r}, {f!r}, {e!r}")  # fmt: skip
+            raise RecordError(
+                f"{where}: first_token_ts: expected queued_ts <= first_token_ts "
+                f"<= last_token_ts, got {q!r}, {f!r}, {e!r}"
+            )
         queued.append(q)
         first.append(f)
         end.append(e)
@@ -254,10 +271,15 @@ def _requests(rows: list[tuple[int, Any]], path: str) -> RecordedRequests:
     origin = min(queued)
     shift = lambda values: np.asarray(values, dtype=np.float64) - origin  # noqa: E731
     return RecordedRequests(
-        shift(queued), shift(first), shift(end), np.asarray(prompt, dtype=np.int64),
-        np.asarray(output, dtype=np.int64), np.full(len(rows), -1, dtype=np.int64),
-        tuple(errors), None,
-    )  # fmt: skip
+        shift(queued),
+        shift(first),
+        shift(end),
+        np.asarray(prompt, dtype=np.int64),
+        np.asarray(output, dtype=np.int64),
+        np.full(len(rows), -1, dtype=np.int64),
+        tuple(errors),
+        None,
+    )
 
 
 def _time(value: float | None, name: str, where: str, *, required: bool) -> float:
@@ -271,9 +293,13 @@ def _time(value: float | None, name: str, where: str, *, required: bool) -> floa
 def _prompt_ids(path: Path, expected: int, files: dict[str, str]) -> list[np.ndarray]:
     """Each request's ``input_tok_ids``, in order."""
     files[str(path)] = sha256_of(path)
-    ids = [np.asarray(parse(PromptRow, row, f"{path}:{line}").input_tok_ids, dtype=np.int64)
-           for line, row in read_json_lines(path)]  # fmt: skip
+    ids = [
+        np.asarray(parse(PromptRow, row, f"{path}:{line}").input_tok_ids, dtype=np.int64)
+        for line, row in read_json_lines(path)
+    ]
     if len(ids) != expected:
-        raise RecordError(f"{path}: {len(ids)} prompts for {expected} requests; give the "
-                          "workload file the run was made from")  # fmt: skip
+        raise RecordError(
+            f"{path}: {len(ids)} prompts for {expected} requests; give the "
+            "workload file the run was made from"
+        )
     return ids

@@ -17,8 +17,10 @@ def resolve_model_source(name: str | None) -> str | Path:
     by its name (``pagesim list models``) or the shipped config of a HuggingFace
     repository. RecordError saying what to give otherwise."""
     if not name:
-        raise RecordError("the run names no model: give --model (a preset, a config.json, or "
-                          "a HuggingFace repository pagesim ships a config of)")  # fmt: skip
+        raise RecordError(
+            "the run names no model: give --model (a preset, a config.json, or "
+            "a HuggingFace repository pagesim ships a config of)"
+        )
     if name in MODEL_PRESETS:
         return name
     path = Path(name)

@@ -93,21 +93,32 @@ class RequestSpan(Record):
     output_tokens: Count
 
 
-def read_run(path: Path, *, engine: EngineConfig, model: str | None,
-             hardware: str | None) -> RecordedRun:  # fmt: skip
+def read_run(
+    path: Path, *, engine: EngineConfig, model: str | None, hardware: str | None
+) -> RecordedRun:
     """The recorded run of the spans in ``path`` (module doc)."""
     files = {str(path): sha256_of(path)}
     spans = [span for export in _exports(path) for span in _spans(export)]
     requests = [_request(span, f"{path}: span {i}") for i, span in enumerate(spans)]
     if not requests:
-        raise RecordError(f"{path}: no {SPAN_NAME!r} span (vLLM with --otlp-traces-endpoint "
-                          "writes one a finished request)")  # fmt: skip
+        raise RecordError(
+            f"{path}: no {SPAN_NAME!r} span (vLLM with --otlp-traces-endpoint "
+            "writes one a finished request)"
+        )
     return RecordedRun(
-        format="otel", source=str(path), model=model, hardware=hardware, engine=engine,
-        requests=_columns(requests), clock="engine", files=files,
-        notes=("arrivals are the spans' starts (the engine's front end), first at 0; TTFT "
-               "and E2E as vLLM measured them from there",),
-    )  # fmt: skip
+        format="otel",
+        source=str(path),
+        model=model,
+        hardware=hardware,
+        engine=engine,
+        requests=_columns(requests),
+        clock="engine",
+        files=files,
+        notes=(
+            "arrivals are the spans' starts (the engine's front end), first at 0; TTFT "
+            "and E2E as vLLM measured them from there",
+        ),
+    )
 
 
 def _exports(path: Path) -> list[tuple[str, Any]]:
@@ -121,8 +132,13 @@ def _exports(path: Path) -> list[tuple[str, Any]]:
 def _spans(export: tuple[str, Any]) -> list[tuple[str, Span]]:
     where, value = export
     parsed = parse(Export, value, where)
-    return [(where, span) for resource in parsed.resourceSpans for scope in resource.scopeSpans
-            for span in scope.spans if span.name == SPAN_NAME]  # fmt: skip
+    return [
+        (where, span)
+        for resource in parsed.resourceSpans
+        for scope in resource.scopeSpans
+        for span in scope.spans
+        if span.name == SPAN_NAME
+    ]
 
 
 def _request(item: tuple[str, Span], at: str) -> RequestSpan:
@@ -131,14 +147,22 @@ def _request(item: tuple[str, Span], at: str) -> RequestSpan:
     missing = [key for key in (_TTFT, _E2E, _PROMPT, _OUTPUT) if attributes.get(key) is None]
     if missing:
         raise RecordError(f"{where}: {SPAN_NAME} span: {missing[0]}: missing")
-    request = parse(RequestSpan, {
-        "start_ns": span.startTimeUnixNano, "ttft_s": attributes[_TTFT],
-        "e2e_s": attributes[_E2E], "prompt_tokens": attributes[_PROMPT],
-        "output_tokens": attributes[_OUTPUT],
-    }, f"{where}: {SPAN_NAME} span")  # fmt: skip
+    request = parse(
+        RequestSpan,
+        {
+            "start_ns": span.startTimeUnixNano,
+            "ttft_s": attributes[_TTFT],
+            "e2e_s": attributes[_E2E],
+            "prompt_tokens": attributes[_PROMPT],
+            "output_tokens": attributes[_OUTPUT],
+        },
+        f"{where}: {SPAN_NAME} span",
+    )
     if request.e2e_s < request.ttft_s:
-        raise RecordError(f"{where}: {SPAN_NAME} span: {_E2E}: {request.e2e_s!r} s, before its "
-                          f"{_TTFT} of {request.ttft_s!r} s")  # fmt: skip
+        raise RecordError(
+            f"{where}: {SPAN_NAME} span: {_E2E}: {request.e2e_s!r} s, before its "
+            f"{_TTFT} of {request.ttft_s!r} s"
+        )
     return request
 
 
@@ -149,11 +173,15 @@ def _columns(requests: list[RequestSpan]) -> RecordedRequests:
     e2e = np.asarray([r.e2e_s for r in requests])
     size = len(requests)
     return RecordedRequests(
-        send, send + ttft, send + e2e,
+        send,
+        send + ttft,
+        send + e2e,
         np.asarray([r.prompt_tokens for r in requests], dtype=np.int64),
         np.asarray([r.output_tokens for r in requests], dtype=np.int64),
-        np.full(size, -1, dtype=np.int64), ("",) * size, None,
-    )  # fmt: skip
+        np.full(size, -1, dtype=np.int64),
+        ("",) * size,
+        None,
+    )
 
 
 __all__ = ["SPAN_NAME", "read_run"]

@@ -51,8 +51,9 @@ class _Numbering:
         return np.asarray(chain, dtype=np.int64)
 
 
-def token_blocks(prompts: Sequence[np.ndarray], lengths: np.ndarray,
-                 block: int) -> tuple[np.ndarray, ...]:  # fmt: skip
+def token_blocks(
+    prompts: Sequence[np.ndarray], lengths: np.ndarray, block: int
+) -> tuple[np.ndarray, ...]:
     """Each prompt's chain (module doc) from its token ids; ``lengths``: the engine's
     prompt lengths, which the chains cover (ceil(length / block) blocks at least)."""
     numbering = _Numbering()
@@ -64,8 +65,9 @@ def token_blocks(prompts: Sequence[np.ndarray], lengths: np.ndarray,
     return tuple(chains)
 
 
-def text_blocks(texts: Sequence[str | None], lengths: np.ndarray,
-                block: int) -> tuple[np.ndarray, ...] | None:  # fmt: skip
+def text_blocks(
+    texts: Sequence[str | None], lengths: np.ndarray, block: int
+) -> tuple[np.ndarray, ...] | None:
     """Each prompt's chain (module doc) from its text; None where no prompt has text. A
     prompt without text gets blocks of its own."""
     known = [(len(t), n) for t, n in zip(texts, lengths.tolist(), strict=True) if t]

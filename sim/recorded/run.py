@@ -81,8 +81,16 @@ class StageFigures:
 #: A short name (an engine, a version, a dtype).
 _Name = Annotated[str, Field(min_length=1, max_length=100)]
 #: Weights' dtype as vLLM's --dtype names it (auto: the model config's torch_dtype).
-WEIGHT_DTYPE_BYTES = {"float16": 2, "half": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
-                      "float32": 4, "float": 4, "fp32": 4}  # fmt: skip
+WEIGHT_DTYPE_BYTES = {
+    "float16": 2,
+    "half": 2,
+    "fp16": 2,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float32": 4,
+    "float": 4,
+    "fp32": 4,
+}
 _Dtype = Literal[("auto", *WEIGHT_DTYPE_BYTES)]
 #: A fraction of GPU memory: (0, 1] (vllm bench --metadata writes it as text: "0.9").
 _Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]

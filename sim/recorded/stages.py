@@ -52,8 +52,12 @@ def from_table(table: dict[str, np.ndarray]) -> Requests:
     """The columns of a request table (sim.output.requests.request_table or a read
     requests.csv), unfinished and rejected requests with NaN finish."""
     finish = np.where(table["rejected_reason"] == "", table["finish_s"], np.nan)
-    return Requests(table["arrival_s"], table["first_token_s"], finish,
-                    table["output_tokens"].astype(np.float64))  # fmt: skip
+    return Requests(
+        table["arrival_s"],
+        table["first_token_s"],
+        finish,
+        table["output_tokens"].astype(np.float64),
+    )
 
 
 def figures(
@@ -65,8 +69,9 @@ def figures(
     """One StageFigures per ``(index, start, end)`` window of arrival times; ``shift_s``
     is added to every first token and finish (a client's overhead)."""
     if shift_s:
-        requests = requests._replace(first_token_s=requests.first_token_s + shift_s,
-                                     finish_s=requests.finish_s + shift_s)  # fmt: skip
+        requests = requests._replace(
+            first_token_s=requests.first_token_s + shift_s, finish_s=requests.finish_s + shift_s
+        )
     out = []
     for index, start, end in windows:
         inside = (requests.arrival_s >= start) & (requests.arrival_s < end)
@@ -82,28 +87,36 @@ def _stage(r: Requests, inside: np.ndarray, index: int, timeout_s) -> StageFigur
     ttft = (r.first_token_s - r.arrival_s)[ok]
     multi = ok & (r.output_tokens >= 2)
     tpot = ((r.finish_s - r.first_token_s) / np.maximum(r.output_tokens - 1, 1))[multi]
-    latency = {name: _quantiles(values) for name, values in
-               (("ttft_s", ttft), ("tpot_s", tpot), ("e2e_s", e2e[ok]))}  # fmt: skip
+    latency = {
+        name: _quantiles(values)
+        for name, values in (("ttft_s", ttft), ("tpot_s", tpot), ("e2e_s", e2e[ok]))
+    }
     # The span ends with the stage's last request to end: a success's finish, or the
     # moment a client gave up (inference-perf's throughput divides by it).
-    ends = np.where(np.isfinite(r.finish_s), r.finish_s,
-                    r.arrival_s + (timeout_s if timeout_s is not None else np.nan))  # fmt: skip
+    ends = np.where(
+        np.isfinite(r.finish_s),
+        r.finish_s,
+        r.arrival_s + (timeout_s if timeout_s is not None else np.nan),
+    )
     ends = ends[inside & np.isfinite(ends)]
     span = (np.max(ends) - np.min(r.arrival_s[inside])) if ok.any() else 0.0
     sent = int(inside.sum())
     return StageFigures(
-        index=index, rate_rps=None, duration_s=None, sent=sent, failed=sent - int(ok.sum()),
+        index=index,
+        rate_rps=None,
+        duration_s=None,
+        sent=sent,
+        failed=sent - int(ok.sum()),
         latency={k: v for k, v in latency.items() if v},
         throughput_rps=float(ok.sum() / span) if span > 0 else None,
-    )  # fmt: skip
+    )
 
 
 def _quantiles(values: np.ndarray) -> dict[str, float]:
     if values.size == 0:
         return {}
     p50, p90, p99 = np.percentile(values, [50, 90, 99])
-    return {"mean": float(values.mean()), "p50": float(p50), "p90": float(p90),
-            "p99": float(p99)}  # fmt: skip
+    return {"mean": float(values.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
 def stage_windows(scenario) -> list[tuple[int, float, float]]:
@@ -111,8 +124,10 @@ def stage_windows(scenario) -> list[tuple[int, float, float]]:
     arrival = scenario.workload.arrival
     if getattr(arrival, "kind", None) == "stages":
         starts = arrival.stage_starts()
-        return [(i, float(s), float(s + st.duration_s))
-                for i, (s, st) in enumerate(zip(starts, arrival.stages, strict=True))]  # fmt: skip
+        return [
+            (i, float(s), float(s + st.duration_s))
+            for i, (s, st) in enumerate(zip(starts, arrival.stages, strict=True))
+        ]
     return [(-1, -np.inf, np.inf)]
 
 
@@ -168,9 +183,19 @@ def _kind(value: Any) -> str:
     return type(value).__name__ if value is not None else "null"
 
 
-__all__ = ["CLIENT_OVERHEAD_S", "COMPARED", "METRICS", "Requests", "compare", "figures",
-           "from_table", "read_requests_csv", "recorded_stages", "series_means",
-           "stage_windows"]  # fmt: skip
+__all__ = [
+    "CLIENT_OVERHEAD_S",
+    "COMPARED",
+    "METRICS",
+    "Requests",
+    "compare",
+    "figures",
+    "from_table",
+    "read_requests_csv",
+    "recorded_stages",
+    "series_means",
+    "stage_windows",
+]
 
 
 #: The requests.csv columns the reduction reads.
@@ -207,8 +232,9 @@ def read_requests_csv(path) -> Requests:
             try:
                 values.append(float(text) if text not in ("", "nan") else np.nan)
             except ValueError:
-                raise RecordError(f"{path}:{line}: {name}: expected a number, got {text[:40]!r}"
-                                  ) from None  # fmt: skip
+                raise RecordError(
+                    f"{path}:{line}: {name}: expected a number, got {text[:40]!r}"
+                ) from None
         return np.array(values, dtype=np.float64)
 
     rejected = np.array([row["rejected_reason"] != "" for row in rows], dtype=bool)
@@ -233,6 +259,8 @@ def series_means(steps, recorded: dict[str, list[float]]) -> dict[str, tuple[flo
         real = np.asarray(recorded[name], dtype=np.float64)[t <= end]
         out[name] = (float(real.mean()) if real.size else 0.0, simulated)
     tokens = steps.column("num_decode_tokens")[inside].sum()
-    out["gen_tok_s"] = (float(np.mean(np.asarray(recorded["gen_tok_s"])[t <= end])),
-                        float(tokens / end) if end else 0.0)  # fmt: skip
+    out["gen_tok_s"] = (
+        float(np.mean(np.asarray(recorded["gen_tok_s"])[t <= end])),
+        float(tokens / end) if end else 0.0,
+    )
     return out

@@ -263,10 +263,17 @@ def build_replica(
     if blank is not None and not (reads_token_ids(allocator) or reads_token_ids(executor)):
         outputs = blank
     return Replica(
-        env, index, allocator, executor, replica_policies(scenario, context),
-        engine_config(scenario, allocator), outputs, steps, on_done,
+        env,
+        index,
+        allocator,
+        executor,
+        replica_policies(scenario, context),
+        engine_config(scenario, allocator),
+        outputs,
+        steps,
+        on_done,
         fast_forward=fast_forward,
-    )  # fmt: skip
+    )
 
 
 def build_cluster(

@@ -121,10 +121,18 @@ def _build_replicas(scenario, requests, env, steps, on_done, make_executor, fast
     shared: dict = {}  # a remote offload tier, built once for every replica
     replicas = [
         build_replica(
-            scenario, env, index, make_executor=lambda alloc: make_executor(scenario, alloc),
-            outputs=outputs, steps=steps, on_done=on_done, requests=requests,
-            fast_forward=fast_forward, blank=blank, shared=shared,
-        )  # fmt: skip
+            scenario,
+            env,
+            index,
+            make_executor=lambda alloc: make_executor(scenario, alloc),
+            outputs=outputs,
+            steps=steps,
+            on_done=on_done,
+            requests=requests,
+            fast_forward=fast_forward,
+            blank=blank,
+            shared=shared,
+        )
         for index in range(scenario.routing.replicas)
     ]
     return replicas, [replica.executor for replica in replicas]
@@ -165,16 +173,18 @@ def _offload_figures(scenario, replicas) -> dict[str, Any] | None:
             sum(getattr(s, name) for s in stats)
             for name in ("stored_blocks", "loaded_blocks", "hit_tokens", "evicted_blocks")
         )
-        tiers.append({
-            "tier": spec.tier,
-            "capacity_blocks": capacity,  # per replica (a cluster-wide tier's: the cluster's)
-            "stored_blocks": stored,
-            "loaded_blocks": loaded,
-            "hit_tokens": hit_tokens,
-            "evicted_blocks": evicted,
-            "stored_bytes": stored * block_bytes,
-            "loaded_bytes": loaded * block_bytes,
-        })  # fmt: skip
+        tiers.append(
+            {
+                "tier": spec.tier,
+                "capacity_blocks": capacity,  # per replica (a cluster-wide tier's: the cluster's)
+                "stored_blocks": stored,
+                "loaded_blocks": loaded,
+                "hit_tokens": hit_tokens,
+                "evicted_blocks": evicted,
+                "stored_bytes": stored * block_bytes,
+                "loaded_bytes": loaded * block_bytes,
+            }
+        )
     return {"tiers": tiers}
 
 

@@ -211,7 +211,8 @@ def results(plan: CapacityPlan, prices: dict[str, float] | None = None) -> list[
             }
         )
     priced = [
-        r for r in rows
+        r
+        for r in rows
         if (r["capacity_rps"] or 0) > 0 and r["usd_per_million_output_tokens"] is not None
     ]
     if priced:

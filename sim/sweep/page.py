@@ -107,9 +107,11 @@ def axis_figure(axes: Sequence[str], axis: int, configs) -> go.Figure:
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=x_order)
     fig.update_xaxes(title_text=axes[axis], row=len(METRICS), col=1)
     fig.update_layout(
-        height=230 * len(METRICS), title=f"Metrics against {axes[axis]}", margin={"t": 60},
+        height=230 * len(METRICS),
+        title=f"Metrics against {axes[axis]}",
+        margin={"t": 60},
         template=TEMPLATE,
-    )  # fmt: skip
+    )
     return fig
 
 

@@ -337,8 +337,9 @@ def _trace_book(spec, model, plan: _Plan, token_seed: int) -> PromptBook:
     covered = np.asarray([len(h) * block for h in ids], dtype=np.int64)
     hashed = np.minimum(plan.own_len, covered)
     own_len = plan.own_len - hashed
-    return PromptBook(token_seed, model.vocab_size, own_len, hash_ids=ids, hashed_len=hashed,
-                      hash_block=block)  # fmt: skip
+    return PromptBook(
+        token_seed, model.vocab_size, own_len, hash_ids=ids, hashed_len=hashed, hash_block=block
+    )
 
 
 def _prompt_lengths(plan: _Plan, previous: np.ndarray, prefix_len: np.ndarray) -> np.ndarray:

@@ -179,8 +179,9 @@ class BlankOutputs:
         return self._prompt_zeros[:length]
 
 
-def hash_block_tokens(seed: int, hash_ids: np.ndarray, vocab_size: int,
-                      block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> np.ndarray:  # fmt: skip
+def hash_block_tokens(
+    seed: int, hash_ids: np.ndarray, vocab_size: int, block_tokens: int = MOONCAKE_BLOCK_TOKENS
+) -> np.ndarray:
     """The concatenated ``block_tokens``-token blocks behind a trace's ``hash_ids``
     (int32): equal ids, equal tokens."""
     states = _stream_states(seed, _HASH_BLOCK_DOMAIN, np.asarray(hash_ids, dtype=np.int64))

@@ -60,8 +60,17 @@ def _existing_out(folder: Path) -> tuple[list[str], list[str]]:
 def _inference_perf(folder: Path, edit) -> tuple[list[str], list[str]]:
     source = inference_perf_folder(folder / "run")
     culprits = edit(source)
-    return ["import-run", "inference-perf", str(source), "--out", str(folder / "out"),
-            "--hardware", "h100-sxm", "--model", "meta-llama/Llama-2-7b-hf"], culprits  # fmt: skip
+    return [
+        "import-run",
+        "inference-perf",
+        str(source),
+        "--out",
+        str(folder / "out"),
+        "--hardware",
+        "h100-sxm",
+        "--model",
+        "meta-llama/Llama-2-7b-hf",
+    ], culprits
 
 
 def _json_edit(name, change, *culprits):
@@ -84,8 +93,7 @@ def _replace(name, content, *culprits):
 
 def _vllm(folder: Path, extra, culprits, *options, start=True) -> tuple[list[str], list[str]]:
     path = vllm_bench(folder / "result.json", start_times=start, **extra)
-    return ["import-run", "vllm-bench", str(path), "--out", str(folder / "out"),
-            *options], culprits  # fmt: skip
+    return ["import-run", "vllm-bench", str(path), "--out", str(folder / "out"), *options], culprits
 
 
 CASES = {
@@ -105,7 +113,7 @@ CASES = {
             '{"queued_ts": NaN, "first_token_ts": 1, "last_token_ts": 2, "input_toks": 1, '
             '"output_toks": 1}\n',
             "requests.jsonl:1",
-        ),  # fmt: skip
+        ),
     ),
     "lifecycle: first token before queued": lambda f: _lifecycle(
         f, _row_edit(lambda r: r.update(first_token_ts=0.0), "first_token_ts")
@@ -144,7 +152,7 @@ CASES = {
             "config.yaml",
             "load: {type: tidal, stages: [{rate: 1, duration: 1}]}\ndata: {type: shared_prefix}\n",
             "load.type",
-        ),  # fmt: skip
+        ),
     ),
     "inference-perf: zero rate": lambda f: _inference_perf(
         f,
@@ -153,7 +161,7 @@ CASES = {
             "load: {type: constant, stages: [{rate: 0, duration: 1}]}\n"
             "data: {type: shared_prefix}\n",
             "load.stages[0].rate",
-        ),  # fmt: skip
+        ),
     ),
     "inference-perf: unknown model": lambda f: (
         _inference_perf(f, lambda s: [])[0][:-1] + ["no-such/model"],
@@ -174,31 +182,48 @@ CASES = {
         f, _meta_edit(lambda m: m["kv_cache"].update(num_gpu_blocks=10**12), "cache.num_blocks")
     ),
     "lifecycle: tensor parallel 3": lambda f: _lifecycle(
-        f, _meta_edit(lambda m: m["engine_kwargs"].update(tensor_parallel_size=3),
-                      "tensor_parallel")  # fmt: skip
+        f,
+        _meta_edit(lambda m: m["engine_kwargs"].update(tensor_parallel_size=3), "tensor_parallel"),
     ),
     "lifecycle: tensor parallel 2^40": lambda f: _lifecycle(
-        f, _meta_edit(lambda m: m["engine_kwargs"].update(tensor_parallel_size=2**40),
-                      "tensor_parallel")  # fmt: skip
+        f,
+        _meta_edit(
+            lambda m: m["engine_kwargs"].update(tensor_parallel_size=2**40), "tensor_parallel"
+        ),
     ),
     "vllm-bench: tensor parallel 3 in its metadata": lambda f: _vllm(
-        f, {"tensor_parallel_size": "3"}, ["result.json", "tensor_parallel"],
-        "--hardware", "h100-sxm",
+        f,
+        {"tensor_parallel_size": "3"},
+        ["result.json", "tensor_parallel"],
+        "--hardware",
+        "h100-sxm",
     ),
     "lifecycle: an existing --out without --force": lambda f: _existing_out(f),
     # files that are not regular files would block or never end: refused before opening
     "lifecycle: requests.jsonl is /dev/zero": lambda f: _lifecycle(
-        f, lambda path, source: (path.unlink(), path.symlink_to("/dev/zero"),
-                                 ["requests.jsonl", "not a regular file"])[2],
+        f,
+        lambda path, source: (
+            path.unlink(),
+            path.symlink_to("/dev/zero"),
+            ["requests.jsonl", "not a regular file"],
+        )[2],
     ),
     "lifecycle: requests.jsonl is a FIFO": lambda f: _lifecycle(
-        f, lambda path, source: (path.unlink(), os.mkfifo(path),
-                                 ["requests.jsonl", "not a regular file"])[2],
+        f,
+        lambda path, source: (
+            path.unlink(),
+            os.mkfifo(path),
+            ["requests.jsonl", "not a regular file"],
+        )[2],
     ),
     "lifecycle: timeseries.csv not UTF-8": lambda f: _lifecycle(
-        f, lambda path, source: ((source / "timeseries.csv").write_bytes(
-            b"t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1,\xff,2,3,4,5\n"),
-            ["timeseries.csv", "UTF-8"])[1],
+        f,
+        lambda path, source: (
+            (source / "timeseries.csv").write_bytes(
+                b"t,prompt_throughput,gen_throughput,running,waiting,kv_cache_pct\n1,\xff,2,3,4,5\n"
+            ),
+            ["timeseries.csv", "UTF-8"],
+        )[1],
     ),
     # fields of the wrong type: one line naming the field (they were AttributeErrors)
     "lifecycle: engine_kwargs a list": lambda f: _lifecycle(
@@ -211,27 +236,50 @@ CASES = {
         f, _meta_edit(lambda m: m.update(kv_cache=[16]), "kv_cache")
     ),
     "inference-perf: successes a list": lambda f: _inference_perf(
-        f, _json_edit("stage_0_lifecycle_metrics.json", lambda d: d.update(successes=[1]),
-                      "successes"),  # fmt: skip
+        f,
+        _json_edit(
+            "stage_0_lifecycle_metrics.json", lambda d: d.update(successes=[1]), "successes"
+        ),
     ),
     "inference-perf: more failures than requests": lambda f: _inference_perf(
-        f, _json_edit("stage_1_lifecycle_metrics.json",
-                      lambda d: d["failures"].update(count=2000), "failures.count"),  # fmt: skip
+        f,
+        _json_edit(
+            "stage_1_lifecycle_metrics.json",
+            lambda d: d["failures"].update(count=2000),
+            "failures.count",
+        ),
     ),
     "vllm-bench: a rate of 1e308": lambda f: _vllm(
-        f, {"request_rate": 1e308}, ["result.json", "request_rate"], "--hardware", "h100-sxm",
+        f,
+        {"request_rate": 1e308},
+        ["result.json", "request_rate"],
+        "--hardware",
+        "h100-sxm",
         start=False,
     ),
     "vllm-bench: a burstiness of -1": lambda f: _vllm(
-        f, {"burstiness": -1}, ["result.json", "burstiness"], "--hardware", "h100-sxm",
+        f,
+        {"burstiness": -1},
+        ["result.json", "burstiness"],
+        "--hardware",
+        "h100-sxm",
         start=False,
     ),
     "vllm-bench: a burstiness of 'x'": lambda f: _vllm(
-        f, {"burstiness": "x"}, ["result.json", "burstiness"], "--hardware", "h100-sxm",
+        f,
+        {"burstiness": "x"},
+        ["result.json", "burstiness"],
+        "--hardware",
+        "h100-sxm",
         start=False,
     ),
     "vllm-bench: a seed of 'abc'": lambda f: _vllm(
-        f, {"seed": "abc"}, ["result.json", "seed"], "--hardware", "h100-sxm", start=False,
+        f,
+        {"seed": "abc"},
+        ["result.json", "seed"],
+        "--hardware",
+        "h100-sxm",
+        start=False,
     ),
     "vllm-bench: unknown hardware": lambda f: _vllm(
         f, {}, ["hardware", "h100-sxn", "h100-sxm"], "--hardware", "h100-sxn"

@@ -174,16 +174,29 @@ def mixtral_with_more_experts_a_token_than_it_has(d):
 
 @case
 def qwen_moe_whose_sparse_step_leaves_no_moe_layer(d):
-    qwen = llama(model_type="qwen3_moe", num_experts=8, num_experts_per_tok=2,
-                 moe_intermediate_size=64, decoder_sparse_step=1000)  # fmt: skip
+    qwen = llama(
+        model_type="qwen3_moe",
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=64,
+        decoder_sparse_step=1000,
+    )
     return run_with(d, qwen), ["cfg.json", "decoder_sparse_step", "no MoE layer"]
 
 
 @case
 def deepseek_with_first_dense_layers_past_the_last(d):
-    deepseek = llama(model_type="deepseek_v2", n_routed_experts=8, num_experts_per_tok=2,
-                     moe_intermediate_size=64, first_k_dense_replace=99, kv_lora_rank=64,
-                     qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32)  # fmt: skip
+    deepseek = llama(
+        model_type="deepseek_v2",
+        n_routed_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=64,
+        first_k_dense_replace=99,
+        kv_lora_rank=64,
+        qk_nope_head_dim=32,
+        qk_rope_head_dim=16,
+        v_head_dim=32,
+    )
     return run_with(d, deepseek), ["cfg.json", "first_k_dense_replace", "expected 0 to 31"]
 
 
@@ -282,8 +295,11 @@ def _huge_moe(d: Path, shipped: str):
     config = json.loads((ROOT / "scenarios" / "models" / shipped).read_text())
     config["num_hidden_layers"] = 2**31 - 1
     (d / "cfg.json").write_text(json.dumps(config))
-    raw = {"model": {"config": "cfg.json"}, "hardware": "h100-sxm",
-           "simulation": {"num_requests": 20}}  # fmt: skip
+    raw = {
+        "model": {"config": "cfg.json"},
+        "hardware": "h100-sxm",
+        "simulation": {"num_requests": 20},
+    }
     (d / "s.yaml").write_text(yaml.safe_dump(raw))
     return ["run", str(d / "s.yaml"), "--out", str(d / "out")], ["tensor_parallel", "weights"]
 
@@ -306,7 +322,10 @@ def rope_scaling_nested_900_deep(d):
         inner["a"] = {}
         inner = inner["a"]
     return run_with(d, json.dumps({**LLAMA, "rope_scaling": nested})), [
-        "cfg.json", "rope_scaling", "nested"]  # fmt: skip
+        "cfg.json",
+        "rope_scaling",
+        "nested",
+    ]
 
 
 # ---------------------------------------------------------------------------- tests

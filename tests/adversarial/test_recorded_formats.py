@@ -157,12 +157,8 @@ LIFECYCLE = {
     "meta: kv_cache.num_gpu_blocks 0": meta("kv_cache.num_gpu_blocks", 0),
     "meta: kv_cache.block_size -16": meta("kv_cache.block_size", -16),
     "meta: kv_cache.gpu_memory_utilization 1.5": meta("kv_cache.gpu_memory_utilization", 1.5),
-    "meta: kv_cache.gpu_memory_utilization 'nan'": meta(
-        "kv_cache.gpu_memory_utilization", "nan"
-    ),
-    "meta: kv_cache.enable_prefix_caching 'maybe'": meta(
-        "kv_cache.enable_prefix_caching", "maybe"
-    ),
+    "meta: kv_cache.gpu_memory_utilization 'nan'": meta("kv_cache.gpu_memory_utilization", "nan"),
+    "meta: kv_cache.enable_prefix_caching 'maybe'": meta("kv_cache.enable_prefix_caching", "maybe"),
     "meta: max_num_seqs 0": meta("engine_kwargs.max_num_seqs", 0),
     "meta: max_num_seqs true": meta("engine_kwargs.max_num_seqs", True),
     "meta: max_num_seqs 1.5": meta("engine_kwargs.max_num_seqs", 1.5),
@@ -205,8 +201,15 @@ def _inference_perf(edit, per_request: list | None = None):
     def build(folder: Path) -> tuple[list[str], list[str]]:
         source = inference_perf_folder(folder / "run", per_request=per_request)
         culprits = edit(source)
-        return ["import-run", "inference-perf", str(source), "--out", str(folder / "out"),
-                "--hardware", "h100-sxm"], culprits  # fmt: skip
+        return [
+            "import-run",
+            "inference-perf",
+            str(source),
+            "--out",
+            str(folder / "out"),
+            "--hardware",
+            "h100-sxm",
+        ], culprits
 
     return build
 
@@ -271,16 +274,18 @@ INFERENCE_PERF = {
     ),
     "config: a distribution mean 0": config(
         "data",
-        {"type": "random", "input_distribution": {"mean": 0},
-         "output_distribution": {"mean": 10}},
+        {"type": "random", "input_distribution": {"mean": 0}, "output_distribution": {"mean": 10}},
         "input_distribution.mean",
-    ),  # fmt: skip
+    ),
     "config: a distribution std_dev -1": config(
         "data",
-        {"type": "random", "input_distribution": {"mean": 100, "std_dev": -1},
-         "output_distribution": {"mean": 10}},
+        {
+            "type": "random",
+            "input_distribution": {"mean": 100, "std_dev": -1},
+            "output_distribution": {"mean": 10},
+        },
         "input_distribution.std_dev",
-    ),  # fmt: skip
+    ),
     "config: server.ignore_eos 'maybe'": config("server.ignore_eos", "maybe"),
     "config: server a string": config("server", "vllm"),
     "config: server.model_name a list": config("server.model_name", ["a"]),
@@ -293,22 +298,31 @@ INFERENCE_PERF = {
     ),
     "config: 10,001 stages": _inference_perf(
         lambda source: (
-            (source / "config.yaml").write_text(yaml.safe_dump({
-                **yaml.safe_load((source / "config.yaml").read_text()),
-                "load": {"type": "constant",
-                         "stages": [{"rate": 1, "duration": 1}] * 10_001}})),
+            (source / "config.yaml").write_text(
+                yaml.safe_dump(
+                    {
+                        **yaml.safe_load((source / "config.yaml").read_text()),
+                        "load": {
+                            "type": "constant",
+                            "stages": [{"rate": 1, "duration": 1}] * 10_001,
+                        },
+                    }
+                )
+            ),
             ["config.yaml", "stages"],
         )[1]
-    ),  # fmt: skip
+    ),
     "config: a shared-prefix pool of 10^12 prompts": _inference_perf(
         lambda source: (
             (source / "config.yaml").write_text(
-                (source / "config.yaml").read_text()
+                (source / "config.yaml")
+                .read_text()
                 .replace("num_groups: 10", "num_groups: 1000000")
-                .replace("num_prompts_per_group: 10", "num_prompts_per_group: 1000000")),
+                .replace("num_prompts_per_group: 10", "num_prompts_per_group: 1000000")
+            ),
             ["config.yaml", "replay would not be a valid scenario", "prompts"],
         )[1]
-    ),  # fmt: skip
+    ),
     "config: a request timeout of 0": config(
         "load.request_timeout", 0, "replay would not be a valid scenario", "timeout"
     ),
@@ -362,8 +376,15 @@ def bench(extra: dict, *culprits: str, start: bool = True, fmt: str = "vllm-benc
         if starts:  # the fixture's own flag has this name: write the list over it
             result = json.loads(path.read_text())
             path.write_text(json.dumps({**result, **starts}))
-        return ["import-run", fmt, str(path), "--out", str(folder / "out"),
-                "--hardware", "h100-sxm"], ["result.json", *culprits]  # fmt: skip
+        return [
+            "import-run",
+            fmt,
+            str(path),
+            "--out",
+            str(folder / "out"),
+            "--hardware",
+            "h100-sxm",
+        ], ["result.json", *culprits]
 
     return build
 
@@ -380,8 +401,15 @@ def metadata(values: Any, *culprits: str):
 
 def _whole_file(folder: Path, content: str, *culprits: str) -> tuple[list[str], list[str]]:
     (folder / "result.json").write_text(content)
-    return ["import-run", "vllm-bench", str(folder / "result.json"), "--out",
-            str(folder / "out"), "--hardware", "h100-sxm"], ["result.json", *culprits]  # fmt: skip
+    return [
+        "import-run",
+        "vllm-bench",
+        str(folder / "result.json"),
+        "--out",
+        str(folder / "out"),
+        "--hardware",
+        "h100-sxm",
+    ], ["result.json", *culprits]
 
 
 BENCH = {
@@ -439,12 +467,21 @@ BENCH = {
 def aggregates(change: dict, *culprits: str):
     """An aggregate-only ``vllm bench serve`` result with ``change`` applied."""
     base = {
-        "num_prompts": 20, "request_rate": 2.0, "completed": 20, "failed": 0,
-        "total_input_tokens": 20 * 512, "total_output_tokens": 20 * 64, "duration": 11.0,
-        "mean_ttft_ms": 40.0, "median_ttft_ms": 38.0, "p99_ttft_ms": 90.0,
-        "mean_e2el_ms": 700.0, "median_e2el_ms": 690.0, "p99_e2el_ms": 900.0,
+        "num_prompts": 20,
+        "request_rate": 2.0,
+        "completed": 20,
+        "failed": 0,
+        "total_input_tokens": 20 * 512,
+        "total_output_tokens": 20 * 64,
+        "duration": 11.0,
+        "mean_ttft_ms": 40.0,
+        "median_ttft_ms": 38.0,
+        "p99_ttft_ms": 90.0,
+        "mean_e2el_ms": 700.0,
+        "median_e2el_ms": 690.0,
+        "p99_e2el_ms": 900.0,
         "model_id": "meta-llama/Llama-3.1-8B",
-    }  # fmt: skip
+    }
     return lambda folder: _whole_file(folder, json.dumps({**base, **change}), *culprits)
 
 
@@ -458,8 +495,17 @@ def spans(change, *culprits: str, keep: bool = True):
         items = [otel_span(1.7e9 + i, 0.05, 0.5, 300, 20, name=name) for i in range(2)]
         change(items[1])
         path = otel_export(folder / "traces.jsonl", items)
-        return ["import-run", "otel", str(path), "--out", str(folder / "out"), "--hardware",
-                "h100-sxm", "--model", "llama-3.1-8b"], ["traces.jsonl", *culprits]  # fmt: skip
+        return [
+            "import-run",
+            "otel",
+            str(path),
+            "--out",
+            str(folder / "out"),
+            "--hardware",
+            "h100-sxm",
+            "--model",
+            "llama-3.1-8b",
+        ], ["traces.jsonl", *culprits]
 
     return build
 
@@ -472,9 +518,18 @@ def guide(change, *culprits: str, extra: tuple[str, ...] = ()):
         ok = [guidellm_request(1000.0 + i, f"prompt {i} " * 40, 8) for i in range(3)]
         change(ok[1])
         path = guidellm_report(folder / "benchmarks.json", [("constant", ok, [])])
-        return ["import-run", "guidellm", str(path), "--out", str(folder / "out"),
-                "--hardware", "h100-sxm", "--model", "llama-3-8b", *extra], [
-                "benchmarks.json", *culprits]  # fmt: skip
+        return [
+            "import-run",
+            "guidellm",
+            str(path),
+            "--out",
+            str(folder / "out"),
+            "--hardware",
+            "h100-sxm",
+            "--model",
+            "llama-3-8b",
+            *extra,
+        ], ["benchmarks.json", *culprits]
 
     return build
 
@@ -488,9 +543,11 @@ def engine_log(text: str, *culprits: str):
     return build
 
 
-_STATS = ("Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 1.0 "
-          "tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.0%, Prefix "
-          "cache hit rate: {}%\n")  # fmt: skip
+_STATS = (
+    "Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 1.0 "
+    "tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.0%, Prefix "
+    "cache hit rate: {}%\n"
+)
 
 OTHERS = {
     "aggregates: completed a word": aggregates({"completed": "all"}, "completed"),
@@ -498,17 +555,21 @@ OTHERS = {
         {"total_input_tokens": -1}, "total_input_tokens"
     ),
     "aggregates: no completed request": aggregates({"completed": 0}, "completed"),
-    "aggregates: more requests than num_prompts": aggregates(
-        {"num_prompts": 5}, "num_prompts"
-    ),
+    "aggregates: more requests than num_prompts": aggregates({"num_prompts": 5}, "num_prompts"),
     "aggregates: max_concurrency": aggregates({"max_concurrency": 4}, "max_concurrency"),
     "aggregates: no latency figure": aggregates(
-        {"mean_ttft_ms": None, "median_ttft_ms": None, "p99_ttft_ms": None,
-         "mean_e2el_ms": None, "median_e2el_ms": None, "p99_e2el_ms": None}, "mean_ttft_ms"
-    ),  # fmt: skip
+        {
+            "mean_ttft_ms": None,
+            "median_ttft_ms": None,
+            "p99_ttft_ms": None,
+            "mean_e2el_ms": None,
+            "median_e2el_ms": None,
+            "p99_e2el_ms": None,
+        },
+        "mean_ttft_ms",
+    ),
     "aggregates: request_rate -1": aggregates({"request_rate": -1}, "request_rate"),
-    "otel: an attribute missing": spans(lambda s: s["attributes"].pop(0),
-                                        "time_to_first_token"),  # fmt: skip
+    "otel: an attribute missing": spans(lambda s: s["attributes"].pop(0), "time_to_first_token"),
     "otel: a negative count": spans(
         lambda s: s["attributes"][3]["value"].update(intValue="-1"), "prompt_tokens"
     ),
@@ -521,16 +582,18 @@ OTHERS = {
     "guidellm: a start that is a word": guide(
         lambda r: r.update(request_start_time="noon"), "request_start_time"
     ),
-    "guidellm: prompt tokens negative": guide(lambda r: r.update(prompt_tokens=-3),
-                                              "prompt_tokens"),  # fmt: skip
+    "guidellm: prompt tokens negative": guide(
+        lambda r: r.update(prompt_tokens=-3), "prompt_tokens"
+    ),
     "guidellm: a success without its TTFT": guide(
         lambda r: r.update(time_to_first_token_ms=None), "time_to_first_token_ms"
     ),
     "guidellm: an end before its start": guide(
         lambda r: r.update(request_end_time=1.0), "request_end_time"
     ),
-    "guidellm: --benchmark 3 of 1": guide(lambda r: None, "--benchmark", extra=("--benchmark",
-                                                                                "3")),  # fmt: skip
+    "guidellm: --benchmark 3 of 1": guide(
+        lambda r: None, "--benchmark", extra=("--benchmark", "3")
+    ),
     "engine log: no stats and no arguments": engine_log("INFO starting\n", "stats line"),
     "engine log: a hit rate over 100 %": engine_log(_STATS.format("180.0"), "180.0"),
     "engine log: an argument of the wrong kind": engine_log(

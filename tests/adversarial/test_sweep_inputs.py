@@ -62,8 +62,10 @@ def test_bad_sweeps_and_capacity_searches_are_one_line_and_write_nothing(tmp_pat
         ([str(TINY), "--out", out, "--ray", "127.0.0.1:1"], ["--ray", "127.0.0.1:1"]),
         ([str(TINY), "--out", out, "--ray", "not an address"], ["--ray", "HOST:PORT"]),
         # counts that would be built before they were checked (MemoryError, OverflowError)
-        ([sweep_file(tmp_path, "h.yaml", "seeds: 1000000000\n"), "--out", out],
-         ["h.yaml", "seeds", "100,000"]),
+        (
+            [sweep_file(tmp_path, "h.yaml", "seeds: 1000000000\n"), "--out", out],
+            ["h.yaml", "seeds", "100,000"],
+        ),
         ([str(TINY), "--seeds", str(10**12), "--out", out], ["--seeds", "100,000"]),
         ([str(TINY), "--jobs", str(10**10), "--out", out], ["--jobs", "1024"]),
     ]

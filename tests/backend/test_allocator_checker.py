@@ -79,8 +79,11 @@ BROKEN = {
     "GroupTableDisagrees": "block_tables gives",
     "ClaimsTwoGroups": "built (), has",
     # (its own check or the checker's model, whichever the example reaches first)
-    "WindowReleasesTooEarly": ("released a block inside its window", "window of the next token",
-                               "due in a released block"),
+    "WindowReleasesTooEarly": (
+        "released a block inside its window",
+        "window of the next token",
+        "due in a released block",
+    ),
     "UncheckedWindowReleasesTooEarly": ("window of the next token", "due in a released block"),
     "TierStoresTwice": "twice",
     "TierLoadsTheWrongBlock": "prefix hit of",
@@ -113,9 +116,7 @@ def test_the_missing_copy_on_write_example_forks_then_writes_to_a_sharer():
     child = example[forks[0]].split(" = ")[0]
     parent = example[forks[0]].split("parent=")[1].rstrip(")")
     later = example[forks[0] + 1 :]
-    assert any(
-        ".append" in line and (child in line or parent in line) for line in later
-    ), example
+    assert any(".append" in line and (child in line or parent in line) for line in later), example
 
 
 def test_the_leak_is_two_calls():

@@ -80,8 +80,9 @@ def test_a_hit_must_hold_in_every_group():
     prompt = list(range(100, 116))  # four blocks
     alloc.allocate(0, prompt)  # both groups publish blocks 0-3
     alloc.append(0, [7])  # the window releases blocks 0 and 1 of group 1: cached
-    assert sorted(alloc.evict(2)) == sorted(set(range(8)) - {*alloc.block_tables(0)[0],
-                                                              *alloc.block_tables(0)[1]})
+    assert sorted(alloc.evict(2)) == sorted(
+        set(range(8)) - {*alloc.block_tables(0)[0], *alloc.block_tables(0)[1]}
+    )
     alloc.check_invariants()
     # full attention alone would serve 8 tokens; the window has no block 0 or 1
     assert alloc.cached_prefix_tokens(prompt[:8] + [1]) == 0

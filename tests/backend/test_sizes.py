@@ -34,4 +34,3 @@ def test_forks_share_the_full_blocks_of_their_prompt():
     # 3 samples of 10 tokens whose first 6 are one prompt: 1 full prompt block shared
     assert manager.blocks_for_samples(6, 10, 3) == 1 + 3 * (3 - 1)
     assert manager.blocks_for_samples(6, 10, 1) == manager.blocks_for_tokens(10) == 3
-

@@ -12,8 +12,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 #: What a command line starts with (after an optional ``$ `` prompt).
-COMMAND = re.compile(r"^(\$ )?(\.venv/bin/|make |for |sc=|HYPOTHESIS_PROFILE=|git worktree |"
-                     r"/usr/bin/time |until |pagesim [a-z][a-z-]*( |$))")  # fmt: skip
+COMMAND = re.compile(
+    r"^(\$ )?(\.venv/bin/|make |for |sc=|HYPOTHESIS_PROFILE=|git worktree |"
+    r"/usr/bin/time |until |pagesim [a-z][a-z-]*( |$))"
+)
 
 #: Code blocks in these languages are files or synopses, not shell sessions.
 NOT_SHELL = ("yaml", "json", "python", "text")
@@ -44,8 +46,9 @@ def examples(page: Path) -> list[Example]:
             near = next_start - (start + len(block)) <= 7
             if near and not _commands(page, next_start, next_block):
                 last = commands[-1]
-                commands[-1] = Example(last.page, last.line, last.command,
-                                       "\n".join(next_block).strip("\n"))  # fmt: skip
+                commands[-1] = Example(
+                    last.page, last.line, last.command, "\n".join(next_block).strip("\n")
+                )
         found += commands
     return found
 

@@ -27,8 +27,18 @@ def label(line: str) -> str:
 def regenerate(pages: set[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        for name in ("scenarios", "validation", "tests", "bench", "backend", "sim", "policies",
-                     ".venv", "Makefile", "pyproject.toml"):  # fmt: skip
+        for name in (
+            "scenarios",
+            "validation",
+            "tests",
+            "bench",
+            "backend",
+            "sim",
+            "policies",
+            ".venv",
+            "Makefile",
+            "pyproject.toml",
+        ):
             (work / name).symlink_to(ROOT / name)
         t._stand_ins(work)
         servers: list[subprocess.Popen] = []

@@ -54,46 +54,78 @@ def make_recipe(target: str) -> str:
 
 
 RULES = (
-    Rule(r"^make run$", "reduced", "the recipe without its setup step (the venv exists)",
-         ((r"^make run$", make_recipe("run")),), output=True),
+    Rule(
+        r"^make run$",
+        "reduced",
+        "the recipe without its setup step (the venv exists)",
+        ((r"^make run$", make_recipe("run")),),
+        output=True,
+    ),
     Rule(r"^make test$", "elsewhere", "it is the command that runs this test"),
     Rule(r"^make parity", "elsewhere", "it installs vLLM into its own venv (a download)"),
-    Rule(r"^git worktree add|--root \.\./before", "elsewhere",
-         "a side-by-side bench against old commits checked out beside the checkout"),
+    Rule(
+        r"^git worktree add|--root \.\./before",
+        "elsewhere",
+        "a side-by-side bench against old commits checked out beside the checkout",
+    ),
     Rule(r"vs_vllm_block_pool\.py --vllm-src PATH", "elsewhere", "needs a vLLM source tree"),
-    Rule(r"pip install pyarrow|costmodel_vs_aiconfigurator\.py AIC/", "elsewhere",
-         "needs aiconfigurator's measured tables (not shipped) and pyarrow (a download)"),
+    Rule(
+        r"pip install pyarrow|costmodel_vs_aiconfigurator\.py AIC/",
+        "elsewhere",
+        "needs aiconfigurator's measured tables (not shipped) and pyarrow (a download)",
+    ),
     Rule(r"^HYPOTHESIS_PROFILE=nightly", "nightly", "the long property-test run"),
-    Rule(r"bench/(allocator|trace_export|costmodel_vs_profiles|recorded_runs|parity/compare|"
-         r"offload_tiers)\.py",
-         "nightly", "a benchmark (minutes)"),
+    Rule(
+        r"bench/(allocator|trace_export|costmodel_vs_profiles|recorded_runs|parity/compare|"
+        r"offload_tiers)\.py",
+        "nightly",
+        "a benchmark (minutes)",
+    ),
     Rule(r"bench/costmodels_on_run\.py", "run", output=True),
     Rule(r"bench/serve_load\.py", "run"),  # its figures are timings: checked by its own test
-    Rule(r"num_requests=100000", "reduced", "2,000 requests",
-         (("num_requests=100000", "num_requests=2000"),)),
+    Rule(
+        r"num_requests=100000",
+        "reduced",
+        "2,000 requests",
+        (("num_requests=100000", "num_requests=2000"),),
+    ),
     Rule(r"pagesim serve ", "background", "a server, stopped when its page is done"),
     Rule(r"^until ", "run"),  # waits for the server started just before
     Rule(r"pagesim sweep scenarios/tiny\.yaml", "run"),
     Rule(r"^pagesim (sweep|capacity) .*--jobs 2", "run", output=True),  # the shown tables
-    Rule(r"pagesim (sweep|capacity) ", "reduced", "200 requests a point, tolerance 0.5",
-         fewer(200) + ((r"--tolerance \S+", ""),
-                       (r"(pagesim capacity [^\n]*)", r"\1 --tolerance 0.5"))),
+    Rule(
+        r"pagesim (sweep|capacity) ",
+        "reduced",
+        "200 requests a point, tolerance 0.5",
+        fewer(200)
+        + ((r"--tolerance \S+", ""), (r"(pagesim capacity [^\n]*)", r"\1 --tolerance 0.5")),
+    ),
     # runs whose figures a page shows: as printed (a few seconds each)
-    Rule(r"pagesim run scenarios/policies/(eviction|preemption|scheduling|offload)", "run",
-         output=True),
+    Rule(
+        r"pagesim run scenarios/policies/(eviction|preemption|scheduling|offload)",
+        "run",
+        output=True,
+    ),
     Rule(r"pagesim run scenarios/(tiny\.yaml|policies/)", "run"),
-    Rule(r"paged-vs-contiguous|--out runs/a100-|batching|rate_rps=40 --out runs/default-40",
-         "run", output=True),
+    Rule(
+        r"paged-vs-contiguous|--out runs/a100-|batching|rate_rps=40 --out runs/default-40",
+        "run",
+        output=True,
+    ),
     Rule(r"pagesim run ", "reduced", "400 requests", fewer(400)),
-    Rule(r"pagesim calibrate --observed runs/a ", "reduced", "3 fit evaluations",
-         ((r"$", " --max-evaluations 3"),)),
+    Rule(
+        r"pagesim calibrate --observed runs/a ",
+        "reduced",
+        "3 fit evaluations",
+        ((r"$", " --max-evaluations 3"),),
+    ),
     Rule(r"check-allocator tests/backend/broken_allocators\.py", "run", exit=1, output=True),
     Rule(r"pagesim (compare|check-allocator) ", "run", output=True),
     Rule(r"pagesim (validate|list|init|import-run|observe|calibrate|profile) ", "run"),
     Rule(r"pytest -q tests/policies/test_custom_policy\.py", "run"),
     Rule(r"^for p in fcfs priority; do \.venv/bin/python -c", "run", output=True),
     Rule(r"python -c ", "run", output=True),
-)  # fmt: skip
+)
 
 EXAMPLES = all_examples()
 
@@ -119,8 +151,18 @@ def workdir(tmp_path_factory):
     """The reader's folder: the checkout's inputs by symlink, stand-ins for the files the
     docs' import commands name; servers started in it are stopped at the end."""
     work = tmp_path_factory.mktemp("docs")
-    for name in ("scenarios", "validation", "tests", "bench", "backend", "sim", "policies",
-                 ".venv", "Makefile", "pyproject.toml"):  # fmt: skip
+    for name in (
+        "scenarios",
+        "validation",
+        "tests",
+        "bench",
+        "backend",
+        "sim",
+        "policies",
+        ".venv",
+        "Makefile",
+        "pyproject.toml",
+    ):
         (work / name).symlink_to(ROOT / name)
     _stand_ins(work)
     servers: list[subprocess.Popen] = []
@@ -152,9 +194,7 @@ def command_of(example: Example, rule: Rule) -> str:
     return command
 
 
-@pytest.mark.parametrize(
-    "example", EXAMPLES, ids=[f"{e.page}:{e.line}" for e in EXAMPLES]
-)
+@pytest.mark.parametrize("example", EXAMPLES, ids=[f"{e.page}:{e.line}" for e in EXAMPLES])
 def test_the_documented_command_works(example, workdir):
     work, servers = workdir
     rule = rule_of(example)
@@ -167,8 +207,10 @@ def test_the_documented_command_works(example, workdir):
         missing = missing_lines(example.output, printed)
         assert not missing, (
             f"{example.page}:{example.line}: shown but not printed (python -m "
-            f"tests.docs.regenerate rewrites it):\n" + "\n".join(missing)
-            + "\n--- printed:\n" + printed[-4000:]
+            f"tests.docs.regenerate rewrites it):\n"
+            + "\n".join(missing)
+            + "\n--- printed:\n"
+            + printed[-4000:]
         )
 
 
@@ -181,14 +223,24 @@ def run_example(example: Example, rule: Rule, work: Path, servers: list) -> str:
         env.pop("HYPOTHESIS_PROFILE", None)
     if rule.kind == "background":
         server = subprocess.Popen(
-            ["bash", "-c", command.rstrip("& ")], cwd=work, env=env, start_new_session=True,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            ["bash", "-c", command.rstrip("& ")],
+            cwd=work,
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         servers.append(server)
         _wait_for_health(command)
         return ""
-    done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", command], cwd=work, env=env,
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    done = subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", command],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == rule.exit, (
         f"{example.page}:{example.line}: exit {done.returncode}\n$ {command}\n"
         f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
@@ -208,10 +260,12 @@ def missing_lines(shown: str, printed: str) -> list[str]:
     A shown line in parentheses is the page's note, not output."""
     printed_lines = {tuple(line.split()) for line in printed.splitlines()}
     return [
-        line for line in shown.splitlines()
-        if line.strip() and not line.lstrip().startswith("(")
+        line
+        for line in shown.splitlines()
+        if line.strip()
+        and not line.lstrip().startswith("(")
         and tuple(line.split()) not in printed_lines
-    ]  # fmt: skip
+    ]
 
 
 def _wait_for_health(command: str) -> None:

@@ -25,8 +25,12 @@ def site(tmp_path_factory) -> Path:
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return out
 
@@ -51,11 +55,17 @@ def test_the_reference_names_every_field_of_every_section():
 
 
 def test_every_page_builds_and_opens_without_an_error(site, chromium):
-    pages = sorted(p for p in site.rglob("*.html") if "assets" not in p.parts
-                   and p.name != "404.html")  # a server's page, with absolute links
+    pages = sorted(
+        p for p in site.rglob("*.html") if "assets" not in p.parts and p.name != "404.html"
+    )  # a server's page, with absolute links
     names = {str(p.relative_to(site)) for p in pages}
-    assert {"index.html", "getting-started.html", "reference/scenario.html",
-            "architecture.html", "benchmarks.html"} <= names  # fmt: skip
+    assert {
+        "index.html",
+        "getting-started.html",
+        "reference/scenario.html",
+        "architecture.html",
+        "benchmarks.html",
+    } <= names
     assert not (site / "hooks").exists()
     for page in pages:
         found = check_page(chromium, page)

@@ -147,8 +147,11 @@ async def claims_absurd_counts(request):
     """Streams what was asked; its usage counts are 10^30 and negative."""
     if request.method != "POST":
         return web.Response(text="ok")
-    usage = {"prompt_tokens": -3, "completion_tokens": 10**30,
-             "prompt_tokens_details": {"cached_tokens": 10**30}}  # fmt: skip
+    usage = {
+        "prompt_tokens": -3,
+        "completion_tokens": 10**30,
+        "prompt_tokens_details": {"cached_tokens": 10**30},
+    }
     return await _tokens_then(request, usage)
 
 

@@ -14,8 +14,11 @@ from sim.config.loader import validate_scenario
 from sim.live.driver import EngineDriver, token_ids
 from sim.workload.request import Request
 
-RAW = {"model": "tiny", "cache": {"block_size": 4, "num_blocks": 32},
-       "scheduler": {"max_num_seqs": 4, "max_num_batched_tokens": 64}}  # fmt: skip
+RAW = {
+    "model": "tiny",
+    "cache": {"block_size": 4, "num_blocks": 32},
+    "scheduler": {"max_num_seqs": 4, "max_num_batched_tokens": 64},
+}
 
 
 class Sleeper:

@@ -70,10 +70,21 @@ def test_the_fit_recovers_the_sums_it_can_identify():
 
 def test_a_run_without_lone_requests_cannot_be_fitted():
     timings = synthetic()
-    crowded = Timings(*(getattr(timings, f) for f in ("req_id",)),
-                      np.zeros_like(timings.send_s), *(getattr(timings, f) for f in (
-                          "first_token_s", "end_s", "prompt_tokens", "token_req",
-                          "token_choice", "token_s")))  # fmt: skip
+    crowded = Timings(
+        *(getattr(timings, f) for f in ("req_id",)),
+        np.zeros_like(timings.send_s),
+        *(
+            getattr(timings, f)
+            for f in (
+                "first_token_s",
+                "end_s",
+                "prompt_tokens",
+                "token_req",
+                "token_choice",
+                "token_s",
+            )
+        ),
+    )
     with pytest.raises(CalibrationError, match="run: 0 request"):
         fit_observed(crowded, token_budget=512, source="run")
 
@@ -113,25 +124,39 @@ def test_the_mape_counts_what_the_corpus_table_counts():
     from sim.recorded.stages import COMPARED
 
     assert set(MAPE_FIGURES) == {f"{m}.{q}" for m, q in COMPARED} | {"throughput_rps"}
-    observed = {m: {"mean": 1.0, "p50": 1.0, "p90": 1.0, "p99": 1.0}
-                for m in ("ttft_s", "tpot_s", "e2e_s")}  # fmt: skip
+    observed = {
+        m: {"mean": 1.0, "p50": 1.0, "p90": 1.0, "p99": 1.0} for m in ("ttft_s", "tpot_s", "e2e_s")
+    }
     simulated = {m: {q: 1.1 for q in v} for m, v in observed.items()}
-    report = compare_runs({**observed, "throughput_rps": 2.0},
-                          {**simulated, "throughput_rps": 1.0})  # fmt: skip
+    report = compare_runs({**observed, "throughput_rps": 2.0}, {**simulated, "throughput_rps": 1.0})
     assert report["mape"]["figures"] == 13
     assert report["mape"]["value"] == pytest.approx((12 * 0.1 + 0.5) / 13)
 
 
 def test_a_body_is_parsed_or_refused_naming_the_field():
-    ask = parse({"prompt": [1, 2, 3], "max_tokens": 5, "n": 2, "stream": True,
-                 "stream_options": {"include_usage": True}, "cache_salt": "tenant-4"},
-                chat=False, vocab_size=512, max_model_len=64)  # fmt: skip
+    ask = parse(
+        {
+            "prompt": [1, 2, 3],
+            "max_tokens": 5,
+            "n": 2,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "cache_salt": "tenant-4",
+        },
+        chat=False,
+        vocab_size=512,
+        max_model_len=64,
+    )
     assert tuple(ask) == ([1, 2, 3], 5, 2, True, True, 0, 4)
     text = parse({"prompt": "7 hello 7"}, chat=False, vocab_size=512, max_model_len=64)
     assert text.prompt[0] == text.prompt[2] == 7 and text.prompt[1] == word_id("hello", 512)
     assert text.max_tokens == 16 and not text.stream
-    chat = parse({"messages": [{"role": "user", "content": "1 2"}], "max_completion_tokens": 3},
-                 chat=True, vocab_size=512, max_model_len=64)  # fmt: skip
+    chat = parse(
+        {"messages": [{"role": "user", "content": "1 2"}], "max_completion_tokens": 3},
+        chat=True,
+        vocab_size=512,
+        max_model_len=64,
+    )
     assert chat.prompt == [1, 2] and chat.max_tokens == 3
     bad = [
         ({"prompt": [1, 600]}, "prompt: token id 600"),
@@ -185,7 +210,17 @@ def test_observed_inputs_that_are_not_an_observed_run_are_one_line(tmp_path):
     assert one_line_error(result, "simulation.num_requests") == ""
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
-    result = run_cli(["validate", str(scenario), "--observed", str(run), "--calibration",
-                      str(bad), "--out", str(tmp_path / "v")])  # fmt: skip
+    result = run_cli(
+        [
+            "validate",
+            str(scenario),
+            "--observed",
+            str(run),
+            "--calibration",
+            str(bad),
+            "--out",
+            str(tmp_path / "v"),
+        ]
+    )
     assert one_line_error(result, "bad.json", "not a pagesim calibration") == ""
     assert not (tmp_path / "c.json").exists() and not (tmp_path / "v").exists()

@@ -42,8 +42,21 @@ def scenario(tmp_path):
 
 
 def observe(scenario, url, out, *extra):
-    return run_cli(["observe", str(scenario), "--endpoint", url, "--out", str(out),
-                    "--no-report", "--quiet", "--time-limit", "20", *extra])  # fmt: skip
+    return run_cli(
+        [
+            "observe",
+            str(scenario),
+            "--endpoint",
+            url,
+            "--out",
+            str(out),
+            "--no-report",
+            "--quiet",
+            "--time-limit",
+            "20",
+            *extra,
+        ]
+    )
 
 
 def read_run(out):
@@ -65,8 +78,16 @@ def read_run(out):
         (servers.done_without_a_token, MALFORMED, ()),
         (servers.ten_megabyte_line, MALFORMED, ()),
     ],
-    ids=["http-500", "stops-mid-stream", "malformed-sse", "timeout", "usage-10^9",
-         "usage-10^30-and-negative", "done-without-a-token", "10-MB-line"],  # fmt: skip
+    ids=[
+        "http-500",
+        "stops-mid-stream",
+        "malformed-sse",
+        "timeout",
+        "usage-10^9",
+        "usage-10^30-and-negative",
+        "done-without-a-token",
+        "10-MB-line",
+    ],
 )
 def test_a_misbehaving_endpoint_is_a_count_of_its_kind(scenario, tmp_path, handler, kind, extra):
     out = tmp_path / "observed"
@@ -159,8 +180,14 @@ def test_a_time_limit_marks_what_was_still_running():
 
 def test_an_attempt_becomes_an_outcome_with_what_was_streamed():
     request = Request(7, 1.0, np.arange(5, dtype=np.int32), output_len=9, n=2)
-    attempt = Attempt(7, 1.0, send_s=1.5, first_token_s=1.6, end_s=2.0,
-                      token_times={0: [1.6, 1.7, 1.9], 1: [1.65, 1.75, 1.95]})  # fmt: skip
+    attempt = Attempt(
+        7,
+        1.0,
+        send_s=1.5,
+        first_token_s=1.6,
+        end_s=2.0,
+        token_times={0: [1.6, 1.7, 1.9], 1: [1.65, 1.75, 1.95]},
+    )
     outcome = outcome_of(request, attempt)
     assert outcome.arrival_s == 1.5 and outcome.finish_s == 2.0 and outcome.finished
     assert outcome.output_len == 3 and outcome.output_tokens == 6  # streamed, not asked
@@ -192,8 +219,10 @@ def test_without_the_serve_extra_both_commands_are_one_line(scenario, tmp_path):
     (hidden / "aiohttp.py").write_text("raise ImportError('not installed (test)')\n")
     env = {**os.environ, "PYTHONPATH": str(hidden)}
     url = f"http://127.0.0.1:{servers.closed_port()}"
-    for args in (["observe", str(scenario), "--endpoint", url, "--out", str(tmp_path / "o")],
-                 ["serve", str(scenario), "--port", "0"]):  # fmt: skip
+    for args in (
+        ["observe", str(scenario), "--endpoint", url, "--out", str(tmp_path / "o")],
+        ["serve", str(scenario), "--port", "0"],
+    ):
         result = run_cli(args, env=env)
         assert one_line_error(result, "aiohttp", "[serve]") == ""
     assert not (tmp_path / "o").exists()

@@ -43,12 +43,18 @@ backend: {{kind: torch, device: cpu}}
 """
 
 METRICS = (
-    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-    "vllm:gpu_cache_usage_perc", "vllm:prefix_cache_queries_total",
-    "vllm:prefix_cache_hits_total", "vllm:num_preemptions_total",
-    "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
-    "vllm:time_per_output_token_seconds_bucket", "vllm:e2e_request_latency_seconds_count",
-)  # fmt: skip
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc",
+    "vllm:prefix_cache_queries_total",
+    "vllm:prefix_cache_hits_total",
+    "vllm:num_preemptions_total",
+    "vllm:time_to_first_token_seconds_bucket",
+    "vllm:inter_token_latency_seconds_bucket",
+    "vllm:time_per_output_token_seconds_bucket",
+    "vllm:e2e_request_latency_seconds_count",
+)
 
 
 class Served:
@@ -58,9 +64,13 @@ class Served:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "sim.cli", "serve", str(scenario), "--port", "0", *extra],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
             stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+        )
         self.first_line = ""
         reader = threading.Thread(target=self._read_first_line, daemon=True)
         reader.start()
@@ -100,16 +110,27 @@ def test_serve_observe_calibrate_validate(scenario, tmp_path):
     server = Served(scenario)
     try:
         observed, calibration, validation = (tmp_path / n for n in ("obs", "cal.json", "val"))
-        result = run_cli(["observe", str(scenario), "--endpoint", server.url, "--out",
-                          str(observed), "--quiet", "--no-report"])  # fmt: skip
+        result = run_cli(
+            [
+                "observe",
+                str(scenario),
+                "--endpoint",
+                server.url,
+                "--out",
+                str(observed),
+                "--quiet",
+                "--no-report",
+            ]
+        )
         assert result.returncode == 0, result.describe()
         summary = json.loads((observed / "summary.json").read_text())
         assert summary["num_finished"] == NUM_REQUESTS and summary["observed"]["errors"] == {}
         assert summary["benchmark"]["median_itl_ms"] > 0 and summary["ttft_s"]["p50"] > 0
 
         # a request that can never fit the 64-block pool is an HTTP 400 with the reason
-        status, body = post(server.url + "/v1/completions",
-                            {"prompt": [7] * 900, "max_tokens": 300})  # fmt: skip
+        status, body = post(
+            server.url + "/v1/completions", {"prompt": [7] * 900, "max_tokens": 300}
+        )
         assert status == 400 and "rejected: needs" in body["error"]["message"]
         status, body = post(
             server.url + "/v1/chat/completions",
@@ -137,8 +158,19 @@ def test_serve_observe_calibrate_validate(scenario, tmp_path):
     assert fitted.fit["itl_fit"]["gaps"] > 0 and fitted.fit["ttft_fit"]["requests"] >= 3
     assert fitted.profile["device"] == "observed"
 
-    result = run_cli(["validate", str(scenario), "--observed", str(observed), "--calibration",
-                      str(calibration), "--out", str(validation), "--no-report"])  # fmt: skip
+    result = run_cli(
+        [
+            "validate",
+            str(scenario),
+            "--observed",
+            str(observed),
+            "--calibration",
+            str(calibration),
+            "--out",
+            str(validation),
+            "--no-report",
+        ]
+    )
     assert result.returncode == 0, result.describe()
     report = json.loads((validation / "validation.json").read_text())
     assert report["kind"] == "observed" and report["simulated_cost_model"]["kind"] == "calibrated"
@@ -148,8 +180,9 @@ def test_serve_observe_calibrate_validate(scenario, tmp_path):
     assert set(report["metrics"]) == expected
     for name, row in report["metrics"].items():  # both sides were measured
         assert row["observed"] > 0 and row["simulated"] > 0, name
-        assert row["rel_error"] == pytest.approx((row["simulated"] - row["observed"])
-                                                 / row["observed"])  # fmt: skip
+        assert row["rel_error"] == pytest.approx(
+            (row["simulated"] - row["observed"]) / row["observed"]
+        )
     assert {report["verdict"]["observed"], report["verdict"]["simulated"]} <= set(VERDICTS)
     assert report["counts"]["simulated"]["num_finished"] == NUM_REQUESTS
     assert "| ttft_s.p50 |" in result.stdout and "| ttft_s.mean |" in result.stdout
@@ -171,8 +204,9 @@ def test_serve_refuses_what_it_cannot_serve_in_one_line(scenario, tmp_path):
 
 def _raw(url: str, data: bytes, path: str = "/v1/completions") -> tuple[int, str]:
     """POST ``data`` as it is (not necessarily JSON); (status, body text)."""
-    request = urllib.request.Request(url + path, data, method="POST",
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    request = urllib.request.Request(
+        url + path, data, method="POST", headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, response.read().decode()
@@ -211,7 +245,7 @@ GARBAGE = {
     "a TLS client hello": bytes.fromhex("160301002c010000280303") + b"\x00" * 40,
     "HTTP/9.9": b"GET /health HTTP/9.9\r\nHost: x\r\n\r\n",
     "a lying Content-Length": b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
-                              b"Content-Length: -5\r\n\r\n{}",
+    b"Content-Length: -5\r\n\r\n{}",
 }
 
 

@@ -42,8 +42,13 @@ def make(name, **params):
 
 
 def test_every_router_is_registered():
-    expected = {"round-robin", "least-outstanding", "least-kv-usage", "prefix-affinity",
-                "precise-prefix"}  # fmt: skip
+    expected = {
+        "round-robin",
+        "least-outstanding",
+        "least-kv-usage",
+        "prefix-affinity",
+        "precise-prefix",
+    }
     assert expected <= set(ROUTERS.names())
 
 

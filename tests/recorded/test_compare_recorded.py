@@ -16,8 +16,10 @@ RUN = ROOT / "validation" / "recorded" / "runs" / "rtxpro6000-llama-3.1-8b"
 
 def test_compare_draws_the_recorded_series_and_names_the_windows(tmp_path, capsys, chromium):
     out = tmp_path / "replayed"
-    assert main(["validate", str(RUN / "scenario.yaml"), "--observed", str(RUN),
-                 "--out", str(out)]) == 0  # fmt: skip
+    assert (
+        main(["validate", str(RUN / "scenario.yaml"), "--observed", str(RUN), "--out", str(out)])
+        == 0
+    )
     printed = capsys.readouterr().out
     assert printed.startswith("whole run: every measured request")  # validate's window
     page = tmp_path / "compare.html"

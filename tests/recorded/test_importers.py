@@ -27,8 +27,14 @@ def summary_of(out):
 def test_inference_perf_aggregates_become_a_replayable_folder(tmp_path):
     source = inference_perf_folder(tmp_path / "run" / "results")
     out = tmp_path / "imported"
-    summary = import_run("inference-perf", tmp_path / "run", out, hardware="h100-sxm",
-                         model="meta-llama/Llama-2-7b-hf", html=False)  # fmt: skip
+    summary = import_run(
+        "inference-perf",
+        tmp_path / "run",
+        out,
+        hardware="h100-sxm",
+        model="meta-llama/Llama-2-7b-hf",
+        html=False,
+    )
     recorded = summary["recorded"]
     assert [s["index"] for s in recorded["stages"]] == [0, 1]
     assert recorded["clock"] == "client" and recorded["request_timeout_s"] == 300.0
@@ -37,9 +43,11 @@ def test_inference_perf_aggregates_become_a_replayable_folder(tmp_path):
     assert tpot == pytest.approx(0.004 * 497 / 247)
     assert "itl_s" not in recorded["stages"][0]["latency"]
     assert set(recorded["files"]) == {
-        "results/config.yaml", "results/stage_0_lifecycle_metrics.json",
-        "results/stage_1_lifecycle_metrics.json", "results/summary_lifecycle_metrics.json",
-    }  # fmt: skip
+        "results/config.yaml",
+        "results/stage_0_lifecycle_metrics.json",
+        "results/stage_1_lifecycle_metrics.json",
+        "results/summary_lifecycle_metrics.json",
+    }
     assert all(len(digest) == 64 for digest in recorded["files"].values())
     assert source.is_dir()
     scenario = load_scenario(str(out / "scenario.yaml"))
@@ -57,8 +65,14 @@ def test_inference_perf_per_request_records_become_a_trace(tmp_path):
     records = [inference_perf_request(1000.0 + i, f"prompt {i % 2}", 5) for i in range(4)]
     inference_perf_folder(tmp_path / "run", per_request=records, stages=((4.0, 1),))
     out = tmp_path / "imported"
-    import_run("inference-perf", tmp_path / "run", out, hardware="h100-sxm",
-               model="meta-llama/Llama-2-7b-hf", html=False)  # fmt: skip
+    import_run(
+        "inference-perf",
+        tmp_path / "run",
+        out,
+        hardware="h100-sxm",
+        model="meta-llama/Llama-2-7b-hf",
+        html=False,
+    )
     rows = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
     assert [r["arrival_s"] for r in rows] == [0.0, 1.0, 2.0, 3.0]
     chains = [r["hash_ids"] for r in rows]
@@ -83,15 +97,22 @@ def test_inference_perf_prompt_texts_share_their_system_prompt(tmp_path):
         record["info"]["input_tokens"] = len(text) // 4  # ~4 characters a token
     inference_perf_folder(tmp_path / "run", per_request=records, stages=((6.0, 1),))
     out = tmp_path / "imported"
-    summary = import_run("inference-perf", tmp_path / "run", out, hardware="h100-sxm",
-                         model="meta-llama/Llama-2-7b-hf", html=False)  # fmt: skip
+    summary = import_run(
+        "inference-perf",
+        tmp_path / "run",
+        out,
+        hardware="h100-sxm",
+        model="meta-llama/Llama-2-7b-hf",
+        html=False,
+    )
     chains = [json.loads(line)["hash_ids"] for line in (out / "requests.jsonl").open()]
     shared = len(system[0]) // (16 * 4)  # whole blocks within the system prompt
     assert chains[0][:shared] == chains[2][:shared] == chains[4][:shared]
     assert chains[0][shared + 1] != chains[2][shared + 1]  # the questions differ
     assert chains[0][0] != chains[1][0]  # the groups' prompts differ from "0" on
-    assert any("prompt text" in note and "block by block" in note
-               for note in summary["recorded"]["notes"])
+    assert any(
+        "prompt text" in note and "block by block" in note for note in summary["recorded"]["notes"]
+    )
 
 
 def test_lifecycle_jsonl_with_its_metadata(tmp_path):
@@ -118,8 +139,19 @@ def test_lifecycle_jsonl_with_its_metadata(tmp_path):
     rows = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
     assert [r["arrival_s"] for r in rows] == [0.5 * i for i in range(6)]
     assert [r["input_tokens"] for r in rows] == [300 + 10 * i for i in range(6)]
-    assert main(["run", str(out / "scenario.yaml"), "--out", str(tmp_path / "sim"), "--quiet",
-                 "--no-report"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "run",
+                str(out / "scenario.yaml"),
+                "--out",
+                str(tmp_path / "sim"),
+                "--quiet",
+                "--no-report",
+            ]
+        )
+        == 0
+    )
 
 
 def test_lifecycle_prompts_share_prefixes_block_by_block(tmp_path):
@@ -136,8 +168,7 @@ def test_lifecycle_prompts_share_prefixes_block_by_block(tmp_path):
         row["input_toks"] = len(tokens)
     (folder / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     out = tmp_path / "imported"
-    summary = import_run("lifecycle", folder / "requests.jsonl", out, prompts=prompts,
-                         html=False)  # fmt: skip
+    summary = import_run("lifecycle", folder / "requests.jsonl", out, prompts=prompts, html=False)
     trace = [json.loads(line) for line in (out / "requests.jsonl").open()]
     chains = [row["hash_ids"] for row in trace]
     assert [len(c) for c in chains] == [19, 20, 20, 19]  # ceil(tokens / 16)
@@ -159,10 +190,10 @@ def test_lifecycle_prompts_share_prefixes_block_by_block(tmp_path):
 def test_lifecycle_prompt_ids_shorter_than_the_engine_count_still_make_equal_prompts(tmp_path):
     folder = lifecycle_folder(tmp_path / "vllm", rows=3)  # 300, 310, 320 tokens logged
     prompts = tmp_path / "workload.jsonl"
-    prompts.write_text("".join(json.dumps({"input_tok_ids": i}) + "\n"
-                               for i in ([1, 2, 3], [4, 5], [1, 2, 3])))  # fmt: skip
-    import_run("lifecycle", folder / "requests.jsonl", tmp_path / "a", prompts=prompts,
-               html=False)  # fmt: skip
+    prompts.write_text(
+        "".join(json.dumps({"input_tok_ids": i}) + "\n" for i in ([1, 2, 3], [4, 5], [1, 2, 3]))
+    )
+    import_run("lifecycle", folder / "requests.jsonl", tmp_path / "a", prompts=prompts, html=False)
     chains = [json.loads(line)["hash_ids"] for line in (tmp_path / "a" / "requests.jsonl").open()]
     assert [len(c) for c in chains] == [19, 20, 20]
     assert chains[2][:19] == chains[0] and chains[1][0] != chains[0][0]
@@ -185,8 +216,7 @@ def test_vllm_bench_without_send_times_regenerates_the_process(tmp_path):
     path = vllm_bench(tmp_path / "r.json", start_times=False, num_prompts=3)
     summary = import_run("vllm-bench", path, tmp_path / "a", html=False)
     assert any("regenerated at 2 req/s" in n for n in summary["recorded"]["notes"])
-    rows = [json.loads(x) for x in (tmp_path / "a" / "requests.jsonl").read_text().split("\n")
-            if x]  # fmt: skip
+    rows = [json.loads(x) for x in (tmp_path / "a" / "requests.jsonl").read_text().split("\n") if x]
     assert rows[0]["arrival_s"] == 0.0 and rows[-1]["arrival_s"] > 0
     closed = vllm_bench(tmp_path / "c.json", start_times=False, max_concurrency=2)
     with pytest.raises(RecordError, match="max_concurrency"):
@@ -194,15 +224,28 @@ def test_vllm_bench_without_send_times_regenerates_the_process(tmp_path):
 
 
 def test_sglang_bench_lines_with_infinity(tmp_path):
-    line = {"backend": "sglang", "request_rate": float("inf"), "input_lens": [100, 200],
-            "output_lens": [3, 3], "ttfts": [0.05, 0.06], "itls": [[0.01, 0.01], [0.01, 0.02]],
-            "errors": ["", ""]}  # fmt: skip
+    line = {
+        "backend": "sglang",
+        "request_rate": float("inf"),
+        "input_lens": [100, 200],
+        "output_lens": [3, 3],
+        "ttfts": [0.05, 0.06],
+        "itls": [[0.01, 0.01], [0.01, 0.02]],
+        "errors": ["", ""],
+    }
     path = tmp_path / "bench.jsonl"
-    path.write_text(json.dumps({"backend": "sglang", "request_rate": 1.0}) + "\n"
-                    + json.dumps(line) + "\n")  # fmt: skip
+    path.write_text(
+        json.dumps({"backend": "sglang", "request_rate": 1.0}) + "\n" + json.dumps(line) + "\n"
+    )
     assert "Infinity" in path.read_text()
-    summary = import_run("sglang-bench", path, tmp_path / "a", hardware="l40s",
-                         model="meta-llama/Llama-3.1-8B", html=False)  # fmt: skip
+    summary = import_run(
+        "sglang-bench",
+        path,
+        tmp_path / "a",
+        hardware="l40s",
+        model="meta-llama/Llama-3.1-8B",
+        html=False,
+    )
     assert summary["num_requests"] == 2
     assert any("request_rate inf" in n for n in summary["recorded"]["notes"])
 
@@ -210,12 +253,30 @@ def test_sglang_bench_lines_with_infinity(tmp_path):
 def test_validate_observed_times_a_client_timed_run_as_its_client(tmp_path):
     inference_perf_folder(tmp_path / "run", stages=((2.0, 20),))
     out = tmp_path / "imported"
-    import_run("inference-perf", tmp_path / "run", out, hardware="h100-sxm",
-               model="meta-llama/Llama-2-7b-hf", html=False)  # fmt: skip
+    import_run(
+        "inference-perf",
+        tmp_path / "run",
+        out,
+        hardware="h100-sxm",
+        model="meta-llama/Llama-2-7b-hf",
+        html=False,
+    )
     assert summary_of(out)["throughput_tok_s"] is None  # the client's re-tokenised count
     report_dir = tmp_path / "validation"
-    assert main(["validate", str(out / "scenario.yaml"), "--observed", str(out), "--out",
-                 str(report_dir), "--no-report"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "validate",
+                str(out / "scenario.yaml"),
+                "--observed",
+                str(out),
+                "--out",
+                str(report_dir),
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     report = json.loads((report_dir / "validation.json").read_text())
     simulated = summary_of(report_dir / "simulated")
     for metric in ("ttft_s", "e2e_s"):
@@ -234,8 +295,11 @@ def _lifecycle_with(folder, **engine):
 
 
 def test_an_expert_parallel_run_replays_with_expert_parallel(tmp_path):
-    folder = _lifecycle_with(lifecycle_folder(tmp_path / "vllm", blocks=None),
-                             tensor_parallel_size=2, enable_expert_parallel=True)  # fmt: skip
+    folder = _lifecycle_with(
+        lifecycle_folder(tmp_path / "vllm", blocks=None),
+        tensor_parallel_size=2,
+        enable_expert_parallel=True,
+    )
     out = tmp_path / "imported"
     import_run("lifecycle", folder / "requests.jsonl", out, html=False, hardware="h100-sxm")
     raw = yaml.safe_load((out / "scenario.yaml").read_text())
@@ -244,16 +308,21 @@ def test_an_expert_parallel_run_replays_with_expert_parallel(tmp_path):
 
 
 def test_data_parallel_ranks_are_refused_naming_the_argument(tmp_path):
-    folder = _lifecycle_with(lifecycle_folder(tmp_path / "vllm"),
-                             data_parallel_size=2, enable_expert_parallel=True)  # fmt: skip
+    folder = _lifecycle_with(
+        lifecycle_folder(tmp_path / "vllm"), data_parallel_size=2, enable_expert_parallel=True
+    )
     with pytest.raises(RecordError, match="engine_kwargs.data_parallel_size: data-parallel"):
         import_run("lifecycle", folder / "requests.jsonl", tmp_path / "o", html=False)
 
 
 def test_vllm_bench_metadata_strings_are_read_as_vllm_writes_them(tmp_path):
     """``vllm bench serve --metadata k=v`` stores every value as a string: decimals too."""
-    path = vllm_bench(tmp_path / "r.json", gpu_memory_utilization="0.85", max_num_seqs="64",
-                      enable_prefix_caching="true")  # fmt: skip
+    path = vllm_bench(
+        tmp_path / "r.json",
+        gpu_memory_utilization="0.85",
+        max_num_seqs="64",
+        enable_prefix_caching="true",
+    )
     import_run("vllm-bench", path, tmp_path / "a", html=False)
     raw = yaml.safe_load((tmp_path / "a" / "scenario.yaml").read_text())
     assert raw["cache"]["gpu_memory_utilization"] == 0.85
@@ -288,31 +357,66 @@ def _shared_system_prompt_run(tmp_path):
     for row, tokens in zip(rows, ids):
         row["input_toks"] = len(tokens)
     (folder / "requests.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    (tmp_path / "prompts.jsonl").write_text("".join(json.dumps({"input_tok_ids": i}) + "\n"
-                                                    for i in ids))  # fmt: skip
-    stats = ("INFO 12-05 10:00:0{} [loggers.py:123] Engine 000: Avg prompt throughput: 10.0 "
-             "tokens/s, Avg generation throughput: 5.0 tokens/s, Running: 1 reqs, Waiting: 0 "
-             "reqs, Preemptions: 0, GPU KV cache usage: 1.0%, Prefix cache hit rate: {}%\n")
-    (tmp_path / "vllm.log").write_text("INFO starting\n" + stats.format(0, "40.0")
-                                       + "a line of something else\n" + stats.format(5, "80.2"))
+    (tmp_path / "prompts.jsonl").write_text(
+        "".join(json.dumps({"input_tok_ids": i}) + "\n" for i in ids)
+    )
+    stats = (
+        "INFO 12-05 10:00:0{} [loggers.py:123] Engine 000: Avg prompt throughput: 10.0 "
+        "tokens/s, Avg generation throughput: 5.0 tokens/s, Running: 1 reqs, Waiting: 0 "
+        "reqs, Preemptions: 0, GPU KV cache usage: 1.0%, Prefix cache hit rate: {}%\n"
+    )
+    (tmp_path / "vllm.log").write_text(
+        "INFO starting\n"
+        + stats.format(0, "40.0")
+        + "a line of something else\n"
+        + stats.format(5, "80.2")
+    )
     return folder / "requests.jsonl"
 
 
 @pytest.mark.parametrize("with_prompts", [False, True])
-def test_validate_prints_the_engines_prefix_hit_rate_beside_the_replays(tmp_path, capsys,
-                                                                         with_prompts):
+def test_validate_prints_the_engines_prefix_hit_rate_beside_the_replays(
+    tmp_path, capsys, with_prompts
+):
     """The engine log's last hit rate (vLLM's last 1,000 requests) is kept by import-run
     and set beside the replay's over the same requests; a replay that lost the shared
     system prompt (no --prompts) is 80 points off, and says so."""
     path = _shared_system_prompt_run(tmp_path)
     out = tmp_path / "run"
     extra = ["--prompts", str(tmp_path / "prompts.jsonl")] if with_prompts else []
-    assert main(["import-run", "lifecycle", str(path), "--out", str(out), "--engine-log",
-                 str(tmp_path / "vllm.log"), "--quiet", "--no-report", *extra]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "import-run",
+                "lifecycle",
+                str(path),
+                "--out",
+                str(out),
+                "--engine-log",
+                str(tmp_path / "vllm.log"),
+                "--quiet",
+                "--no-report",
+                *extra,
+            ]
+        )
+        == 0
+    )
     assert summary_of(out)["recorded"]["prefix_hit_rate"] == pytest.approx(0.802)
     capsys.readouterr()
-    assert main(["validate", str(out / "scenario.yaml"), "--observed", str(out), "--out",
-                 str(tmp_path / "v"), "--no-report"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "validate",
+                str(out / "scenario.yaml"),
+                "--observed",
+                str(out),
+                "--out",
+                str(tmp_path / "v"),
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     line = next(x for x in printed.splitlines() if x.startswith("prefix cache hit rate"))
     assert "(engine log: the last 1,000 requests): recorded 80.2 %" in line
@@ -320,8 +424,7 @@ def test_validate_prints_the_engines_prefix_hit_rate_beside_the_replays(tmp_path
     report = json.loads((tmp_path / "v" / "validation.json").read_text())
     assert report["prefix_hit_rate"]["replay"] == pytest.approx(replay, abs=1e-3)
     if with_prompts:  # 5 of 6 requests find the 800-token prompt: 50 blocks of 16 each
-        assert replay == pytest.approx(5 * 800 / sum(800 + 20 + 10 * i for i in range(6)),
-                                       abs=0.02)  # fmt: skip
+        assert replay == pytest.approx(5 * 800 / sum(800 + 20 + 10 * i for i in range(6)), abs=0.02)
         assert "warning" not in printed
     else:
         assert replay == 0.0 and "warning: the replay's prefix cache hits are -80.2" in printed
@@ -332,8 +435,10 @@ def test_an_engine_log_without_stats_lines_is_one_line(tmp_path):
     (tmp_path / "other.log").write_text("INFO starting\nINFO ready\n")
     with pytest.raises(RecordError, match="other.log: no vLLM stats line"):
         import_run("lifecycle", path, tmp_path / "a", engine_log=tmp_path / "other.log")
-    (tmp_path / "odd.log").write_text("Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: "
-                                      "1.0%, Prefix cache hit rate: 180.0%\n")  # fmt: skip
+    (tmp_path / "odd.log").write_text(
+        "Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: "
+        "1.0%, Prefix cache hit rate: 180.0%\n"
+    )
     with pytest.raises(RecordError, match="odd.log: Prefix cache hit rate: 180.0%"):
         import_run("lifecycle", path, tmp_path / "b", engine_log=tmp_path / "odd.log")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
@@ -342,16 +447,36 @@ def test_an_engine_log_without_stats_lines_is_one_line(tmp_path):
 def _aggregates(**extra) -> dict:
     """A ``vllm bench serve --save-result`` file without --save-detailed."""
     return {
-        "date": "20260921-101502", "backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B",
-        "num_prompts": 200, "request_rate": 4.0, "burstiness": 1.0, "max_concurrency": None,
-        "duration": 52.1, "completed": 198, "failed": 2, "total_input_tokens": 198 * 1024,
-        "total_output_tokens": 198 * 128, "request_throughput": 3.84, "output_throughput": 491.5,
-        "mean_ttft_ms": 45.2, "median_ttft_ms": 41.0, "p99_ttft_ms": 120.3,
-        "mean_tpot_ms": 9.8, "median_tpot_ms": 9.6, "p99_tpot_ms": 12.4,
-        "mean_itl_ms": 9.7, "median_itl_ms": 9.5, "p99_itl_ms": 25.0,
-        "mean_e2el_ms": 1290.0, "median_e2el_ms": 1270.0, "p99_e2el_ms": 1500.0,
-        "tensor_parallel_size": "1", "gpu": "NVIDIA H100 80GB HBM3", **extra,
-    }  # fmt: skip
+        "date": "20260921-101502",
+        "backend": "vllm",
+        "model_id": "meta-llama/Llama-3.1-8B",
+        "num_prompts": 200,
+        "request_rate": 4.0,
+        "burstiness": 1.0,
+        "max_concurrency": None,
+        "duration": 52.1,
+        "completed": 198,
+        "failed": 2,
+        "total_input_tokens": 198 * 1024,
+        "total_output_tokens": 198 * 128,
+        "request_throughput": 3.84,
+        "output_throughput": 491.5,
+        "mean_ttft_ms": 45.2,
+        "median_ttft_ms": 41.0,
+        "p99_ttft_ms": 120.3,
+        "mean_tpot_ms": 9.8,
+        "median_tpot_ms": 9.6,
+        "p99_tpot_ms": 12.4,
+        "mean_itl_ms": 9.7,
+        "median_itl_ms": 9.5,
+        "p99_itl_ms": 25.0,
+        "mean_e2el_ms": 1290.0,
+        "median_e2el_ms": 1270.0,
+        "p99_e2el_ms": 1500.0,
+        "tensor_parallel_size": "1",
+        "gpu": "NVIDIA H100 80GB HBM3",
+        **extra,
+    }
 
 
 def test_an_aggregate_only_benchmark_result_imports_and_validates(tmp_path, capsys):
@@ -371,8 +496,20 @@ def test_an_aggregate_only_benchmark_result_imports_and_validates(tmp_path, caps
     assert (scenario.workload.input.value, scenario.workload.output.value) == (1024, 128)
     assert any("aggregates only" in note for note in summary["recorded"]["notes"])
     capsys.readouterr()
-    assert main(["validate", str(out / "scenario.yaml"), "--observed", str(out), "--out",
-                 str(tmp_path / "v"), "--no-report"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "validate",
+                str(out / "scenario.yaml"),
+                "--observed",
+                str(out),
+                "--out",
+                str(tmp_path / "v"),
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "| ttft_s.p90 | n/a |" in printed and "| itl_s.p50 | 9.50 ms |" in printed
     report = json.loads((tmp_path / "v" / "validation.json").read_text())
@@ -402,9 +539,17 @@ def test_an_aggregate_results_send_process(tmp_path, extra, kind, detail):
         ({"completed": 0}, "completed: no request completed"),
         ({"num_prompts": 100}, "num_prompts: 100, fewer than completed"),
         ({"ttfts": [0.1]}, "input_lens: missing; a replay needs every per-request list"),
-        ({"mean_ttft_ms": None, "median_ttft_ms": None, "p99_ttft_ms": None,
-          "mean_e2el_ms": None, "median_e2el_ms": None, "p99_e2el_ms": None},
-         "mean_ttft_ms: missing"),
+        (
+            {
+                "mean_ttft_ms": None,
+                "median_ttft_ms": None,
+                "p99_ttft_ms": None,
+                "mean_e2el_ms": None,
+                "median_e2el_ms": None,
+                "p99_e2el_ms": None,
+            },
+            "mean_ttft_ms: missing",
+        ),
         ({"total_input_tokens": -5}, "total_input_tokens"),
     ],
 )
@@ -422,13 +567,21 @@ def test_vllm_request_spans_import_with_the_engine_log(tmp_path):
     prefix hit rate; spans of other names are skipped."""
     from tests.recorded.fixtures import VLLM_LOG, otel_export, otel_span
 
-    spans = [otel_span(1.7e9 + 0.5 * i, 0.05 + 0.01 * i, 0.5 + 0.1 * i, 300 + i, 20)
-             for i in range(5)] + [otel_span(1.7e9, 0, 0, 0, 0, name="http_request")]  # fmt: skip
+    spans = [
+        otel_span(1.7e9 + 0.5 * i, 0.05 + 0.01 * i, 0.5 + 0.1 * i, 300 + i, 20) for i in range(5)
+    ] + [otel_span(1.7e9, 0, 0, 0, 0, name="http_request")]
     path = otel_export(tmp_path / "traces.jsonl", spans)
     (tmp_path / "vllm.log").write_text(VLLM_LOG)
     out = tmp_path / "run"
-    summary = import_run("otel", path, out, hardware="h100-sxm", model="llama-3.1-8b",
-                         engine_log=tmp_path / "vllm.log", html=False)  # fmt: skip
+    summary = import_run(
+        "otel",
+        path,
+        out,
+        hardware="h100-sxm",
+        model="llama-3.1-8b",
+        engine_log=tmp_path / "vllm.log",
+        html=False,
+    )
     assert summary["num_requests"] == 5 and summary["recorded"]["clock"] == "engine"
     assert summary["ttft_s"]["p50"] == pytest.approx(0.07)
     rows = [json.loads(line) for line in (out / "requests.jsonl").open()]
@@ -439,8 +592,19 @@ def test_vllm_request_spans_import_with_the_engine_log(tmp_path):
     assert summary["recorded"]["prefix_hit_rate"] == pytest.approx(0.125)
     scenario = load_scenario(out / "scenario.yaml")
     assert scenario.scheduler.async_scheduling and scenario.scheduler.max_num_batched_tokens == 4096
-    assert main(["run", str(out / "scenario.yaml"), "--out", str(tmp_path / "sim"), "--quiet",
-                 "--no-report"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "run",
+                str(out / "scenario.yaml"),
+                "--out",
+                str(tmp_path / "sim"),
+                "--quiet",
+                "--no-report",
+            ]
+        )
+        == 0
+    )
 
 
 @pytest.mark.parametrize(
@@ -471,16 +635,22 @@ def test_a_guidellm_report_imports_one_benchmark(tmp_path, capsys):
     from tests.recorded.fixtures import guidellm_report, guidellm_request
 
     system = "you are a helpful assistant. " * 30
-    ok = [guidellm_request(1000.0 + 0.5 * i, system + f"question {i} " * 10, 8,
-                           cached=0 if i == 0 else 200) for i in range(6)]  # fmt: skip
+    ok = [
+        guidellm_request(
+            1000.0 + 0.5 * i, system + f"question {i} " * 10, 8, cached=0 if i == 0 else 200
+        )
+        for i in range(6)
+    ]
     bad = [guidellm_request(1001.2, "short", 4, error="Traceback ...\nTimeoutError: 300 s")]
-    path = guidellm_report(tmp_path / "benchmarks.json",
-                           [("synchronous", ok[:2], []), ("constant", ok, bad)])  # fmt: skip
+    path = guidellm_report(
+        tmp_path / "benchmarks.json", [("synchronous", ok[:2], []), ("constant", ok, bad)]
+    )
     with pytest.raises(RecordError, match=r"2 benchmarks \(0: synchronous, 1: constant\)"):
         import_run("guidellm", path, tmp_path / "a", hardware="h100-sxm", model="llama-3-8b")
     out = tmp_path / "run"
-    summary = import_run("guidellm", path, out, hardware="h100-sxm", model="llama-3-8b",
-                         benchmark=1, html=False)  # fmt: skip
+    summary = import_run(
+        "guidellm", path, out, hardware="h100-sxm", model="llama-3-8b", benchmark=1, html=False
+    )
     assert (summary["num_requests"], summary["num_rejected"]) == (7, 1)
     assert summary["rejected_reasons"] == {"TimeoutError: 300 s": 1}
     assert summary["ttft_s"]["p50"] == pytest.approx(0.04)  # as the client timed it
@@ -488,15 +658,28 @@ def test_a_guidellm_report_imports_one_benchmark(tmp_path, capsys):
     assert rows[0]["arrival_s"] == 0.0 and rows[1]["hash_ids"][:5] == rows[0]["hash_ids"][:5]
     assert any("strategy constant at 2" in n for n in summary["recorded"]["notes"])
     capsys.readouterr()
-    assert main(["validate", str(out / "scenario.yaml"), "--observed", str(out), "--out",
-                 str(tmp_path / "v"), "--no-report"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "validate",
+                str(out / "scenario.yaml"),
+                "--observed",
+                str(out),
+                "--out",
+                str(tmp_path / "v"),
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("prefix cache"))
     assert "(cached prompt tokens the server reported, the whole run)" in line
     prompts = sum(r["prompt_tokens"] for r in ok)
     assert f"recorded {100 * 1000 / prompts:.1f} %" in line
     with pytest.raises(RecordError, match="benchmarks.json: --benchmark: 5: .* 0 to 1"):
-        import_run("guidellm", path, tmp_path / "b", hardware="h100-sxm", model="llama-3-8b",
-                   benchmark=5)  # fmt: skip
+        import_run(
+            "guidellm", path, tmp_path / "b", hardware="h100-sxm", model="llama-3-8b", benchmark=5
+        )
 
 
 def test_validate_sets_the_recorded_time_series_beside_the_replays(tmp_path, capsys):
@@ -510,8 +693,20 @@ def test_validate_sets_the_recorded_time_series_beside_the_replays(tmp_path, cap
     out = tmp_path / "run"
     import_run("lifecycle", folder / "requests.jsonl", out, html=False)
     capsys.readouterr()
-    assert main(["validate", str(out / "scenario.yaml"), "--observed", str(out), "--out",
-                 str(tmp_path / "v"), "--no-report"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "validate",
+                str(out / "scenario.yaml"),
+                "--observed",
+                str(out),
+                "--out",
+                str(tmp_path / "v"),
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("step level"))
     series = json.loads((tmp_path / "v" / "validation.json").read_text())["series"]
     # averaged over the seconds both cover (the replay ends before the recording's t = 3)
@@ -533,23 +728,41 @@ def test_a_guessed_gpu_is_checked_against_the_recorded_decode_speed(tmp_path):
         "max: 800}, output: {kind: uniform, min: 50, max: 300}}\n"
         "simulation: {num_requests: 120, seed: 3}\n"
     )
-    assert main(["run", str(scenario), "--out", str(tmp_path / "h100"), "--quiet",
-                 "--no-report"]) == 0  # fmt: skip
+    assert (
+        main(["run", str(scenario), "--out", str(tmp_path / "h100"), "--quiet", "--no-report"]) == 0
+    )
     with (tmp_path / "h100" / "requests.csv").open() as handle:
-        rows = [json.dumps({"queued_ts": 50 + float(r["arrival_s"]),
-                            "first_token_ts": 50 + float(r["first_token_s"]),
-                            "last_token_ts": 50 + float(r["finish_s"]),
-                            "input_toks": int(r["prompt_tokens"]),
-                            "output_toks": int(r["output_tokens"])})
-                for r in csv.DictReader(handle)]  # fmt: skip
+        rows = [
+            json.dumps(
+                {
+                    "queued_ts": 50 + float(r["arrival_s"]),
+                    "first_token_ts": 50 + float(r["first_token_s"]),
+                    "last_token_ts": 50 + float(r["finish_s"]),
+                    "input_toks": int(r["prompt_tokens"]),
+                    "output_toks": int(r["output_tokens"]),
+                }
+            )
+            for r in csv.DictReader(handle)
+        ]
     (tmp_path / "requests.jsonl").write_text("\n".join(rows) + "\n")
-    summary = import_run("lifecycle", tmp_path / "requests.jsonl", tmp_path / "run",
-                         hardware="rtx-4090", model="llama-3-8b", html=False)  # fmt: skip
+    summary = import_run(
+        "lifecycle",
+        tmp_path / "requests.jsonl",
+        tmp_path / "run",
+        hardware="rtx-4090",
+        model="llama-3-8b",
+        html=False,
+    )
     note = next(n for n in summary["recorded"]["notes"] if n.startswith("GPU:"))
     slower = float(note.split("rtx-4090 prices its decode steps ")[1].split(" %")[0])
     assert slower > 50 and "% slow" in note  # a 4090 decodes 8B far slower than an H100
     assert note.split("nearest presets: ")[1].startswith("h100-sxm")
     folder = lifecycle_folder(tmp_path / "named")  # meta.json names an RTX 4090
-    named = import_run("lifecycle", folder / "requests.jsonl", tmp_path / "named-run",
-                       hardware="rtx-4090", html=False)  # fmt: skip
+    named = import_run(
+        "lifecycle",
+        folder / "requests.jsonl",
+        tmp_path / "named-run",
+        hardware="rtx-4090",
+        html=False,
+    )
     assert not any(n.startswith("GPU:") for n in named["recorded"]["notes"])

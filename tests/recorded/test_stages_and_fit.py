@@ -42,10 +42,12 @@ def test_stage_figures_by_hand():
 
 
 def test_compare_gives_each_figures_error_and_the_mape():
-    real = StageFigures(0, 1.0, 1.0, 10, 0, {"ttft_s": {"mean": 0.1, "p50": 0.2}},
-                        throughput_rps=2.0)  # fmt: skip
-    model = StageFigures(0, None, None, 10, 0, {"ttft_s": {"mean": 0.11, "p50": 0.18}},
-                         throughput_rps=2.0)  # fmt: skip
+    real = StageFigures(
+        0, 1.0, 1.0, 10, 0, {"ttft_s": {"mean": 0.1, "p50": 0.2}}, throughput_rps=2.0
+    )
+    model = StageFigures(
+        0, None, None, 10, 0, {"ttft_s": {"mean": 0.11, "p50": 0.18}}, throughput_rps=2.0
+    )
     result = compare([real], [model])
     rows = result["stages"][0]["rows"]
     assert rows["ttft_s.mean"][2] == pytest.approx(0.1)
@@ -59,32 +61,70 @@ def _simulated_recording(tmp_path: Path, fraction: float) -> Path:
     imported as if a real engine had recorded it (its requests.csv as lifecycle rows)."""
     run = tmp_path / "truth"
     scenario = {
-        "model": "llama-3-8b", "hardware": {"preset": "l40s", "sustained_bandwidth_fraction":
-                                            fraction, "streaming_fraction": None},
+        "model": "llama-3-8b",
+        "hardware": {
+            "preset": "l40s",
+            "sustained_bandwidth_fraction": fraction,
+            "streaming_fraction": None,
+        },
         "scheduler": {"max_num_seqs": 32, "max_num_batched_tokens": 2048},
         "workload": {"arrival": {"kind": "poisson", "rate_rps": 4}, "input": 200, "output": 64},
         "simulation": {"num_requests": 120, "seed": 3},
-    }  # fmt: skip
+    }
     (tmp_path / "truth.yaml").write_text(yaml.safe_dump(scenario))
-    assert main(["run", str(tmp_path / "truth.yaml"), "--out", str(run), "--quiet",
-                 "--no-report"]) == 0  # fmt: skip
+    assert (
+        main(["run", str(tmp_path / "truth.yaml"), "--out", str(run), "--quiet", "--no-report"])
+        == 0
+    )
     rows = []
     for line in (run / "requests.csv").read_text().splitlines()[1:]:
         cells = line.split(",")
         arrival, first, finish = float(cells[1]), float(cells[3]), float(cells[4])
-        rows.append(json.dumps({"queued_ts": arrival, "first_token_ts": first,
-                                "last_token_ts": finish, "input_toks": int(cells[8]),
-                                "output_toks": int(cells[9])}))  # fmt: skip
+        rows.append(
+            json.dumps(
+                {
+                    "queued_ts": arrival,
+                    "first_token_ts": first,
+                    "last_token_ts": finish,
+                    "input_toks": int(cells[8]),
+                    "output_toks": int(cells[9]),
+                }
+            )
+        )
     source = tmp_path / "recorded" / "requests.jsonl"
     source.parent.mkdir()
     source.write_text("\n".join(rows) + "\n")
-    (source.parent / "meta.json").write_text(json.dumps({
-        "engine_kwargs": {"max_num_seqs": 32, "max_num_batched_tokens": 2048},
-        "kv_cache": {"block_size": 16, "gpu_memory_utilization": 0.9,
-                     "enable_prefix_caching": False}}))  # fmt: skip
+    (source.parent / "meta.json").write_text(
+        json.dumps(
+            {
+                "engine_kwargs": {"max_num_seqs": 32, "max_num_batched_tokens": 2048},
+                "kv_cache": {
+                    "block_size": 16,
+                    "gpu_memory_utilization": 0.9,
+                    "enable_prefix_caching": False,
+                },
+            }
+        )
+    )
     out = tmp_path / "imported"
-    assert main(["import-run", "lifecycle", str(source), "--out", str(out), "--hardware",
-                 "l40s", "--model", "llama-3-8b", "--quiet", "--no-report"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "import-run",
+                "lifecycle",
+                str(source),
+                "--out",
+                str(out),
+                "--hardware",
+                "l40s",
+                "--model",
+                "llama-3-8b",
+                "--quiet",
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -115,15 +155,18 @@ def test_a_fit_finds_a_known_bandwidth_back(tmp_path):
 def test_calibrate_observed_on_recorded_runs_writes_a_file_a_scenario_names(tmp_path):
     run = _simulated_recording(tmp_path, 0.85)
     out = tmp_path / "l40s.yaml"
-    assert main(["calibrate", "--observed", str(run), "--out", str(out),
-                 "--max-evaluations", "6"]) == 0  # fmt: skip
+    assert (
+        main(["calibrate", "--observed", str(run), "--out", str(out), "--max-evaluations", "6"])
+        == 0
+    )
     sections = yaml.safe_load(out.read_text())
     assert set(sections) >= {"hardware", "fit"}
     assert 0.3 <= sections["hardware"]["sustained_bandwidth_fraction"] <= 1.0
 
 
-def test_calibrate_holdout_with_a_relative_out_as_the_readme_prints_it(tmp_path, monkeypatch,
-                                                                       capsys):
+def test_calibrate_holdout_with_a_relative_out_as_the_readme_prints_it(
+    tmp_path, monkeypatch, capsys
+):
     """``--holdout B --out h100.yaml``: the calibration file is named from the caller's
     folder, not the held-out run's (which the replay's own paths resolve from)."""
     run = _simulated_recording(tmp_path, 0.85)
@@ -150,8 +193,10 @@ def test_the_corpus_covers_what_the_validation_needs():
         summary = json.loads((run / "summary.json").read_text())
         block = summary["recorded"]
         assert block["files"] and all(len(d) == 64 for d in block["files"].values())
-        assert block["source"].split("@")[0] in ("inference-sim/training",
-                                                  "casys-kaist/LLMServingSim")  # fmt: skip
+        assert block["source"].split("@")[0] in (
+            "inference-sim/training",
+            "casys-kaist/LLMServingSim",
+        )
         load_scenario(str(run / "scenario.yaml"))  # every replay is a valid scenario
 
 
@@ -159,8 +204,10 @@ def test_validate_observed_replays_a_corpus_run(tmp_path):
     run = tmp_path / "run"
     shutil.copytree(CORPUS / "rtxpro6000-llama-3.1-8b", run)
     out = tmp_path / "validation"
-    assert main(["validate", str(run / "scenario.yaml"), "--observed", str(run), "--out",
-                 str(out)]) == 0  # fmt: skip
+    assert (
+        main(["validate", str(run / "scenario.yaml"), "--observed", str(run), "--out", str(out)])
+        == 0
+    )
     report = json.loads((out / "validation.json").read_text())
     error = report["metrics"]["tpot_s.p50"]["rel_error"]
     assert math.isfinite(error) and abs(error) < 0.1

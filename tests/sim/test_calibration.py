@@ -37,9 +37,18 @@ def grid_features() -> np.ndarray:
 def true_coefficients(rng: np.random.Generator) -> np.ndarray:
     """Positive unit costs of realistic magnitude for every column the grid exercises
     (the grid has no block moves, so those two stay 0)."""
-    scale = {"step": 1e-3, "decode_step": 3e-4, "tokens": 1e-5, "seqs": 1e-5,
-             "prefill_chunks": 1e-4, "prefill_cached_pairs": 1e-8, "prefill_new_pairs": 1e-8,
-             "prefill_context": 1e-7, "decode_context": 1e-7, "decode_padded": 1e-7}  # fmt: skip
+    scale = {
+        "step": 1e-3,
+        "decode_step": 3e-4,
+        "tokens": 1e-5,
+        "seqs": 1e-5,
+        "prefill_chunks": 1e-4,
+        "prefill_cached_pairs": 1e-8,
+        "prefill_new_pairs": 1e-8,
+        "prefill_context": 1e-7,
+        "decode_context": 1e-7,
+        "decode_padded": 1e-7,
+    }
     units = np.array([scale.get(name, 0.0) for name in FEATURES])
     return units * rng.uniform(0.5, 2.0, len(FEATURES))
 
@@ -202,8 +211,13 @@ def test_executor_predicts_features_times_coefficients():
     chunk = PrefillChunk(0, 32, np.arange(16, dtype=np.int32))
     contexts = np.array([10, 20], dtype=np.int64)
     swaps = (Transfer(3, 4, GPU, CPU), Transfer(5, 6, GPU, CPU))
-    batch = Batch((chunk,), np.array([1, 2]), contexts, np.zeros(2, dtype=np.int32),
-                  transfers=(*swaps, Transfer(1, 2)))  # fmt: skip
+    batch = Batch(
+        (chunk,),
+        np.array([1, 2]),
+        contexts,
+        np.zeros(2, dtype=np.int32),
+        transfers=(*swaps, Transfer(1, 2)),
+    )
     moved = {SWAP_OUT: 2, DEVICE_COPY: 1}
     expected = step_features([(32, 16)], contexts, moved)
     expected = float(expected @ calibration.vector())
@@ -251,10 +265,17 @@ def test_calibration_json_is_plain_json(tmp_path):
 def calibration_text(**changes) -> str:
     """A valid calibration document with ``changes`` (``coefficients`` merged; a value
     of ``...`` removes the key)."""
-    document = json.loads(json.dumps({
-        "format": "pagesim-calibration", "version": 1,
-        "coefficients": dict.fromkeys(FEATURES, 1e-6), "fit": {"rows": 12}, "profile": {},
-    }))  # fmt: skip
+    document = json.loads(
+        json.dumps(
+            {
+                "format": "pagesim-calibration",
+                "version": 1,
+                "coefficients": dict.fromkeys(FEATURES, 1e-6),
+                "fit": {"rows": 12},
+                "profile": {},
+            }
+        )
+    )
     coefficients = changes.pop("coefficients", {})
     if isinstance(coefficients, dict):
         document["coefficients"].update(coefficients)

@@ -159,8 +159,18 @@ def test_a_configuration_whose_probes_fail_is_a_failure_with_the_reason(tmp_path
     text = (ROOT / "scenarios" / "tiny.yaml").read_text()
     scenario.write_text(text.replace("scheduler:\n", "scheduler:\n  policy: boom.py:Boom\n"))
     out = tmp_path / "cap"
-    code = main(["capacity", str(scenario), "--out", str(out), "--jobs", "1",
-                 "--set", "simulation.num_requests=80"])  # fmt: skip
+    code = main(
+        [
+            "capacity",
+            str(scenario),
+            "--out",
+            str(out),
+            "--jobs",
+            "1",
+            "--set",
+            "simulation.num_requests=80",
+        ]
+    )
     assert code == 1
     printed = capsys.readouterr().out
     assert "configuration 0 failed: the probe at" in printed and "boom on purpose" in printed

@@ -109,8 +109,7 @@ def test_the_help_states_the_constructor_contract(capsys):
         ("AppendExits", "append() called sys.exit(3)"),
     ],
 )
-def test_a_plugin_that_hangs_or_exits_is_a_fail_with_the_reason(capsys, monkeypatch, name,
-                                                                reason):  # fmt: skip
+def test_a_plugin_that_hangs_or_exits_is_a_fail_with_the_reason(capsys, monkeypatch, name, reason):
     monkeypatch.setattr("backend.testing.guard.CALL_LIMIT_S", 0.5)
     code, out, err = run(capsys, f"{BROKEN}:{name}", "--examples", "30")
     assert code == 1 and not err

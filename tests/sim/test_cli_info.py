@@ -49,6 +49,7 @@ def test_list_policies_shows_descriptions_and_params(capsys):
     assert "aged reuse count" in line
     assert "params: half_life=1024" in out and "eviction.policy (eviction):" in out
     assert "rng" not in out.split("params:")[1].split("\n")[0]  # context is not a param
+
     # the default engine (vllm-v1) preempts the running list's tail, not the newest arrival
     def victim(name):
         return next(x for x in out.splitlines() if x.strip().startswith(name + " "))

@@ -44,8 +44,12 @@ def test_flatten_and_differing_fields():
     a = {"name": "a", "cache": {"block_size": 16, "allocator": "paged"}, "tags": [1, 2]}
     b = {"name": "b", "cache": {"block_size": 1, "allocator": "paged"}, "tags": [1, 2]}
     c = {"name": "c", "cache": {"block_size": 16, "allocator": "paged"}, "extra": {}}
-    assert flatten(a) == {"name": "a", "cache.block_size": 16, "cache.allocator": "paged",
-                          "tags": [1, 2]}  # fmt: skip
+    assert flatten(a) == {
+        "name": "a",
+        "cache.block_size": 16,
+        "cache.allocator": "paged",
+        "tags": [1, 2],
+    }
     fields = differing_fields({"a": a, "b": b, "c": c, "none": None})
     assert list(fields) == ["cache.block_size", "extra", "name", "tags"]
     assert fields["cache.block_size"] == {"a": 16, "b": 1, "c": 16, "none": MISSING}
@@ -56,10 +60,16 @@ def test_flatten_and_differing_fields():
 
 def paged_and_contiguous():
     """Two runs' summaries with the same peak in slots: 100 blocks of 16 and 1,600 of 1."""
-    paged = {"block_size": 16, "total_slots": 3200, "kv": {"peak_used_blocks": 100,
-             "peak_used_slots": 1600, "peak_used_fraction": 0.5}}  # fmt: skip
-    contiguous = {"block_size": 1, "total_slots": 3200, "kv": {"peak_used_blocks": 1600,
-                  "peak_used_slots": 1600, "peak_used_fraction": 0.5}}  # fmt: skip
+    paged = {
+        "block_size": 16,
+        "total_slots": 3200,
+        "kv": {"peak_used_blocks": 100, "peak_used_slots": 1600, "peak_used_fraction": 0.5},
+    }
+    contiguous = {
+        "block_size": 1,
+        "total_slots": 3200,
+        "kv": {"peak_used_blocks": 1600, "peak_used_slots": 1600, "peak_used_fraction": 0.5},
+    }
     return {"paged": paged, "oracle": contiguous}
 
 

@@ -288,8 +288,9 @@ def test_async_frees_lag_holds_a_finished_requests_max_num_seqs_slot():
     starts = {}
     for lag in (False, True):
         alloc = BlockManager(num_blocks=16, block_size=4)
-        config = EngineConfig(max_model_len=4096, max_num_seqs=2, async_scheduling=lag,
-                              rules=VllmV1Rules())  # fmt: skip
+        config = EngineConfig(
+            max_model_len=4096, max_num_seqs=2, async_scheduling=lag, rules=VllmV1Rules()
+        )
         _, done, replica = run([a, b, c], alloc, config)
         starts[lag] = done.of(c).first_scheduled_s
         assert replica._state.lagging == []  # every finished sequence freed in the end
@@ -302,7 +303,8 @@ def test_async_frees_lag_with_nothing_else_to_run_plans_again_at_once():
     runs nothing: vLLM then takes the step's output and plans again at once."""
     first, second = request(0, 0.0, 4, 2), request(1, 0.0, 4, 2)
     alloc = BlockManager(num_blocks=16, block_size=4)
-    config = EngineConfig(max_model_len=4096, max_num_seqs=1, async_scheduling=True,
-                          rules=VllmV1Rules())  # fmt: skip
+    config = EngineConfig(
+        max_model_len=4096, max_num_seqs=1, async_scheduling=True, rules=VllmV1Rules()
+    )
     _, done, _ = run([first, second], alloc, config)
     assert done.of(second).first_scheduled_s == 2.0

@@ -46,8 +46,9 @@ def test_steps_and_summary_count_the_blocks_the_allocator_evicted(tmp_path):
 def test_eviction_policies_differ_only_where_blocks_were_evicted(tmp_path, capsys):
     lru = summary_of(run(tmp_path, "lru", **{"eviction.policy": "lru"}))
     assert lru["kv"]["evicted_blocks"] > 0 and lru["warnings"] == []
-    roomy = summary_of(run(tmp_path, "roomy", **{"eviction.policy": "lfu",
-                                                  "cache.num_blocks": "4096"}))  # fmt: skip
+    roomy = summary_of(
+        run(tmp_path, "roomy", **{"eviction.policy": "lfu", "cache.num_blocks": "4096"})
+    )
     assert roomy["kv"]["evicted_blocks"] == 0
     (warning,) = roomy["warnings"]
     assert warning.startswith("eviction.policy lfu never chose") and "peak use" in warning
@@ -55,8 +56,9 @@ def test_eviction_policies_differ_only_where_blocks_were_evicted(tmp_path, capsy
 
 
 def test_an_eviction_policy_without_prefix_caching_is_warned_about(tmp_path, capsys):
-    off = summary_of(run(tmp_path, "off", **{"cache.prefix_caching": "false",
-                                              "eviction.policy": "fifo"}))  # fmt: skip
+    off = summary_of(
+        run(tmp_path, "off", **{"cache.prefix_caching": "false", "eviction.policy": "fifo"})
+    )
     assert off["warnings"] == [
         "eviction.policy fifo cannot matter: cache.prefix_caching is off, so no block is "
         "ever kept for reuse"

@@ -171,9 +171,17 @@ def test_hardware_presets_are_ordered_like_their_datasheets():
 # Each card's measured best BF16 GEMM (TFLOP/s) as its source published it: the preset's
 # peak x gemm_efficiency must give it back (the figures are not tuned to anything else).
 MEASURED_GEMM_TFLOPS = {
-    "l40s": 269.15, "rtx-4090": 173.3, "rtx-pro-6000": 418.0, "rtx-pro-6000-server": 417.3,
-    "a10g": 69.47, "l4": 70.89, "b200": 1745, "h20": 142.3, "gh200": 828.6, "mi300x": 708,
-}  # fmt: skip
+    "l40s": 269.15,
+    "rtx-4090": 173.3,
+    "rtx-pro-6000": 418.0,
+    "rtx-pro-6000-server": 417.3,
+    "a10g": 69.47,
+    "l4": 70.89,
+    "b200": 1745,
+    "h20": 142.3,
+    "gh200": 828.6,
+    "mi300x": 708,
+}
 
 
 @pytest.mark.parametrize("name", sorted(MEASURED_GEMM_TFLOPS))
@@ -225,8 +233,12 @@ def test_the_kv_pool_is_sized_as_vllm_sizes_it(model, tp):
     from sim.config.loader import validate_scenario
 
     scenarios = Path(__file__).resolve().parents[2] / "scenarios"
-    raw = {"model": {"config": f"models/{model}.json"}, "hardware": "h100-sxm",
-           "tensor_parallel": tp, "scheduler": {"max_num_seqs": 128}}  # fmt: skip
+    raw = {
+        "model": {"config": f"models/{model}.json"},
+        "hardware": "h100-sxm",
+        "tensor_parallel": tp,
+        "scheduler": {"max_num_seqs": 128},
+    }
     scenario = validate_scenario(raw, base_dir=scenarios)
     tokens = scenario.kv_pool.device_blocks * scenario.cache.block_size
     assert tokens == pytest.approx(VLLM_KV_TOKENS[(model, tp)], rel=0.03)

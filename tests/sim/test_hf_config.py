@@ -131,10 +131,7 @@ def test_a_presets_config_json_gives_the_preset_field_for_field(preset):
         assert getattr(model, field) == getattr(expected, field), field
     assert model.config == config
     carried = {f: getattr(model, f) for f in CONFIG_ONLY - {"config"}}
-    assert (
-        carried
-        == {"rope_theta": None, "rope_scaling": None} | (EXTRAS[preset])
-    )
+    assert carried == {"rope_theta": None, "rope_scaling": None} | (EXTRAS[preset])
     assert all(getattr(expected, f) is None for f in CONFIG_ONLY)
 
 
@@ -203,8 +200,16 @@ def test_defaults_of_absent_fields(tmp_path):
 
 
 def test_explicit_head_dim_need_not_divide_hidden(tmp_path):
-    model = from_config(tmp_path, {**LLAMA, "hidden_size": 3072, "num_attention_heads": 16,
-                                   "num_key_value_heads": 8, "head_dim": 256})  # fmt: skip
+    model = from_config(
+        tmp_path,
+        {
+            **LLAMA,
+            "hidden_size": 3072,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 8,
+            "head_dim": 256,
+        },
+    )
     assert model.head_dim == 256 and model.kv_bytes_per_token() == 2 * 32 * 8 * 256 * 2
 
 

@@ -150,8 +150,13 @@ def test_what_does_not_keep_groups_yet_is_refused_by_name(tmp_path, cache, field
 
 
 def test_a_cost_model_that_does_not_price_windows_is_refused(tmp_path):
-    profile = {"kind": "profile", "path": ".", "device": "h100", "profile_model": "m",
-               "network": "n"}  # fmt: skip
+    profile = {
+        "kind": "profile",
+        "path": ".",
+        "device": "h100",
+        "profile_model": "m",
+        "network": "n",
+    }
     raw = {"model": "mistral-7b", "cost_model": profile}
     message = "cost_model.kind: 'mistral-7b' keeps 1 KV cache group of 32 layers"
     with pytest.raises(ScenarioError, match=message):

@@ -75,8 +75,9 @@ def test_steplog_grows_past_initial_capacity_and_keeps_every_row():
     log = StepLog(initial_capacity=2)
     for i in range(1000):
         counts = (3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
-        log.record(StepRecord(0.5 * i, i % 3, 0.25, i, 2 * i, 1, *counts[:2], 0, *counts[2:],
-                              i % 2, 0))  # fmt: skip
+        log.record(
+            StepRecord(0.5 * i, i % 3, 0.25, i, 2 * i, 1, *counts[:2], 0, *counts[2:], i % 2, 0)
+        )
     assert len(log) == 1000 and log.capacity >= 1000
     np.testing.assert_array_equal(log.column("time_s"), 0.5 * np.arange(1000))
     np.testing.assert_array_equal(log.column("replica"), np.arange(1000) % 3)

@@ -76,9 +76,16 @@ def test_padded_tiles_match_a_monte_carlo_of_uniform_routing(tokens, experts, k)
 
 @pytest.mark.parametrize(
     "tokens, share, rows",
-    [(1, 0.01, 16), (3, 0.5, 16), (37, 1 / 16, 16), (100, 0.25, 16), (500, 0.25, 128),
-     (1000, 1 / 16, 64), (400, 0.99, 128)],
-)  # fmt: skip
+    [
+        (1, 0.01, 16),
+        (3, 0.5, 16),
+        (37, 1 / 16, 16),
+        (100, 0.25, 16),
+        (500, 0.25, 128),
+        (1000, 1 / 16, 64),
+        (400, 0.99, 128),
+    ],
+)
 def test_expected_tiles_is_the_exact_binomial_expectation(tokens, share, rows):
     """Against the sum over every n in exact rational arithmetic."""
     p = Fraction(share)
@@ -294,7 +301,7 @@ def test_expert_parallel_waits_for_the_busiest_gpu():
             tensor_parallel=4,
             expert_parallel=True,
             cost_model={"params": {"moe_rank_imbalance": 1.56}},
-        )  # fmt: skip
+        )
     )
     assert skewed.moe.busiest_rank_load(4096) == pytest.approx(
         ep.moe.busiest_rank_load(4096) + 1.56

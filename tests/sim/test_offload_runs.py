@@ -75,8 +75,10 @@ def test_the_tables_show_the_tier_and_compare_keeps_rows_aligned_without_one():
     line = next(row for row in table if row.startswith("cpu tier prompt tokens served"))
     assert line.split()[-2:] == ["-", f"{served:,}"]
     hit = next(row for row in table if row.startswith("prefix hit rate %"))
-    assert hit.split()[-2:] == [f"{100 * alone['prefix_hit_rate']:.1f}%",
-                                f"{100 * tiered['prefix_hit_rate']:.1f}%"]  # fmt: skip
+    assert hit.split()[-2:] == [
+        f"{100 * alone['prefix_hit_rate']:.1f}%",
+        f"{100 * tiered['prefix_hit_rate']:.1f}%",
+    ]
 
 
 DISK = "cache.offload=[{tier: cpu, num_blocks: 512}, {tier: disk, capacity_gib: 64}]"

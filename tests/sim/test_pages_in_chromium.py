@@ -55,9 +55,11 @@ def test_empty_series_say_none_in_the_browser_and_the_compare_page_draws(chromiu
     # tiny: one replica, no prefix caching, no preemption: those plots are notes.
     paged = run(TINY, tmp_path / "a" / "run", "simulation.num_requests=60")
     oracle = run(
-        TINY, tmp_path / "b" / "run", "simulation.num_requests=60",
+        TINY,
+        tmp_path / "b" / "run",
+        "simulation.num_requests=60",
         "cache.allocator=contiguous-oracle",
-    )  # fmt: skip
+    )
     result = check_page(chromium, paged / "report.html")
     assert_loads_cleanly(result)
     plots = {plot["id"]: plot for plot in result["plots"]}

@@ -36,9 +36,12 @@ def test_grid_shapes_respect_the_limits(
     max_num_seqs, max_batched_tokens, max_context, block_size, quick
 ):
     shapes = default_grid(
-        max_num_seqs=max_num_seqs, max_batched_tokens=max_batched_tokens,
-        max_context=max_context, block_size=block_size, quick=quick,
-    )  # fmt: skip
+        max_num_seqs=max_num_seqs,
+        max_batched_tokens=max_batched_tokens,
+        max_context=max_context,
+        block_size=block_size,
+        quick=quick,
+    )
     assert shapes
     kinds = {shape.kind for shape in shapes}
     assert {"decode", "prefill"} <= kinds
@@ -121,8 +124,23 @@ def test_read_profile_names_the_problem(tmp_path):
 
 def test_profile_and_calibrate_commands(tmp_path, capsys):
     csv_path, json_path = tmp_path / "profile.csv", tmp_path / "calibration.json"
-    code = main(["profile", "--model", "tiny", "--quick", "--repeats", "1", "--warmup", "0",
-                 "--max-context", "64", "--out", str(csv_path), "--quiet"])  # fmt: skip
+    code = main(
+        [
+            "profile",
+            "--model",
+            "tiny",
+            "--quick",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--max-context",
+            "64",
+            "--out",
+            str(csv_path),
+            "--quiet",
+        ]
+    )
     assert code == 0
     shapes, seconds, _ = read_profile(csv_path)
     assert len(shapes) > len(FEATURES) and (seconds > 0).all()
@@ -162,8 +180,12 @@ def written_profile(path, edit=None, rows=16):
             chunk_tokens=4 + i,
         )
         seconds = 1e-3 * (1 + i)
-        record = {**{c: getattr(shape, c) for c in CSV_COLUMNS if hasattr(shape, c)},
-                  "kind": shape.kind, "min_s": seconds, "median_s": seconds}  # fmt: skip
+        record = {
+            **{c: getattr(shape, c) for c in CSV_COLUMNS if hasattr(shape, c)},
+            "kind": shape.kind,
+            "min_s": seconds,
+            "median_s": seconds,
+        }
         records.append({c: str(record.get(c, "")) for c in CSV_COLUMNS})
     if edit is not None:
         edit(records)

@@ -76,9 +76,11 @@ def test_a_session_turn_starts_with_the_previous_prompt_and_output_and_groups_sh
         if request.turn > 0:
             before = previous[request.session]
             output = output_token_ids(
-                book.seed, stream_id(before.req_id, 0), np.arange(before.output_len),
+                book.seed,
+                stream_id(before.req_id, 0),
+                np.arange(before.output_len),
                 book.vocab_size,
-            )  # fmt: skip
+            )
             head = np.concatenate([before.prompt, output])
             assert np.array_equal(prompt[: len(head)], head)
             turns += 1
@@ -118,8 +120,10 @@ def test_replace_keeps_the_prompt(case):
         seen = dataclasses.replace(request, arrival_s=9.0, output_len=7)
         assert (seen.arrival_s, seen.output_len) == (9.0, 7)
         assert (seen.req_id, seen.tenant, seen.prompt_len) == (
-            request.req_id, request.tenant, request.prompt_len,
-        )  # fmt: skip
+            request.req_id,
+            request.tenant,
+            request.prompt_len,
+        )
         assert np.array_equal(seen.prompt, request.prompt)
 
 

@@ -114,11 +114,17 @@ def test_report_has_header_summary_and_every_figure(tmp_path):
     assert "run &lt;a &amp; b&gt;" in page and "run <a & b>" not in page
     facts = page.split('<table class="facts">')[1].split("</table>")[0]
     for text in (
-        "llama-3-8b", "h100-sxm", "<td>tensor parallel</td><td>2</td>",
-        "4 (router prefix-affinity)", "swap (victim last-arrived)", "eviction lru",
-        "gamma 12.5 req/s (cv 2)", "3,000 requests, the first 200 as warm-up",
-        "<td>seed</td><td>7</td>", "--set routing.router=prefix-affinity --seed 7",
-    ):  # fmt: skip
+        "llama-3-8b",
+        "h100-sxm",
+        "<td>tensor parallel</td><td>2</td>",
+        "4 (router prefix-affinity)",
+        "swap (victim last-arrived)",
+        "eviction lru",
+        "gamma 12.5 req/s (cv 2)",
+        "3,000 requests, the first 200 as warm-up",
+        "<td>seed</td><td>7</td>",
+        "--set routing.router=prefix-affinity --seed 7",
+    ):
         assert text in facts, text
     assert '<table class="summary">' in page
     assert f"{summary['throughput_rps']:.2f}" in page

@@ -363,8 +363,14 @@ def test_did_you_mean_prefers_names_that_start_with_what_was_typed(typed, hint):
 def test_an_uneven_tensor_parallel_split_is_refused_with_an_explicit_pool_too(tp):
     """An explicit ``cache.num_blocks`` skips the memory sizing, not the heads' split."""
     with pytest.raises(ScenarioError, match="tensor_parallel: tensor_parallel=.* must divide"):
-        validate_scenario({"model": "tiny", "tensor_parallel": tp, "cache": {"num_blocks": 64},
-                           "simulation": {"num_requests": 10}})  # fmt: skip
+        validate_scenario(
+            {
+                "model": "tiny",
+                "tensor_parallel": tp,
+                "cache": {"num_blocks": 64},
+                "simulation": {"num_requests": 10},
+            }
+        )
 
 
 def test_an_explicit_pool_must_fit_the_gpu_memory_beside_the_weights():
@@ -400,8 +406,19 @@ def test_every_reader_error_is_a_user_error_the_cli_reports_in_one_line():
     from sim.run.folders import FolderExists
     from sim.workload.generate import WorkloadError
 
-    kinds = (UsageError, OverBudget, ConfigError, LengthTableError, TraceError, ScenarioError,
-             CalibrationError, ProfileError, RecordError, FolderExists, WorkloadError)  # fmt: skip
+    kinds = (
+        UsageError,
+        OverBudget,
+        ConfigError,
+        LengthTableError,
+        TraceError,
+        ScenarioError,
+        CalibrationError,
+        ProfileError,
+        RecordError,
+        FolderExists,
+        WorkloadError,
+    )
     assert all(issubclass(kind, UserError) for kind in kinds)
 
 
@@ -418,20 +435,29 @@ def test_overriding_a_presets_memory_is_not_ignored():
     assert bigger.kv_pool.device_blocks > stock.kv_pool.device_blocks
     with pytest.raises(ScenarioError, match="does not leave room for KV blocks"):
         validate_scenario({**base, "hardware": {"preset": "h100-sxm", "mem_capacity_bytes": 1000}})
-    both = validate_scenario({**base, "hardware": {"preset": "h100-sxm",
-                                                   "mem_capacity_bytes": 120 * 10**9,
-                                                   "cuda_memory_bytes": 121 * 10**9}})  # fmt: skip
+    both = validate_scenario(
+        {
+            **base,
+            "hardware": {
+                "preset": "h100-sxm",
+                "mem_capacity_bytes": 120 * 10**9,
+                "cuda_memory_bytes": 121 * 10**9,
+            },
+        }
+    )
     assert both.hardware.cuda_memory_bytes == 121 * 10**9
 
 
 def test_the_real_backend_refuses_what_it_cannot_run_in_one_line():
     base = {"simulation": {"num_requests": 5}, "backend": {"kind": "torch"}}
     with pytest.raises(ScenarioError, match="model.head_dim: .* expected an even head_dim"):
-        validate_scenario({**base, "model": {"preset": "tiny", "head_dim": 15},
-                           "cache": {"num_blocks": 64}})  # fmt: skip
+        validate_scenario(
+            {**base, "model": {"preset": "tiny", "head_dim": 15}, "cache": {"num_blocks": 64}}
+        )
     # its weights and pool are allocated in this process: priced before anything is built
     # (on a GPU the weights fit: 141 GB of llama-3-70b in a B200's 192 GB)
     with pytest.raises(ScenarioError, match="backend.kind: the run would need about"):
-        validate_scenario({**base, "model": "llama-3-70b", "hardware": "b200",
-                           "cache": {"num_blocks": 64}})  # fmt: skip
+        validate_scenario(
+            {**base, "model": "llama-3-70b", "hardware": "b200", "cache": {"num_blocks": 64}}
+        )
     assert validate_scenario({**base, "model": "tiny", "cache": {"num_blocks": 64}})

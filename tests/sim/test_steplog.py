@@ -14,9 +14,26 @@ from sim.output.steplog import STEP_COLUMNS, STEP_DTYPES, StepLog
 def step(i: int, replica: int = 0, **fields) -> StepRecord:
     """A step whose counts all derive from ``i`` (so rows are told apart)."""
     record = StepRecord(
-        float(i), replica, 0.5, i, 2 * i, 3 * i, 4 * i, 5 * i, 6 * i, 7 * i, 8 * i, 9 * i,
-        10 * i, 11 * i, 12 * i, 13 * i, 14 * i, i % 3, Limit(i % 5),
-    )  # fmt: skip
+        float(i),
+        replica,
+        0.5,
+        i,
+        2 * i,
+        3 * i,
+        4 * i,
+        5 * i,
+        6 * i,
+        7 * i,
+        8 * i,
+        9 * i,
+        10 * i,
+        11 * i,
+        12 * i,
+        13 * i,
+        14 * i,
+        i % 3,
+        Limit(i % 5),
+    )
     return record._replace(**fields)
 
 

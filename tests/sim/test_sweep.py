@@ -333,8 +333,11 @@ def test_printed_numbers_are_grouped_never_in_exponent_form():
     from sim.sweep.tables import number
 
     assert [number(t) for t in ("11580.3", "9020.4", "27.19", "0.2119")] == [
-        "11,580", "9,020", "27.19", "0.2119",
-    ]  # fmt: skip
+        "11,580",
+        "9,020",
+        "27.19",
+        "0.2119",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -346,8 +349,18 @@ def test_a_resumed_sweep_runs_a_damaged_point_again_and_says_so(tmp_path, capsys
     (manifest.json); a resume checks it and runs a damaged point again."""
     base = tiny_base(tmp_path, requests=60)
     out = tmp_path / "out"
-    args = ["sweep", str(base), "--grid", "scheduler.max_num_seqs=4,8", "--out", str(out),
-            "--jobs", "1", "--no-report", "--quiet"]  # fmt: skip
+    args = [
+        "sweep",
+        str(base),
+        "--grid",
+        "scheduler.max_num_seqs=4,8",
+        "--out",
+        str(out),
+        "--jobs",
+        "1",
+        "--no-report",
+        "--quiet",
+    ]
     assert main(args) == 0
     before = files_of(out / "runs")
     folder = finished_points(out)[0]

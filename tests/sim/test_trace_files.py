@@ -136,8 +136,16 @@ def test_the_largest_int64_counts_are_accepted_and_clipped_to_the_model(tmp_path
     table.write_text(f"{INT64_MAX} 5\n")
     assert load_length_table(table)[0, 0] == INT64_MAX
     out = tmp_path / "out"
-    code = main(["run", str(trace_scenario(tmp_path, "t.csv", trace.read_text())), "--out",
-                 str(out), "--quiet", "--no-report"])  # fmt: skip
+    code = main(
+        [
+            "run",
+            str(trace_scenario(tmp_path, "t.csv", trace.read_text())),
+            "--out",
+            str(out),
+            "--quiet",
+            "--no-report",
+        ]
+    )
     assert code == 0
     with open(out / "requests.csv", newline="") as f:
         (row,) = csv.DictReader(f)  # (a rejected reason may hold a comma: csv quotes it)

@@ -117,8 +117,14 @@ def test_the_page_has_html_tables_with_readable_names_coefficients_and_e2e_cdfs(
     html = write_html(result, tmp_path / "validation.html").read_text()
     errors = html.split('<table class="errors">')[1].split("</table>")[0]
     assert "| ---" not in html and "<th>error against the measured run</th>" in errors
-    for name in ("per-step mean absolute error (MAPE)", "TTFT p50", "TPOT p99", "E2E p90",
-                 "throughput (requests/s)", "throughput (output tokens/s)"):  # fmt: skip
+    for name in (
+        "per-step mean absolute error (MAPE)",
+        "TTFT p50",
+        "TPOT p99",
+        "E2E p90",
+        "throughput (requests/s)",
+        "throughput (output tokens/s)",
+    ):
         assert f"<td>{name}</td>" in errors, name
     assert "ttft_s" not in errors and "throughput_rps" not in errors
     # each coefficient with its value in a readable unit and what it is paid per
@@ -131,8 +137,13 @@ def test_the_page_has_html_tables_with_readable_names_coefficients_and_e2e_cdfs(
 
 def test_coefficient_text_picks_a_readable_unit():
     assert [coefficient_text(v) for v in (2.5, 1e-3, 3.1e-6, 4.2e-9, 5e-13, 0.0)] == [
-        "2.5 s", "1 ms", "3.1 µs", "4.2 ns", "0.5 ps", "0",
-    ]  # fmt: skip
+        "2.5 s",
+        "1 ms",
+        "3.1 µs",
+        "4.2 ns",
+        "0.5 ps",
+        "0",
+    ]
 
 
 def test_format_table_lists_both_models(result):
@@ -210,9 +221,25 @@ def test_validate_command_profiles_calibrates_and_reports(tmp_path, capsys):
     scenario = tmp_path / "small.yaml"
     scenario.write_text(json.dumps(SMALL))  # JSON is YAML
     out = tmp_path / "out"
-    code = main(["validate", str(scenario), "--out", str(out), "--quick", "--repeats", "1",
-                 "--warmup", "0", "--max-context", "128", "--step-repeats", "1", "--quiet",
-                 "--no-report"])  # fmt: skip
+    code = main(
+        [
+            "validate",
+            str(scenario),
+            "--out",
+            str(out),
+            "--quick",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--max-context",
+            "128",
+            "--step-repeats",
+            "1",
+            "--quiet",
+            "--no-report",
+        ]
+    )
     assert code == 0
     for name in ("profile.csv", "calibration.json", "validation.json", "steps.csv"):
         assert (out / name).is_file(), name
@@ -225,8 +252,10 @@ def test_validate_command_profiles_calibrates_and_reports(tmp_path, capsys):
 def test_validate_refuses_another_models_calibration(tmp_path, capsys):
     from sim.costs.calibrated import save
 
-    path = save(Calibration(dict.fromkeys(FEATURES, 1e-6), {}, {"model_shape": "L1-h8"}),
-                tmp_path / "c.json")  # fmt: skip
+    path = save(
+        Calibration(dict.fromkeys(FEATURES, 1e-6), {}, {"model_shape": "L1-h8"}),
+        tmp_path / "c.json",
+    )
     scenario = tmp_path / "small.yaml"
     scenario.write_text(json.dumps(SMALL))
     assert main(["validate", str(scenario), "--calibration", str(path), "--quiet"]) == 2

@@ -59,10 +59,17 @@ def test_running_samples_count_each_samples_tokens_as_they_come():
                 seen.setdefault((req_id, sample), []).append(generated)
 
     replica = Replica(
-        env, 0, allocator, Fixed(), replica_policies(scenario, context),
-        engine_config(scenario, allocator), SyntheticOutputs(0, 512), Steps(), done.append,
+        env,
+        0,
+        allocator,
+        Fixed(),
+        replica_policies(scenario, context),
+        engine_config(scenario, allocator),
+        SyntheticOutputs(0, 512),
+        Steps(),
+        done.append,
         fast_forward=False,
-    )  # fmt: skip
+    )
     holder["replica"] = replica
     replica.submit(Request(0, 0.0, np.arange(10, dtype=np.int32), output_len=5, n=3))
     env.run(until=1.0)

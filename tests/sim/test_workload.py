@@ -140,8 +140,12 @@ def test_a_staged_scenario_runs_its_stages_whole_by_default():
 
 
 def test_a_prompt_pool_reuses_whole_prompts_in_a_cycle():
-    spec = workload(prefix={"num_groups": 3, "length": 20}, prompts={"distinct": 6},
-                    input={"kind": "uniform", "min": 5, "max": 50}, output=4)  # fmt: skip
+    spec = workload(
+        prefix={"num_groups": 3, "length": 20},
+        prompts={"distinct": 6},
+        input={"kind": "uniform", "min": 5, "max": 50},
+        output=4,
+    )
     requests = generate(spec, num_requests=24)
     prompts = [tuple(r.prompt.tolist()) for r in requests]
     assert len(set(prompts)) == 6

@@ -118,10 +118,22 @@ def build_training(training: Path, only: str = "") -> None:
         with tempfile.TemporaryDirectory() as scratch:
             args = Path(scratch) / "engine.yaml"
             args.write_text(yaml.safe_dump(engine))
-            _import(["inference-perf", str(source), "--out", str(RUNS / run_id),
-                     "--hardware", "h100-sxm", "--model", TRAINING_MODELS[config["model"]],
-                     "--engine-args", str(args), "--source",
-                     f"inference-sim/training@ed5c1d2 default_args/{folder}"])  # fmt: skip
+            _import(
+                [
+                    "inference-perf",
+                    str(source),
+                    "--out",
+                    str(RUNS / run_id),
+                    "--hardware",
+                    "h100-sxm",
+                    "--model",
+                    TRAINING_MODELS[config["model"]],
+                    "--engine-args",
+                    str(args),
+                    "--source",
+                    f"inference-sim/training@ed5c1d2 default_args/{folder}",
+                ]
+            )
         print(f"built {run_id}")
 
 
@@ -142,9 +154,16 @@ def build_llmservingsim(root: Path, older: Path | None) -> None:
         copy = _copy_llmservingsim(base, folder, workload, run_id)
         prompts = root / "workloads" / workload
         commit = "5bae11f" if folder.startswith("bench/results") else "5daddb2"
-        args = ["lifecycle", str(copy / "requests.jsonl"), "--out", str(RUNS / run_id),
-                "--hardware", LLMSERVINGSIM_GPUS[run_id.split("-")[0]], "--source",
-                f"casys-kaist/LLMServingSim@{commit} {folder}/requests.jsonl"]  # fmt: skip
+        args = [
+            "lifecycle",
+            str(copy / "requests.jsonl"),
+            "--out",
+            str(RUNS / run_id),
+            "--hardware",
+            LLMSERVINGSIM_GPUS[run_id.split("-")[0]],
+            "--source",
+            f"casys-kaist/LLMServingSim@{commit} {folder}/requests.jsonl",
+        ]
         if prompts.is_file():
             args += ["--prompts", str(prompts)]
         with tempfile.TemporaryDirectory() as scratch:
@@ -160,8 +179,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--training", type=Path, help="inference-sim/training checkout")
     parser.add_argument("--llmservingsim", type=Path, help="casys-kaist/LLMServingSim checkout")
-    parser.add_argument("--llmservingsim-5bae11f", type=Path,
-                        help="LLMServingSim at 5bae11f (the older RTX 4090 run)")  # fmt: skip
+    parser.add_argument(
+        "--llmservingsim-5bae11f",
+        type=Path,
+        help="LLMServingSim at 5bae11f (the older RTX 4090 run)",
+    )
     parser.add_argument("--only", default="", help="build only the runs whose id holds this")
     args = parser.parse_args()
     RUNS.mkdir(parents=True, exist_ok=True)

@@ -70,8 +70,9 @@ def report_folder(path: Path) -> Path:
     )
 
 
-def read_run(path: Path, *, engine: EngineConfig, model: str | None,
-             hardware: str | None) -> RecordedRun:  # fmt: skip
+def read_run(
+    path: Path, *, engine: EngineConfig, model: str | None, hardware: str | None
+) -> RecordedRun:
     """The recorded run in inference-perf's report folder ``path`` (module doc)."""
     folder = report_folder(path)
     files: dict[str, str] = {}
@@ -99,8 +100,7 @@ def read_run(path: Path, *, engine: EngineConfig, model: str | None,
     if per_request.is_file():
         files[str(per_request)] = sha256_of(per_request)
         block = engine.block_size or DEFAULT_BLOCK_TOKENS
-        requests, line_times = requests_of(read_json(per_request), str(per_request), out_len,
-                                         block)  # fmt: skip
+        requests, line_times = requests_of(read_json(per_request), str(per_request), out_len, block)
         if requests.prefix_blocks is not None:
             notes.append(shareable_note(requests, "prompt text (the records' request payloads)"))
     else:
@@ -115,12 +115,20 @@ def read_run(path: Path, *, engine: EngineConfig, model: str | None,
     timeout, timeout_note = _timeout(config, stages, summary)
     notes += [timeout_note] if timeout_note else []
     return RecordedRun(
-        format="inference-perf", source=str(path), model=model or model_name(config),
-        hardware=hardware, engine=engine, requests=requests, stages=tuple(stages),
-        summary=summary, workload=workload if requests is None else None,
-        request_timeout_s=timeout, notes=tuple(notes), files=files,
+        format="inference-perf",
+        source=str(path),
+        model=model or model_name(config),
+        hardware=hardware,
+        engine=engine,
+        requests=requests,
+        stages=tuple(stages),
+        summary=summary,
+        workload=workload if requests is None else None,
+        request_timeout_s=timeout,
+        notes=tuple(notes),
+        files=files,
         origins=origins(config, config_path.name),
-    )  # fmt: skip
+    )
 
 
 def _stage_index(path: Path) -> int:

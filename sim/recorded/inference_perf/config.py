@@ -102,8 +102,10 @@ def replay_workload(config: Config, where: str) -> tuple[dict[str, Any], int | N
             workload["prefix"] = {"num_groups": groups, "length": system}
         return workload, (out if ignore_eos else None), notes
     if data.type in ("random", "synthetic"):
-        lengths = {role: _distribution(getattr(data, f"{role}_distribution"), where,
-                                       f"data.{role}") for role in ("input", "output")}  # fmt: skip
+        lengths = {
+            role: _distribution(getattr(data, f"{role}_distribution"), where, f"data.{role}")
+            for role in ("input", "output")
+        }
         fixed = lengths["output"] if isinstance(lengths["output"], int) else None
         return {"arrival": arrival, **lengths}, (fixed if ignore_eos else None), notes
     raise RecordError(

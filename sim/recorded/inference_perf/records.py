@@ -80,10 +80,15 @@ def requests_of(records: Any, where: str, out_len: int | None, block: int):
     origin = min(send)
     shift = lambda values: np.asarray(values, dtype=np.float64) - origin  # noqa: E731
     requests = RecordedRequests(
-        shift(send), shift(first), shift(end), np.asarray(prompt, dtype=np.int64),
-        np.asarray(output, dtype=np.int64), np.full(len(send), -1, dtype=np.int64),
-        tuple(errors), tuple(t - origin for t in times),
-    )  # fmt: skip
+        shift(send),
+        shift(first),
+        shift(end),
+        np.asarray(prompt, dtype=np.int64),
+        np.asarray(output, dtype=np.int64),
+        np.full(len(send), -1, dtype=np.int64),
+        tuple(errors),
+        tuple(t - origin for t in times),
+    )
     chains = text_blocks(texts, requests.prompt_tokens, block)
     if chains is not None:
         requests = requests._replace(prefix_blocks=chains, prefix_block_tokens=block)

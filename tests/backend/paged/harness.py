@@ -14,28 +14,52 @@ from backend.step import Batch, PrefillChunk
 from backend.transfer import Transfer
 
 TINY = ModelShape(
-    num_layers=2, hidden_size=64, num_heads=8, num_kv_heads=2, head_dim=16,
-    intermediate_size=128, vocab_size=128, max_model_len=256,
-)  # fmt: skip
+    num_layers=2,
+    hidden_size=64,
+    num_heads=8,
+    num_kv_heads=2,
+    head_dim=16,
+    intermediate_size=128,
+    vocab_size=128,
+    max_model_len=256,
+)
 
 
 class PagedHarness:
     """Block manager + paged executor, stepped explicitly by a test."""
 
     def __init__(
-        self, num_blocks: int, block_size: int, *, num_cpu_blocks: int = 0,
-        prefix_caching: bool = False, dtype=torch.float64, use_triton=False, seed=0,
-        shape: ModelShape = TINY, device="cpu", num_offload_blocks: int = 0, lower_tiers=(),
-    ):  # fmt: skip
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        num_cpu_blocks: int = 0,
+        prefix_caching: bool = False,
+        dtype=torch.float64,
+        use_triton=False,
+        seed=0,
+        shape: ModelShape = TINY,
+        device="cpu",
+        num_offload_blocks: int = 0,
+        lower_tiers=(),
+    ):
         self.alloc = BlockManager(
-            num_blocks, block_size, num_cpu_blocks=num_cpu_blocks,
-            enable_prefix_caching=prefix_caching, num_offload_blocks=num_offload_blocks,
+            num_blocks,
+            block_size,
+            num_cpu_blocks=num_cpu_blocks,
+            enable_prefix_caching=prefix_caching,
+            num_offload_blocks=num_offload_blocks,
             lower_tiers=lower_tiers,
-        )  # fmt: skip
+        )
         self.executor = PagedExecutor(
-            shape, self.alloc, dtype=dtype, use_triton=use_triton, seed=seed, device=device,
+            shape,
+            self.alloc,
+            dtype=dtype,
+            use_triton=use_triton,
+            seed=seed,
+            device=device,
             cpu_threads=1,
-        )  # fmt: skip
+        )
         self.copies: list[Transfer] = []
         self.copies_done = 0  # copy-on-write moves executed so far
         self.swap_out_moves: list[Transfer] = []

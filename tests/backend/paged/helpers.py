@@ -36,9 +36,15 @@ class PagedLayout:
 
 
 def scattered_layout(
-    rng: np.random.Generator, lens: list[int], block_size: int, kv_heads: int, head_dim: int,
-    *, dtype=torch.float32, device="cpu",
-) -> PagedLayout:  # fmt: skip
+    rng: np.random.Generator,
+    lens: list[int],
+    block_size: int,
+    kv_heads: int,
+    head_dim: int,
+    *,
+    dtype=torch.float32,
+    device="cpu",
+) -> PagedLayout:
     blocks_per_seq = [-(-n // block_size) for n in lens]
     num_blocks = sum(blocks_per_seq) + 3
     order = rng.permutation(num_blocks).tolist()

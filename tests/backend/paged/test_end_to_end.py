@@ -117,10 +117,12 @@ def test_a_prefix_loaded_from_the_offload_tier_equals_full_recomputation(rng, di
     first = shared + _prompt(rng, 5)
     second = shared + _prompt(rng, 7)
     harness = PagedHarness(
-        num_blocks=16, block_size=block_size, prefix_caching=True,
+        num_blocks=16,
+        block_size=block_size,
+        prefix_caching=True,
         num_offload_blocks=1 if disk else 32,
         lower_tiers=(TierSpec(DISK, 32),) if disk else (),
-    )  # fmt: skip
+    )
     harness.admit(0, first)
     harness.prefill(0, first)  # its full blocks are stored to the tier after the step
     harness.alloc.free(0)

@@ -23,8 +23,16 @@ def test_shape_from_spec_ignores_extras_and_names_missing_fields():
     with pytest.raises(AttributeError, match="head_dim"):
         ModelShape.from_spec(spec)
     with pytest.raises(ValueError, match="multiple"):
-        ModelShape(1, 8, num_heads=6, num_kv_heads=4, head_dim=2, intermediate_size=8,
-                   vocab_size=8, max_model_len=8)  # fmt: skip
+        ModelShape(
+            1,
+            8,
+            num_heads=6,
+            num_kv_heads=4,
+            head_dim=2,
+            intermediate_size=8,
+            vocab_size=8,
+            max_model_len=8,
+        )
 
 
 def test_token_beyond_its_block_table_is_refused_before_any_compute():

@@ -32,9 +32,16 @@ def _decode_case(rng, lens, dtype, num_splits):
     context_lens = torch.tensor(lens, dtype=torch.int32, device="cuda")
     out = torch.full_like(query, float("nan"))
     ops.paged_decode_attention(
-        query, layout.key_cache, layout.value_cache, layout.block_tables, context_lens,
-        layout.scale, use_triton=True, num_splits=num_splits, out=out,
-    )  # fmt: skip
+        query,
+        layout.key_cache,
+        layout.value_cache,
+        layout.block_tables,
+        context_lens,
+        layout.scale,
+        use_triton=True,
+        num_splits=num_splits,
+        out=out,
+    )
     expected = ref.reference_decode(
         query.cpu(), layout.key_cache.cpu(), layout.value_cache.cpu(), layout.tables, lens
     )
@@ -61,14 +68,24 @@ def test_prefill_float32_full_size(rng):
     bounds = torch.tensor([0, 256, 257, 354], dtype=torch.int32, device="cuda")
     out = torch.full_like(query, float("nan"))
     ops.paged_prefill_attention(
-        query, layout.key_cache, layout.value_cache, layout.block_tables, bounds,
-        torch.tensor(starts, dtype=torch.int32, device="cuda"), layout.scale,
-        use_triton=True, out=out,
-    )  # fmt: skip
+        query,
+        layout.key_cache,
+        layout.value_cache,
+        layout.block_tables,
+        bounds,
+        torch.tensor(starts, dtype=torch.int32, device="cuda"),
+        layout.scale,
+        use_triton=True,
+        out=out,
+    )
     expected = ref.reference_prefill(
-        query.cpu(), layout.key_cache.cpu(), layout.value_cache.cpu(), layout.tables,
-        chunk_lens, starts,
-    )  # fmt: skip
+        query.cpu(),
+        layout.key_cache.cpu(),
+        layout.value_cache.cpu(),
+        layout.tables,
+        chunk_lens,
+        starts,
+    )
     assert relative_error(out, expected) < 1e-5
 
 
@@ -91,9 +108,13 @@ def test_paged_generation_on_gpu_equals_contiguous(rng):
     shape = ModelShape(4, 512, 8, 2, 64, 1024, 2000, 1024)
     prompts = [rng.integers(0, shape.vocab_size, size=n).tolist() for n in (300, 17, 129)]
     harness = PagedHarness(
-        num_blocks=200, block_size=16, dtype=torch.float32, use_triton=True, shape=shape,
+        num_blocks=200,
+        block_size=16,
+        dtype=torch.float32,
+        use_triton=True,
+        shape=shape,
         device="cuda",
-    )  # fmt: skip
+    )
     runner = ContiguousRunner(LlamaModel(shape, dtype=torch.float32, device="cuda"))
     for s, prompt in enumerate(prompts):
         harness.admit(s, prompt)

@@ -36,9 +36,16 @@ def _check_decode(rng, lens, block_size, group, kv_heads, head_dim, *, use_trito
     context_lens = torch.tensor(lens, dtype=torch.int32, device=device)
     out = poisoned_like(query)
     ops.paged_decode_attention(
-        query, layout.key_cache, layout.value_cache, layout.block_tables, context_lens,
-        layout.scale, use_triton=use_triton, out=out, **kw,
-    )  # fmt: skip
+        query,
+        layout.key_cache,
+        layout.value_cache,
+        layout.block_tables,
+        context_lens,
+        layout.scale,
+        use_triton=use_triton,
+        out=out,
+        **kw,
+    )
     expected = ref.reference_decode(
         query, layout.key_cache, layout.value_cache, layout.tables, lens
     )
@@ -55,10 +62,16 @@ def _check_prefill(rng, chunk_lens, starts, block_size, group, kv_heads, head_di
     bounds = torch.tensor([0, *torch.tensor(chunk_lens).cumsum(0).tolist()], dtype=torch.int32)
     out = poisoned_like(query)
     ops.paged_prefill_attention(
-        query, layout.key_cache, layout.value_cache, layout.block_tables, bounds.to(device),
-        torch.tensor(starts, dtype=torch.int32, device=device), layout.scale,
-        use_triton=use_triton, out=out,
-    )  # fmt: skip
+        query,
+        layout.key_cache,
+        layout.value_cache,
+        layout.block_tables,
+        bounds.to(device),
+        torch.tensor(starts, dtype=torch.int32, device=device),
+        layout.scale,
+        use_triton=use_triton,
+        out=out,
+    )
     expected = ref.reference_prefill(
         query, layout.key_cache, layout.value_cache, layout.tables, chunk_lens, starts
     )
@@ -163,9 +176,15 @@ def test_triton_half_precision_decode(rng, dtype):
     query = torch.from_numpy(rng.standard_normal((2, 8, 16))).to(dtype).to(device)
     context_lens = torch.tensor(lens, dtype=torch.int32, device=device)
     out = ops.paged_decode_attention(
-        query, layout.key_cache, layout.value_cache, layout.block_tables, context_lens,
-        layout.scale, use_triton=True, num_splits=1,
-    )  # fmt: skip
+        query,
+        layout.key_cache,
+        layout.value_cache,
+        layout.block_tables,
+        context_lens,
+        layout.scale,
+        use_triton=True,
+        num_splits=1,
+    )
     expected = ref.reference_decode(
         query, layout.key_cache, layout.value_cache, layout.tables, lens
     )

@@ -13,9 +13,15 @@ from backend.transfer import CPU, DISK, GPU, Medium, Transfer
 from .helpers import TRITON_DEVICE, needs_triton
 
 SHAPE = ModelShape(
-    num_layers=2, hidden_size=16, num_heads=4, num_kv_heads=2, head_dim=4,
-    intermediate_size=32, vocab_size=50, max_model_len=64,
-)  # fmt: skip
+    num_layers=2,
+    hidden_size=16,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=4,
+    intermediate_size=32,
+    vocab_size=50,
+    max_model_len=64,
+)
 
 
 def _random_pool(rng, *, device="cpu", use_triton=False, num_blocks=6, num_cpu_blocks=4):
@@ -51,8 +57,16 @@ def test_dependent_copies_act_as_if_performed_in_order(rng, use_triton):
     before = cache.data.clone()
     # A chain (1 -> 4 -> 5), a block overwritten twice (0), and a read of a block that a
     # later move overwrites (2 read, then written).
-    cache.copy_blocks([Transfer(1, 4), Transfer(4, 5), Transfer(2, 0), Transfer(3, 0),
-                       Transfer(2, 1), Transfer(3, 2)])  # fmt: skip
+    cache.copy_blocks(
+        [
+            Transfer(1, 4),
+            Transfer(4, 5),
+            Transfer(2, 0),
+            Transfer(3, 0),
+            Transfer(2, 1),
+            Transfer(3, 2),
+        ]
+    )
     expected = before.clone()
     for src, dst in [(1, 4), (4, 5), (2, 0), (3, 0), (2, 1), (3, 2)]:
         expected[:, :, dst] = expected[:, :, src]
@@ -84,8 +98,11 @@ def test_transfer_performs_each_route_in_order(rng):
     """One call with a step's transfers (swap-out, swap-in, copy) performs them in order:
     the swap-in rewrites the block the swap-out read, and the copy reads the rewritten one."""
     transfers = [
-        Transfer(2, 3, GPU, CPU), Transfer(1, 2, CPU, GPU), Transfer(2, 5), Transfer(4, 0),
-    ]  # fmt: skip
+        Transfer(2, 3, GPU, CPU),
+        Transfer(1, 2, CPU, GPU),
+        Transfer(2, 5),
+        Transfer(4, 0),
+    ]
     cache = _random_pool(rng)
     device, host = cache.data.clone(), cache.cpu_data.clone()
     cache.transfer(transfers)

@@ -24,9 +24,15 @@ from backend.blocks import BlockManager
 from backend.paged import KVCache, ModelShape, ops
 
 POOL_SHAPE = ModelShape(
-    num_layers=2, hidden_size=8, num_heads=1, num_kv_heads=1, head_dim=2,
-    intermediate_size=8, vocab_size=4, max_model_len=64,
-)  # fmt: skip
+    num_layers=2,
+    hidden_size=8,
+    num_heads=1,
+    num_kv_heads=1,
+    head_dim=2,
+    intermediate_size=8,
+    vocab_size=4,
+    max_model_len=64,
+)
 ROW = (POOL_SHAPE.num_layers, 2, POOL_SHAPE.num_kv_heads, POOL_SHAPE.head_dim)
 # A tiny vocabulary makes equal prefixes, hence prefix-cache hits, common.
 TOKENS = st.lists(st.integers(0, 2), min_size=1, max_size=12)
@@ -116,9 +122,12 @@ class PagedPoolMachine(RuleBasedStateMachine):
         data = torch.from_numpy(rows)
         for layer in range(POOL_SHAPE.num_layers):
             ops.write_kv(
-                data[:, layer, 0], data[:, layer, 1],
-                self.kv.key_cache(layer), self.kv.value_cache(layer), slots,
-            )  # fmt: skip
+                data[:, layer, 0],
+                data[:, layer, 1],
+                self.kv.key_cache(layer),
+                self.kv.value_cache(layer),
+                slots,
+            )
         self.shadow[seq] = np.concatenate([self.shadow[seq], rows])
 
     def _admit(self, tokens: list[int], salt: int, computed_tokens: int | None) -> int | None:

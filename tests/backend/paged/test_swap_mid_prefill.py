@@ -18,9 +18,15 @@ from backend.blocks import BlockManager
 from backend.paged import KVCache, ModelShape, ops
 
 SHAPE = ModelShape(
-    num_layers=2, hidden_size=8, num_heads=1, num_kv_heads=1, head_dim=2,
-    intermediate_size=8, vocab_size=4, max_model_len=64,
-)  # fmt: skip
+    num_layers=2,
+    hidden_size=8,
+    num_heads=1,
+    num_kv_heads=1,
+    head_dim=2,
+    intermediate_size=8,
+    vocab_size=4,
+    max_model_len=64,
+)
 
 
 def compute(alloc: BlockManager, kv: KVCache, seq: int, first: int, stop: int, value: float):
