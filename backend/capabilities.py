@@ -107,12 +107,17 @@ class PeaksWithWindows(Protocol):
 @runtime_checkable
 class RetainsPrefixTails(Protocol):
     """An allocator whose sliding windows keep in the prefix cache only the blocks a later
-    request can resume from (vLLM's sparse retention): it is told, once a sequence is
-    allocated (perhaps a first chunk of it), the tokens it will compute and how many of
-    them are its prompt, whose end a request sending the same prompt resumes at."""
+    request can resume from (vLLM's sparse retention). Before a sequence is allocated,
+    the engine asks how long a prefix of everything it will compute one KV cache group
+    holds cached beyond the hit all groups serve (vLLM's shared-prefix junction, read at
+    the lookup: the allocation may evict those very blocks); once it is allocated
+    (perhaps a first chunk of it), the engine tells it that prefix and how many of its
+    tokens are its prompt, whose end a request sending the same prompt resumes at."""
+
+    def shared_prefix_tokens(self, token_ids, *, salt: int = 0) -> int: ...
 
     def retain_prefix_tails(
-        self, seq_id: int, token_ids, *, salt: int = 0, num_prompt_tokens: int
+        self, seq_id: int, *, num_prompt_tokens: int, shared_prefix_tokens: int
     ) -> None: ...
 
 

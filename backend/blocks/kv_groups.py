@@ -160,12 +160,12 @@ class KVGroups:
         self.tokens.add(seq, max(done, hit_tokens), hit_tokens)
         return hit_tokens
 
-    def retain_tails(self, seq: int, tokens: np.ndarray, salt: int, prompt_tokens: int) -> None:
-        """``seq`` will compute ``tokens`` (allocated perhaps a chunk of them) of which the
-        first ``prompt_tokens`` are its prompt: the windows with sparse retention keep the
-        tails of that prompt and of the shared prefix a lookup of ``tokens`` finds."""
+    def retain_tails(self, seq: int, prompt_tokens: int, shared_blocks: int) -> None:
+        """``seq`` has a prompt of ``prompt_tokens`` (perhaps allocated a first chunk of
+        it) and a shared prefix of ``shared_blocks`` blocks found at its lookup: the
+        windows with sparse retention keep the tails of both."""
         if self.sparse and self.indexes[0].enabled:
-            self._retain(seq, prompt_tokens, self.lookup(tokens, salt).shared_blocks)
+            self._retain(seq, prompt_tokens, shared_blocks)
 
     def _retain(self, seq: int, prompt_tokens: int, shared_blocks: int) -> None:
         """The windows with sparse retention keep the tails of a prompt of
@@ -288,13 +288,29 @@ class KVGroups:
                 moved |= group.skipped_blocks_of(computed) > group.released[seqs]
             moving = seqs[moved]
         releasing = self._check_in_order(seqs, held, moving) if moving.shape[0] else []
-        self._check_room(self.batch_need(seqs, held), releasing)
+        needed = self.batch_need(seqs, held)
+        self._check_room(needed, releasing)
+        if moving.shape[0] and needed > len(self.pool.free):
+            return self._append_in_order(seqs, held, tokens)
         self._release(np.sort(moving))
         moves: list[Transfer] = []
         for number, group in enumerate(self.groups):
             grown = group.append_batch(seqs, held, tokens)
             moves += [move._replace(group=number) for move in grown]
         self.tokens.grow(seqs, held + 1)
+        return moves
+
+    def _append_in_order(self, seqs: np.ndarray, held: np.ndarray, tokens: np.ndarray):
+        """``append_batch`` member by member in ascending id order, each releasing its
+        windows right before it grows. Needed once the step evicts: a window's block
+        that is not retained goes back uncached and is taken before any cached block, so
+        whether an earlier member evicts depends on whether a later member released yet
+        (vLLM's running loop interleaves them so). The caller checked that all fit."""
+        moves: list[Transfer] = []
+        for position in np.argsort(seqs, kind="stable").tolist():
+            moves += self.append(
+                int(seqs[position]), int(held[position]), tokens[position : position + 1]
+            )
         return moves
 
     # -- decode stretches (backend/stretch.py) -----------------------------------------------

@@ -261,16 +261,25 @@ class BlockManager(Allocator):
         self._first.add(seq, taken.tolist())
         return 0
 
+    def shared_prefix_tokens(self, token_ids, *, salt: int = 0) -> int:
+        """Tokens of the longest prefix of ``token_ids`` one KV cache group holds cached,
+        when that is longer than the prefix every group serves (else 0). No mutation but
+        the lookup memo (capabilities.RetainsPrefixTails)."""
+        if self._kv is None or not self.enable_prefix_caching:
+            return 0
+        tokens = as_tokens(token_ids, allow_empty=False)
+        return self._kv.lookup(tokens, check_salt(salt)).shared_blocks * self.block_size
+
     def retain_prefix_tails(
-        self, seq_id: int, token_ids, *, salt: int = 0, num_prompt_tokens: int
+        self, seq_id: int, *, num_prompt_tokens: int, shared_prefix_tokens: int
     ) -> None:
-        """``seq_id`` (just allocated) will compute ``token_ids``, its first
-        ``num_prompt_tokens`` its prompt: sliding windows with sparse retention keep the
-        tails of that prompt and of the shared prefix found cached (capabilities.py)."""
+        """``seq_id`` (just allocated) has a prompt of ``num_prompt_tokens`` and a shared
+        prefix of ``shared_prefix_tokens`` found before its allocation: sliding windows
+        with sparse retention keep the tails of both (capabilities.RetainsPrefixTails)."""
         if self._kv is not None:
-            tokens = as_tokens(token_ids, allow_empty=False)
             prompt = check_count("num_prompt_tokens", num_prompt_tokens, 1)
-            self._kv.retain_tails(self._seqs.live(seq_id), tokens, check_salt(salt), prompt)
+            shared = check_count("shared_prefix_tokens", shared_prefix_tokens, 0)
+            self._kv.retain_tails(self._seqs.live(seq_id), prompt, shared // self.block_size)
 
     def begin_step(self, *, lag: bool) -> None:
         """A step's planning begins (capabilities.ReleasesBehindProcessed)."""

@@ -19,15 +19,6 @@ HERE = Path(__file__).resolve().parent
 PINNED = sorted((HERE / f"vllm-{VLLM_VERSION}").glob("*.json"))
 
 
-#: Streams pagesim does not yet replay to the end (issue 50), with the steps it replays
-#: identically before the first difference: a replay must reach at least that far, and
-#: one that reaches the end must leave this table. hybrid_multi_turn: from the first
-#: evictions on, which full-attention blocks are evicted first differs (the stream's
-#: decisions stay identical until a hit at step 984 finds a block vLLM evicted); the
-#: async streams: which cached copy a hit takes (one shared block more in vLLM).
-KNOWN_DIVERGENCES = {"hybrid_multi_turn": 984, "hybrid_async": 812, "hybrid_async_five_to_one": 762}
-
-
 def test_the_pinned_version_has_its_streams():
     assert len(PINNED) >= 12, f"expected at least 12 recorded streams in vllm-{VLLM_VERSION}"
 
@@ -36,10 +27,6 @@ def test_the_pinned_version_has_its_streams():
 def test_vllm_v1_profile_makes_the_recorded_decisions(path):
     record = read_record(path)
     parity = compare(record, replay(record))
-    if path.stem in KNOWN_DIVERGENCES:
-        assert parity.first_difference is not None, f"{path.name} now replays: unlist it"
-        assert parity.identical >= KNOWN_DIVERGENCES[path.stem], parity.first_difference
-        return
     assert parity.first_difference is None, (
         f"{path.name}: {parity.identical} of {parity.steps} steps identical, then "
         f"{parity.first_difference}"

@@ -88,9 +88,7 @@ class StepPlanner:
         self._logged_preemptions = 0  # num_preemptions already in a step's record
         self.append_batch = batch_appender(self.alloc)
         self._allocate = prompt_allocator(self.alloc)
-        self._retain_tails = (
-            self.alloc.retain_prefix_tails if isinstance(self.alloc, RetainsPrefixTails) else None
-        )
+        self._tails = self.alloc if isinstance(self.alloc, RetainsPrefixTails) else None
         # Reserving (contiguous) allocators size a request's region from the start
         # (``reserve(prompt, max_new_tokens)``), so they always admit by whole prompt.
         reserving = isinstance(self.alloc, ReservingAllocator)
@@ -315,6 +313,10 @@ class StepPlanner:
                 needed = self.blocks_for(tokens.shape[0] - cached, remaining_out)
                 if state.available_blocks() - needed < self.cfg.watermark_blocks:
                     return None
+        # The shared-prefix junction is read at the lookup, as vLLM reads it: allocating
+        # may evict the very blocks that showed it.
+        tails = self._tails
+        shared = tails.shared_prefix_tokens(seq.tokens, salt=request.tenant) if tails else 0
         # Blocks are offered to other requests' prefix lookups only once their chunk is
         # scheduled (see plan()), never while their KV does not exist yet. A refused
         # allocate changes nothing, so trying it is the cheapest "can allocate?".
@@ -324,10 +326,9 @@ class StepPlanner:
             return None
         seq.seq_id = state.next_seq_id
         state.next_seq_id += 1
-        if self._retain_tails is not None:
-            prompt = request.prompt_len
-            self._retain_tails(
-                seq.seq_id, seq.tokens, salt=request.tenant, num_prompt_tokens=prompt
+        if tails is not None:
+            tails.retain_prefix_tails(
+                seq.seq_id, num_prompt_tokens=request.prompt_len, shared_prefix_tokens=shared
             )
         seq.held = tokens.shape[0]
         # At least one token is computed so the step has logits to sample from.
