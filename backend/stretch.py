@@ -5,15 +5,19 @@ finishes or is preempted), the engine may hand the allocator all ``k`` steps in 
 (``append_steps``) instead of ``k`` calls of ``append_batch``. An allocator opts in by
 having both methods below (:class:`DecodeStretches`); the engine steps one at a time with any other.
 
-* ``plain_decode_steps(seq_ids, limit) -> int``: the most steps, up to ``limit``, that
-  the distinct on-device ``seq_ids`` can take, one token each per step, with no
-  copy-on-write and no block but free ones (nothing evicted, nothing refused). No
+* ``plain_decode_steps(seq_ids, limit) -> int``: how many steps, up to ``limit``, the
+  distinct on-device ``seq_ids`` can take, one token each per step, with no
+  copy-on-write and no block but free ones (nothing evicted, nothing refused): the most
+  such steps, or fewer where counting them exactly would cost more than it saves (the
+  paged manager does not count what sliding windows give back during the stretch). No
   mutation.
 * ``append_steps(seq_ids, token_ids) -> dict[str, np.ndarray]``: ``token_ids`` has one
   row per step; the call must leave the allocator exactly as ``append_batch`` row after
   row would (tables, block ids, memory, prefix keys, counters), and returns the
   ``KVUsage`` fields after each step as arrays (one entry per row). Only valid within
-  what ``plain_decode_steps`` granted.
+  what ``plain_decode_steps`` granted. An allocator told when steps begin
+  (capabilities.ReleasesBehindProcessed) takes each row after the first as a step that
+  began as the first did.
 
 :func:`append_steps_one_by_one` is the reference both are tested against.
 """
@@ -46,12 +50,16 @@ def usage_columns(usages: list[KVUsage]) -> dict[str, np.ndarray]:
 
 
 def append_steps_one_by_one(
-    allocator: Allocator, seq_ids: np.ndarray, token_ids: np.ndarray
+    allocator: Allocator, seq_ids: np.ndarray, token_ids: np.ndarray, *, lag: bool | None = None
 ) -> dict[str, np.ndarray]:
     """What ``append_steps`` must equal: one ``append_batch`` per row, ``usage()`` after
-    each. Mutates ``allocator``; raises what ``append_batch`` raises."""
+    each, and, for an allocator told when steps begin (``lag`` not None:
+    capabilities.ReleasesBehindProcessed), ``begin_step(lag=lag)`` between two rows, as
+    the engine began the first. Mutates ``allocator``; raises what ``append_batch``
+    raises."""
     append = partial(allocator.append_batch, seq_ids)
-    return append_rows(append, np.asarray(token_ids), allocator.usage)
+    next_step = None if lag is None else partial(allocator.begin_step, lag=lag)
+    return append_rows(append, np.asarray(token_ids), allocator.usage, next_step)
 
 
 def append_rows(append_row, token_rows: np.ndarray, usage, next_step=None) -> dict:
@@ -69,7 +77,6 @@ def append_rows(append_row, token_rows: np.ndarray, usage, next_step=None) -> di
 
 def paged_usage_by_step(
     crossing: np.ndarray,
-    used: int,
     cached: int,
     free: int,
     token_slots: int,
@@ -82,11 +89,23 @@ def paged_usage_by_step(
     counts before it and ``crossing`` (per step, which sequences took a new block): a
     stretch takes only free blocks (never evicts) and writes one token per sequence."""
     taken = np.cumsum(np.count_nonzero(crossing, axis=1))
-    used_blocks = used + taken
-    free_blocks = free - taken
     tokens = token_slots + batch * np.arange(1, crossing.shape[0] + 1)
-    zeros = np.zeros(crossing.shape[0], dtype=np.int64)
-    cached_blocks = zeros + cached
+    cached_blocks = np.full(crossing.shape[0], cached, dtype=np.int64)
+    return usage_by_step(free - taken, cached_blocks, tokens, num_blocks, block_size, evicted)
+
+
+def usage_by_step(
+    free_blocks: np.ndarray,
+    cached_blocks: np.ndarray,
+    tokens: np.ndarray,
+    num_blocks: int,
+    block_size: int,
+    evicted: int,
+) -> dict[str, np.ndarray]:
+    """A paged pool's ``KVUsage`` columns from its free and cached blocks and its token
+    slots after each step of a stretch (which evicts nothing)."""
+    used_blocks = num_blocks - free_blocks - cached_blocks
+    zeros = np.zeros(free_blocks.shape[0], dtype=np.int64)
     return {
         "total_slots": zeros + num_blocks * block_size,
         "token_slots": tokens,

@@ -65,5 +65,24 @@ class ComputedTokens:
         in_flight = self.grown_in[seqs] == self.step - 1
         return np.where(in_flight, self.before_step[seqs], self.computed[seqs])
 
+    def processed_in_stretch(self, seqs: np.ndarray, held: np.ndarray, steps: int) -> np.ndarray:
+        """``processed(seqs)`` at each row of a decode stretch of ``steps`` rows, ``seqs``
+        holding ``held`` tokens before it (one row per step): what it says now, then every
+        token held before the row (before the row before it, while a step is in flight).
+        No mutation."""
+        grid = held[None, :] + np.arange(steps)[:, None] - int(self.lag)
+        grid[0] = self.processed(seqs)
+        return grid
+
+    def grow_stretch(self, seqs: np.ndarray, held: np.ndarray, steps: int) -> None:
+        """``seqs`` (holding ``held``) grew by one token in each of ``steps`` rows, a step
+        beginning between two rows: as ``grow`` per row with ``next_step`` between."""
+        self.grow(seqs, held + 1)
+        if steps > 1:
+            self.step += steps - 1
+            self.grown_in[seqs] = self.step
+            self.before_step[seqs] = held + steps - 1
+            self.computed[seqs] = np.maximum(self.computed[seqs], held + steps)
+
     def snapshot_state(self) -> tuple:
         return (self.computed, self.grown_in, self.before_step, self.step, self.lag)

@@ -273,31 +273,40 @@ class FullAttention:
             low, high = (mid, high) if taken(mid) <= free else (low, mid)
         return low
 
-    def append_steps(self, seqs: np.ndarray, held: np.ndarray, tokens: np.ndarray):
+    def append_steps(
+        self,
+        seqs: np.ndarray,
+        held: np.ndarray,
+        tokens: np.ndarray,
+        fresh: np.ndarray | None = None,
+    ):
         """Write a ``(steps, len(seqs))`` grid of decode tokens, within what
-        ``plain_decode_steps`` granted. Returns, per step, whether each sequence took a
-        new block that step (a bool grid of the same shape)."""
+        ``plain_decode_steps`` granted, growing into ``fresh`` (the blocks the stretch
+        takes, in (step, batch position) order; None: taken from the pool here). Returns,
+        per step, whether each sequence took a new block that step (a bool grid of the
+        same shape)."""
         size = self.block_size
         steps = tokens.shape[0]
         offsets = (held[None, :] + np.arange(steps)[:, None]) % size
         crossing = offsets == 0
-        blocks = self._grow_tables(seqs, crossing)
+        blocks = self._grow_tables(seqs, crossing, fresh)
         self.slots[blocks, offsets] = tokens
         self.pool.token_slots += steps * seqs.shape[0]
         if self.prefix_caching:
             self._seal_filled(seqs, blocks, offsets == size - 1)
         return crossing
 
-    def _grow_tables(self, seqs: np.ndarray, crossing: np.ndarray) -> np.ndarray:
+    def _grow_tables(self, seqs: np.ndarray, crossing: np.ndarray, fresh) -> np.ndarray:
         """Give every sequence a new block at each step where it crosses a boundary, in
-        (step, batch position) order as step-by-step takes them; returns the block each
-        step writes to, per sequence."""
+        (step, batch position) order as step-by-step takes them (from ``fresh``, or the
+        pool when None); returns the block each step writes to, per sequence."""
         steps, count = np.nonzero(crossing)  # row-major: step order, then batch order
         blocks = np.empty(crossing.shape, dtype=np.int64)
         blocks[:] = self.last_block[seqs]
         if not steps.size:
             return blocks
-        fresh = self.pool.take(steps.size)
+        if fresh is None:
+            fresh = self.pool.take(steps.size)
         newest = np.full(crossing.shape, -1, dtype=np.int64)
         newest[steps, count] = np.arange(steps.size)
         np.maximum.accumulate(newest, axis=0, out=newest)  # the latest block taken so far

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Sequence
-from functools import partial
 
 import numpy as np
 
@@ -39,7 +38,7 @@ from backend.blocks.sequences import ON_DEVICE, SWAPPED, SequenceRegistry
 from backend.blocks.swap import SwapSpace
 from backend.capabilities import TierSpec
 from backend.evictor import Evictor, LeastRecentlyUsed
-from backend.stretch import append_rows, paged_usage_by_step
+from backend.stretch import paged_usage_by_step, usage_by_step
 from backend.transfer import CPU, Medium, Transfer
 
 
@@ -449,12 +448,15 @@ class BlockManager(Allocator):
         """``append_steps`` for a caller that guarantees its input (the engine): distinct
         on-device int64 ids, an int32 ``(steps, len(seqs))`` grid within what
         ``plain_decode_steps`` granted. Unchecked: bad input corrupts the state."""
-        if self._kv is not None:  # (windows release as they go: row by row, exactly)
-            step, tokens_done = partial(self.append_batch_trusted, seqs), self._kv.tokens
-            return append_rows(step, tokens, self.usage, tokens_done.next_step)
         pool, steps = self._pool, tokens.shape[0]
         held = self._seqs.num_tokens[seqs]
-        before = (pool.num_used, pool.num_cached, pool.num_free, pool.token_slots)
+        if self._kv is not None:
+            free, cached, token_slots = self._kv.append_steps(seqs, held, tokens)
+            self._seqs.num_tokens[seqs] = held + steps
+            pool.clock += steps  # one tick per command, as step-by-step
+            size, evicted = self.block_size, pool.num_evicted
+            return usage_by_step(free, cached, token_slots, self.num_blocks, size, evicted)
+        before = (pool.num_cached, pool.num_free, pool.token_slots)
         crossing = self._first.append_steps(seqs, held, tokens)
         self._seqs.num_tokens[seqs] = held + steps
         pool.clock += steps  # one tick per command, as step-by-step

@@ -80,8 +80,13 @@ class SlidingWindow(FullAttention):
         token it computes (it has the KV of ``computed`` tokens); their table entries
         become NULL. Blocks no other table holds become free, or cached-evictable when
         published."""
+        self.release_to(seq, min(self.skipped_blocks(computed), len(self.tables[seq])))
+
+    def release_to(self, seq: int, stop: int) -> None:
+        """Drop ``seq``'s references to the blocks of its table before position ``stop``
+        (``release_window``'s work, for a decode stretch that knows where each step's
+        window starts)."""
         table, start = self.tables[seq], int(self.released[seq])
-        stop = min(self.skipped_blocks(computed), len(table))
         if stop <= start:
             return
         gone = table[start:stop]
