@@ -107,6 +107,9 @@ class KVGroups:
         self.windows = [g for g in self.groups if isinstance(g, SlidingWindow)]
         self.sparse = [g for g in self.windows if g.retention_interval is not None]
         self.tokens = ComputedTokens()
+        # The last lookup's answer, kept while no index changes which block a key names:
+        # admission asks about one prompt several times before it allocates.
+        self._last_hit: tuple | None = None
 
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks a new sequence of ``num_tokens`` tokens takes in all groups."""
@@ -115,8 +118,15 @@ class KVGroups:
     # -- prefix hits -------------------------------------------------------------------------
     def lookup(self, tokens: np.ndarray, salt: int) -> CommonHit:
         """The longest prefix hit every group serves (group_hits.py). No mutation but
-        the indexes' memos."""
-        return common_hit(self.groups, self.indexes, tokens, salt)
+        the memos."""
+        versions = tuple(index.version for index in self.indexes)
+        raw = tokens.tobytes()
+        last = self._last_hit
+        if last is not None and last[0] == salt and last[1] == versions and last[2] == raw:
+            return last[3]
+        hit = common_hit(self.groups, self.indexes, tokens, salt)
+        self._last_hit = (salt, versions, raw, hit)
+        return hit
 
     # -- allocation --------------------------------------------------------------------------
     def can_allocate(self, tokens: np.ndarray, salt: int, in_flight: int | None = None) -> bool:

@@ -78,7 +78,7 @@ class BlockManager(Allocator):
         # Which cached block goes first is a policy (policies/eviction.py), passed in so
         # the backend imports nothing from policies/; LRU when none is given.
         evictor = evictor if evictor is not None else LeastRecentlyUsed()
-        keys = self._index if len(indexes) == 1 else GroupIndexes(indexes)
+        keys = self._index if len(indexes) == 1 else GroupIndexes(indexes, self.num_blocks)
         self._pool = BlockPool(self.num_blocks, self.block_size, evictor, keys)
         self._seqs = SequenceRegistry()
         # One full-attention group (most models) runs the fast paths below; any other

@@ -95,6 +95,13 @@ class PrefixIndex:
         self._multipliers = slot_multipliers(self.block_size)
         self._key_of_block: list[int | None] = [None] * num_blocks
         self._block_of_key: dict[int, int] = {}  # the block a hit on the key takes
+        # Bumped whenever the block a hit on some key takes changes, so that a lookup's
+        # answer can be kept until then (kv_groups.py keeps one).
+        self.version = 0
+        # Beside other groups' indexes over the same pool (GroupIndexes): which index
+        # publishes each block, as ``_group`` there, -1 for none.
+        self._owners: np.ndarray | None = None
+        self._group = -1
         # Other blocks holding a published prefix, oldest first: two requests that compute
         # the same prefix at once each publish their copy (vLLM keeps every block under
         # its hash, so that a block table never changes); when the block a hit takes is
@@ -308,10 +315,13 @@ class PrefixIndex:
         self._key_of_block[block] = key
         self._salt_of_block[block] = salt
         self._pos_of_block[block] = position
+        if self._owners is not None:
+            self._owners[block] = self._group
         if key in self._block_of_key:  # another block holds this prefix already
             self._copies.setdefault(key, []).append(block)
             return
         self._block_of_key[key] = block
+        self.version += 1
         if self.newly_published is not None:
             self.newly_published.append(block)
 
@@ -364,9 +374,13 @@ class PrefixIndex:
                 else:
                     block_of_key[key] = block
                     newly.append(block)
+        if newly:
+            self.version += 1
         if placed:
             self._salt_of_block[placed] = self._salts[owners]
             self._pos_of_block[placed] = positions
+            if self._owners is not None:
+                self._owners[placed] = self._group
             if self.newly_published is not None:
                 self.newly_published += newly
 
@@ -374,6 +388,9 @@ class PrefixIndex:
         """The pool evicted ``blocks`` (each published): forget their keys, in order. A
         key keeps its other copies, the oldest now the one a hit takes."""
         block_of_key, copies = self._block_of_key, self._copies
+        self.version += 1
+        if self._owners is not None:
+            self._owners[blocks] = -1
         for block in blocks:
             key = self._key_of_block[block]
             self._key_of_block[block] = None
@@ -451,17 +468,23 @@ class GroupIndexes:
     each group publishes its own blocks under the same keys (vLLM keys a cached block by
     hash and group), and a block of the one pool is published in at most one of them."""
 
-    def __init__(self, indexes: list[PrefixIndex]):
+    def __init__(self, indexes: list[PrefixIndex], num_blocks: int):
         self.indexes = indexes
+        # Which index publishes each block (-1: none), kept by the indexes themselves:
+        # the pool asks it for every block it releases.
+        self._owners = np.full(num_blocks, -1, np.int64)
+        for number, index in enumerate(indexes):
+            index._owners, index._group = self._owners, number
 
     def __len__(self) -> int:
         return sum(len(index) for index in self.indexes)
 
     def _owner(self, block: int) -> PrefixIndex | None:
-        return next((index for index in self.indexes if index.is_keyed(block)), None)
+        number = self._owners[block]
+        return self.indexes[number] if number >= 0 else None
 
     def is_keyed(self, block: int) -> bool:
-        return self._owner(block) is not None
+        return self._owners[block] >= 0
 
     def key_of(self, block: int) -> int | None:
         owner = self._owner(block)
@@ -472,10 +495,9 @@ class GroupIndexes:
 
     def partition(self, blocks: list[int]) -> tuple[list[int], list[int]]:
         """``blocks`` split into (published in some group, unpublished), in order."""
-        keyed, unkeyed = [], []
-        for block in blocks:
-            (keyed if self.is_keyed(block) else unkeyed).append(block)
-        return keyed, unkeyed
+        ids = np.asarray(blocks, dtype=np.int64)
+        keyed = self._owners[ids] >= 0
+        return ids[keyed].tolist(), ids[~keyed].tolist()
 
     def drop(self, blocks: list[int]) -> None:
         """The pool evicted ``blocks`` (each published in one group): forget their keys."""
