@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from backend.base import Allocator
+from backend.capabilities import ReleasesBehindProcessed
 
 
 class EngineRules:
@@ -57,9 +58,10 @@ class EngineRules:
         empty replica). pagesim waives it for resumed (preempted) requests."""
         return not resumed
 
-    def step_begins(self, alloc: Allocator, async_scheduling: bool) -> None:
-        """The engine begins planning a step (mutates the allocator's step count where it
-        keeps one). pagesim: windows release behind every computed token, nothing to say."""
+    def step_begins(self, alloc: ReleasesBehindProcessed | None, async_scheduling: bool) -> None:
+        """The engine begins planning a step; ``alloc``: the allocator if it counts steps
+        (capabilities.ReleasesBehindProcessed; mutates its count), else None. pagesim:
+        windows release behind every computed token, nothing to say."""
         pass
 
     # -- finished and preempted sequences --------------------------------------------------

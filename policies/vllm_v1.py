@@ -77,10 +77,10 @@ class VllmV1Rules(EngineRules):
     def watermark_applies(self, resumed: bool) -> bool:
         return True
 
-    def step_begins(self, alloc: Allocator, async_scheduling: bool) -> None:
+    def step_begins(self, alloc: ReleasesBehindProcessed | None, async_scheduling: bool) -> None:
         # Scheduler.allocate_slots frees a window's blocks behind num_computed_tokens less
         # the request's in-flight tokens: the previous step's, under async scheduling.
-        if isinstance(alloc, ReleasesBehindProcessed):
+        if alloc is not None:
             alloc.begin_step(lag=async_scheduling)
 
     def frees_lag(self, async_scheduling: bool) -> bool:

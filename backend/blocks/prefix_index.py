@@ -102,6 +102,10 @@ class PrefixIndex:
         # publishes each block, as ``_group`` there, -1 for none.
         self._owners: np.ndarray | None = None
         self._group = -1
+        # An index over the same pool whose key chains this one's equal (the first KV
+        # cache group's: same tokens, same salts) and which seals first: a run's keys
+        # are read from it instead of hashed again.
+        self._peer: PrefixIndex | None = None
         # Other blocks holding a published prefix, oldest first: two requests that compute
         # the same prefix at once each publish their copy (vLLM keeps every block under
         # its hash, so that a block table never changes); when the block a hit takes is
@@ -338,11 +342,15 @@ class PrefixIndex:
 
     def seal_run(self, seq: int, blocks: list[int]) -> None:
         """An append filled ``blocks``, consecutive blocks of ``seq``, in order."""
-        chain = self._chains[seq]
-        digests = block_digests(self._slots[blocks], self._multipliers).tolist()
-        salt = int(self._salts[seq])
-        keys = chain_keys(digests, salt, chain[-1] if chain else ROOT_KEY)
-        self._extend_chains([seq] * len(blocks), blocks, keys)
+        chain, count = self._chains[seq], len(blocks)
+        sealed = self._peer._chains[seq] if self._peer is not None else chain
+        if len(sealed) >= len(chain) + count:  # the peer sealed them already
+            keys = sealed[len(chain) : len(chain) + count]
+        else:
+            digests = block_digests(self._slots[blocks], self._multipliers).tolist()
+            salt = int(self._salts[seq])
+            keys = chain_keys(digests, salt, chain[-1] if chain else ROOT_KEY)
+        self._extend_chains([seq] * count, blocks, keys)
 
     def _extend_chains(self, seqs: list[int], blocks: list[int], keys: list[int]) -> None:
         """``blocks[i]`` just became full as the next block of ``seqs[i]``, with prefix key
@@ -475,6 +483,8 @@ class GroupIndexes:
         self._owners = np.full(num_blocks, -1, np.int64)
         for number, index in enumerate(indexes):
             index._owners, index._group = self._owners, number
+            if number:
+                index._peer = indexes[0]
 
     def __len__(self) -> int:
         return sum(len(index) for index in self.indexes)
@@ -500,6 +510,11 @@ class GroupIndexes:
         return ids[keyed].tolist(), ids[~keyed].tolist()
 
     def drop(self, blocks: list[int]) -> None:
-        """The pool evicted ``blocks`` (each published in one group): forget their keys."""
-        for block in blocks:
-            self._owner(block).drop([block])
+        """The pool evicted ``blocks`` (each published in one group): forget their keys,
+        in order within each group."""
+        ids = np.asarray(blocks, dtype=np.int64)
+        owners = self._owners[ids]
+        for number, index in enumerate(self.indexes):
+            mine = ids[owners == number]
+            if mine.shape[0]:
+                index.drop(mine.tolist())

@@ -90,6 +90,7 @@ class Replica:
         self._idle_steps = 0  # steps in a row that computed no token (the watchdog)
         self._evictions_recorded = 0  # the allocator's evictions up to the last record
         self._wake: simpy.Event | None = None
+        self._windowed = isinstance(allocator, PeaksWithWindows)  # (checked once: costly)
 
         self._state = ReplicaState(allocator)
         self.view = EngineView(self._state, self._now, index)
@@ -218,7 +219,7 @@ class Replica:
         # The last sampled token is never written, so KV peaks at prompt + output - 1;
         # forks share the prompt.
         peak = prompt + max(output - 1, 0)
-        if isinstance(self.alloc, PeaksWithWindows):
+        if self._windowed:
             # A step computes at most the token budget; a step in flight adds its own.
             cfg = self._cfg
             in_flight = cfg.max_num_batched_tokens * (2 if cfg.async_scheduling else 1)

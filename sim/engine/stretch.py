@@ -204,7 +204,7 @@ class FastForward:
             stretch.streams[None, :], stretch.first_position + offsets
         )
         planner = self.parts.planner  # (its first step begins where a plan would have)
-        planner.rules.step_begins(self.alloc, planner.cfg.async_scheduling)
+        planner.step_begins()
         usage = self._append_steps(stretch.seq_ids, tokens)
         self.state.decodes.context += steps
         return usage

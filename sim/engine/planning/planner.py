@@ -20,6 +20,7 @@ from backend.base import OutOfBlocks, ReservingAllocator
 from backend.capabilities import (
     AdmitsWithWindowCap,
     OffloadsPrefixes,
+    ReleasesBehindProcessed,
     RetainsPrefixTails,
     TrustedAllocate,
     TrustedAppendBatch,
@@ -89,6 +90,9 @@ class StepPlanner:
         self.append_batch = batch_appender(self.alloc)
         self._allocate = prompt_allocator(self.alloc)
         self._tails = self.alloc if isinstance(self.alloc, RetainsPrefixTails) else None
+        # (checked once: a Protocol isinstance costs more than the rest of a small step)
+        counting = isinstance(self.alloc, ReleasesBehindProcessed)
+        self._counts_steps = self.alloc if counting else None
         # Reserving (contiguous) allocators size a request's region from the start
         # (``reserve(prompt, max_new_tokens)``), so they always admit by whole prompt.
         reserving = isinstance(self.alloc, ReservingAllocator)
@@ -116,9 +120,13 @@ class StepPlanner:
         """``plan`` is dropped unrun: its preemptions go to the next step's record."""
         self._logged_preemptions -= plan.num_preempted
 
+    def step_begins(self) -> None:
+        """A step's planning begins: the rules tell an allocator that counts steps."""
+        self.rules.step_begins(self._counts_steps, self.cfg.async_scheduling)
+
     def plan(self) -> tuple[Batch, StepPlan]:
         """The next step's batch and what to apply when its time has passed."""
-        self.rules.step_begins(self.alloc, self.cfg.async_scheduling)
+        self.step_begins()
         plan = PlanDraft()
         moves = Moves()
         # vLLM caps a prompt's share only when another request could use the budget.
