@@ -305,29 +305,51 @@ class PrefixIndex:
 
     def _publish_blocks(self, seq: int, start: int, stop: int, table: list[int]) -> None:
         """Publish the keys of ``seq``'s full blocks ``start .. stop - 1``."""
-        chain, salt = self._chains[seq], int(self._salts[seq])
         keep = self._retained.get(seq)
-        for index in range(start, stop):
-            if table[index] == NULL_BLOCK:  # (a sliding window released it unpublished)
-                continue
-            if keep is None or keep(index):
-                self._publish(chain[index], table[index], salt, index)
+        positions = [
+            index
+            for index in range(start, stop)
+            # (NULL: a sliding window released it unpublished)
+            if table[index] != NULL_BLOCK and (keep is None or keep(index))
+        ]
+        chain = self._chains[seq]
+        blocks, keys = [table[i] for i in positions], [chain[i] for i in positions]
+        self._publish_many([seq] * len(positions), blocks, keys, positions)
 
-    def _publish(self, key: int, block: int, salt: int, position: int) -> None:
-        if self._key_of_block[block] is not None:  # (shared by a fork: published already)
-            return
-        self._key_of_block[block] = key
-        self._salt_of_block[block] = salt
-        self._pos_of_block[block] = position
-        if self._owners is not None:
-            self._owners[block] = self._group
-        if key in self._block_of_key:  # another block holds this prefix already
-            self._copies.setdefault(key, []).append(block)
-            return
-        self._block_of_key[key] = block
-        self.version += 1
-        if self.newly_published is not None:
-            self.newly_published.append(block)
+    def _publish_many(
+        self, seqs: list[int], blocks: list[int], keys: list[int], positions: list[int]
+    ) -> None:
+        """Publish ``blocks[i]`` of ``seqs[i]`` under ``keys[i]`` at chain position
+        ``positions[i]``, in order; a block published already (shared by a fork) is
+        skipped, and a key another block holds already gets this one as a copy. Up to
+        one call per decode step: hot names are bound locally and the array stores are
+        done once for all the blocks."""
+        block_of_key, key_of_block, copies = self._block_of_key, self._key_of_block, self._copies
+        placed: list[int] = []  # the blocks published here,
+        owners: list[int] = []  # their sequences
+        placed_at: list[int] = []  # and their positions in their chains
+        newly: list[int] = []  # those that are the first to hold their prefix
+        for seq, block, key, position in zip(seqs, blocks, keys, positions):
+            if key_of_block[block] is not None:
+                continue
+            key_of_block[block] = key
+            placed.append(block)
+            owners.append(seq)
+            placed_at.append(position)
+            if key in block_of_key:  # another block holds this prefix already
+                copies.setdefault(key, []).append(block)
+            else:
+                block_of_key[key] = block
+                newly.append(block)
+        if newly:
+            self.version += 1
+        if placed:
+            self._salt_of_block[placed] = self._salts[owners]
+            self._pos_of_block[placed] = placed_at
+            if self._owners is not None:
+                self._owners[placed] = self._group
+            if self.newly_published is not None:
+                self.newly_published += newly
 
     def seal_step(self, seqs: np.ndarray, blocks: np.ndarray) -> None:
         """A decode step filled ``blocks[i]``, the newest block of ``seqs[i]`` (distinct
@@ -341,56 +363,53 @@ class PrefixIndex:
         self._extend_chains(seq_list, blocks.tolist(), keys.tolist())
 
     def seal_run(self, seq: int, blocks: list[int]) -> None:
-        """An append filled ``blocks``, consecutive blocks of ``seq``, in order."""
+        """An append filled ``blocks``, consecutive blocks of ``seq``, in order: extend its
+        key chain and publish them, unless it still has unpublished prompt blocks."""
         chain, count = self._chains[seq], len(blocks)
+        start = len(chain)
         sealed = self._peer._chains[seq] if self._peer is not None else chain
-        if len(sealed) >= len(chain) + count:  # the peer sealed them already
-            keys = sealed[len(chain) : len(chain) + count]
+        if len(sealed) >= start + count:  # the peer sealed them already
+            keys = sealed[start : start + count]
         else:
             digests = block_digests(self._slots[blocks], self._multipliers).tolist()
             salt = int(self._salts[seq])
             keys = chain_keys(digests, salt, chain[-1] if chain else ROOT_KEY)
-        self._extend_chains([seq] * count, blocks, keys)
+        chain.extend(keys)
+        if self._published[seq] != start:  # behind deferred prompt blocks
+            return
+        self._published[seq] = start + count
+        positions = list(range(start, start + count))
+        keep = self._retained.get(seq)
+        if keep is not None:
+            kept = [i for i, position in enumerate(positions) if keep(position)]
+            blocks, keys = [blocks[i] for i in kept], [keys[i] for i in kept]
+            positions = [positions[i] for i in kept]
+        self._publish_many([seq] * len(positions), blocks, keys, positions)
 
     def _extend_chains(self, seqs: list[int], blocks: list[int], keys: list[int]) -> None:
-        """``blocks[i]`` just became full as the next block of ``seqs[i]``, with prefix key
-        ``keys[i]``: extend the sequence's key chain and publish the key, unless the
-        sequence still has unpublished prompt blocks before it. Up to one call per block
-        of a decode step: hot names are bound locally and ``_publish`` is inlined, with
-        its array stores done once for all the blocks published here."""
+        """``blocks[i]`` just became full as the next block of ``seqs[i]`` (distinct
+        sequences), with prefix key ``keys[i]``: extend the sequence's key chain and
+        publish the key, unless the sequence still has unpublished prompt blocks before
+        it."""
         chains, published, retained = self._chains, self._published, self._retained
-        block_of_key, key_of_block = self._block_of_key, self._key_of_block
-        placed: list[int] = []  # the blocks published here,
-        owners: list[int] = []  # their sequences
-        positions: list[int] = []  # and their positions in their chains
-        newly: list[int] = []  # those that are the first to hold their prefix
+        owners: list[int] = []  # the sequences, blocks, keys and positions to publish
+        chosen: list[int] = []
+        chosen_keys: list[int] = []
+        positions: list[int] = []
         for seq, block, key in zip(seqs, blocks, keys):
             chain = chains[seq]
+            position = len(chain)
             chain.append(key)
-            if published[seq] == len(chain) - 1:  # not behind deferred prompt blocks
-                published[seq] = len(chain)
-                if retained and seq in retained and not retained[seq](len(chain) - 1):
-                    continue
-                if key_of_block[block] is not None:  # (shared by a fork: published already)
-                    continue
-                key_of_block[block] = key
-                placed.append(block)
-                owners.append(seq)
-                positions.append(len(chain) - 1)
-                if key in block_of_key:  # another block holds this prefix already
-                    self._copies.setdefault(key, []).append(block)
-                else:
-                    block_of_key[key] = block
-                    newly.append(block)
-        if newly:
-            self.version += 1
-        if placed:
-            self._salt_of_block[placed] = self._salts[owners]
-            self._pos_of_block[placed] = positions
-            if self._owners is not None:
-                self._owners[placed] = self._group
-            if self.newly_published is not None:
-                self.newly_published += newly
+            if published[seq] != position:  # behind deferred prompt blocks
+                continue
+            published[seq] = position + 1
+            if retained and seq in retained and not retained[seq](position):
+                continue
+            owners.append(seq)
+            chosen.append(block)
+            chosen_keys.append(key)
+            positions.append(position)
+        self._publish_many(owners, chosen, chosen_keys, positions)
 
     def drop(self, blocks: list[int]) -> None:
         """The pool evicted ``blocks`` (each published): forget their keys, in order. A

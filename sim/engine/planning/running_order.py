@@ -14,6 +14,8 @@ Sequence ids are numbered at admission, so ascending ids are the running list's 
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from backend.base import OutOfBlocks
@@ -87,22 +89,30 @@ def _grow_in_order(planner: PlannerOps, moves: Moves, chunks, decoded: np.ndarra
     """Hold each chunk and each decode's token in the running list's order (``chunks``
     and ``decoded`` are each in it): the blocks windows release come back in that order,
     as vLLM's loop frees them. The decodes between two chunks grow in one batch."""
+    d = planner.state.decodes
+    order = np.argsort(d.seq_id, kind="stable")  # the decode rows by sequence id
+    rows_of = partial(_rows_of, order, d.seq_id[order])
     start = 0
     for seq, take in chunks:
         cut = int(np.searchsorted(decoded, seq.seq_id))
-        _append_decodes(planner, moves, decoded[start:cut])
+        _append_decodes(planner, moves, rows_of(decoded[start:cut]))
         start = cut
         planner.hold_chunk(seq, take)
-    _append_decodes(planner, moves, decoded[start:])
+    _append_decodes(planner, moves, rows_of(decoded[start:]))
 
 
-def _append_decodes(planner: PlannerOps, moves: Moves, seq_ids: np.ndarray) -> None:
-    """One slot for the newest token of each decode in ``seq_ids``. Raises
-    OutOfBlocks (nothing changed) when they do not all fit."""
-    if not seq_ids.shape[0]:
+def _rows_of(order: np.ndarray, ranked: np.ndarray, seq_ids: np.ndarray) -> np.ndarray:
+    """The decode rows (ascending) of ``seq_ids``, each a decode's sequence id, given
+    the rows ``order``ed by id and the ids so ``ranked``."""
+    return np.sort(order[np.searchsorted(ranked, seq_ids)])
+
+
+def _append_decodes(planner: PlannerOps, moves: Moves, rows: np.ndarray) -> None:
+    """One slot for the newest token of each decode of ``rows``. Raises OutOfBlocks
+    (nothing changed) when they do not all fit."""
+    if not rows.shape[0]:
         return
     d = planner.state.decodes
-    rows = np.flatnonzero(np.isin(d.seq_id, seq_ids))
     tokens = planner.outputs.decode_inputs(d.stream[rows], d.generated[rows])
     moves.copies.extend(planner.append_batch(d.seq_id[rows], tokens))
 
@@ -154,7 +164,8 @@ def _allocate_one(planner: PlannerOps, moves, seq_id: int, seq, take: int) -> bo
         if seq is not None:
             planner.hold_chunk(seq, take)
         else:
-            _append_decodes(planner, moves, np.asarray([seq_id], dtype=np.int64))
+            rows = np.flatnonzero(planner.state.decodes.seq_id == seq_id)
+            _append_decodes(planner, moves, rows)
     except OutOfBlocks:
         return False
     return True
