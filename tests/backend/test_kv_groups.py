@@ -214,3 +214,43 @@ def test_admission_caps_a_windows_share_at_its_window_and_the_tokens_in_flight()
     assert not alloc.can_admit(prompt, in_flight_tokens=24)  # 10 + 8
     full = manager([FULL], num_blocks=15)
     assert full.can_admit(prompt, in_flight_tokens=8) == full.can_allocate(prompt)
+
+
+def test_a_decode_step_that_evicts_serves_each_member_after_its_own_release():
+    # vLLM's running loop frees a request's out-of-window blocks right before the
+    # request allocates. Sequence 0 crosses a boundary (a block in each group) with one
+    # free block left: it releases its window's first block (kept: the tail before its
+    # prompt's end, so cached) and must evict a cached block for its second. Only later
+    # does sequence 1 release an unkept window block, which would have spared the
+    # eviction had every member released first.
+    alloc = manager([FULL, KVGroup(sliding_window=2, retention_interval=0)], 11, 2, True)
+    alloc.allocate(0, [1, 1, 0, 1], max_new_tokens=8)
+    alloc.allocate(1, [0, 1, 0, 1, 0], max_new_tokens=8)
+    assert alloc.usage().free_blocks == 1
+    alloc.append_batch(np.array([0, 1]), np.zeros(2, np.int32))
+    alloc.check_invariants()
+    assert alloc.usage().evictions == 1
+
+
+@pytest.mark.parametrize("told", [True, False])
+def test_a_window_keeps_the_shared_prefix_junction_it_is_told(told):
+    # Full attention caches all 8 tokens of the first prompt; the window (sparse
+    # retention) only the tail before its end, so the second request hits 6 tokens and
+    # its lookup shows a shared prefix of 8 that the window lacks. Told that junction
+    # (vLLM reads it at the lookup, before the allocation can evict what showed it),
+    # the second request keeps the window block before it, and a third request
+    # sharing those 8 tokens hits all of them.
+    alloc = manager([FULL, KVGroup(sliding_window=2, retention_interval=0)], 40, 2, True)
+    prefix = [1, 2, 3, 4, 5, 6, 7, 8]
+    alloc.allocate(0, prefix, max_new_tokens=4)
+    alloc.free(0)
+    second = prefix + [9, 9, 9, 9]
+    assert alloc.cached_prefix_tokens(second) == 6
+    assert alloc.shared_prefix_tokens(second) == 8
+    junction = alloc.shared_prefix_tokens(second) if told else 0
+    alloc.allocate(1, second, max_new_tokens=4, computed_tokens=6)
+    alloc.retain_prefix_tails(1, num_prompt_tokens=12, shared_prefix_tokens=junction)
+    alloc.mark_computed(1, 12)
+    alloc.free(1)
+    alloc.check_invariants()
+    assert alloc.cached_prefix_tokens(prefix + [7, 7, 7, 7]) == (8 if told else 6)
