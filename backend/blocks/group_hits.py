@@ -50,7 +50,7 @@ def common_hit(
             if isinstance(group, SlidingWindow):
                 run = group.cached_run(keys, salt, tokens, limit)
             else:
-                run = first_run if number == 0 else indexes[number].lookup(tokens, salt)[1]
+                run = first_run if number == 0 else indexes[number].hits_of(keys, tokens, salt)
                 run = run[:limit]
             longest = max(longest, len(run))
             if len(run) < limit:

@@ -186,13 +186,17 @@ class PrefixIndex:
         if not self.enabled:
             return [], []
         keys = self._prompt_keys(tokens, salt)
+        return keys, self.hits_of(keys, tokens, salt)
+
+    def hits_of(self, keys: list[int], tokens: np.ndarray, salt: int) -> list[int]:
+        """``lookup``'s blocks for a prompt whose full-block keys are known (another KV
+        cache group's index hashed it). No mutation."""
         # The block holding the prompt's last token is never reused: its logits must be
         # computed, and recomputing that token into a shared block would rewrite KV that
         # other sequences read (vLLM caps hits the same way).
         size = self.block_size
         usable = keys[: (tokens.shape[0] - 1) // size]
-        hits = self._cached_run(usable, salt, lambda n: tokens[: n * size].reshape(n, size))
-        return keys, hits
+        return self._cached_run(usable, salt, lambda n: tokens[: n * size].reshape(n, size))
 
     def cached_blocks_of(self, seq: int, rows: Callable[[int], np.ndarray]) -> list[int]:
         """The cached blocks of the longest verified run of live ``seq``'s own chain,
