@@ -36,15 +36,16 @@ def kv_groups(draw, block_size: int) -> tuple[KVGroup, ...]:
 
 
 @st.composite
-def managers(draw) -> tuple[BlockManager, list[int], bool]:
-    """A block manager after random commands, its live sequences, and whether a step is
-    in flight while the next plans (async scheduling)."""
+def managers(draw, groups: bool = True) -> tuple[BlockManager, list[int], bool]:
+    """A block manager after random commands (with KV cache groups at times, if
+    ``groups``), its live sequences, and whether a step is in flight while the next
+    plans (async scheduling)."""
     block_size = draw(st.sampled_from([1, 2, 3, 4, 16]))
     manager = BlockManager(
         draw(st.integers(4, 40)),
         block_size,
         enable_prefix_caching=draw(st.booleans()),
-        kv_groups=draw(kv_groups(block_size)),
+        kv_groups=draw(kv_groups(block_size)) if groups else (),
     )
     lag = draw(st.booleans())  # (async scheduling: a step in flight while the next plans)
     live: list[int] = []
