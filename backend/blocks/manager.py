@@ -195,7 +195,7 @@ class BlockManager(Allocator):
     ) -> int:
         seq = self._seqs.new_id(seq_id)
         tokens = as_tokens(token_ids, allow_empty=False)
-        return self.allocate_trusted(seq, tokens, check_salt(salt), computed_tokens)
+        return BlockManager.allocate_trusted(self, seq, tokens, check_salt(salt), computed_tokens)
 
     def allocate_trusted(
         self, seq: int, tokens: np.ndarray, salt: int, computed_tokens: int | None = None
@@ -404,7 +404,7 @@ class BlockManager(Allocator):
         return self._first.batch_need(seqs, self._seqs.num_tokens[seqs]).needed
 
     def append_batch(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> list[Transfer]:
-        return self.append_batch_trusted(*self._seqs.check_batch(seq_ids, token_ids))
+        return BlockManager.append_batch_trusted(self, *self._seqs.check_batch(seq_ids, token_ids))
 
     def append_batch_trusted(self, seqs: np.ndarray, tokens: np.ndarray) -> list[Transfer]:
         """``append_batch`` for a caller that guarantees its input (the engine, whose
@@ -442,7 +442,7 @@ class BlockManager(Allocator):
             raise InvalidRequest("append_steps: token_ids must be (steps, len(seq_ids))")
         if self.plain_decode_steps(seqs, steps) < steps:
             raise InvalidRequest("append_steps: the stretch needs copy-on-write or eviction")
-        return self.append_steps_trusted(seqs, grid.reshape(steps, seqs.shape[0]))
+        return BlockManager.append_steps_trusted(self, seqs, grid.reshape(steps, seqs.shape[0]))
 
     def append_steps_trusted(self, seqs: np.ndarray, tokens: np.ndarray) -> dict[str, np.ndarray]:
         """``append_steps`` for a caller that guarantees its input (the engine): distinct

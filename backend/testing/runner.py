@@ -5,7 +5,10 @@ example as the calls that break the allocator.
 
 from __future__ import annotations
 
+import contextlib
+import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, Verbosity, seed
 from hypothesis import settings as Settings
@@ -82,8 +85,26 @@ def check_allocator(
     except Exception as err:  # the allocator's failure, whatever it raised
         message = str(err).strip().splitlines()
         error = f"{type(err).__name__}: {message[-1]}" if message else type(err).__name__
+        if not isinstance(err, AssertionError):  # (a check's verdict says what broke)
+            error += f" ({origin(err)})"
         return CheckResult(False, dict(machine.stats), example_calls(err), error)
     return CheckResult(True, dict(machine.stats))
+
+
+def origin(err: BaseException) -> str:
+    """Where ``err`` was raised, as ``raised by the allocator at FILE:LINE in FUNCTION``
+    (FILE relative to the working directory when under it), or ``in the checker`` when
+    the innermost frame is this package's own code."""
+    frames = traceback.extract_tb(err.__traceback__)
+    if not frames:
+        return "raised by the allocator"
+    frame = frames[-1]
+    where = Path(frame.filename)
+    here = Path(__file__).resolve().parent
+    by = "in the checker" if where.resolve().is_relative_to(here) else "by the allocator"
+    with contextlib.suppress(ValueError):
+        where = where.resolve().relative_to(Path.cwd())
+    return f"raised {by} at {where}:{frame.lineno} in {frame.name}"
 
 
 def example_calls(err: BaseException) -> list[str]:

@@ -77,8 +77,11 @@ class SharedAcrossTenants(BlockManager):
     def can_allocate(self, token_ids, *, salt=0, max_new_tokens=0):
         return super().can_allocate(token_ids, max_new_tokens=max_new_tokens)
 
+    def allocate(self, seq_id, token_ids, *, salt=0, **kwargs):
+        return super().allocate(seq_id, token_ids, **kwargs)
+
     def allocate_trusted(self, seq, tokens, salt, computed_tokens=None):
-        return super().allocate_trusted(seq, tokens, 0, computed_tokens)  # (allocate's too)
+        return super().allocate_trusted(seq, tokens, 0, computed_tokens)
 
     def cached_prefix_tokens(self, token_ids, *, salt=0):
         return super().cached_prefix_tokens(token_ids)
@@ -270,3 +273,10 @@ class TierCascadesTheWrongBlock(BlockManager):
 
 
 UncheckedWindowReleasesTooEarly = unchecked(WindowReleasesTooEarly)
+
+
+class RaisesOnFork(BlockManager):
+    """Raises something that is not an assertion (its own bug) when it forks."""
+
+    def fork(self, parent_id, child_id):
+        raise KeyError(child_id)

@@ -17,6 +17,7 @@ from backend.blocks import BlockManager
 from backend.testing import AllocatorStateMachine, check_allocator, supports_prefix_caching
 from backend.testing.factories import SHIPPED
 from tests.backend import broken_allocators as broken
+from tests.backend import faithful_allocators as faithful
 
 # -- the shipped allocators pass -------------------------------------------------------
 TestPaged = AllocatorStateMachine.for_factory(BlockManager).TestCase
@@ -26,6 +27,13 @@ TestPagedWithoutPrefixCaching = AllocatorStateMachine.for_factory(
 TestContiguousMax = AllocatorStateMachine.for_factory(SHIPPED["contiguous-max"]).TestCase
 TestContiguousPow2 = AllocatorStateMachine.for_factory(SHIPPED["contiguous-pow2"]).TestCase
 TestContiguousOracle = AllocatorStateMachine.for_factory(SHIPPED["contiguous-oracle"]).TestCase
+# A correct subclass of the shipped manager passes however much of it it overrides
+TestOverridesEveryCommand = AllocatorStateMachine.for_factory(
+    faithful.OverridesEveryCommand
+).TestCase
+TestOverridesTheCheckedCommands = AllocatorStateMachine.for_factory(
+    faithful.OverridesTheCheckedCommands
+).TestCase
 
 
 def test_capabilities_of_the_shipped_allocators():

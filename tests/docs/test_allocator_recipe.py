@@ -4,6 +4,7 @@ check off): the recipe's settings must find it."""
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import pytest
@@ -42,3 +43,27 @@ def test_the_recipe_passes_the_shipped_block_manager():
     namespace: dict = {}
     exec(compile(code, "docs/allocators.md", "exec"), namespace)
     namespace["TestMyAllocator"]("runTest").runTest()
+
+
+def command_rows() -> list[str]:
+    """The list docs/allocators.md gives of ``backend.base.Allocator``'s commands: each
+    method with its signature, whether a subclass must write it, and the first paragraph
+    of its docstring (a list, not a table: the signatures hold pipes)."""
+    from backend.base import Allocator
+
+    rows = []
+    for name, member in inspect.getmembers(Allocator):
+        if name.startswith("_") or not inspect.isfunction(member):
+            continue
+        signature = str(inspect.signature(member)).replace("'", "")
+        signature = signature.replace("(self, ", "(").replace("(self)", "()")
+        required = " (to write)" if getattr(member, "__isabstractmethod__", False) else ""
+        summary = " ".join(inspect.getdoc(member).split("\n\n")[0].split())
+        rows.append(f"* `{name}{signature}`{required}: {summary}")
+    return rows
+
+
+def test_the_docs_give_every_command_its_signature():
+    page = (ROOT / "docs" / "allocators.md").read_text(encoding="utf-8")
+    missing = [row for row in command_rows() if row not in page]
+    assert not missing, "docs/allocators.md lacks (or has stale) entries:\n" + "\n".join(missing)

@@ -121,3 +121,18 @@ def test_a_constructor_that_exits_is_one_line(capsys, monkeypatch):
     code, out, err = run(capsys, f"{BROKEN}:ConstructorExits")
     assert code == 2 and not out
     assert "the constructor called sys.exit('no')" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["OverridesEveryCommand", "OverridesTheCheckedCommands"])
+def test_a_subclass_that_only_calls_super_passes(capsys, name):
+    spec = f"tests/backend/faithful_allocators.py:{name}"
+    code, out, err = run(capsys, spec, "--examples", "30")
+    assert code == 0 and not err, out
+    assert out[0].startswith(f"PASS {spec} (seed 0): ")
+
+
+def test_an_allocator_error_names_where_the_allocator_raised_it(capsys):
+    code, out, _ = run(capsys, "tests/backend/broken_allocators.py:RaisesOnFork")
+    assert code == 1 and "    state.fork(parent=seq_0)" in out
+    assert out[-1].startswith("KeyError: 1 (raised by the allocator at tests/backend/")
+    assert "broken_allocators.py:" in out[-1] and out[-1].endswith(" in fork)")
