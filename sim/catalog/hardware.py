@@ -16,7 +16,14 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_serializer, model_validator
+from pydantic import (
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from sim.catalog.kv_layout import KVLayout, kv_layout
 from sim.catalog.links import LinkKind
@@ -88,6 +95,20 @@ class ModelSpec(StrictModel):
     """Multi-head latent attention (sim.catalog.mla, DeepSeek-V2/V3): one latent of
     ``kv_lora_rank + qk_rope_head_dim`` elements cached per token and layer, on every GPU of a
     tensor-parallel group, instead of K and V per KV head. Null: K and V per head."""
+
+    @field_validator("sliding_window", mode="before")
+    @classmethod
+    def _window_or_off(cls, value: Any) -> Any:
+        # YAML 1.1 (PyYAML, as every scenario file is read) takes a bare ``off`` for the
+        # boolean false: the documented switch, as a user writes it.
+        if value is False:
+            return "off"
+        positive = isinstance(value, int) and not isinstance(value, bool) and value > 0
+        if not (value is None or value == "off" or positive):
+            raise ValueError(
+                f"expected a window in tokens (an int > 0), off, or null; got {value!r}"
+            )
+        return value
 
     @model_serializer(mode="wrap")
     def _leave_out_unset_extras(self, handler) -> dict[str, Any]:

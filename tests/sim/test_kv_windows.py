@@ -15,7 +15,7 @@ from backend.base import KVGroup
 from sim.catalog.kv_layout import kv_layout
 from sim.cli import main
 from sim.config.errors import ScenarioError
-from sim.config.loader import validate_scenario
+from sim.config.loader import apply_override, validate_scenario
 from sim.costs.analytic import AnalyticCostModel
 from sim.costs.kernels import capped_sum
 from sim.run.build import analytic_executor
@@ -330,3 +330,27 @@ def test_a_window_keeps_only_the_tails_a_later_request_resumes_at():
     every = [12, 13, 14, 15, 28, 29, 30, 31, 44, 45, 46, 47, 60, 61, 62, 63]
     assert kept(256, 0) == sorted(set(every) | {58, 59})
     assert kept(64, 0) is None  # every block is before some multiple of the interval
+
+
+def test_the_documented_off_reads_as_yaml_writes_it(tmp_path):
+    # docs/windows.md and the gpt-oss scenario write ``model.sliding_window: off``, which
+    # YAML reads as false: it must switch the windows off, in a file and with --set.
+    (tmp_path / "cfg.json").write_text((MODELS / "gpt-oss-20b.json").read_text())
+    text = "model:\n  config: cfg.json\n  sliding_window: off\ncache:\n  num_blocks: 64\n"
+    raw = yaml.safe_load(text)
+    assert raw["model"]["sliding_window"] is False
+    model = validate_scenario(raw, "s.yaml", base_dir=tmp_path).model
+    assert model.sliding_window == "off" and model.kv_layout.is_plain
+    raw = yaml.safe_load(text.replace("  sliding_window: off\n", ""))
+    apply_override(raw, "model.sliding_window=off", "s.yaml")
+    model = validate_scenario(raw, "s.yaml", base_dir=tmp_path).model
+    assert model.sliding_window == "off" and model.kv_layout.is_plain
+
+
+@pytest.mark.parametrize("value", ["on", "yes", -1, 0, 1.5, "full"])
+def test_a_window_that_is_not_one_names_what_is_accepted(tmp_path, value):
+    with pytest.raises(ScenarioError) as caught:
+        model_of(GPT_OSS, tmp_path, sliding_window=yaml.safe_load(str(value)))
+    message = str(caught.value)
+    assert "model.sliding_window" in message and "off, or null" in message
+    assert "+1 more" not in message and "constrained" not in message and "\n" not in message
