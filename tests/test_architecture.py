@@ -22,6 +22,9 @@ ONE_CONCEPT = {
     "sim.engine.replica": "one replica as a SimPy process: admission, its step loop, records",
     "backend.blocks.manager": "the paged allocator's coordinator: the Allocator contract "
     "over its block pool, prefix index, sequences, per-group managers and swap space",
+    "backend.blocks.kv_groups": "the KV cache groups' coordinator (vLLM's "
+    "KVCacheCoordinator): allocation, growth, decode steps and release in every group "
+    "of one pool",
     "backend.blocks.prefix_index": "the device prefix cache's index: published keys, key "
     "chains, verified hits, and the publications an offload tier stores",
     "sim.costs.analytic": "the analytic step-time model: every part of a step (GEMMs, "

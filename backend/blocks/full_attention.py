@@ -246,83 +246,13 @@ class FullAttention:
                 self.index.seal_step(sealing, self.last_block[sealing])
         return moves
 
-    # -- a decode stretch --------------------------------------------------------------------
-    def plain_decode_steps(
-        self, seqs: np.ndarray, held: np.ndarray, limit: int, free: int | None = None
-    ) -> int:
-        """How many of the next ``limit`` (> 0) decode steps of ``seqs`` (holding
-        ``held``) run without copy-on-write or eviction, with ``free`` blocks (None: the
-        pool's free list): 0 when a sequence's partly filled last block is shared (its
-        next write copies)."""
-        size = self.block_size
-        if self.pool.num_shared:
-            last = self.last_block[seqs]
-            if ((held % size != 0) & (self.pool.refcount[last] > 1)).any():
-                return 0
-        first = -held % size  # the step (0-based) of each sequence's first new block
-        free = len(self.pool.free) if free is None else free
-
-        def taken(steps: int) -> int:
-            return int(np.maximum((steps - 1 - first) // size + 1, 0).sum())
-
-        if taken(limit) <= free:
-            return int(limit)
-        low, high = 0, int(limit)  # taken(low) <= free < taken(high)
-        while high - low > 1:
-            mid = (low + high) // 2
-            low, high = (mid, high) if taken(mid) <= free else (low, mid)
-        return low
-
-    def append_steps(
-        self,
-        seqs: np.ndarray,
-        held: np.ndarray,
-        tokens: np.ndarray,
-        fresh: np.ndarray | None = None,
-    ):
-        """Write a ``(steps, len(seqs))`` grid of decode tokens, within what
-        ``plain_decode_steps`` granted, growing into ``fresh`` (the blocks the stretch
-        takes, in (step, batch position) order; None: taken from the pool here). Returns,
-        per step, whether each sequence took a new block that step (a bool grid of the
-        same shape)."""
-        size = self.block_size
-        steps = tokens.shape[0]
-        offsets = (held[None, :] + np.arange(steps)[:, None]) % size
-        crossing = offsets == 0
-        blocks = self._grow_tables(seqs, crossing, fresh)
-        self.slots[blocks, offsets] = tokens
-        self.pool.token_slots += steps * seqs.shape[0]
-        if self.prefix_caching:
-            self._seal_filled(seqs, blocks, offsets == size - 1)
-        return crossing
-
-    def _grow_tables(self, seqs: np.ndarray, crossing: np.ndarray, fresh) -> np.ndarray:
-        """Give every sequence a new block at each step where it crosses a boundary, in
-        (step, batch position) order as step-by-step takes them (from ``fresh``, or the
-        pool when None); returns the block each step writes to, per sequence."""
-        steps, count = np.nonzero(crossing)  # row-major: step order, then batch order
-        blocks = np.empty(crossing.shape, dtype=np.int64)
-        blocks[:] = self.last_block[seqs]
-        if not steps.size:
-            return blocks
-        if fresh is None:
-            fresh = self.pool.take(steps.size)
-        newest = np.full(crossing.shape, -1, dtype=np.int64)
-        newest[steps, count] = np.arange(steps.size)
-        np.maximum.accumulate(newest, axis=0, out=newest)  # the latest block taken so far
-        grown = newest >= 0
-        blocks[grown] = fresh[newest[grown]]
-        tables = self.tables
-        for seq, block in zip(seqs[count].tolist(), fresh.tolist()):
-            tables[seq].append(block)
-        self.last_block[seqs] = blocks[-1]
-        return blocks
-
-    def _seal_filled(self, seqs: np.ndarray, blocks: np.ndarray, filled: np.ndarray) -> None:
-        """Publish the blocks each step filled, step by step (the order of the keys)."""
-        for step in np.flatnonzero(filled.any(axis=1)).tolist():
-            mask = filled[step]
-            self.index.seal_step(seqs[mask], blocks[step, mask])
+    def unpublish_last(self, seq: int) -> None:
+        """Withdraw ``seq``'s full last block from the prefix cache if ``seq`` alone holds
+        it (a decode's own block; it is freed next, so its published count need not
+        change)."""
+        last = self.tables[seq][-1]
+        if self.index.is_keyed(last) and self.pool.refcount[last] == 1:
+            self.index.drop([last])
 
     # -- invariants --------------------------------------------------------------------------
     def check_tables(self, on_device: list[int], num_tokens: np.ndarray):

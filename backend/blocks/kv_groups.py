@@ -323,77 +323,6 @@ class KVGroups:
             )
         return moves
 
-    # -- decode stretches (backend/stretch.py) -----------------------------------------------
-    def plain_decode_steps(self, seqs: np.ndarray, held: np.ndarray, limit: int) -> int:
-        """Steps on free blocks alone, all groups at once (windows' releases add room)."""
-        free = len(self.pool.free) // len(self.groups)
-        return min(group.plain_decode_steps(seqs, held, limit, free) for group in self.groups)
-
-    def append_steps(self, seqs: np.ndarray, held: np.ndarray, tokens: np.ndarray):
-        """A decode stretch (backend/stretch.py: one row of ``tokens`` per step) within
-        what ``plain_decode_steps`` granted, leaving the groups as ``append_batch`` row
-        after row would. A row takes blocks from the free list's head and its windows put
-        what they release at its back, so every block the stretch takes is taken first,
-        in the order the rows take them (row, group, batch position); the windows'
-        releases then follow in the rows' order (row, sequence id, group), each at its
-        row's tick of the pool's clock. Returns the free and cached blocks and the token
-        slots after each row; the caller ticks the clock."""
-        pool, groups = self.pool, len(self.groups)
-        steps = tokens.shape[0]
-        if not steps:
-            return (np.zeros(0, np.int64),) * 3
-        before = (pool.num_free, pool.num_cached, pool.token_slots, pool.peak_used_blocks)
-        crossing = (held[None, :] + np.arange(steps)[:, None]) % self.block_size == 0
-        per_row = np.count_nonzero(crossing, axis=1)
-        fresh = pool.take(groups * int(per_row.sum()))
-        for number, group in enumerate(self.groups):
-            group.append_steps(seqs, held, tokens, fresh[_taken_by(per_row, groups, number)])
-        processed = self.tokens.processed_in_stretch(seqs, held, steps)
-        released = self._release_rows(seqs, processed)
-        self.tokens.grow_stretch(seqs, held, steps)
-        free = before[0] - groups * np.cumsum(per_row) + np.cumsum(released[0])
-        cached = before[1] + np.cumsum(released[1])
-        token_slots = before[2] + groups * seqs.shape[0] * np.arange(1, steps + 1)
-        token_slots += np.cumsum(released[2])
-        # (the takes above raised the peak as if no row released before it took)
-        used = self.pool.num_blocks - free - cached
-        pool.peak_used_blocks = max(before[3], int(used.max()))
-        return free, cached, token_slots
-
-    def _release_rows(self, seqs: np.ndarray, processed: np.ndarray) -> np.ndarray:
-        """Release what the windows of ``seqs`` leave behind at each row of a stretch
-        (``processed``: what each has processed at each row), in the rows' order. Returns,
-        per row, the change to the free blocks, the cached blocks and the token slots."""
-        pool, steps = self.pool, processed.shape[0]
-        changes = np.zeros((3, steps), np.int64)
-        if not self.windows:
-            return changes
-        rows, members, numbers, stops = [], [], [], []
-        for number, group in enumerate(self.windows):
-            start = group.released[seqs]
-            reach = np.maximum.accumulate(
-                np.maximum(group.skipped_blocks_of(processed), start[None, :]), axis=0
-            )
-            row, member = np.nonzero(reach > np.vstack((start[None, :], reach[:-1])))
-            rows.append(row)
-            members.append(seqs[member])
-            numbers.append(np.full(row.shape[0], number))
-            stops.append(reach[row, member])
-        rows, members, numbers, stops = map(np.concatenate, (rows, members, numbers, stops))
-        clock = pool.clock
-        for event in np.lexsort((numbers, members, rows)).tolist():
-            row = int(rows[event])
-            pool.clock = clock + row
-            free, cached, token_slots = pool.num_free, pool.num_cached, pool.token_slots
-            self.windows[numbers[event]].release_to(int(members[event]), int(stops[event]))
-            changes[:, row] += (
-                pool.num_free - free,
-                pool.num_cached - cached,
-                pool.token_slots - token_slots,
-            )
-        pool.clock = clock
-        return changes
-
     # -- sharing and release ----------------------------------------------------------------
     def fork(self, parent: int, child: int) -> None:
         """``child`` shares every table of ``parent``."""
@@ -415,13 +344,6 @@ class KVGroups:
             self.pool.release(table[start:], held - start * size)
             if index.enabled:
                 index.remove(seq)
-
-    def unpublish_last_block(self, seq: int, held: int) -> None:
-        """Withdraw ``seq``'s full last block, in each group where it alone holds it."""
-        for group, index in zip(self.groups, self.indexes):
-            last = group.tables[seq][-1]
-            if index.is_keyed(last) and self.pool.refcount[last] == 1:
-                index.drop([last])
 
     # -- queries -----------------------------------------------------------------------------
     def tables(self, seq: int) -> tuple[list[int], ...]:
@@ -465,13 +387,3 @@ class KVGroups:
             )
             + self.tokens.snapshot_state()
         )
-
-
-def _taken_by(per_row: np.ndarray, groups: int, number: int) -> np.ndarray:
-    """Where group ``number``'s blocks are among those a stretch takes, in the order its
-    rows take them: each row takes ``per_row`` blocks for each of ``groups`` groups in
-    turn. Returns the indexes in (row, batch position) order."""
-    row = np.repeat(np.arange(per_row.shape[0]), per_row)
-    first = np.cumsum(per_row) - per_row  # the row's first crossing, over all rows
-    rank = np.arange(row.shape[0]) - first[row]
-    return groups * first[row] + number * per_row[row] + rank

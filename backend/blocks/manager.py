@@ -29,6 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from backend.base import ONE_GROUP, Allocator, InvalidRequest, KVUsage, as_tokens, check_count
+from backend.blocks import decode_stretch
 from backend.blocks.block_pool import BlockPool
 from backend.blocks.full_attention import FullAttention
 from backend.blocks.kv_groups import KVGroup, KVGroups, check_kv_groups, peak_blocks
@@ -38,8 +39,8 @@ from backend.blocks.sequences import ON_DEVICE, SWAPPED, SequenceRegistry
 from backend.blocks.swap import SwapSpace
 from backend.capabilities import TierSpec
 from backend.evictor import Evictor, LeastRecentlyUsed
-from backend.stretch import paged_usage_by_step, usage_by_step
-from backend.transfer import CPU, Medium, Transfer
+from backend.stretch import paged_usage_by_step
+from backend.transfer import Medium, Transfer
 
 
 class BlockManager(Allocator):
@@ -104,24 +105,19 @@ class BlockManager(Allocator):
             registry=self._seqs,
         )
         self.num_offload_blocks = check_count("num_offload_blocks", num_offload_blocks, 0)
-        self._tier = self._build_tiers(offload_evictor, lower_tiers)
+        self._tier = OffloadTiers.for_manager(
+            self.num_offload_blocks,
+            offload_evictor,
+            lower_tiers,
+            block_size=self.block_size,
+            prefix_caching=self.enable_prefix_caching,
+            cpu_base=self.num_cpu_blocks,
+        )
         below = self._tier.tiers[1:] if self._tier is not None else []
         self.lower_tier_blocks = {tier.medium: tier.num_blocks for tier in below}
         self._loads: list[Transfer] = []
         if self._tier is not None:
             self._index.newly_published = []
-
-    def _build_tiers(self, cpu_evictor: Evictor | None, lower: Sequence[TierSpec]):
-        """The offload tiers (offload.py): the CPU tier's blocks follow the swap space's
-        in the one CPU pool; each tier below numbers its own from 0. None without any."""
-        if not self.num_offload_blocks:
-            if lower:
-                raise InvalidRequest("a disk or remote tier needs a CPU tier above it")
-            return None
-        if not self.enable_prefix_caching:
-            raise InvalidRequest("an offload tier needs prefix caching (its keys)")
-        specs = [TierSpec(CPU, self.num_offload_blocks, cpu_evictor), *lower]
-        return OffloadTiers.build(specs, self.block_size, cpu_base=self.num_cpu_blocks)
 
     # -- public counters -----------------------------------------------------------------
     @property
@@ -304,14 +300,8 @@ class BlockManager(Allocator):
         seq = self._seqs.live(seq_id)
         held = int(self._seqs.num_tokens[seq])
         if self.enable_prefix_caching and held and held % self.block_size == 0:
-            if self._kv is not None:
-                self._kv.unpublish_last_block(seq, held)
-                return
-            last = self._first.tables[seq][-1]
-            # Only a block this sequence alone holds (a decode's own); it is freed next,
-            # so its published count need not change.
-            if self._index.is_keyed(last) and self._pool.refcount[last] == 1:
-                self._index.drop([last])
+            for group in self._kv.groups if self._kv is not None else (self._first,):
+                group.unpublish_last(seq)
 
     def cached_prefix_tokens(self, token_ids, *, salt: int = 0) -> int:
         return self._prefix_tokens(token_ids, salt, own=False)
@@ -429,8 +419,10 @@ class BlockManager(Allocator):
         seqs = np.asarray(seq_ids, dtype=np.int64)
         if limit <= 0 or not seqs.size:
             return max(int(limit), 0)
-        group = self._first if self._kv is None else self._kv
-        return group.plain_decode_steps(seqs, self._seqs.num_tokens[seqs], limit)
+        held = self._seqs.num_tokens[seqs]
+        if self._kv is None:
+            return decode_stretch.plain_steps(self._first, seqs, held, limit)
+        return decode_stretch.plain_group_steps(self._kv, seqs, held, limit)
 
     def append_steps(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> dict[str, np.ndarray]:
         """See backend/stretch.py. Raises InvalidRequest for a stretch that would copy
@@ -451,18 +443,17 @@ class BlockManager(Allocator):
         pool, steps = self._pool, tokens.shape[0]
         held = self._seqs.num_tokens[seqs]
         if self._kv is not None:
-            free, cached, token_slots = self._kv.append_steps(seqs, held, tokens)
-            self._seqs.num_tokens[seqs] = held + steps
-            pool.clock += steps  # one tick per command, as step-by-step
+            usage = decode_stretch.write_group_rows(self._kv, seqs, held, tokens)
+        else:
+            before = (pool.num_cached, pool.num_free, pool.token_slots)
+            crossing = decode_stretch.write_rows(self._first, seqs, held, tokens)
             size, evicted = self.block_size, pool.num_evicted
-            return usage_by_step(free, cached, token_slots, self.num_blocks, size, evicted)
-        before = (pool.num_cached, pool.num_free, pool.token_slots)
-        crossing = self._first.append_steps(seqs, held, tokens)
+            usage = paged_usage_by_step(
+                crossing, *before, seqs.shape[0], self.num_blocks, size, evicted
+            )
         self._seqs.num_tokens[seqs] = held + steps
         pool.clock += steps  # one tick per command, as step-by-step
-        return paged_usage_by_step(
-            crossing, *before, seqs.shape[0], self.num_blocks, self.block_size, pool.num_evicted
-        )
+        return usage
 
     # -- sharing and release ------------------------------------------------------------------
     def fork(self, parent_id: int, child_id: int) -> list[Transfer]:

@@ -42,6 +42,7 @@ verified against the stored tokens, the salt and the chain position, as a device
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -206,6 +207,29 @@ class OffloadTiers:
             raise ValueError(f"one offload tier per medium, not {[m.value for m in media]}")
         self.tiers = tiers
         self.primary = tiers[0]
+
+    @classmethod
+    def for_manager(
+        cls,
+        num_offload_blocks: int,
+        cpu_evictor: Evictor | None,
+        lower: Sequence[TierSpec],
+        *,
+        block_size: int,
+        prefix_caching: bool,
+        cpu_base: int,
+    ) -> OffloadTiers | None:
+        """A block manager's tiers: a CPU tier of ``num_offload_blocks`` (none: no tiers)
+        with ``lower`` below it. Raises InvalidRequest for a tier below no CPU tier, or
+        tiers without prefix caching (their keys are its keys)."""
+        if not num_offload_blocks:
+            if lower:
+                raise InvalidRequest("a disk or remote tier needs a CPU tier above it")
+            return None
+        if not prefix_caching:
+            raise InvalidRequest("an offload tier needs prefix caching (its keys)")
+        specs = [TierSpec(CPU, num_offload_blocks, cpu_evictor), *lower]
+        return cls.build(specs, block_size, cpu_base=cpu_base)
 
     @classmethod
     def build(cls, specs: list[TierSpec], block_size: int, *, cpu_base: int) -> OffloadTiers:

@@ -12,24 +12,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from functools import partial
 
 import numpy as np
 
 from backend.base import OutOfBlocks, ReservingAllocator
 from backend.capabilities import (
-    AdmitsWithWindowCap,
     OffloadsPrefixes,
     ReleasesBehindProcessed,
-    RetainsPrefixTails,
-    TrustedAllocate,
-    TrustedAppendBatch,
 )
 from backend.step import Batch, PrefillChunk
 from sim.engine.config import EngineConfig, ReplicaPolicies
 from sim.engine.executor import TokenSource
 from sim.engine.guard import PolicyFailure, brief
 from sim.engine.memory import Memory
+from sim.engine.planning.allocator_entries import (
+    batch_appender,
+    keeping_prefix_tails,
+    prompt_allocator,
+    whole_sequence_check,
+)
 from sim.engine.planning.offers import batching_accepts, offered
 from sim.engine.planning.step_builder import StepBuilder
 from sim.engine.records import Limit
@@ -37,31 +38,6 @@ from sim.engine.sequences import Moves, PlanDraft, PrefillSeq, StepPlan
 from sim.engine.state import ReplicaState
 from sim.engine.view import EngineView
 from sim.workload.request import Request
-
-
-def batch_appender(alloc) -> Callable[[np.ndarray, np.ndarray], list]:
-    """``append_batch`` of the engine's decode batch, its own running set (distinct, on
-    the device, int64 ids; int32 tokens): the allocator's unchecked entry where it has
-    one."""
-    if isinstance(alloc, TrustedAppendBatch):
-        return alloc.append_batch_trusted
-    return alloc.append_batch
-
-
-def prompt_allocator(alloc) -> Callable[[int, np.ndarray, int, int], int]:
-    """``allocate(seq_id, prompt, salt, max_new_tokens)`` of a prompt none of whose KV is
-    computed yet: the allocator's unchecked entry where it has one (prompts are the
-    workload's int32 arrays, sequence ids the engine's own count)."""
-    if isinstance(alloc, TrustedAllocate):
-        trusted = alloc.allocate_trusted
-        return lambda seq_id, tokens, salt, _max_new_tokens: trusted(seq_id, tokens, salt, 0)
-
-    def checked(seq_id: int, tokens: np.ndarray, salt: int, max_new_tokens: int) -> int:
-        return alloc.allocate(
-            seq_id, tokens, salt=salt, max_new_tokens=max_new_tokens, computed_tokens=0
-        )
-
-    return checked
 
 
 class StepPlanner:
@@ -88,8 +64,7 @@ class StepPlanner:
         self.view = view  # what the scheduler reads
         self._logged_preemptions = 0  # num_preemptions already in a step's record
         self.append_batch = batch_appender(self.alloc)
-        self._allocate = prompt_allocator(self.alloc)
-        self._tails = self.alloc if isinstance(self.alloc, RetainsPrefixTails) else None
+        self._allocate = keeping_prefix_tails(self.alloc, prompt_allocator(self.alloc))
         # (checked once: a Protocol isinstance costs more than the rest of a small step)
         counting = isinstance(self.alloc, ReleasesBehindProcessed)
         self._counts_steps = self.alloc if counting else None
@@ -321,23 +296,15 @@ class StepPlanner:
                 needed = self.blocks_for(tokens.shape[0] - cached, remaining_out)
                 if state.available_blocks() - needed < self.cfg.watermark_blocks:
                     return None
-        # The shared-prefix junction is read at the lookup, as vLLM reads it: allocating
-        # may evict the very blocks that showed it.
-        tails = self._tails
-        shared = tails.shared_prefix_tokens(seq.tokens, salt=request.tenant) if tails else 0
         # Blocks are offered to other requests' prefix lookups only once their chunk is
         # scheduled (see plan()), never while their KV does not exist yet. A refused
         # allocate changes nothing, so trying it is the cheapest "can allocate?".
         try:
-            cached = self._allocate(state.next_seq_id, tokens, request.tenant, remaining_out)
+            cached = self._allocate(state.next_seq_id, tokens, seq.tokens, request, remaining_out)
         except OutOfBlocks:
             return None
         seq.seq_id = state.next_seq_id
         state.next_seq_id += 1
-        if tails is not None:
-            tails.retain_prefix_tails(
-                seq.seq_id, num_prompt_tokens=request.prompt_len, shared_prefix_tokens=shared
-            )
         seq.held = tokens.shape[0]
         # At least one token is computed so the step has logits to sample from.
         seq.computed = min(cached, total - 1)
@@ -372,14 +339,3 @@ class StepPlanner:
         if self.reserve is not None:
             return self.reserve(tokens, max_new_tokens)
         return self.alloc.blocks_for_tokens(tokens)
-
-
-def whole_sequence_check(alloc, config: EngineConfig) -> Callable[..., bool]:
-    """``can_allocate``, or the allocator's check with the engine's cap on a sliding
-    window's share where the engine's rules set one and the allocator has it."""
-    in_flight = config.rules.window_admission_tokens(
-        config.max_num_batched_tokens, config.async_scheduling
-    )
-    if in_flight is not None and isinstance(alloc, AdmitsWithWindowCap):
-        return partial(alloc.can_admit, in_flight_tokens=in_flight)
-    return alloc.can_allocate
