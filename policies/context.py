@@ -17,6 +17,8 @@ the run does not have (``served_tokens`` anywhere but a scheduler, say) is an er
 from __future__ import annotations
 
 import inspect
+import math
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -133,6 +135,32 @@ def check_params(factory: Callable[..., Any], params: Mapping[str, Any]) -> None
             raise PolicyError(
                 f"unexpected parameter {name!r} (takes: {', '.join(valid) or 'none'})"
             )
+    kinds = _number_kinds(factory)
+    for name, value in params.items():
+        _check_number(name, value, kinds.get(name))
+
+
+def _number_kinds(factory: Callable[..., Any]) -> dict[str, type]:
+    """The parameters ``factory`` annotates as a plain ``int`` or ``float``."""
+    target = factory.__init__ if isinstance(factory, type) else factory
+    try:
+        hints = typing.get_type_hints(target)
+    except Exception:  # (a plug-in's annotations may name what cannot be resolved)
+        return {}
+    return {name: kind for name, kind in hints.items() if kind in (int, float)}
+
+
+def _check_number(name: str, value: Any, kind: type | None) -> None:
+    """PolicyError unless ``value`` is a number of ``kind`` (None: anything): an int, or
+    for a float a finite int or float; a YAML ``true`` is not a number here."""
+    if kind is None:
+        return
+    whole = isinstance(value, int | np.integer) and not isinstance(value, bool)
+    if kind is int and not whole:
+        raise PolicyError(f"{name} must be an integer, got {value!r}")
+    real = whole or isinstance(value, float | np.floating)
+    if kind is float and not (real and math.isfinite(value)):
+        raise PolicyError(f"{name} must be a finite number, got {value!r}")
 
 
 def build_policy(

@@ -77,12 +77,13 @@ class ModelSpec(StrictModel):
     rope_scaling: dict[str, Any] | None = None
     """RoPE scaling (``type``/``rope_type``, ``factor``, ...) as a config.json gives it, for the
     record; ``max_model_len`` is the context the run allows."""
-    sliding_window: PositiveInt | Literal["off"] | None = None
+    sliding_window: PositiveInt | Literal["off", False] | None = None
     """Sliding-window attention span in tokens, as a config.json gives it (null: full attention, or
     a window the config switches off). The layers ``layer_types`` names ``sliding_attention`` (all
     of them without ``layer_types``: Mistral-7B-v0.1) keep only the KV of the last
     ``sliding_window`` tokens, in KV cache groups of their own (sim.catalog.kv_layout), and read
-    at most that many. ``off``: count and price every layer as full attention, to compare."""
+    at most that many. ``off`` (YAML reads a bare off as false: the same): count and price every
+    layer as full attention, to compare."""
     layer_types: tuple[Literal["full_attention", "sliding_attention"], ...] | None = None
     """Each layer's attention, as a config.json's ``layer_types`` gives it (gpt-oss, Gemma 3):
     ``full_attention`` or ``sliding_attention``, one entry per layer. Null: every layer is a

@@ -52,9 +52,28 @@ def format_validation_error(err: ValidationError, source: str, raw: Any, at: str
     top level."""
     errors = err.errors(include_url=False)
     path = error_path(err, raw, at) or "(top level)"
-    message = _message(errors[0])
-    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    # A value that fits none of a field's forms fails once per form, each at the same
+    # place as the user wrote it: one message for the field, naming every form.
+    where = _user_loc(errors[0]["loc"], raw)
+    forms = [e for e in errors if _user_loc(e["loc"], raw) == where]
+    message = _forms_message(forms) if len(forms) > 1 else _message(errors[0])
+    rest = len(errors) - len(forms) if len(forms) > 1 else len(errors) - 1
+    more = f" (+{rest} more)" if rest else ""
     return f"{source}: {path}: {message}{more}"
+
+
+def _forms_message(errors: list[dict]) -> str:
+    """One field's value rejected by each form the field takes: our own validator's
+    message if one of them is one, else every form's expectation and what was given."""
+    own = [e for e in errors if e["type"].startswith("value_error") or e["type"] == "at_path"]
+    if own:
+        return _message(own[0])
+    expected: list[str] = []
+    for error in errors:
+        text = error["msg"].removeprefix("Input should be ").split(", ")[0]
+        if text not in expected:
+            expected.append(text)
+    return f"expected {' or '.join(expected)}, got {shown(errors[0].get('input'))}"
 
 
 def error_path(err: ValidationError, raw: Any, at: str = "") -> str:
@@ -65,7 +84,7 @@ def error_path(err: ValidationError, raw: Any, at: str = "") -> str:
         path = ctx["path"]
     else:
         loc = _user_loc(first["loc"], raw)
-        if first["type"] == "unknown_field":
+        if first["type"] in ("unknown_field", "bool_for_number"):
             loc.append(ctx["field"])
         if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
             loc.append("kind")
@@ -87,13 +106,16 @@ def _user_loc(loc: tuple, raw: Any) -> list:
     """The error location as the user wrote it: drop the union tags pydantic inserts
     (``workload.arrival.poisson.rate_rps`` -> ``workload.arrival.rate_rps``)."""
     out: list = []
-    node = raw
+    node, written = raw, False
     for part in loc:
         in_dict = isinstance(node, dict) and part in node
         in_list = isinstance(node, list) and isinstance(part, int) and part < len(node)
+        if written:  # past the value the user wrote: the name of a form it failed
+            continue
         if in_dict or in_list:
             node = node[part]
             out.append(part)
+            written = not isinstance(node, dict | list)
         elif isinstance(part, str) and (part in _TAGS or "[" in part):
             continue
         else:
@@ -107,7 +129,7 @@ def _message(error: dict) -> str:
     got = error.get("input")
     if kind == "at_path":
         return ctx["message"]
-    if kind == "unknown_field":
+    if kind in ("unknown_field", "bool_for_number"):
         return msg
     if kind == "missing":
         return "required field missing"

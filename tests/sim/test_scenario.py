@@ -197,7 +197,10 @@ def test_bad_overrides_give_one_line(tmp_path, override, expected):
         ),
         ("cache: {block_size: many}\n", "cache.block_size: expected a valid integer"),
         ("cache: {allocator: buddy}\n", "cache.allocator: expected 'paged', 'contiguous-max'"),
-        ("workload:\n  input: gpt4\n", "workload.input.name: expected 'sharegpt' or 'alpaca'"),
+        (
+            "workload:\n  input: gpt4\n",
+            "workload.input: expected 'sharegpt' or 'alpaca', got 'gpt4'",
+        ),
         ("model: tiny\ncache: {block_size: 16\n", "line 3: invalid YAML"),
         ("- just\n- a list\n", "(top level): expected a mapping of sections"),
         (
