@@ -5,8 +5,9 @@ refused with one line saying what is too big, instead of dying in numpy mid-run.
 The estimate is deliberately rough (within a small factor): bytes per request (the
 engine's and the outputs' bookkeeping; prompts are built when read, not kept, see
 sim/workload/prompts.py), per KV block (the token ids the block manager keeps per slot
-plus per-block arrays), per tenant, priority level and shared prompt. The budget is
-:data:`BUDGET_FRACTION` of physical memory, or ``PAGESIM_MEMORY_BUDGET_GB`` when set.
+plus per-block arrays, and each KV cache group's index), per tenant, priority level and
+shared prompt. The budget is :data:`BUDGET_FRACTION` of physical memory, or
+``PAGESIM_MEMORY_BUDGET_GB`` when set.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ BUDGET_FRACTION = 0.5
 BYTES_PER_REQUEST = 1_000
 #: Bytes per KV block besides its token ids (refcount, keys, tables, free list).
 BYTES_PER_BLOCK = 64
+#: Bytes per KV block for each KV cache group beyond the first (a model with sliding
+#: windows): each group's prefix index keeps a key, a salt and a position per block.
+BYTES_PER_BLOCK_AND_GROUP = 32
 #: A trace row becomes about this many bytes of requests per byte of file.
 TRACE_EXPANSION = 4
 
@@ -82,7 +86,8 @@ def check_memory(scenario) -> None:
     stays short (an overloaded run also holds the prompts of every request waiting)."""
     workload, cache = scenario.workload, scenario.cache
     device, cpu, offload = scenario.kv_pool
-    per_block = 4 * cache.block_size + BYTES_PER_BLOCK
+    groups = len(scenario.model.kv_layout.groups)
+    per_block = 4 * cache.block_size + BYTES_PER_BLOCK + (groups - 1) * BYTES_PER_BLOCK_AND_GROUP
     shared = workload.prefix.num_groups * (16 + 4 * mean_tokens(workload.prefix.length))
     parts = {
         "simulation.num_requests": expected_requests(scenario) * BYTES_PER_REQUEST,

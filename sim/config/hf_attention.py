@@ -34,6 +34,11 @@ def refuse_chunked_attention(reader: Any) -> None:
         )
 
 
+#: The most layers a model with sliding windows may have: its layers are listed one by
+#: one (``layer_types``), so a config claiming billions would never finish reading.
+MAX_WINDOWED_LAYERS = 100_000
+
+
 def read_attention(reader: Any) -> dict[str, Any]:
     """``sliding_window`` and ``layer_types`` of ModelSpec, checked key by key
     (``reader.fail`` names the key); absent keys are left out."""
@@ -41,6 +46,12 @@ def read_attention(reader: Any) -> dict[str, Any]:
         return {}
     window = reader.count("sliding_window")
     layers = reader.count("num_hidden_layers")
+    if layers > MAX_WINDOWED_LAYERS:  # (each layer's attention is listed, one by one)
+        raise reader.fail(
+            "num_hidden_layers",
+            f"{layers:,} layers with sliding windows; at most {MAX_WINDOWED_LAYERS:,} are "
+            "modelled (released models have a few hundred at most)",
+        )
     types = reader.raw.get("layer_types")
     if types is None and reader.raw.get("sliding_window_pattern") is not None:
         every = reader.count("sliding_window_pattern")

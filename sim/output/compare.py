@@ -242,8 +242,12 @@ def summary_problem(summary: Any) -> str:
     window = summary.get("steady_state")
     checks = [
         _fields(
-            summary, "", numbers=_SUMMARY_NUMBERS, mappings=("steady_state", "kv", *_LATENCIES)
+            summary,
+            "",
+            numbers=_SUMMARY_NUMBERS,
+            mappings=("steady_state", "kv", "kv_offload", *_LATENCIES),
         ),
+        _offload_problem(summary.get("kv_offload")),
         _fields(summary.get("kv"), "kv.", numbers=_KV_NUMBERS),
         *(_fields(summary.get(k), f"{k}.", numbers=_LATENCY_NUMBERS) for k in _LATENCIES),
         _fields(
@@ -263,6 +267,28 @@ def summary_problem(summary: Any) -> str:
             for k in _LATENCIES
         ]
     return next((problem for problem in checks if problem), "")
+
+
+#: Each offload tier's numbers compare shows (sim.output.tables._offload_rows).
+_TIER_NUMBERS = ("hit_tokens", "loaded_bytes", "stored_bytes", "evicted_blocks")
+
+
+def _offload_problem(offload: Any) -> str:
+    """What in summary.json's ``kv_offload`` compare could not show ('' if nothing): a
+    list of tiers, each an object named by its ``tier`` text, with its numbers."""
+    if not isinstance(offload, Mapping) or offload.get("tiers") is None:
+        return ""
+    tiers = offload["tiers"]
+    if not isinstance(tiers, list):
+        return f"kv_offload.tiers: expected a list, got {_shown(tiers)}"
+    for number, tier in enumerate(tiers):
+        where = f"kv_offload.tiers[{number}]"
+        if not isinstance(tier, Mapping) or not _is_text(tier.get("tier")):
+            return f"{where}: expected an object with a tier name, got {_shown(tier)}"
+        problem = _fields(tier, f"{where}.", numbers=_TIER_NUMBERS)
+        if problem:
+            return problem
+    return ""
 
 
 def scenario_problem(scenario: Any) -> str:

@@ -7,12 +7,22 @@ scenario file and the field, and nothing written (tests/adversarial/cli.py).
 from __future__ import annotations
 
 import copy
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.adversarial.cli import ROOT, TINY_SCENARIO, Build, one_line_error, run_cases
+from tests.adversarial.cli import (
+    ROOT,
+    TINY_SCENARIO,
+    Build,
+    one_line_error,
+    run_cases,
+    run_cli,
+    snapshot,
+)
 
 GPT_OSS = str(ROOT / "scenarios" / "models" / "gpt-oss-20b.json")
 NAN, INF = float("nan"), float("inf")
@@ -131,6 +141,56 @@ for _value in ("on", "yes", -1, 0, 1.5, "full", [128], NAN, True):
     )
 
 
+# -- model configs whose windows would never finish reading or building --------------------
+def config_case(name: str, config: dict, culprits: list[str], **sections) -> None:
+    """A case running a scenario whose model is ``config`` (a config.json), with
+    ``sections`` (TINY_SCENARIO's cache and length of run by default)."""
+
+    def build(folder: Path):
+        (folder / "cfg.json").write_text(json.dumps(config))
+        raw = {
+            "model": {"config": "cfg.json"},
+            "simulation": {"num_requests": 5},
+            "cache": TINY_SCENARIO["cache"],
+            **sections,
+        }
+        (folder / "s.yaml").write_text(yaml.safe_dump(raw))
+        argv = ["run", str(folder / "s.yaml"), "--out", str(folder / "out"), "--quiet"]
+        return [*argv, "--no-report"], ["s.yaml", *culprits]
+
+    CASES[name] = build
+
+
+_GEMMA = json.loads((ROOT / "scenarios" / "models" / "gemma-3-12b.json").read_text())
+config_case(
+    "gemma 3 with 2**31-1 layers",
+    {**_GEMMA, "num_hidden_layers": 2**31 - 1},
+    ["cfg.json", "num_hidden_layers"],
+)
+config_case(
+    "a window pattern of 6 over 2**31-1 layers",
+    {**_GEMMA, "num_hidden_layers": 2**31 - 1, "sliding_window_pattern": 6},
+    ["cfg.json", "num_hidden_layers"],
+)
+_MANY_GROUPS = {
+    **json.loads(Path(GPT_OSS).read_text()),
+    "num_hidden_layers": 2000,
+    "layer_types": ["full_attention"] + ["sliding_attention"] * 1999,
+    "hidden_size": 64,
+    "intermediate_size": 64,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "vocab_size": 1000,
+}
+config_case(  # 2,000 KV cache groups over the blocks a whole H100 holds of so tiny a model
+    "2,000 KV cache groups in all of memory",
+    _MANY_GROUPS,
+    ["cache.num_blocks", "memory"],
+    cache={"block_size": 16},
+)
+
+
 # ---------------------------------------------------------------------------- tests
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
@@ -143,3 +203,39 @@ def test_a_hostile_value_is_one_line_exit_2_and_writes_nothing(results, name):
     outcome = results[name]
     assert one_line_error(outcome.result, *outcome.culprits) == ""
     assert outcome.after == outcome.before, "the failed command created, changed or removed files"
+
+
+# -- compare of runs whose summary.json lies about its offload tiers -------------------------
+@pytest.fixture(scope="module")
+def a_run(tmp_path_factory) -> Path:
+    """A finished run of TINY_SCENARIO (prefix caching, a CPU tier), to copy and break."""
+    folder = tmp_path_factory.mktemp("run")
+    raw = copy.deepcopy(TINY_SCENARIO)
+    raw["cache"].update(prefix_caching=True, offload=[{"tier": "cpu", "num_blocks": 64}])
+    (folder / "s.yaml").write_text(yaml.safe_dump(raw))
+    result = run_cli(["run", str(folder / "s.yaml"), "--out", str(folder / "out"), "--quiet"])
+    assert result.returncode == 0, result.describe()
+    return folder / "out"
+
+
+@pytest.mark.parametrize(
+    "offload, culprit",
+    [
+        ("lots", "kv_offload"),
+        ({"tiers": "cpu"}, "kv_offload.tiers"),
+        ({"tiers": [1]}, "kv_offload.tiers[0]"),
+        ({"tiers": [{"hit_tokens": 3}]}, "kv_offload.tiers[0]"),
+        ({"tiers": [{"tier": "cpu", "hit_tokens": "many"}]}, "kv_offload.tiers[0].hit_tokens"),
+        ({"tiers": [{"tier": "cpu", "loaded_bytes": True}]}, "kv_offload.tiers[0].loaded_bytes"),
+    ],
+)
+def test_compare_refuses_a_summary_whose_offload_block_lies(a_run, tmp_path, offload, culprit):
+    broken = tmp_path / "broken"
+    shutil.copytree(a_run, broken)
+    summary = json.loads((broken / "summary.json").read_text())
+    summary["kv_offload"] = offload
+    (broken / "summary.json").write_text(json.dumps(summary))
+    before = snapshot(tmp_path)
+    result = run_cli(["compare", str(a_run), str(broken)])
+    assert one_line_error(result, "summary.json", culprit) == ""
+    assert snapshot(tmp_path) == before
