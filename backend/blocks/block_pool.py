@@ -143,10 +143,10 @@ class BlockPool:
         if not self._index:  # nothing can be cached: straight to the free list
             self.free.put(released)
             return
-        cached, uncached = self._index.partition(released.tolist())
-        on_cached, now, key_of = self.evictor.on_cached, self.clock, self._index.key_of
-        for block in cached:
-            on_cached(block, now, key_of(block))
+        cached, keys, uncached = self._index.partition(released.tolist())
+        on_cached, now = self.evictor.on_cached, self.clock
+        for block, key in zip(cached, keys):
+            on_cached(block, now, key)
         self.free.put(uncached)
 
     def evict(self, count: int) -> list[int]:

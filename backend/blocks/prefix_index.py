@@ -161,13 +161,19 @@ class PrefixIndex:
     def is_keyed(self, block: int) -> bool:
         return self._key_of_block[block] is not None
 
-    def partition(self, blocks: list[int]) -> tuple[list[int], list[int]]:
-        """``blocks`` split into (published, unpublished), each in the given order."""
+    def partition(self, blocks: list[int]) -> tuple[list[int], list[int], list[int]]:
+        """``blocks`` split into (published, their keys, unpublished), in the given
+        order."""
         key_of_block = self._key_of_block
-        keyed, unkeyed = [], []
+        keyed, keys, unkeyed = [], [], []
         for block in blocks:
-            (keyed if key_of_block[block] is not None else unkeyed).append(block)
-        return keyed, unkeyed
+            key = key_of_block[block]
+            if key is None:
+                unkeyed.append(block)
+            else:
+                keyed.append(block)
+                keys.append(key)
+        return keyed, keys, unkeyed
 
     def cached_block(self, key: int, salt: int, position: int, row: np.ndarray) -> int | None:
         """The block published under ``key`` if it holds exactly ``row`` and was published
@@ -526,11 +532,15 @@ class GroupIndexes:
     def keyed_blocks(self) -> list[int]:
         return [block for index in self.indexes for block in index.keyed_blocks()]
 
-    def partition(self, blocks: list[int]) -> tuple[list[int], list[int]]:
-        """``blocks`` split into (published in some group, unpublished), in order."""
+    def partition(self, blocks: list[int]) -> tuple[list[int], list[int], list[int]]:
+        """``blocks`` split into (published in some group, their keys, unpublished), in
+        order."""
         ids = np.asarray(blocks, dtype=np.int64)
-        keyed = self._owners[ids] >= 0
-        return ids[keyed].tolist(), ids[~keyed].tolist()
+        owners = self._owners[ids]
+        keyed = ids[owners >= 0].tolist()
+        maps = [index._key_of_block for index in self.indexes]
+        keys = [maps[owner][block] for owner, block in zip(owners[owners >= 0].tolist(), keyed)]
+        return keyed, keys, ids[owners < 0].tolist()
 
     def drop(self, blocks: list[int]) -> None:
         """The pool evicted ``blocks`` (each published in one group): forget their keys,

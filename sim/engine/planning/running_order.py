@@ -175,9 +175,9 @@ def _decode_arrays(planner: PlannerOps, plan: PlanDraft, decoded: np.ndarray):
     """Move the decoded rows first (apply reads the first ``plan.decode_rows``), count
     their new token in their context, and return (ids, contexts, input tokens)."""
     d = planner.state.decodes
-    mask = np.isin(d.seq_id, decoded)
-    if not mask.all():
-        d.extend(d.take(~mask))  # the others after them, in their order
+    if decoded.shape[0] < d.seq_id.shape[0]:  # (``decoded`` are distinct decode ids)
+        later = ~np.isin(d.seq_id, decoded)
+        d.extend(d.take(later))  # the others after them, in their order
     rows = plan.decode_rows = int(decoded.shape[0])
     if not rows:
         empty = np.zeros(0, dtype=np.int64)
