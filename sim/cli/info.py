@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import sys
 from pathlib import Path
 
 from sim.cli.common import UsageError, output_file
@@ -278,5 +279,12 @@ def cmd_init(args) -> int:
     except ScenarioError as err:
         raise RuntimeError(f"the starter scenario does not validate: {err}") from None
     _write(out, text)
-    print(f"wrote {out}; run it with: pagesim run {out}")
+    print(f"wrote {out}; run it with: {_invoked_as()} run {out}")
     return 0
+
+
+def _invoked_as() -> str:
+    """The command as the user typed it (``.venv/bin/pagesim``, or ``pagesim`` on the
+    PATH), so a printed next step works in their shell as printed."""
+    typed = sys.argv[0] if sys.argv else ""
+    return typed if Path(typed).name == "pagesim" else ".venv/bin/pagesim"
