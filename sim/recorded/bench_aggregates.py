@@ -98,8 +98,8 @@ def aggregate_run(raw: dict[str, Any], run: RecordedRun, where: str) -> Recorded
     )
     if figures.completed + figures.failed > sent:
         raise RecordError(f"{where}: num_prompts: {sent}, fewer than completed + failed")
-    prompt = max(1, round(figures.total_input_tokens / figures.completed))
-    output = max(1, round(figures.total_output_tokens / figures.completed))
+    prompt = _mean_length(figures.total_input_tokens, figures.completed, where, "input")
+    output = _mean_length(figures.total_output_tokens, figures.completed, where, "output")
     whole = StageFigures(
         index=-1,
         rate_rps=None if math.isinf(figures.request_rate) else figures.request_rate,
@@ -125,6 +125,23 @@ def aggregate_run(raw: dict[str, Any], run: RecordedRun, where: str) -> Recorded
         workload={"arrival": arrival, "input": prompt, "output": output},
         notes=(*run.notes, *notes),
     )
+
+
+#: The longest mean prompt or output an aggregate may give (tokens): past any model's
+#: context, so a replay of it could only be refused.
+MAX_MEAN_TOKENS = 1 << 24
+
+
+def _mean_length(total: int, completed: int, where: str, kind: str) -> int:
+    """The mean ``kind`` length over ``completed`` requests, at least 1; RecordError past
+    :data:`MAX_MEAN_TOKENS`."""
+    mean = max(1, round(total / completed))
+    if mean > MAX_MEAN_TOKENS:
+        raise RecordError(
+            f"{where}: total_{kind}_tokens: {total:,} over {completed:,} completed requests "
+            f"is {mean:,} tokens each, more than any model's context ({MAX_MEAN_TOKENS:,})"
+        )
+    return mean
 
 
 def _arrival(rate: float, burstiness: float) -> tuple[dict[str, Any], str]:

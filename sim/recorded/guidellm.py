@@ -172,6 +172,11 @@ def _columns(rows: list[tuple[GuideRequest, str]], where: str, block: int) -> Re
             )
         if r.request_end_time < r.request_start_time:
             raise RecordError(f"{where}: request {i}: request_end_time: before its start")
+        if r.cached_tokens is not None and r.cached_tokens > (r.prompt_tokens or 0):
+            raise RecordError(
+                f"{where}: request {i}: cached_tokens: {r.cached_tokens:,}, more than its "
+                f"{r.prompt_tokens or 0:,} prompt tokens"
+            )
         send.append(r.request_start_time)
         ok = not error
         first.append(r.request_start_time + r.time_to_first_token_ms / 1e3 if ok else np.nan)

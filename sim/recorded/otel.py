@@ -33,9 +33,13 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import BeforeValidator, Field
 
-from sim.recorded.fields import Count, Elapsed, not_a_flag
+from sim.recorded.fields import Elapsed, not_a_flag
 from sim.recorded.files import Record, parse, read_json, read_json_lines, sha256_of
 from sim.recorded.run import EngineConfig, RecordedRequests, RecordedRun, RecordError
+
+#: A token count as an OTLP attribute holds it: OTLP's JSON writes 64-bit integers as
+#: texts (``{"intValue": "300"}``), so a text of digits is a count here.
+Count = Annotated[int, BeforeValidator(not_a_flag), Field(ge=0, le=1 << 40)]
 
 #: The span vLLM emits for each finished request.
 SPAN_NAME = "llm_request"

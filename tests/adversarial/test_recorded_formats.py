@@ -139,6 +139,8 @@ LIFECYCLE = {
     ),
     "output_toks 2^41": row("output_toks", 2**41),
     "output_toks a list": row("output_toks", [20]),
+    "output_toks a text of digits": row("output_toks", "20"),
+    "queued_ts a text of digits": row("queued_ts", "1.5"),
     "output_toks null": row("output_toks", None),
     "error a number": row("error", 500),
     "error an object": row("error", {"code": 500}),
@@ -327,7 +329,7 @@ INFERENCE_PERF = {
         "load.request_timeout", 0, "replay would not be a valid scenario", "timeout"
     ),
     "config: a request timeout of -5": config(
-        "load.request_timeout", -5, "replay would not be a valid scenario", "timeout"
+        "load.request_timeout", -5, "load.request_timeout", "expected a figure >= 0"
     ),
     "stage: successes missing": report(_STAGE, "successes", GONE),
     "stage: successes.latency a list": report(_STAGE, "successes.latency", [1]),
@@ -569,6 +571,16 @@ OTHERS = {
         "mean_ttft_ms",
     ),
     "aggregates: request_rate -1": aggregates({"request_rate": -1}, "request_rate"),
+    "aggregates: a negative mean TTFT": aggregates({"mean_ttft_ms": -12.5}, "mean_ttft_ms"),
+    "aggregates: a negative throughput": aggregates(
+        {"request_throughput": -3.0}, "request_throughput"
+    ),
+    "aggregates: a mean prompt past any context": aggregates(
+        {"total_input_tokens": 1 << 40}, "total_input_tokens"
+    ),
+    "aggregates: a mean output past any context": aggregates(
+        {"total_output_tokens": 1 << 40}, "total_output_tokens"
+    ),
     "otel: an attribute missing": spans(lambda s: s["attributes"].pop(0), "time_to_first_token"),
     "otel: a negative count": spans(
         lambda s: s["attributes"][3]["value"].update(intValue="-1"), "prompt_tokens"
@@ -587,6 +599,9 @@ OTHERS = {
     ),
     "guidellm: a success without its TTFT": guide(
         lambda r: r.update(time_to_first_token_ms=None), "time_to_first_token_ms"
+    ),
+    "guidellm: more tokens cached than prompted": guide(
+        lambda r: r.update(cached_tokens=10 * r["prompt_tokens"]), "cached_tokens"
     ),
     "guidellm: an end before its start": guide(
         lambda r: r.update(request_end_time=1.0), "request_end_time"
