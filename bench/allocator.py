@@ -19,6 +19,7 @@ vLLM's BlockPool on the same patterns, in the same process: bench/vs_vllm_block_
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
@@ -127,6 +128,7 @@ def median_us(measure: Callable[[], float]) -> float:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help
     a = median_us(lambda: grow_one_by_one(caching=False))
     b = median_us(lambda: grow_one_by_one(caching=True))
     c = median_us(shared_prefix)

@@ -12,6 +12,7 @@ TPOT p99 and the verdict; then CPU time and the load average. Asserts nothing.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -72,6 +73,7 @@ def kv_per_token(sets: list[str]) -> tuple[int, int, int]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help
     start = time.process_time()
     print(f"load average (1 min): {os.getloadavg()[0]:.2f}")
     header = (

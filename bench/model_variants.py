@@ -15,6 +15,7 @@ Prints the tables, CPU time and the load average. Asserts nothing.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -58,6 +59,7 @@ def row(label: str, summary: dict) -> str:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help
     start = time.process_time()
     print(f"load average (1 min): {os.getloadavg()[0]:.2f}")
     header = (

@@ -18,6 +18,7 @@ line per row and the MAPE per table. Asserts nothing.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import statistics
 import sys
@@ -52,6 +53,7 @@ def predicted_us(moe, tokens: int) -> float:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help
     rows = list(csv.DictReader((ROOT / "validation/moe-kernels/fused_moe.csv").open()))
     tables: dict[tuple, list[dict]] = {}
     for row in rows:

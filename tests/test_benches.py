@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 GROUPS = ("plan", "allocator", "cost model", "apply", "record", "SimPy + loop remainder")
 #: Functions every default run calls on its hot path. The table drops labels never called,
@@ -122,3 +124,20 @@ def test_the_gpu_model_step_builds_its_executor_from_what_the_bench_hands_it():
         dtype=torch.float32,
     )
     assert step["num_decodes"] == 2 and step["step_ms"] > 0 and step["decode_only_step_ms"] > 0
+
+
+SCRIPTS = sorted(
+    path.relative_to(ROOT).as_posix()
+    for path in (ROOT / "bench").rglob("*.py")
+    if 'if __name__ == "__main__"' in path.read_text(encoding="utf-8")
+)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_bench_script_answers_help_without_running(script):
+    """``--help`` prints the usage and exits: it never starts the measurement."""
+    out = subprocess.run(
+        [sys.executable, script, "--help"], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("usage: "), out.stdout[:200]

@@ -7,11 +7,14 @@ must be installed before sglang is imported, hence the late imports.
 
 # ruff: noqa: E402
 
+import argparse
 import os
 import sys
 import time
 import types
 
+if __name__ == "__main__":  # --help before SGLang (another venv) is imported
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import stubs
 
