@@ -101,15 +101,15 @@ def main() -> None:
                 theirs = fresh.get(path.stem, block["scheduler_cpu_s"] / max(1, block["steps"]))
                 mark = "" if path.stem in fresh else "*"
                 ratios.append(theirs / ours)
-                line += f" {ours * 1e6:15.1f} {theirs * 1e6:12.1f}{mark:1} {theirs / ours:6.0f}"
+                line += f" {ours * 1e6:15.1f} {theirs * 1e6:12.1f}{mark:1} {theirs / ours:6.2f}"
             difference = parity.first_difference or "-"
             print(f"{line}  {difference[:90]}")
         print(f"{len(paths)} streams, {total} steps, {same} identical ({same / total:.1%})")
         if ratios:
             median = statistics.median(ratios)
             print(
-                f"vLLM's scheduler CPU / pagesim's per step: median {median:.0f}x, "
-                f"min {min(ratios):.0f}x" + ("" if fresh else "  (* as recorded in the file)")
+                f"vLLM's scheduler CPU / pagesim's per step: median {median:.2f}x, "
+                f"min {min(ratios):.2f}x" + ("" if fresh else "  (* as recorded in the file)")
             )
 
 
