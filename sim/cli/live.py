@@ -8,6 +8,7 @@ it (exit code 2), after every check that does not need it.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from sim.cli.common import UsageError, add_scenario_options, load, port, positive_int, require
@@ -185,7 +186,23 @@ def _observe(args, scenario, requests, options, out: Path) -> int:
         f"{result.wall_s:.1f} s; errors: {errors or 'none'}"
     )
     print(f"wrote {out}/" + ("summary.json" if args.no_report else "report.html"))
+    _warn_if_uncalibratable(out)
     return 0
+
+
+def _warn_if_uncalibratable(run: Path) -> None:
+    """Say on stderr when ``calibrate --observed`` could not fit this run (too few
+    requests ran alone: the endpoint was never idle long enough at this load)."""
+    from sim.cli.observed import read_timings
+    from sim.live.fit import lone_shortfall
+
+    shortfall = lone_shortfall(read_timings(run))
+    if shortfall:
+        print(
+            f"warning: {shortfall}, so calibrate --observed cannot fit this run: observe "
+            "a load with idle gaps (a first stage at a low rate) or --max-connections 1",
+            file=sys.stderr,
+        )
 
 
 def cmd_serve(args) -> int:

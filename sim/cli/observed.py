@@ -28,7 +28,7 @@ def cmd_calibrate_observed(args) -> int:
     out = output_file(args.out, "--out")
     run = Path(args.observed)
     scenario = _run_scenario(run)
-    timings = _read_timings(run)
+    timings = read_timings(run)
     try:
         fitted = fit_observed(
             timings, source=str(run), token_budget=scenario["scheduler"]["max_num_batched_tokens"]
@@ -70,7 +70,10 @@ def format_observed_fit(fitted) -> str:
     return "\n".join(lines)
 
 
-def _read_timings(run: Path):
+def read_timings(run: Path):
+    """The send, first-token and end times of an observed run's requests, their prompt
+    lengths and every token's arrival (observed.csv, requests.csv, tokens.csv); a
+    UsageError names the file that is missing or wrong."""
     import numpy as np
 
     from sim.cli.compare import read_csv_columns

@@ -92,6 +92,19 @@ def lone_prefills(t: Timings) -> np.ndarray:
     return np.asarray(alone, dtype=np.int64)
 
 
+def lone_shortfall(t: Timings) -> str:
+    """Why ``t`` cannot calibrate TTFT against prompt length ('' when it can): fewer than
+    3 requests ran alone, or they have fewer than 2 prompt lengths."""
+    lone = lone_prefills(t)
+    lengths = np.unique(t.prompt_tokens[lone]).size
+    if lone.size >= 3 and lengths >= 2:
+        return ""
+    return (
+        f"{lone.size} request(s) ran alone ({lengths} prompt length(s)); fitting TTFT "
+        "against prompt length needs 3 with 2 lengths or more"
+    )
+
+
 def decode_gaps(t: Timings) -> tuple[np.ndarray, np.ndarray]:
     """(gap seconds, streams decoding) of every token gap during which no request was
     waiting for its first token."""
@@ -124,14 +137,11 @@ def fit_observed(t: Timings, *, token_budget: int, source: str) -> Calibration:
     """The calibrated model's coefficients from an observed run (module docstring).
     Raises CalibrationError (one line naming ``source``) when the run has too few lone
     prefills or decode gaps to fit."""
+    shortfall = lone_shortfall(t)
+    if shortfall:
+        raise CalibrationError(f"{source}: {shortfall}: observe at a lower arrival rate")
     lone = lone_prefills(t)
     lengths = t.prompt_tokens[lone].astype(np.float64)
-    if lone.size < 3 or np.unique(lengths).size < 2:
-        raise CalibrationError(
-            f"{source}: {lone.size} request(s) ran alone ({np.unique(lengths).size} prompt "
-            "length(s)); fitting TTFT against prompt length needs 3 with 2 lengths or more: "
-            "observe at a lower arrival rate"
-        )
     steps = np.ceil(lengths / token_budget)
     prefill = np.column_stack([steps, lengths, lengths * (lengths + 1) / 2])
     ttft = t.first_token_s[lone] - t.send_s[lone]

@@ -4,7 +4,10 @@ loopback port), ``pagesim observe`` against it, ``pagesim calibrate --observed``
 calibration, then ``pagesim compare`` of the two and the server's /metrics.
 
 What is asserted is structure and that both sides measured something, not accuracy
-(which depends on the machine: README, "Live endpoints", records what it was here)."""
+(which depends on the machine: README, "Live endpoints", records what it was here). The
+first five requests are a second apart, so they run alone however slow or loaded the
+machine is: calibrate --observed fits TTFT on them, and nothing asserted depends on the
+machine's speed."""
 
 from __future__ import annotations
 
@@ -35,7 +38,10 @@ model: tiny
 cache: {{block_size: 16, num_blocks: 64}}
 scheduler: {{max_num_seqs: 8, max_num_batched_tokens: 256}}
 workload:
-  arrival: {{kind: poisson, rate_rps: 12}}
+  arrival:
+    kind: stages
+    process: constant
+    stages: [{{rate_rps: 1, duration_s: 5}}, {{rate_rps: 12, duration_s: 1.6}}]
   input: {{kind: uniform, min: 16, max: 64}}
   output: {{kind: uniform, min: 4, max: 16}}
 simulation: {{num_requests: {NUM_REQUESTS}, seed: 0}}
