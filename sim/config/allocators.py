@@ -19,6 +19,8 @@ from backend.shipped import SHIPPED_ALLOCATORS as SHIPPED
 from policies.registry import UnknownPolicy, load_object
 
 PLUGIN_FORMS = "a plug-in 'module:Class' or 'path/file.py:Class'"
+#: The constructor arguments an error line shows (the others can be long tuples).
+_SHOWN = ("num_blocks", "block_size", "num_cpu_blocks", "enable_prefix_caching")
 
 
 def is_plugin(name: str) -> bool:
@@ -53,7 +55,15 @@ def load_allocator_class(spec: str, base_dir: Path | None = None) -> type[Alloca
     if inspect.isabstract(obj):
         missing = ", ".join(sorted(obj.__abstractmethods__))
         raise ValueError(f"{spec!r} does not implement the Allocator methods {missing}")
+    for flag in CAPABILITY_FLAGS:
+        value = getattr(obj, flag, False)
+        if not isinstance(value, bool):
+            raise ValueError(f"{spec!r}: {flag} must be True or False, got {value!r}")
     return obj
+
+
+#: The class attributes an allocator declares its capabilities with (backend.base).
+CAPABILITY_FLAGS = ("supports_prefix_caching", "supports_kv_groups", "supports_offload_tier")
 
 
 def construct(
@@ -63,16 +73,22 @@ def construct(
     block_size: int,
     num_cpu_blocks: int,
     enable_prefix_caching: bool,
+    **declared,
 ) -> Allocator:
-    """``cls`` built as an AllocatorFactory. Raises ValueError with one line if the
-    constructor fails or returns something else than an Allocator."""
+    """``cls`` built as an AllocatorFactory, with the arguments of the capabilities it
+    declares (``declared``: ``kv_groups``, ``num_offload_blocks``, ``lower_tiers``).
+    Raises ValueError with one line if the constructor fails or returns something else
+    than an Allocator."""
     arguments = {
         "num_blocks": num_blocks,
         "block_size": block_size,
         "num_cpu_blocks": num_cpu_blocks,
         "enable_prefix_caching": enable_prefix_caching,
+        **declared,
     }
-    call = f"{cls.__name__}({', '.join(f'{k}={v!r}' for k, v in arguments.items())})"
+    shown = {k: v for k, v in arguments.items() if k in _SHOWN}
+    more = ", ..." if declared else ""
+    call = f"{cls.__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())}{more})"
     try:
         allocator = cls(**arguments)
     except Exception as err:

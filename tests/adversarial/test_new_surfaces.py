@@ -191,6 +191,70 @@ config_case(  # 2,000 KV cache groups over the blocks a whole H100 holds of so t
 )
 
 
+# -- plug-in allocators declaring capabilities -----------------------------------------------
+PLUGINS = """
+from backend.blocks import BlockManager
+from backend.contiguous import ContiguousAllocator
+
+
+class Subclass(BlockManager):
+    pass
+
+
+class CapabilityAsText(BlockManager):
+    supports_kv_groups = "no"
+
+
+class OffloadAsNumber(BlockManager):
+    supports_offload_tier = 1
+
+
+class ContiguousClaimingGroups(ContiguousAllocator):
+    supports_kv_groups = True
+"""
+WINDOWED = {"model": {"config": GPT_OSS}, "cache": {"block_size": 16, "num_blocks": 256}}
+OFFLOADED = {"cache": {**TINY_SCENARIO["cache"], **CACHING, "offload": [{"num_blocks": 64}]}}
+
+
+def plugin_scenario(folder: Path, allocator: str, sections: dict) -> list[str]:
+    """``pagesim run`` of TINY_SCENARIO with ``sections`` and the plug-in ``allocator``
+    (``PLUGINS`` written beside it as plugins.py)."""
+    (folder / "plugins.py").write_text(PLUGINS)
+    raw = copy.deepcopy(TINY_SCENARIO)
+    raw.update(copy.deepcopy(sections))
+    raw["cache"]["allocator"] = allocator
+    (folder / "s.yaml").write_text(yaml.safe_dump(raw))
+    return ["run", str(folder / "s.yaml"), "--out", str(folder / "out"), "--quiet", "--no-report"]
+
+
+def plugin_case(name: str, allocator: str, sections: dict, culprits: list[str]) -> None:
+    def build(folder: Path):
+        return plugin_scenario(folder, allocator, sections), ["s.yaml", *culprits]
+
+    CASES[name] = build
+
+
+for _label, _sections in (("windows", WINDOWED), ("an offload tier", OFFLOADED)):
+    plugin_case(
+        f"a capability written as a text, under {_label}",
+        "plugins.py:CapabilityAsText",
+        _sections,
+        ["cache.allocator", "supports_kv_groups", "True or False"],
+    )
+    plugin_case(
+        f"a capability written as a number, under {_label}",
+        "plugins.py:OffloadAsNumber",
+        _sections,
+        ["cache.allocator", "supports_offload_tier", "True or False"],
+    )
+plugin_case(
+    "a contiguous allocator claiming KV cache groups",
+    "plugins.py:ContiguousClaimingGroups",
+    WINDOWED,
+    ["cache.allocator", "cannot construct ContiguousClaimingGroups("],
+)
+
+
 # ---------------------------------------------------------------------------- tests
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
@@ -239,3 +303,13 @@ def test_compare_refuses_a_summary_whose_offload_block_lies(a_run, tmp_path, off
     result = run_cli(["compare", str(a_run), str(broken)])
     assert one_line_error(result, "summary.json", culprit) == ""
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("allocator", ["backend.blocks:BlockManager", "plugins.py:Subclass"])
+@pytest.mark.parametrize("sections", [WINDOWED, OFFLOADED], ids=["windows", "offload"])
+def test_the_shipped_manager_as_a_plug_in_runs_with_what_it_declares(tmp_path, allocator, sections):
+    """The shipped manager (or a subclass) named as a plug-in declares KV cache groups and
+    offload tiers: a windowed model or an offload tier runs on it as on ``paged``."""
+    result = run_cli(plugin_scenario(tmp_path, allocator, sections))
+    assert result.returncode == 0, result.describe()
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["num_finished"] > 0

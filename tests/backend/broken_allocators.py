@@ -68,7 +68,7 @@ class FreeKeepsKeys(BlockManager):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._index.partition = lambda blocks: ([], list(blocks))
+        self._index.partition = lambda blocks: ([], [], list(blocks))
 
 
 class SharedAcrossTenants(BlockManager):
