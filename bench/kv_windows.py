@@ -45,7 +45,8 @@ RATES = {"gpt-oss-20b": (1.0, 1.5), "gemma-3-12b": (0.25, 0.5)}
 def run(sets: list[str]) -> tuple[dict, int]:
     """The run's summary and the most sequences a step ran."""
     with tempfile.TemporaryDirectory() as out:
-        args = ["run", str(ROOT / SCENARIO), "--out", out, "--quiet", "--no-report"]
+        # (not --quiet: each run's progress bar and ETA show on stderr)
+        args = ["run", str(ROOT / SCENARIO), "--out", out, "--no-report"]
         for assignment in sets:
             args += ["--set", assignment]
         with contextlib.redirect_stdout(io.StringIO()):  # (its "wrote ..." lines)

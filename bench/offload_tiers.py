@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sim.config.loader import load_scenario  # noqa: E402
+from sim.run.progress import map_with_progress  # noqa: E402
 from sim.run.runner import simulate  # noqa: E402
 
 SCENARIO = ROOT / "scenarios" / "trace-mooncake.yaml"
@@ -106,7 +107,7 @@ def main() -> None:
     rows = cases(args.requests, args.capacities, args.disks)
     began = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(run, *zip(*rows, strict=True)))
+        results = map_with_progress(pool, run, *zip(*rows, strict=True), label="cases", unit="run")
     print(
         f"Mooncake conversation trace, first {args.requests} requests; llama-3.1-8b, one "
         "H100 at a quarter of the trace's rate, vllm-v1"

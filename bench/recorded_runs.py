@@ -41,6 +41,7 @@ from sim.recorded.stages import (  # noqa: E402
     series_means,
     stage_windows,
 )
+from sim.run.progress import map_with_progress  # noqa: E402
 from sim.run.runner import simulate  # noqa: E402
 
 CORPUS = ROOT / "validation" / "recorded" / "runs"
@@ -207,7 +208,8 @@ def main() -> int:
     load = os.getloadavg()[0]
     wall = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        results = list(pool.map(replay, runs, [tuple(args.overrides)] * len(runs)))
+        overrides = [tuple(args.overrides)] * len(runs)
+        results = map_with_progress(pool, replay, runs, overrides, label="replaying", unit="run")
     simulated_cpu = sum(r["cpu_s"] for r in results)
     print(
         f"{len(runs)} recorded runs replayed: simulate CPU {simulated_cpu:.0f} s, wall "

@@ -8,6 +8,7 @@ log holds no carriage-return noise.
 from __future__ import annotations
 
 import sys
+from concurrent.futures import as_completed
 from typing import TextIO
 
 from tqdm import tqdm
@@ -69,3 +70,16 @@ class Progress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+def map_with_progress(pool, fn, *iterables, label: str, unit: str) -> list:
+    """``list(pool.map(fn, *iterables))`` on an executor ``pool``, with a bar of the
+    calls done on stderr (a bench's cases, say): the results in the calls' order."""
+    futures = [pool.submit(fn, *args) for args in zip(*iterables, strict=True)]
+    bar = Progress(len(futures), label, unit=unit)
+    try:
+        for done, _ in enumerate(as_completed(futures), 1):
+            bar.update(done)
+    finally:
+        bar.close()
+    return [future.result() for future in futures]
