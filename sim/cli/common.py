@@ -56,14 +56,15 @@ def output_file(path: str | Path, option: str) -> Path:
     return Path(path)
 
 
-def output_folder(path: str | Path, option: str) -> Path:
-    """``path`` as a folder a command writes files into (created if missing; files it
-    already holds are kept), checked like :func:`output_file`."""
-    from sim.run.folders import check_target
+def output_folder(path: str | Path, option: str, *, force: bool) -> Path:
+    """``path`` as a folder a command writes files into (created if missing), checked
+    like :func:`output_file`; one that holds files already is refused unless ``force``
+    (the rule ``pagesim run`` keeps: nothing is replaced unasked)."""
+    from sim.run.folders import FolderExists, check_target
 
     try:
-        check_target(Path(path), force=True)
-    except ValueError as err:
+        check_target(Path(path), force=force)
+    except (FolderExists, ValueError) as err:  # (FolderExists says to pass --force)
         raise UsageError(f"{option}: {err}") from None
     return Path(path)
 

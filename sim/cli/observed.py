@@ -123,7 +123,7 @@ def cmd_validate_observed(args) -> int:
         raise UsageError(f"{run}: not an observed run (pagesim observe writes one)")
     _check_same_requests(scenario, _run_scenario(run), run)
     out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-validation-observed"
-    output_folder(out, "--out")
+    output_folder(out, "--out", force=args.force)
     simulated, cost_model = _simulate(scenario, args.calibration)
     write_run(simulated, scenario, out / "simulated", html=not args.no_report, force=True)
     report = build_report(

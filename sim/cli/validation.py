@@ -114,6 +114,7 @@ def _add_validate(sub) -> None:
     cmd.add_argument("--observed", metavar="RUN", help="compare with a `pagesim observe` run")
     cmd.add_argument("--calibration", help="calibration JSON (default: profile and fit first)")
     cmd.add_argument("--out", help="output directory (default runs/<scenario>-validation)")
+    cmd.add_argument("--force", action="store_true", help="replace what --out holds")
     cmd.add_argument(
         "--step-repeats",
         type=int,
@@ -307,7 +308,7 @@ def cmd_validate(args) -> int:
     _check_timing_options(args, step_repeats=args.step_repeats)
     scenario = load(args.scenario, args.overrides, args.seed)
     out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-validation"
-    output_folder(out, "--out")
+    output_folder(out, "--out", force=args.force)
     device = scenario.backend.device
     fitted = load_calibration(args.calibration, scenario) if args.calibration else None
     if fitted is None:

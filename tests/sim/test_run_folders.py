@@ -138,3 +138,14 @@ def test_commands_that_need_torch_name_the_extra(command, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "needs torch, which is not installed: pip install -e '.[real]'" in err
     assert len(err.splitlines()) == 1
+
+
+def test_validate_never_replaces_an_earlier_result_unasked(tmp_path, capsys):
+    # One rule with `pagesim run`: a folder that holds files is refused without --force.
+    out = tmp_path / "validation"
+    out.mkdir()
+    (out / "validation.json").write_text("{}")
+    code = main(["validate", str(TINY), "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--out" in err[0] and "--force" in err[0]
+    assert (out / "validation.json").read_text() == "{}"
