@@ -145,17 +145,29 @@ def format_compare(
         for key, values in fields.items()
     ]
     metric_rows = [[label, *texts] for label, _, texts in rows]
+    warned = run_warnings_lines(summaries)
     if fmt == "markdown":
         parts = [_markdown(["metric", *labels], metric_rows)]
         if field_rows:
             table = _markdown(["scenario field that differs", *labels], field_rows)
             parts.append(table)
-        return "\n\n".join(parts)
+        return "\n\n".join([*parts, *warned])
     parts = [align_table([["metric", *labels], *metric_rows])]
     if field_rows:
         short = [[key, *(_shorten(cell) for cell in cells)] for key, *cells in field_rows]
         parts.append(align_table([["scenario field that differs", *labels], *short]))
-    return "\n\n".join(parts)
+    return "\n\n".join([*parts, *warned])
+
+
+def run_warnings_lines(summaries: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Each run's summary warnings (settings the run shows could not have mattered, so a
+    difference in them is no finding), one ``warning (label): ...`` line each."""
+    return [
+        f"warning ({label}): {text}"
+        for label, summary in summaries.items()
+        for text in summary.get("warnings") or ()
+        if isinstance(text, str)
+    ]
 
 
 def _shorten(text: str, width: int = _CELL_WIDTH) -> str:

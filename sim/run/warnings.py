@@ -11,13 +11,15 @@ def run_warnings(scenario, summary: dict[str, Any]) -> list[str]:
     summary's ``kv`` block; mutates nothing."""
     warnings = []
     if "eviction" in scenario.model_fields_set:
-        warnings += _eviction(scenario, summary.get("kv") or {})
+        warnings += _eviction(scenario, summary)
     return warnings
 
 
-def _eviction(scenario, kv: dict[str, Any]) -> list[str]:
+def _eviction(scenario, summary: dict[str, Any]) -> list[str]:
     """An eviction policy chooses only when prefix caching keeps blocks and a full pool
-    makes it reclaim one."""
+    makes it reclaim one, and its choice matters only if a request ever hits a kept
+    block."""
+    kv = summary.get("kv") or {}
     policy = scenario.eviction.policy
     if not scenario.cache.prefix_caching:
         return [
@@ -30,5 +32,11 @@ def _eviction(scenario, kv: dict[str, Any]) -> list[str]:
         return [
             f"eviction.policy {policy} never chose: no cached block was evicted, the pool "
             f"never ran out of free blocks{seen}"
+        ]
+    if summary.get("prefix_hit_rate") == 0:
+        return [
+            f"eviction.policy {policy} could not matter: it evicted blocks, but no request "
+            "ever hit the prefix cache (hit rate 0 %), so which blocks it kept made no "
+            "difference (the workload shares no prefix)"
         ]
     return []

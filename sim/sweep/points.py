@@ -109,6 +109,8 @@ def point_row(
     for axis in axes:
         row[axis] = axis_text(point.values[axis]) if axis in point.values else ""
     if summary is not None:
+        # settings the point's run shows could not have mattered (sim.run.warnings)
+        row["warnings"] = "; ".join(w for w in summary.get("warnings") or () if isinstance(w, str))
         for name, value in flatten(summary).items():
             row.setdefault(name, value)
     return row

@@ -85,3 +85,28 @@ def test_steps_csv_has_the_column_and_its_rows_sum_to_the_total(tmp_path):
     column = lines[0].split(",").index("evicted_blocks")
     total = sum(int(line.split(",")[column]) for line in lines[1:])
     assert total == summary_of(out)["kv"]["evicted_blocks"] > 0
+
+
+def test_evictions_without_a_single_hit_are_warned_about_in_run_compare_and_sweep(tmp_path, capsys):
+    # Distinct prompts (no shared prefix) on a pool that fills: blocks are evicted, but no
+    # request ever hits the cache, so lru and lfu keep different blocks to no effect.
+    distinct = {"workload.prefix": "{num_groups: 0}", "workload.input": "{kind: fixed, value: 400}"}
+    runs = [run(tmp_path, p, **distinct, **{"eviction.policy": p}) for p in ("lru", "lfu")]
+    summaries = [summary_of(out) for out in runs]
+    for summary, policy in zip(summaries, ("lru", "lfu"), strict=True):
+        assert summary["kv"]["evicted_blocks"] > 0 and summary["prefix_hit_rate"] == 0
+        (warning,) = summary["warnings"]
+        assert warning.startswith(f"eviction.policy {policy} could not matter")
+    capsys.readouterr()
+    assert main(["compare", *map(str, runs)]) == 0
+    out = capsys.readouterr().out
+    assert "warning (lru): eviction.policy lru could not matter" in out
+    assert "warning (lfu): eviction.policy lfu could not matter" in out
+
+    from sim.sweep.points import point_row
+
+    class Point:  # (what point_row reads of a sweep point)
+        index, seed, folder, values = 0, 0, "p0", {}
+
+    row = point_row(Point(), [], summaries[0], None)
+    assert row["warnings"].startswith("eviction.policy lru could not matter")
