@@ -211,17 +211,30 @@ def _verdict(section: Mapping[str, Any], residual: float, warmup: int) -> dict[s
         if needed_s is None:
             reason = "no request that arrived in the window finished"
         else:
-            reason = (
-                f"the steady window is {window:.1f} s; a verdict needs {needed_s:.1f} s "
-                f"({MIN_WINDOW_LATENCIES} mean E2E latencies and {MIN_WINDOW_COMPLETIONS} "
-                f"completions): about {needed:,} requests"
-            )
+            reason = f"{_short_of(section)}; about {needed:,} requests would reach a verdict"
         return {"verdict": "too short", "reason": reason, "requests_needed": needed}
     reason = (
         f"requests in the system level off at {section['in_system_mean']:.1f} "
         f"(growth {growth:+.2f} req/s); {rate:.2f} req/s arrive, {done:.2f} req/s complete"
     )
     return {"verdict": "stable", "reason": reason, "requests_needed": None}
+
+
+def _short_of(section: Mapping[str, Any]) -> str:
+    """What the steady window lacks (it is shorter than ``_min_window_s``): the arrivals
+    for ``MIN_WINDOW_COMPLETIONS`` completions, or ``MIN_WINDOW_LATENCIES`` mean E2E
+    latencies."""
+    window, arrivals = section["window_s"], section["arrivals"]
+    span = MIN_WINDOW_LATENCIES * section["mean_e2e_s"]
+    if arrivals < MIN_WINDOW_COMPLETIONS:
+        return (
+            f"the steady window ({window:,.1f} s) holds {arrivals:,} arrivals; a verdict "
+            f"needs {MIN_WINDOW_COMPLETIONS:,} to complete in it"
+        )
+    return (
+        f"the steady window ({window:,.1f} s) is shorter than {MIN_WINDOW_LATENCIES} mean "
+        f"E2E latencies ({span:,.1f} s): too few requests start and finish inside it"
+    )
 
 
 def _min_window_s(section: Mapping[str, Any]) -> float | None:
