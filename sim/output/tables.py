@@ -119,7 +119,7 @@ def _offload_rows(summary: Mapping[str, Any], name: str) -> list[MetricRow]:
         (f"{name} tier prompt tokens served", served, "-" if served is None else f"{served:,}"),
         (f"{name} tier GiB loaded", gib("loaded_bytes"), _num(gib("loaded_bytes"), 1)),
         (f"{name} tier GiB stored", gib("stored_bytes"), _num(gib("stored_bytes"), 1)),
-        (f"{name} tier blocks evicted", evicted, "-" if evicted is None else str(evicted)),
+        (f"{name} tier blocks evicted", evicted, "-" if evicted is None else f"{evicted:,}"),
     ]
 
 
