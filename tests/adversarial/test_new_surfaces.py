@@ -133,6 +133,32 @@ for _value in (-1, 3, "x", True, NAN, 1.5, "sparse", INF):
         model={"config": GPT_OSS},
         cache={**CACHING, "prefix_cache_retention_interval": _value},
     )
+scenario_case(
+    "retention interval not a multiple of the block",
+    ["prefix_cache_retention_interval", "multiple of cache.block_size"],
+    model={"config": GPT_OSS},
+    cache={**CACHING, "prefix_cache_retention_interval": 24},
+)
+scenario_case(
+    "retention interval without a window",
+    ["prefix_cache_retention_interval", "no sliding window"],
+    cache={**CACHING, "prefix_cache_retention_interval": 32},
+)
+scenario_case(
+    "layer_types one entry for 24 layers",
+    ["model", "layer_types"],
+    model={"config": GPT_OSS, "layer_types": ["full_attention"]},
+)
+scenario_case(
+    "layer_types of an unknown kind",
+    ["model.layer_types"],
+    model={"config": GPT_OSS, "layer_types": ["local_attention"] * 24},
+)
+scenario_case(
+    "round-robin given a load cap",
+    ["routing.params", "load_cap"],
+    routing={"replicas": 2, "router": "round-robin", "params": {"load_cap": 2}},
+)
 for _value in ("on", "yes", -1, 0, 1.5, "full", [128], NAN, True):
     scenario_case(
         f"sliding window {_value!r}",
