@@ -6,7 +6,9 @@ example as the calls that break the allocator.
 from __future__ import annotations
 
 import contextlib
+import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,11 +45,14 @@ def check_allocator(
     steps: int = 40,
     prefix_caching: bool | None = None,
     name: str = "",
+    on_progress: Callable[[int], None] | None = None,
 ) -> CheckResult:
     """Run the allocator state machine on the allocators ``factory`` builds: up to
     ``examples`` examples of up to ``steps`` calls each, drawn from ``seed_value`` (the
     same seed gives the same run). A failure is shrunk to a minimal example. The
-    Hypothesis example database is not used, so nothing is written anywhere."""
+    Hypothesis example database is not used, so nothing is written anywhere.
+    ``on_progress(allocators built so far)`` is called about twice a second while it
+    runs (a progress bar)."""
     guarded = guarded_factory(factory)
     try:
         if prefix_caching is None:
@@ -77,6 +82,10 @@ def check_allocator(
     def build():
         return machine()
 
+    done = threading.Event()
+    if on_progress is not None:
+        args = (machine.stats, on_progress, done)
+        threading.Thread(target=_report, args=args, daemon=True).start()
     try:
         with with_reporter(lambda text: None), watching():  # the example is on the exception
             run_state_machine_as_test(seed(seed_value)(build), settings=config)
@@ -88,7 +97,15 @@ def check_allocator(
         if not isinstance(err, AssertionError):  # (a check's verdict says what broke)
             error += f" ({origin(err)})"
         return CheckResult(False, dict(machine.stats), example_calls(err), error)
+    finally:
+        done.set()
     return CheckResult(True, dict(machine.stats))
+
+
+def _report(stats: dict, on_progress: Callable[[int], None], done: threading.Event) -> None:
+    """Call ``on_progress`` with the allocators built so far until ``done``."""
+    while not done.wait(0.5):
+        on_progress(stats["runs"])
 
 
 def origin(err: BaseException) -> str:

@@ -9,6 +9,7 @@ hypothesis installed), as one line.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from sim.cli.common import UsageError, require
 
@@ -60,11 +61,22 @@ def cmd_check_allocator(args) -> int:
     from backend.testing import check_allocator
     from backend.testing.factories import SHIPPED
 
+    from sim.run.progress import Progress
+
     spec = args.allocator
     factory = SHIPPED.get(spec) or _user_class(spec)
-    result = check_allocator(
-        factory, examples=args.examples, seed_value=args.seed, steps=args.steps
-    )
+    # (a bar on a terminal only: a log or a test's captured stderr keeps just the verdict)
+    bar = Progress(args.examples, "checking", enabled=sys.stderr.isatty(), unit="example")
+    try:
+        result = check_allocator(
+            factory,
+            examples=args.examples,
+            seed_value=args.seed,
+            steps=args.steps,
+            on_progress=bar.update,
+        )
+    finally:
+        bar.close()
     stats = result.stats
     runs = f"{stats['runs']:,} allocators driven through {stats['calls']:,} calls"
     if result.passed:
