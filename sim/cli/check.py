@@ -60,7 +60,6 @@ def cmd_check_allocator(args) -> int:
     require("hypothesis", "check-allocator")
     from backend.testing import check_allocator
     from backend.testing.factories import SHIPPED
-
     from sim.run.progress import Progress
 
     spec = args.allocator
