@@ -158,9 +158,7 @@ def test_a_time_scale_that_makes_arrivals_infinite_is_refused(tmp_path):
         scenario
     )
     scenario = trace_scenario(tmp_path, "t.csv", HEADER + "0,5,5\n", time_scale=".inf")
-    assert "workload.arrival.time_scale: expected a finite number, got inf" in load_error(
-        scenario
-    )
+    assert "workload.arrival.time_scale: expected a finite number, got inf" in load_error(scenario)
 
 
 def test_readers_raise_their_own_error_for_an_unreadable_file(tmp_path):
