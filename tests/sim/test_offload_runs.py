@@ -104,7 +104,7 @@ def test_the_run_summary_names_each_tier_and_what_it_served():
     for tier in (cpu, disk):
         line = next(row for row in text.splitlines() if row.startswith(f"{tier['tier']} tier "))
         assert f"{tier['hit_tokens']:,} prompt tokens served" in line
-        assert f"{tier['evicted_blocks']} blocks evicted" in line
+        assert f"{tier['evicted_blocks']:,} blocks evicted" in line
     assert "tier" not in summary_text(run("cache.offload=[]").summary)
 
 
