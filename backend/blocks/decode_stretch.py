@@ -118,7 +118,8 @@ def write_group_rows(kv: KVGroups, seqs: np.ndarray, held: np.ndarray, tokens: n
     pool, groups = kv.pool, len(kv.groups)
     steps = tokens.shape[0]
     if not steps:
-        return usage_by_step(*(np.zeros(0, np.int64),) * 3, pool.num_blocks, 1, 0)
+        none = np.zeros(0, np.int64)
+        return usage_by_step(none, none, none, pool.num_blocks, kv.block_size, pool.num_evicted)
     before = (pool.num_free, pool.num_cached, pool.token_slots, pool.peak_used_blocks)
     crossing = (held[None, :] + np.arange(steps)[:, None]) % kv.block_size == 0
     per_row = np.count_nonzero(crossing, axis=1)

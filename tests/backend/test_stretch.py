@@ -139,29 +139,3 @@ def test_a_shared_partly_filled_block_grants_no_stretch():
     manager.fork(0, 1)  # both hold the half-filled block: the next write copies
     assert manager.plain_decode_steps(np.array([0, 1]), 5) == 0
     assert isinstance(manager, DecodeStretches)
-
-
-@given(state=managers(), data=st.data())
-def test_a_decode_step_serves_its_members_in_id_order(state, data):
-    """vLLM's running loop frees a request's out-of-window blocks right before that
-    request allocates: a decode step must end as if each member, in id order, released
-    its windows and then grew. (Released window blocks that are not kept are reused
-    before a cached block is evicted, so serving all releases first would evict less.)"""
-    manager, live, lag = state
-    if not live:
-        return
-    seqs = np.array(sorted(live), dtype=np.int64)
-    tokens = np.array(
-        data.draw(st.lists(st.integers(0, 2), min_size=seqs.size, max_size=seqs.size)), np.int32
-    )
-    reference = copy.deepcopy(manager)
-    try:
-        manager.append_batch(seqs, tokens)
-    except OutOfBlocks:
-        return
-    for seq, token in zip(seqs.tolist(), tokens.tolist()):
-        reference.append(seq, [token])
-    assert manager.usage() == reference.usage()
-    for seq in live:  # the same prefixes stay cached: a probe from each sequence hits alike
-        tokens = np.maximum(manager.read_tokens(seq), 0)  # (-1: a window released it)
-        assert manager.cached_prefix_tokens(tokens) == reference.cached_prefix_tokens(tokens)
