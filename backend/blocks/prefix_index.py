@@ -134,6 +134,12 @@ class PrefixIndex:
         # window's sparse retention, sliding_window.py); a sequence not here: all.
         self._retained: dict[int, Callable[[int], bool]] = {}
 
+    def join_group(self, owners: np.ndarray, number: int, peer: PrefixIndex | None) -> None:
+        """Serve as KV cache group ``number`` beside other groups' indexes over one pool
+        (GroupIndexes): mark each block this index publishes in the shared ``owners``
+        array, and read a sealed run's keys from ``peer`` (None: hash them)."""
+        self._owners, self._group, self._peer = owners, number, peer
+
     # -- queries ---------------------------------------------------------------------------
     @property
     def stats(self) -> PrefixCacheStats:
@@ -511,9 +517,7 @@ class GroupIndexes:
         # the pool asks it for every block it releases.
         self._owners = np.full(num_blocks, -1, np.int64)
         for number, index in enumerate(indexes):
-            index._owners, index._group = self._owners, number
-            if number:
-                index._peer = indexes[0]
+            index.join_group(self._owners, number, indexes[0] if number else None)
 
     def __len__(self) -> int:
         return sum(len(index) for index in self.indexes)
