@@ -30,7 +30,7 @@ def run_capacity_command(args) -> int:
         plan = CapacityPlan(Path(args.scenario), common, args.vary, bounds, args.tolerance)
     except ScenarioError as err:
         raise UsageError(str(err)) from None
-    out = out_folder(args, CAPACITY_JSON)
+    out = out_folder(args, CAPACITY_JSON, "search", plan.resolved())
     try:
         with executor_for(args) as executor:
             out.mkdir(parents=True, exist_ok=True)

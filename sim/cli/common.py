@@ -69,16 +69,34 @@ def output_folder(path: str | Path, option: str, *, force: bool) -> Path:
     return Path(path)
 
 
-def out_folder(args, marker: str) -> Path:
-    """``--out`` of ``pagesim sweep`` / ``capacity``, checked before any run: new, empty,
-    or an earlier run of the same command (it holds ``marker``) to resume."""
-    from sim.sweep.store import check_out
+def out_folder(args, marker: str, field: str, settings) -> Path:
+    """``--out`` of ``pagesim sweep`` / ``capacity``, checked before any run: new or empty;
+    an earlier run of the same command with the same ``settings`` (``field`` of its
+    ``marker`` file) is resumed, its finished runs kept; one with other settings is
+    replaced only with ``--force`` (the rule of every command: nothing replaced unasked)."""
+    import shutil
+
+    from sim.sweep.store import check_out, earlier_settings, same_settings
 
     out = Path(args.out)
     try:
         check_out(out, marker)
     except ValueError as err:
         raise UsageError(f"--out: {err}") from None
+    if not (out / marker).is_file():
+        return out
+    if same_settings(earlier_settings(out, marker, field), settings):
+        print(
+            f"--out {out}: the same {args.command} as before; its finished runs are kept",
+            file=sys.stderr,
+        )
+        return out
+    if not args.force:
+        raise UsageError(
+            f"--out: {out} holds a {args.command} of other settings; pass --force to "
+            "replace it or --out another folder"
+        )
+    shutil.rmtree(out)
     return out
 
 

@@ -34,7 +34,14 @@ def _axis(option: str):
 
 
 def _add_executor_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, help="output folder (an earlier one resumes)")
+    parser.add_argument(
+        "--out",
+        required=True,
+        help="output folder (one holding the same command's earlier run resumes it)",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="replace an --out that holds other settings' run"
+    )
     parser.add_argument(
         "--jobs",
         type=jobs,
@@ -178,7 +185,7 @@ def cmd_sweep(args) -> int:
         points = resolve_points(sweep)
     except ScenarioError as err:
         raise UsageError(str(err)) from None
-    out = out_folder(args, SWEEP_JSON)
+    out = out_folder(args, SWEEP_JSON, "sweep", sweep.resolved())
     try:
         with executor_for(args) as executor:
             done = run_sweep(

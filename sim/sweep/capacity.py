@@ -130,6 +130,8 @@ class CapacityPlan:
             "vary": {k: v for k, v in self.vary},
             "tolerance": self.tolerance,
             "rate_key": RATE_KEY,
+            # each configuration's SLO (the default one follows its scenario)
+            "slo": [[b.text() for b in config.bounds] for config in self.configs],
         }
 
 

@@ -30,8 +30,8 @@ MANIFEST = "manifest.json"
 
 def check_out(out: Path, marker: str) -> None:
     """``out`` may be written: missing, empty, or an earlier run of the same command
-    (it holds ``marker``, e.g. sweep.json) to resume. ValueError (one line) otherwise,
-    also when a file the command rewrites whole (points.csv, ...) is not a file."""
+    (it holds ``marker``, e.g. sweep.json). ValueError (one line) otherwise, also when a
+    file the command rewrites whole (points.csv, ...) is not a file."""
     check_target(out, force=True)
     if out.is_dir() and any(out.iterdir()) and not (out / marker).is_file():
         raise ValueError(
@@ -44,6 +44,20 @@ def check_out(out: Path, marker: str) -> None:
                 raise ValueError(
                     f"{item}: is not a file (this command rewrites it whole): remove it"
                 )
+
+
+def earlier_settings(out: Path, marker: str, field: str) -> Any:
+    """What the earlier run in ``out`` was asked (``field`` of its ``marker`` JSON), or
+    None when there is none or it cannot be read (then nothing matches it)."""
+    try:
+        return json.loads((out / marker).read_text(encoding="utf-8")).get(field)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def same_settings(stored: Any, settings: Any) -> bool:
+    """Whether ``settings`` are those stored in JSON (compared as JSON reads them back)."""
+    return stored == json.loads(json.dumps(settings, sort_keys=True))
 
 
 def write_text(path: Path, text: str) -> None:

@@ -177,3 +177,24 @@ def test_a_configuration_whose_probes_fail_is_a_failure_with_the_reason(tmp_path
     (row,) = json.loads((out / "capacity.json").read_text())["configurations"]
     assert row["status"] == "failed" and row["capacity_rps"] is None
     assert len(json.loads((out / "capacity.json").read_text())["probes"]) == 1
+
+
+def test_an_out_holding_another_search_is_replaced_only_with_force(tmp_path, capsys):
+    """One rule for --out: the same search resumes; another search's folder is refused
+    (its results would be overwritten unasked) unless --force, which replaces it whole."""
+    out = tmp_path / "cap"
+    args = ["capacity", str(TINY), "--set", "simulation.num_requests=60", "--tolerance", "0.5"]
+    args += ["--out", str(out), "--jobs", "1", "--quiet"]
+    assert main([*args, "--slo", "ttft.p99=20ms"]) == 0
+    capsys.readouterr()
+    assert main([*args, "--slo", "ttft.p99=20ms"]) == 0
+    assert "the same capacity as before" in capsys.readouterr().err
+    first = (out / "capacity.json").read_text()
+    assert main([*args, "--slo", "ttft.p99=50ms"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "other settings; pass --force" in err
+    assert (out / "capacity.json").read_text() == first  # nothing replaced
+    assert main([*args, "--slo", "ttft.p99=50ms", "--force"]) == 0
+    assert json.loads((out / "capacity.json").read_text())["search"]["slo"] == [
+        ["ttft.p99 <= 0.05 s"]
+    ]

@@ -391,3 +391,17 @@ def test_a_rewritten_file_that_is_a_folder_is_one_line(tmp_path, capsys):
     (out / "points.csv").mkdir()
     assert main(args) == 2
     assert "points.csv: is not a file" in capsys.readouterr().err
+
+
+def test_an_out_holding_another_sweep_is_replaced_only_with_force(tmp_path, capsys):
+    base = tiny_base(tmp_path, requests=60)
+    out = tmp_path / "out"
+    args = ["sweep", str(base), "--out", str(out), "--no-report", "--quiet", "--jobs", "1"]
+    assert main([*args, "--grid", "scheduler.max_num_seqs=4,8"]) == 0
+    first = (out / "points.csv").read_bytes()
+    assert main([*args, "--grid", "scheduler.max_num_seqs=4,16"]) == 2
+    assert "holds a sweep of other settings" in capsys.readouterr().err
+    assert (out / "points.csv").read_bytes() == first
+    assert main([*args, "--grid", "scheduler.max_num_seqs=4,16", "--force"]) == 0
+    assert sorted(row["scheduler.max_num_seqs"] for row in rows(out)) == ["16", "4"]
+    assert len(list((out / "runs").iterdir())) == 2  # the 8 point's run went with the rest
