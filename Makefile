@@ -6,6 +6,7 @@ BIN := $(VENV)/bin
 TORCH_WHEEL := $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl)
 SIM_STAMP := $(VENV)/.installed-sim
 TEST_STAMP := $(VENV)/.installed-test
+DOCS_STAMP := $(VENV)/.installed-docs
 
 .PHONY: run test nightly lint bench venv clean docs
 
@@ -16,6 +17,14 @@ $(SIM_STAMP): pyproject.toml
 	$(BIN)/pip install -q -e .
 	touch $(SIM_STAMP)
 
+# make docs: the simulator and mkdocs (the reference page is generated from the scenario
+# model), not the test environment's torch and triton.
+$(DOCS_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[docs]'
+	touch $(DOCS_STAMP) $(SIM_STAMP)
+
 # make test: everything the tests need, the real backend (torch, triton) included.
 $(TEST_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -23,7 +32,7 @@ $(TEST_STAMP): pyproject.toml
 	# Prefer the local CPU wheel of torch where this machine has one (no multi-GB CUDA build).
 	$(if $(TORCH_WHEEL),$(BIN)/pip install -q $(TORCH_WHEEL))
 	$(BIN)/pip install -q -e '.[real,test,serve,cluster,docs]'
-	touch $(TEST_STAMP) $(SIM_STAMP)
+	touch $(TEST_STAMP) $(SIM_STAMP) $(DOCS_STAMP)
 
 venv: $(TEST_STAMP)
 
@@ -40,7 +49,7 @@ nightly: $(TEST_STAMP)
 	HYPOTHESIS_PROFILE=nightly TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
 
 # The documentation site, built strictly (a broken link or page is an error) into site/.
-docs: $(TEST_STAMP)
+docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 lint: $(TEST_STAMP)
