@@ -6,7 +6,8 @@ script as the first thing in its <head>. The probe records every uncaught error,
 resource load (e.g. a missing plotly.min.js), unhandled promise rejection and
 console.error; after the load event it writes, into a <pre> at the end of the body,
 the errors, plotly's version and, per plotly div, its traces, how many have points,
-the points in all (hidden traces included) and its "none" / "no data" notes.
+the points in all (hidden traces included) and its "none" / "no data" / "not observable"
+notes.
 ``chromium --headless --dump-dom`` prints the DOM after load, so the test reads the
 probe's JSON from it. No driver package (selenium, playwright, a websocket client) is
 needed.
@@ -49,7 +50,8 @@ PROBE = """<script>
         return Math.max(size(full.x), size(full.y), size(trace.x), size(trace.y));
       });
       var notes = ((div._fullLayout || {}).annotations || []).map(function (a) {
-        return a.text; }).filter(function (t) { return /^(none|no data)/.test(t || ""); });
+        return a.text;
+      }).filter(function (t) { return /^(none|no data|not observable)/.test(t || ""); });
       plots.push({
         id: div.id, drawn: !!div.querySelector(".main-svg"), traces: traces.length,
         with_points: traces.filter(function (n) { return n > 0; }).length,

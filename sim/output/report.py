@@ -33,6 +33,7 @@ from sim.output.report_figures import (
     FIGURE_TITLES,
     RunData,
     arrival_figure,
+    empty_figure,
     latency_figure,
     preemption_figure,
     throughput_figure,
@@ -40,7 +41,7 @@ from sim.output.report_figures import (
 from sim.output.report_memory import cache_figure, kv_figure, load_figure, swap_figure
 from sim.output.requests import request_table
 from sim.output.steplog import StepLog
-from sim.output.tables import per_replica_rows, summary_rows
+from sim.output.tables import limiter_text, per_replica_rows, summary_rows
 
 __all__ = ["FIGURES", "FIGURE_TITLES", "MAX_POINTS", "downsample_indices", "write_report"]
 
@@ -81,8 +82,9 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     path = out / "report.html"
     data = RunData(request_table(outcomes), steps.columns(), summary, cpu_blocks)
-    figures = [figure_div(make(data), name) for name, make in FIGURES.items()]
-    top = f'<div class="top">\n{_facts_html(scenario, command)}{_summary_html(summary)}</div>\n'
+    figures = [figure_div(_figure(data, name, make), name) for name, make in FIGURES.items()]
+    facts = _facts_html(scenario, command, summary)
+    top = f'<div class="top">\n{facts}{_summary_html(summary)}</div>\n'
     head = _verdict_html(summary) + _warnings_html(summary) + top
     body = head + _per_replica_html(summary) + "\n".join(figures)
     source = plotly_script_src(path, plotly_js, share=True)  # a run folder's report
@@ -90,10 +92,27 @@ def write_report(
     return path
 
 
-def _facts_html(scenario: Mapping[str, Any] | None, command: Sequence[str] | None) -> str:
+#: Figures of the engine's steps and KV cache, which a client's recording cannot show.
+ENGINE_FIGURES = ("kv", "cache", "swap", "load", "preemptions")
+
+
+def _figure(data: RunData, name: str, make):
+    if data.observed and name in ENGINE_FIGURES:
+        return empty_figure(
+            name, "not observable: a client sees its requests, not the engine's steps"
+        )
+    return make(data)
+
+
+def _facts_html(
+    scenario: Mapping[str, Any] | None,
+    command: Sequence[str] | None,
+    summary: Mapping[str, Any],
+) -> str:
     if scenario is None:
         return ""
-    facts = html_table([], run_facts(scenario, command), css_class="facts", numeric=())
+    facts = run_facts(scenario, command, summary.get("observed"))
+    facts = html_table([], facts, css_class="facts", numeric=())
     return facts + "\n"
 
 
@@ -105,7 +124,7 @@ def _verdict_html(summary: Mapping[str, Any]) -> str:
         return ""
     css = verdict.replace(" ", "-")
     limited = window.get("limited_by")
-    limiter = f" Limited by {html.escape(limited)}." if limited else ""
+    limiter = f" Limited by {html.escape(limiter_text(window, explain=True))}." if limited else ""
     return (
         f'<p class="verdict {css}"><strong>{html.escape(verdict)}</strong>: '
         f"{html.escape(window.get('reason', ''))}.{limiter}</p>\n"

@@ -40,6 +40,8 @@ FIGURE_TITLES = {
 }
 
 TIME_AXIS = "simulated time (s)"
+#: The time axis of a run a client observed (``pagesim observe``, an imported recording).
+OBSERVED_TIME_AXIS = "time since the run began, as recorded (s)"
 
 
 class RunData:
@@ -50,6 +52,9 @@ class RunData:
     def __init__(self, table, steps, summary, cpu_blocks=None) -> None:
         self.table, self.steps, self.summary = table, steps, summary
         self.cpu_blocks = cpu_blocks
+        # A client's recording: times are its clock's, and the engine's side is unseen.
+        self.observed = summary.get("observed") is not None
+        self.time_axis = OBSERVED_TIME_AXIS if self.observed else TIME_AXIS
         self.num_steps = int(steps["time_s"].shape[0])
         self.replicas = replica_indices(steps)
         window = summary.get("steady_state") or {}
@@ -171,7 +176,7 @@ def throughput_figure(data: RunData) -> go.Figure:
             )
         fig.update_yaxes(title_text=label, rangemode="tozero", row=row, col=1)
         data.shade(fig, row=row, col=1)
-    fig.update_xaxes(title_text=TIME_AXIS, row=2, col=1)
+    fig.update_xaxes(title_text=data.time_axis, row=2, col=1)
     return layout(fig, "throughput", height=520, showlegend=False)
 
 
@@ -194,7 +199,9 @@ def arrival_figure(data: RunData) -> go.Figure:
     ):
         known = ~np.isnan(values)
         if not known.any():
-            mark_empty(fig, f"none: no request has a {label}", row=row, col=1)
+            unseen = data.observed and label == "queueing delay"
+            text = "not observable: a client does not see when a request is scheduled"
+            mark_empty(fig, text if unseen else f"none: no request has a {label}", row=row, col=1)
             continue
         index = np.flatnonzero(known)[downsample_indices(int(known.sum()))]
         fig.add_trace(
@@ -228,6 +235,6 @@ def preemption_figure(data: RunData) -> go.Figure:
         go.Scatter(x=f32(times[keep]), y=f32(cumulative[keep]), mode="lines", line_shape="hv")
     )
     data.shade(fig)
-    fig.update_xaxes(title_text=TIME_AXIS)
+    fig.update_xaxes(title_text=data.time_axis)
     fig.update_yaxes(title_text="preemptions so far", rangemode="tozero")
     return layout(fig, "preemptions", showlegend=False)

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from sim.output.page import downsample_indices, mark_empty
-from sim.output.report_figures import TIME_AXIS, RunData, empty_figure, f32, layout
+from sim.output.report_figures import RunData, empty_figure, f32, layout
 from sim.output.series import cluster_series, hit_rate_over_time, swap_traffic, time_bins
 from sim.output.steplog import KV_SPLIT_COLUMNS, KV_SPLIT_KEYS
 
@@ -42,7 +42,7 @@ def kv_figure(data: RunData) -> go.Figure:
         mark_empty(fig, "no data")
         return layout(fig, "kv")
     data.shade(fig)
-    fig.update_xaxes(title_text=TIME_AXIS)
+    fig.update_xaxes(title_text=data.time_axis)
     fig.update_yaxes(title_text="% of the replica's slots" if total_slots else "slots")
     return layout(fig, "kv")
 
@@ -99,7 +99,7 @@ def cache_figure(data: RunData) -> go.Figure:
         data.shade(fig, row=2, col=1)
     else:
         mark_empty(fig, "none: no block held a cached prefix", row=2, col=1)
-    fig.update_xaxes(title_text=TIME_AXIS, row=2, col=1)
+    fig.update_xaxes(title_text=data.time_axis, row=2, col=1)
     return layout(fig, "cache", height=560, showlegend=False)
 
 
@@ -128,7 +128,7 @@ def swap_figure(data: RunData) -> go.Figure:
     )
     fig.update_yaxes(title_text="blocks/s", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text=unit, rangemode="tozero", row=2, col=1)
-    fig.update_xaxes(title_text=TIME_AXIS, row=2, col=1)
+    fig.update_xaxes(title_text=data.time_axis, row=2, col=1)
     for row in (1, 2):
         data.shade(fig, row=row, col=1)
     return layout(fig, "swap", height=520)
@@ -166,6 +166,6 @@ def load_figure(data: RunData) -> go.Figure:
         data.shade(fig, row=row, col=1)
     if not data.replicas:
         mark_empty(fig, "no data")
-    fig.update_xaxes(title_text=TIME_AXIS, row=len(replicas), col=1)
+    fig.update_xaxes(title_text=data.time_axis, row=len(replicas), col=1)
     fig.update_yaxes(title_text="requests", rangemode="tozero", matches="y")  # one scale
     return layout(fig, "load", height=max(420, 140 * len(replicas) + 140))

@@ -59,7 +59,7 @@ def metric_rows(
 
     rows = [
         ("verdict", window.get("verdict"), window.get("verdict", "-")),
-        ("limited by", window.get("limited_by"), _limiter_text(window)),
+        ("limited by", window.get("limited_by"), limiter_text(window)),
         count("requests", s.get("num_requests")),
         count("finished", s.get("num_finished")),
         count("rejected", s.get("num_rejected")),
@@ -96,7 +96,22 @@ def metric_rows(
     ]
     for name in offload_tiers(s) if offload is None else offload:
         rows += _offload_rows(s, name)
+    if s.get("observed") is not None:  # a client's recording: the engine's side is unseen
+        rows = [
+            (label, value, NOT_OBSERVABLE if value is None and _engine_side(label) else text)
+            for label, value, text in rows
+        ]
     return rows
+
+
+#: What a run observed from the client side (``pagesim observe``, an imported recording)
+#: shows for a figure only the engine knows: unknown, never 0 or "none".
+NOT_OBSERVABLE = "not observable"
+
+
+def _engine_side(label: str) -> bool:
+    """Whether the row ``label`` is a figure of the engine's steps or KV cache."""
+    return label.startswith(("limited by", "mean batch", "preemptions", "prefix", "KV "))
 
 
 def offload_tiers(summary: Mapping[str, Any]) -> list[str]:
@@ -183,12 +198,18 @@ def _window_name(summary: Mapping[str, Any]) -> str:
     return "steady window" if (summary.get("steady_state") or {}).get("ttft_s") else "whole run"
 
 
-def _limiter_text(window: Mapping[str, Any]) -> str:
-    """The dominant limiter and its share of the window's steps, e.g. 'max_num_seqs (87%)'."""
+def limiter_text(window: Mapping[str, Any], *, explain: bool = False) -> str:
+    """The dominant limiter and its share of the window's steps, e.g. 'max_num_seqs (87% of
+    steps)'; 'none' as 'no limit', with what that means where ``explain``."""
     name = window.get("limited_by")
     if name is None:
         return "-"
-    return f"{name} ({_pct((window.get('limiters') or {}).get(name))} of steps)"
+    share = _pct((window.get("limiters") or {}).get(name))
+    if name != "none":
+        return f"{name} ({share} of steps)"
+    if explain:
+        return f"no limit ({share} of steps below max_num_seqs, the token budget and the KV pool)"
+    return f"no limit ({share} of steps)"
 
 
 def _align(rows: Sequence[Sequence[str]]) -> str:
@@ -293,7 +314,7 @@ def _limiter_breakdown(window: Mapping[str, Any]) -> str:
         for name, share in sorted(shares.items(), key=lambda item: -(item[1] or 0))
         if name != main and share
     )
-    return _limiter_text(window) + (f"; {others}" if others else "")
+    return limiter_text(window, explain=True) + (f"; {others}" if others else "")
 
 
 def _window_text(window: Mapping[str, Any]) -> str:

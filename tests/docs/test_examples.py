@@ -233,6 +233,7 @@ def run_example(example: Example, rule: Rule, work: Path, servers: list) -> str:
         servers.append(server)
         _wait_for_health(command)
         return ""
+    before = set(os.listdir(work))
     done = subprocess.run(
         ["bash", "-e", "-o", "pipefail", "-c", command],
         cwd=work,
@@ -246,7 +247,18 @@ def run_example(example: Example, rule: Rule, work: Path, servers: list) -> str:
         f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     )
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    # A reader's commands run in their checkout: outputs go under runs/, not beside
+    # the Makefile (a file written there would sit among the project's own).
+    written = set(os.listdir(work)) - before - READER_FILES
+    assert not written, (
+        f"{example.page}:{example.line}: wrote {sorted(written)} beside the Makefile"
+    )
     return done.stdout
+
+
+#: What a page's commands may create at the top of the reader's folder: run folders, the
+#: docs site, the JSON schema an editor is pointed at, a plug-in started by ``init``.
+READER_FILES = {"runs", "site", "pagesim.schema.json"}
 
 
 def stop(servers: list) -> None:

@@ -766,3 +766,26 @@ def test_a_guessed_gpu_is_checked_against_the_recorded_decode_speed(tmp_path):
         html=False,
     )
     assert not any(n.startswith("GPU:") for n in named["recorded"]["notes"])
+
+
+def test_an_imported_runs_report_says_what_a_client_cannot_know(chromium, tmp_path):
+    """A recording has no steps, KV cache or scheduling instants: its report says "not
+    observable" there (never "none", which claims the engine did nothing), names no cost
+    model, and its time axis is the recording's, not simulated time."""
+    from tests.browser import check_page
+
+    folder = lifecycle_folder(tmp_path / "vllm")
+    out = tmp_path / "imported"
+    import_run("lifecycle", folder / "requests.jsonl", out, html=True)
+    page = (out / "report.html").read_text()
+    result = check_page(chromium, out / "report.html")
+    assert result["errors"] == []
+    notes = {plot["id"]: " ".join(plot["notes"]) for plot in result["plots"]}
+    for engine_side in ("kv", "cache", "swap", "load", "preemptions"):
+        assert notes[engine_side].startswith("not observable"), notes[engine_side]
+    assert "not observable: a client does not see when a request is scheduled" in notes["arrival"]
+    assert "none:" not in " ".join(notes.values())
+    assert "simulated time" not in page and "time since the run began, as recorded" in page
+    assert "<td>cost model</td><td>none: times measured (recorded lifecycle" in page
+    for row in ("preemptions", "mean batch", "prefix blocks evicted", "limited by"):
+        assert f"<td>{row}</td><td class=num>not observable</td>" in page, row

@@ -131,7 +131,7 @@ def test_report_has_header_summary_and_every_figure(tmp_path):
     window = summary["steady_state"]
     verdict = f'<p class="verdict {window["verdict"].replace(" ", "-")}"><strong>'
     assert page.index(verdict) < page.index('<table class="summary">')
-    assert f"Limited by {window['limited_by']}." in page
+    assert f"Limited by {window['limited_by']} (" in page
     assert page.count("Plotly.newPlot(") == len(FIGURES) == len(FIGURE_TITLES)
     assert "NaN" not in page.split("</table>")[1]
 
@@ -271,3 +271,16 @@ def test_downsample_indices_keep_ends_and_bound():
     assert idx[0] == 0 and idx[-1] == 12344 and len(idx) <= 1000
     assert np.all(np.diff(idx) > 0)
     np.testing.assert_array_equal(idx, downsample_indices(12345, 1000))
+
+
+def test_a_live_servers_facts_name_no_gpu_or_cost_model():
+    """``pagesim observe`` of a live server: the scenario's GPU is not the server's (it
+    may be a CPU), and no cost model made the times."""
+    from sim.output.header import run_facts
+
+    scenario = {"hardware": {"name": "h100-sxm"}, "cost_model": {"kind": "analytic"}}
+    live = dict(run_facts(scenario, None, {"endpoint": "http://127.0.0.1:8000"}))
+    assert live["GPU"].startswith("not observable (the server at http://127.0.0.1:8000")
+    assert live["cost model"] == "none: times measured (http://127.0.0.1:8000)"
+    simulated = dict(run_facts(scenario))
+    assert simulated["GPU"] == "h100-sxm" and simulated["cost model"].startswith("analytic")

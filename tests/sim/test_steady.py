@@ -15,6 +15,7 @@ import pytest
 
 from sim.config.loader import validate_scenario
 from sim.output.steady import in_system, mser_truncation
+from sim.output.tables import limiter_text
 from sim.run.runner import simulate
 
 STEP_S = 0.01
@@ -59,6 +60,11 @@ def test_half_load_is_stable_and_limited_by_nothing():
     assert window["throughput_rps"] == pytest.approx(0.5 * CAPACITY_RPS, rel=0.05)
     assert abs(window["in_system_growth_rps"]) < 0.01 * CAPACITY_RPS
     assert window["limited_by"] == "none"
+    # said as what it means, not as a limiter called "none"
+    assert limiter_text(window).startswith("no limit (")
+    assert "below max_num_seqs, the token budget and the KV pool" in limiter_text(
+        window, explain=True
+    )
 
 
 def test_overload_is_reported_with_its_growth_rate():
