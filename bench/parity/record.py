@@ -512,7 +512,8 @@ def main(argv=None) -> int:
         return 2
     names = [s for s in args.streams.split(",") if s] or list(S.STREAMS)
     os.makedirs(args.out, exist_ok=True)
-    for name in names:
+    started = time.monotonic()
+    for done, name in enumerate(names, start=1):
         doc, result = record_stream(name)
         with open(os.path.join(args.out, f"{name}.json"), "w") as f:
             f.write(render(doc))
@@ -521,7 +522,10 @@ def main(argv=None) -> int:
         hits = sum(sum(s["prefix_hits"].values()) for s in steps)
         nsched = sum(len(s["scheduled"]) for s in steps)
         cpu = doc["cpu"]["scheduler_cpu_s"]
+        elapsed = time.monotonic() - started
+        left = elapsed / done * (len(names) - done)  # streams differ: a rough figure
         print(
+            f"[{done}/{len(names)}, {elapsed:.0f} s, about {left:.0f} s left] "
             f"{name}: steps={len(steps)} preemptions={npre} prefix_hit_tokens={hits} "
             f"cpu={cpu:.3f}s per_step={1e6 * cpu / max(len(steps), 1):.0f}us "
             f"per_sched_req={1e6 * cpu / max(nsched, 1):.1f}us",

@@ -140,8 +140,15 @@ def cmd_calibrate_recorded(args) -> int:
     import sys
 
     from sim.cli.common import output_file
-    from sim.recorded.calibrate import check_run, fit_runs, run_info, write_calibration
+    from sim.recorded.calibrate import (
+        check_run,
+        evaluation_budget,
+        fit_runs,
+        run_info,
+        write_calibration,
+    )
     from sim.run.folders import atomic_file
+    from sim.run.progress import Progress
 
     if args.max_evaluations < 1:
         raise UsageError("--max-evaluations: expected at least 1")
@@ -154,10 +161,19 @@ def cmd_calibrate_recorded(args) -> int:
         check_run(run)
     gpu = run_info(runs[0])["gpu"]
     out = output_file(args.out or f"{gpu}-calibration.yaml", "--out")
+    budget = evaluation_budget(args.max_evaluations)
+    bar = Progress(budget, f"fitting {len(runs)} run(s)", enabled=not args.quiet, unit="sim")
+    done = iter(range(1, budget + 1))
     try:
-        fit = fit_runs(runs, max_evaluations=args.max_evaluations)
+        fit = fit_runs(
+            runs,
+            max_evaluations=args.max_evaluations,
+            on_evaluation=lambda: bar.update(next(done, budget)),
+        )
     except ValueError as err:
         raise UsageError(f"--observed: {err}") from None
+    finally:
+        bar.close()
     with atomic_file(out) as partial:
         write_calibration(fit, run_info(runs[0])["hardware"], partial, shlex.join(sys.argv))
     print(_fit_table(fit))

@@ -96,6 +96,7 @@ def _add_calibrate(sub) -> None:
         default=40,
         help="recorded runs: how many simulations of the runs the fit may spend",
     )
+    cmd.add_argument("--quiet", action="store_true", help="no progress bar")
     cmd.add_argument(
         "--out", help="(default calibration.json; recorded runs: <gpu>-calibration.yaml)"
     )

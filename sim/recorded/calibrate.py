@@ -221,9 +221,12 @@ def fit_runs(
     jobs: int = 1,
     max_evaluations: int = 40,
     stage_s: float | None = FIT_STAGE_S,
+    on_evaluation: Callable[[], None] | None = None,
 ) -> Fit:
     """Fit :data:`PARAMS` to ``runs`` (imported runs of one GPU; overloaded ones are left
-    out). Raises ValueError when no run is left or the runs are of different GPUs."""
+    out). Raises ValueError when no run is left or the runs are of different GPUs.
+    ``on_evaluation`` is called after each simulation of the runs (at most
+    :func:`evaluation_budget` of them)."""
     infos = {run: run_info(run) for run in runs}
     gpus = {info["gpu"] for info in infos.values()}
     if len(gpus) > 1:
@@ -261,6 +264,7 @@ def fit_runs(
             not_identified.update(dict.fromkeys(names, why))
             continue
         search = _Search(subset, [clients[r] for r in subset], hardware, jobs, stage_s)
+        search.on_evaluation = on_evaluation
         loss0, _ = search.loss(values)
         for name in list(names):
             nudged = {**values, name: _clip(name, values[name] * 1.1)}
@@ -271,6 +275,7 @@ def fit_runs(
         evaluations += search.evaluations
     fitted = {n: values[n] for n in PARAMS if n not in not_identified}
     overall = _Search(used, [clients[r] for r in used], hardware, jobs, stage_s)
+    overall.on_evaluation = on_evaluation
     before, _ = overall.loss({n: _start_value(n, hardware) for n in PARAMS})
     after, shift = overall.loss(values)
     return Fit(
@@ -283,6 +288,14 @@ def fit_runs(
         not_identified=not_identified,
         evaluations=evaluations + overall.evaluations,
     )
+
+
+def evaluation_budget(max_evaluations: int) -> int:
+    """The most simulations of the runs :func:`fit_runs` makes: per stage, the start, a
+    nudge of each figure, the search's budget and its last sweep's overshoot (one pass
+    over the figures, both ways); then the fit's two losses over every run."""
+    per_stage = 1 + len(PARAMS) + max(max_evaluations, 1 + len(PARAMS)) + 2 * len(PARAMS)
+    return 2 * per_stage + 2
 
 
 def _start_value(name: str, hardware: dict[str, Any]) -> float:
@@ -326,6 +339,7 @@ class _Search:
         self.runs, self.clients, self.hardware = runs, clients, hardware
         self.jobs, self.stage_s = jobs, stage_s
         self.evaluations = 0
+        self.on_evaluation: Callable[[], None] | None = None
         self._seen: dict[tuple, tuple[float, float]] = {}
 
     def loss(self, values: dict[str, float]) -> tuple[float, float]:
@@ -339,6 +353,8 @@ class _Search:
                 results = _map(simulate_run, self.runs, path, self.stage_s, self.jobs)
             shift, loss = _best_shift(results, self.clients)
             self._seen[key] = (loss, shift)
+            if self.on_evaluation is not None:
+                self.on_evaluation()
         loss, shift = self._seen[key]
         return loss, shift
 

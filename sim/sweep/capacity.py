@@ -14,7 +14,9 @@ each tries ``max(1, k // c)`` rates per round.
 from __future__ import annotations
 
 import itertools
+import math
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,6 +141,7 @@ def run_capacity(
     plan: CapacityPlan, out: Path, executor, *, html: bool = False, progress: bool = True
 ) -> None:
     """Search every configuration of ``plan``, writing probe run folders under ``out``."""
+    started = time.monotonic()
     for round_number in range(1, MAX_ROUNDS + 1):
         active = [c for c in plan.configs if not c.search.done() and c.error is None]
         if not active:
@@ -162,16 +165,40 @@ def run_capacity(
                 continue
             config.search.record(probe.rate, probe.passed)
         if progress:
+            elapsed = time.monotonic() - started
             print(
                 f"capacity: round {round_number}: {len(probes)} probes; "
-                + "; ".join(_state(c) for c in plan.configs),
+                + "; ".join(_state(c) for c in plan.configs)
+                + _eta(plan, executor.workers, elapsed / round_number),
                 file=sys.stderr,
             )
 
 
+def _eta(plan: CapacityPlan, workers: int, seconds_per_round: float) -> str:
+    """'; about N rounds left (T)': the searches' bound on the rounds left (a search still
+    bracketing counts one round for it), at the mean round's wall time so far."""
+    active = [c for c in plan.configs if not c.search.done() and c.error is None]
+    if not active:
+        return ""
+    per_config = max(1, workers // len(active))
+    left = max(c.search.rounds_bound(per_config) for c in active)
+    rounds = "1 round" if left == 1 else f"{left} rounds"
+    return f"; about {rounds} left ({_duration(left * seconds_per_round)})"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1:
+        return "under 1 s"
+    if seconds < 90:  # (a bound, so no more precision than this)
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def _state(config: Config) -> str:
     lo, hi = config.search.lo, config.search.hi
-    bracket = f"[{lo if lo is not None else 0:g}, {hi if hi is not None else 'inf'}]"
+    bracket = f"[{lo if lo is not None else 0:g}, {hi if hi is not None else math.inf:g}]"
     return f"#{config.index} {bracket}{' done' if config.search.done() else ''}"
 
 

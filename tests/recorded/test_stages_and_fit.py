@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import yaml
 
 from sim.cli import main
 from sim.config.loader import load_scenario
-from sim.recorded.calibrate import fit_runs, run_info, write_calibration
+from sim.recorded.calibrate import evaluation_budget, fit_runs, run_info, write_calibration
 from sim.recorded.run import StageFigures
 from sim.recorded.stages import Requests, compare, figures
 
@@ -152,13 +153,17 @@ def test_a_fit_finds_a_known_bandwidth_back(tmp_path):
     assert hardware.sustained_bandwidth_fraction == pytest.approx(0.70, rel=0.05)
 
 
-def test_calibrate_observed_on_recorded_runs_writes_a_file_a_scenario_names(tmp_path):
+def test_calibrate_observed_on_recorded_runs_writes_a_file_a_scenario_names(tmp_path, capsys):
     run = _simulated_recording(tmp_path, 0.85)
     out = tmp_path / "l40s.yaml"
-    assert (
-        main(["calibrate", "--observed", str(run), "--out", str(out), "--max-evaluations", "6"])
-        == 0
-    )
+    args = ["calibrate", "--observed", str(run), "--out", str(out), "--max-evaluations", "6"]
+    assert main(args) == 0
+    # a fit's simulations take minutes on real runs: its progress is on stderr, with
+    # the budget as the total (an upper bound), and the bar is closed at the end
+    progress = capsys.readouterr().err.splitlines()
+    assert progress and progress[-1].startswith("fitting 1 run(s)")
+    done, total = re.search(r"(\d+)/(\d+) \[", progress[-1]).groups()
+    assert 0 < int(done) <= int(total) == evaluation_budget(6)
     sections = yaml.safe_load(out.read_text())
     assert set(sections) >= {"hardware", "fit"}
     assert 0.3 <= sections["hardware"]["sustained_bandwidth_fraction"] <= 1.0

@@ -198,3 +198,16 @@ def test_an_out_holding_another_search_is_replaced_only_with_force(tmp_path, cap
     assert json.loads((out / "capacity.json").read_text())["search"]["slo"] == [
         ["ttft.p99 <= 0.05 s"]
     ]
+
+
+def test_each_round_says_how_many_are_left_and_about_how_long(tmp_path, capsys):
+    args = ["capacity", str(TINY), "--set", "simulation.num_requests=150", "--slo"]
+    args += ["ttft.p99=20ms", "--tolerance", "0.1", "--out", str(tmp_path / "c"), "--jobs", "2"]
+    assert main(args) == 0
+    rounds = [line for line in capsys.readouterr().err.splitlines() if "capacity: round" in line]
+    assert len(rounds) >= 3
+    lefts = [re.search(r"about (\d+) rounds? left \((.+)\)$", line) for line in rounds[:-1]]
+    assert all(lefts), rounds
+    assert rounds[-1].endswith("done")
+    bisecting = [int(m[1]) for m, line in zip(lefts, rounds) if "inf]" not in line]
+    assert bisecting == sorted(bisecting, reverse=True)  # bisection only ever narrows
