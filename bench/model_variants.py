@@ -16,6 +16,8 @@ Prints the tables, CPU time and the load average. Asserts nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import sys
@@ -43,18 +45,26 @@ def run(scenario: str, sets: list[str]) -> dict:
         args = ["run", str(ROOT / scenario), "--out", out, "--quiet", "--no-report"]
         for assignment in sets:
             args += ["--set", assignment]
-        if pagesim(args) != 0:
+        with contextlib.redirect_stdout(io.StringIO()):  # its "wrote ..." line
+            failed = pagesim(args) != 0
+        if failed:
             raise SystemExit(f"pagesim run {scenario} {sets} failed")
         return json.loads((Path(out) / "summary.json").read_text())
 
 
 def row(label: str, summary: dict) -> str:
-    b = summary["benchmark"]
+    """The run's figures as ``pagesim run`` prints them first: the steady window's, or
+    the whole run's (marked *) where the run has no steady window."""
+    window = summary["steady_state"]
+    whole = window.get("ttft_s") is None
+    source = summary if whole else window
+    ttft, tpot = source["ttft_s"], source["tpot_s"]
+    tokens = summary["benchmark"]["output_throughput"] if whole else window["throughput_tok_s"]
     return (
-        f"{label:34} {summary['num_blocks']:>9,} {b['p50_tpot_ms']:7.1f} {b['p99_tpot_ms']:7.1f} "
-        f"{b['p50_ttft_ms']:9,.0f} {summary['mean_batch_size']:6.1f} "
-        f"{b['output_throughput']:8,.0f} {summary['num_preemptions']:6d}  "
-        f"{summary['steady_state']['verdict']}"
+        f"{label:34} {summary['num_blocks']:>9,} {1e3 * tpot['p50']:7.1f} "
+        f"{1e3 * tpot['p99']:7.1f} {1e3 * ttft['p50']:9,.0f} {summary['mean_batch_size']:6.1f} "
+        f"{tokens:8,.0f}{'*' if whole else ' '} {summary['num_preemptions']:5d}  "
+        f"{window['verdict']}"
     )
 
 
@@ -64,13 +74,14 @@ def main() -> None:
     print(f"load average (1 min): {os.getloadavg()[0]:.2f}")
     header = (
         f"{'run':34} {'KV blocks':>9} {'TPOT50':>7} {'TPOT99':>7} {'TTFT50':>9} "
-        f"{'batch':>6} {'tok/s':>8} {'preem':>6}  verdict"
+        f"{'batch':>6} {'tok/s':>9} {'preem':>5}  verdict"
     )
-    print(f"\n{MIXTRAL} (times in ms)\n{header}")
+    print("\nthe steady window's figures (* the whole run's: no steady window); times in ms")
+    print(f"\n{MIXTRAL}\n{header}")
     print(row("Mixtral-8x7B, expert parallel", run(MIXTRAL, [])))
     print(row("Mixtral-8x7B, tensor parallel", run(MIXTRAL, ["expert_parallel=false"])))
     print(row("dense twin, 12.9B", run(MIXTRAL, ["expert_parallel=false", DENSE_TWIN])))
-    print(f"\n{LONG}, same 12.6 GB of KV (times in ms)\n{header}")
+    print(f"\n{LONG}, same 12.6 GB of KV\n{header}")
     for rate in (4, 6):
         sets = [*LONG_SETS, f"workload.arrival.rate_rps={rate}"]
         print(row(f"{rate} req/s, bf16", run(LONG, [*sets, "cache.num_blocks=6000"])))

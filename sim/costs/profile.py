@@ -52,6 +52,7 @@ class ProfileCostModel:
         self.model = analytic.model
         self.num_steps = 0
         self.fallback_steps: Counter[str] = Counter({part: 0 for part in PARTS})
+        self._stretch_counts: list[tuple[int, Counter[str]]] = []  # (sim.engine.stretch)
         self._dense: dict[int, tuple[float, float, float] | None] = {}
         #: parts the profile has no data for at all (always analytic, not counted)
         self.analytic_parts = [
@@ -71,8 +72,25 @@ class ProfileCostModel:
 
     def decode_steps(self, context_lens: np.ndarray, steps: int) -> np.ndarray:
         """Seconds of each step of a decode stretch, as ``execute`` gives them one by one
-        (see :meth:`sim.costs.analytic.AnalyticCostModel.decode_steps`)."""
-        return np.array([self.predict([], context_lens + i) for i in range(steps)])
+        (see :meth:`sim.costs.analytic.AnalyticCostModel.decode_steps`). Counts nothing
+        until :meth:`stretch_ran` says how many of them ran."""
+        before = (self.num_steps, Counter(self.fallback_steps))
+        counts = []  # (num_steps, fallback_steps) after each step
+        times = []
+        for i in range(steps):
+            times.append(self.predict([], context_lens + i))
+            counts.append((self.num_steps, Counter(self.fallback_steps)))
+        self.num_steps, self.fallback_steps = before
+        self._stretch_counts = [(n - before[0], c - before[1]) for n, c in counts]
+        return np.array(times)
+
+    def stretch_ran(self, steps: int) -> None:
+        """Count the first ``steps`` steps of the latest stretch priced (they ran)."""
+        if steps > 0:
+            ran, fallbacks = self._stretch_counts[steps - 1]
+            self.num_steps += ran
+            self.fallback_steps.update(fallbacks)
+        self._stretch_counts = []
 
     def predict(self, *shape, **moved) -> float:
         """Same arguments as :meth:`sim.costs.analytic.AnalyticCostModel.predict`."""

@@ -34,6 +34,17 @@ class PricesDecodeStretches(Protocol):
 
 
 @runtime_checkable
+class CountsStretchSteps(Protocol):
+    """A stretch-pricing executor that keeps statistics of the steps it prices (the
+    profile model's steps outside its grid): a stretch is priced whole but may be cut,
+    so only the steps that ran are counted, when the engine says how many did."""
+
+    def stretch_ran(self, steps: int) -> None:
+        """The first ``steps`` steps of the latest ``decode_steps`` call ran."""
+        ...
+
+
+@runtime_checkable
 class DeclaresTokenReads(Protocol):
     """An allocator or executor that declares whether it reads the token ids it is given:
     decode token ids are drawn only where one does (drawing them costs time). One that

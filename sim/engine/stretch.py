@@ -30,7 +30,12 @@ from backend.capabilities import TrustedAppendSteps
 from backend.step import Batch
 from backend.stretch import DecodeStretches
 from sim.engine.config import ReplicaPolicies
-from sim.engine.executor import Executor, PricesDecodeStretches, TokenSource
+from sim.engine.executor import (
+    CountsStretchSteps,
+    Executor,
+    PricesDecodeStretches,
+    TokenSource,
+)
 from sim.engine.gaps import TokenGaps
 from sim.engine.guard import check_duration
 from sim.engine.memory import Memory
@@ -123,6 +128,9 @@ class FastForward:
             if isinstance(self.alloc, DecodeStretches)
             else None
         )
+        # an executor keeping statistics of the steps it prices learns which ran
+        counts = isinstance(parts.executor, CountsStretchSteps)
+        self._ran = parts.executor.stretch_ran if counts else lambda steps: None
         self.current: Stretch | None = None
         self.steps_forwarded = 0  # steps applied as part of a stretch
         self.last_duration = 0.0  # of the latest step (the replica's scale of a step)
@@ -161,6 +169,7 @@ class FastForward:
         ends = np.add.accumulate(np.concatenate(([now], durations)))[1:]
         likely = int(np.searchsorted(ends, until)) + 1  # steps until the arrival, with it
         if likely < MIN_STEPS:
+            self._ran(0)
             return None
         if likely < steps:  # (the rest would most likely be planned for nothing)
             steps, durations, ends = likely, durations[:likely], ends[:likely]
@@ -173,6 +182,7 @@ class FastForward:
         stretch, self.current = self.current, None
         steps = stretch.durations.shape[0]
         self._apply(stretch, steps, self._plan(stretch, steps))
+        self._ran(steps)
         return steps
 
     def cut(self, now: float) -> tuple[int, InFlight | None]:
@@ -183,6 +193,7 @@ class FastForward:
         done = int(np.searchsorted(stretch.ends, now, side="left"))  # ended before now
         steps = stretch.durations.shape[0]
         self._apply(stretch, done, self._plan(stretch, min(done + 1, steps)))
+        self._ran(min(done + 1, steps))  # (the step in progress runs as priced)
         if done == steps:
             return done, None
         d = self.state.decodes

@@ -241,3 +241,28 @@ def test_tables_interpolate_inside_and_refuse_outside():
     assert grid(1, 1) == pytest.approx(3.0)
     assert grid(3, 1) is None  # the (4, 2) corner was never measured
     assert grid(-1, 0) is None
+
+
+def test_a_profile_runs_counts_are_the_steps_that_ran(tmp_path, analytic):
+    """Decode stretches are priced whole and cut at arrivals: the steps counted (and
+    those outside the grid) are the steps of steps.csv, as stepping one at a time has
+    them, never the steps priced and dropped."""
+    write_profile(tmp_path / "profiling", analytic)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "model: llama-3-8b\nhardware: a100-80gb\n"
+        "cost_model: {kind: profile, format: vidur, path: profiling}\n"
+        "workload: {arrival: {kind: poisson, rate_rps: 2}, input: {kind: fixed, value: 500},"
+        " output: {kind: uniform, min: 200, max: 5000}}\n"
+        "simulation: {num_requests: 40}\n"
+    )
+    reports = []
+    for mode in ([], ["--step-by-step"]):
+        out = tmp_path / f"run{len(reports)}"
+        assert main(["run", str(scenario), "--out", str(out), "--no-report", "--quiet", *mode]) == 0
+        summary = json.loads((out / "summary.json").read_text())
+        with open(out / "steps.csv", newline="") as f:
+            assert summary["cost_model"]["steps"] == sum(1 for _ in csv.DictReader(f))
+        reports.append(summary["cost_model"])
+    assert reports[0]["fallback_steps"]["decode_attention"] > 0  # contexts beyond 4096
+    assert reports[0] == reports[1]
