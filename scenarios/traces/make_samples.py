@@ -16,13 +16,14 @@ import numpy as np
 
 HERE = Path(__file__).parent
 ROWS = 300
+AZURE_ROWS = 800  # at 2x speed, enough for a steady window (scenarios/trace-azure.yaml)
 
 
 def azure(rng: np.random.Generator) -> None:
     start = datetime(2023, 11, 16, 18, 15, 46)
-    gaps = rng.exponential(0.25, ROWS)  # ~4 requests/s
-    context = np.maximum(rng.lognormal(6.5, 1.0, ROWS).astype(int), 1)
-    generated = np.maximum(rng.lognormal(5.0, 0.9, ROWS).astype(int), 1)
+    gaps = rng.exponential(0.25, AZURE_ROWS)  # ~4 requests/s
+    context = np.maximum(rng.lognormal(6.5, 1.0, AZURE_ROWS).astype(int), 1)
+    generated = np.maximum(rng.lognormal(5.0, 0.9, AZURE_ROWS).astype(int), 1)
     lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
     t = 0.0
     for gap, c, g in zip(gaps, context, generated, strict=True):

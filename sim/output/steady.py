@@ -221,19 +221,22 @@ def _verdict(section: Mapping[str, Any], residual: float, warmup: int) -> dict[s
 
 
 def _short_of(section: Mapping[str, Any]) -> str:
-    """What the steady window lacks (it is shorter than ``_min_window_s``): the arrivals
-    for ``MIN_WINDOW_COMPLETIONS`` completions, or ``MIN_WINDOW_LATENCIES`` mean E2E
-    latencies."""
+    """What the steady window lacks (it is shorter than ``_min_window_s``), the binding
+    requirement first: the arrivals for ``MIN_WINDOW_COMPLETIONS`` completions at the
+    window's arrival rate, or ``MIN_WINDOW_LATENCIES`` mean E2E latencies."""
     window, arrivals = section["window_s"], section["arrivals"]
-    span = MIN_WINDOW_LATENCIES * section["mean_e2e_s"]
-    if arrivals < MIN_WINDOW_COMPLETIONS:
+    mean_e2e = section["mean_e2e_s"]
+    span = MIN_WINDOW_LATENCIES * mean_e2e
+    if window < MIN_WINDOW_COMPLETIONS / section["arrival_rate_rps"]:
         return (
-            f"the steady window ({window:,.1f} s) holds {arrivals:,} arrivals; a verdict "
-            f"needs {MIN_WINDOW_COMPLETIONS:,} to complete in it"
+            f"the steady window ({window:,.1f} s) holds {arrivals:,} arrivals and "
+            f"{section['completions']:,} completions; a verdict needs "
+            f"{MIN_WINDOW_COMPLETIONS:,} requests to arrive and complete in it"
         )
     return (
         f"the steady window ({window:,.1f} s) is shorter than {MIN_WINDOW_LATENCIES} mean "
-        f"E2E latencies ({span:,.1f} s): too few requests start and finish inside it"
+        f"E2E latencies ({MIN_WINDOW_LATENCIES} x {mean_e2e:,.2f} s = {span:,.1f} s): too "
+        "few requests both arrive and finish inside it"
     )
 
 

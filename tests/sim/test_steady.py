@@ -87,6 +87,25 @@ def test_short_run_is_too_short_and_says_how_many_requests_would_do():
     assert run_toy(0.5 * CAPACITY_RPS, needed)["verdict"] == "stable"
 
 
+def test_a_too_short_reason_names_the_requirement_that_binds():
+    """The window of scenarios/tiny.yaml at 200 requests: 4.5 s, far longer than 20 mean
+    latencies (0.3 s) but 2 completions short; the reason said the former."""
+    from sim.output.steady import _short_of
+
+    section = {
+        "window_s": 4.503,
+        "arrivals": 200,
+        "completions": 198,
+        "arrival_rate_rps": 44.19,
+        "mean_e2e_s": 0.016,
+    }
+    reason = _short_of(section)
+    assert "holds 200 arrivals and 198 completions" in reason and "latencies" not in reason
+    section.update(window_s=100.0, arrivals=1000, completions=990, arrival_rate_rps=10.0)
+    section["mean_e2e_s"] = 10.0
+    assert "20 mean E2E latencies (20 x 10.00 s = 200.0 s)" in _short_of(section)
+
+
 def test_no_measured_requests_is_too_short_without_a_window():
     window = run_toy(0.5 * CAPACITY_RPS, 101)
     assert window["verdict"] == "too short"
