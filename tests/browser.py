@@ -157,3 +157,73 @@ def screenshot(chromium: str, page: Path, out: Path, size: str = "1300,2400") ->
         timeout=60,
     )
     return out
+
+
+#: What ``layout`` measures, after the page's load, at the window's width.
+LAYOUT_PROBE = """<script>
+window.addEventListener("load", function () { setTimeout(function () {
+  function clipped(el) {  // content wider than its box that the reader cannot scroll to
+    var style = getComputedStyle(el);
+    var scrolls = /auto|scroll/.test(style.overflowX);
+    return el.scrollWidth > el.clientWidth + 1 && !scrolls;
+  }
+  var wide = [], clippedBoxes = [], broken = [];
+  document.querySelectorAll(".md-content pre > code, .md-content table").forEach(function (el) {
+    var box = el.tagName === "TABLE" ? (el.closest(".md-typeset__scrollwrap") || el) : el;
+    if (el.scrollWidth > box.clientWidth + 1) { wide.push(el.tagName); }
+    if (clipped(box)) { clippedBoxes.push(el.textContent.slice(0, 60)); }
+  });
+  document.querySelectorAll(".md-content td:first-child > code").forEach(function (el) {
+    // a name without spaces on two lines was broken inside a word
+    if (!/\s/.test(el.textContent) && el.getClientRects().length > 1) {
+      broken.push(el.textContent);
+    }
+  });
+  var pre = document.createElement("pre");
+  pre.id = "pagesim-layout";
+  pre.textContent = JSON.stringify({
+    content_width: (document.querySelector(".md-content") || document.body).clientWidth,
+    wide: wide.length, clipped: clippedBoxes, broken_names: broken,
+  });
+  document.body.appendChild(pre);
+}, 0); });
+</script>
+"""
+
+_LAYOUT = re.compile(r'<pre id="pagesim-layout">(.*?)</pre>', re.S)
+
+
+def layout(chromium: str, page: Path, width: int = 1300, timeout_s: float = 60.0) -> dict:
+    """Load a docs page in headless Chromium ``width`` pixels wide; return
+    ``content_width`` (px), ``wide`` (code blocks and tables wider than their box),
+    ``clipped`` (those of them a reader cannot scroll: the first characters of each) and
+    ``broken_names`` (first-column names in a table, without spaces, that wrap onto a
+    second line: broken inside a word)."""
+    page = Path(page).resolve()
+    probed = page.read_text(encoding="utf-8").replace("</body>", LAYOUT_PROBE + "</body>", 1)
+    copy = page.with_name(f".layout-{page.name}")
+    copy.write_text(probed, encoding="utf-8")
+    try:
+        done = subprocess.run(
+            [
+                chromium,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--no-first-run",
+                "--allow-file-access-from-files",
+                f"--window-size={width},1000",
+                "--virtual-time-budget=10000",
+                "--dump-dom",
+                copy.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+    finally:
+        copy.unlink(missing_ok=True)
+    match = _LAYOUT.search(done.stdout)
+    assert match, f"the layout probe wrote nothing (exit {done.returncode}): {done.stderr[-2000:]}"
+    return json.loads(html.unescape(match.group(1)))

@@ -30,9 +30,16 @@ def _section(name: str, prop: dict, defs: dict) -> list[str]:
     _rows(name, prop, defs, rows, 0)
     if rows:
         lines += ["| field | type | default | what it is |", "|---|---|---|---|"]
-        lines += [f"| `{p}` | {t} | {d} | {text} |" for p, t, d, text in rows]
+        lines += [f"| {_field(p)} | {t} | {d} | {text} |" for p, t, d, text in rows]
         lines.append("")
     return lines
+
+
+def _field(path: str) -> str:
+    """A row's field: the dotted name as code (kept on one line by the site's style), the
+    alternatives it belongs to after it as text."""
+    name, sep, where = path.partition(" (")
+    return f"`{name}`" + (f" ({where}" if sep else "")
 
 
 def _rows(path: str, prop: dict, defs: dict, rows: list, depth: int) -> None:

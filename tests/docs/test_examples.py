@@ -257,10 +257,18 @@ def run_example(example: Example, rule: Rule, work: Path, servers: list) -> str:
 
 
 #: What a page's commands may create at the top of the reader's folder: run folders, the
-#: docs site, the JSON schema an editor is pointed at, and the example database
-#: Hypothesis keeps for check-allocator (it replays a failure found before), and
-#: pytest's cache where a page runs a test (both ignored by git).
-READER_FILES = {"runs", "site", "pagesim.schema.json", ".hypothesis", ".pytest_cache"}
+#: docs site, the JSON schema an editor is pointed at, the starter scenario ``pagesim
+#: init`` writes where the reader is (its purpose), the example database Hypothesis keeps
+#: for check-allocator (it replays a failure found before) and pytest's cache where a
+#: page runs a test (both ignored by git).
+READER_FILES = {
+    "runs",
+    "site",
+    "pagesim.schema.json",
+    "my-scenario.yaml",
+    ".hypothesis",
+    ".pytest_cache",
+}
 
 
 def stop(servers: list) -> None:

@@ -74,3 +74,17 @@ def test_every_page_builds_and_opens_without_an_error(site, chromium):
     assert "cache.prefix_caching" in reference and "workload.arrival.rate_rps" in reference
     architecture = (site / "architecture.html").read_text()
     assert "Where a change goes" in architecture  # ARCHITECTURE.md, included whole
+
+
+def test_wide_tables_and_commands_scroll_and_names_stay_whole(site, chromium):
+    """On a laptop-sized window nothing wider than the content column is cut off (it
+    scrolls), a field name in a table never breaks inside a word, and on a wide screen
+    the column grows with the window (Material's default stops at 61rem)."""
+    from tests.browser import layout
+
+    pages = sorted(p for p in site.rglob("*.html") if "assets" not in p.parts)
+    for page in pages:
+        found = layout(chromium, page, width=1300)
+        assert found["clipped"] == [] and found["broken_names"] == [], (page.name, found)
+    wide = layout(chromium, site / "benchmarks.html", width=1920)
+    assert wide["content_width"] >= 1200, wide
