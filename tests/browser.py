@@ -160,7 +160,7 @@ def screenshot(chromium: str, page: Path, out: Path, size: str = "1300,2400") ->
 
 
 #: What ``layout`` measures, after the page's load, at the window's width.
-LAYOUT_PROBE = """<script>
+LAYOUT_PROBE = r"""<script>
 window.addEventListener("load", function () { setTimeout(function () {
   function clipped(el) {  // content wider than its box that the reader cannot scroll to
     var style = getComputedStyle(el);
