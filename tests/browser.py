@@ -179,11 +179,20 @@ window.addEventListener("load", function () { setTimeout(function () {
       broken.push(el.textContent);
     }
   });
+  var cut = [];  // a plot's text labels that reach past its figure (drawn cut off)
+  document.querySelectorAll(".js-plotly-plot").forEach(function (plot) {
+    var box = plot.getBoundingClientRect();
+    plot.querySelectorAll(".textpoint text").forEach(function (label) {
+      var r = label.getBoundingClientRect();
+      if (r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1 ||
+          r.bottom > box.bottom + 1) { cut.push(label.textContent); }
+    });
+  });
   var pre = document.createElement("pre");
   pre.id = "pagesim-layout";
   pre.textContent = JSON.stringify({
     content_width: (document.querySelector(".md-content") || document.body).clientWidth,
-    wide: wide.length, clipped: clippedBoxes, broken_names: broken,
+    wide: wide.length, clipped: clippedBoxes, broken_names: broken, cut_labels: cut,
   });
   document.body.appendChild(pre);
 }, 0); });
@@ -198,7 +207,8 @@ def layout(chromium: str, page: Path, width: int = 1300, timeout_s: float = 60.0
     ``content_width`` (px), ``wide`` (code blocks and tables wider than their box),
     ``clipped`` (those of them a reader cannot scroll: the first characters of each) and
     ``broken_names`` (first-column names in a table, without spaces, that wrap onto a
-    second line: broken inside a word)."""
+    second line: broken inside a word) and ``cut_labels`` (plot text labels reaching past
+    their figure)."""
     page = Path(page).resolve()
     probed = page.read_text(encoding="utf-8").replace("</body>", LAYOUT_PROBE + "</body>", 1)
     copy = page.with_name(f".layout-{page.name}")

@@ -5,6 +5,7 @@ plotly.js is the sweep's own plotly.min.js (sim.output.page)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,15 @@ def configurations(
         if error is None and summary is not None:
             configs[key].append(flatten(summary))
     return configs
+
+
+def verdicts(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The seeds' steady-state verdicts: one word where they agree ("stable"), else
+    each with its count ("stable 1, overloaded 1"); "-" with no finished seed."""
+    counts = Counter(str(row.get("steady_state.verdict", "-")) for row in rows)
+    if len(counts) == 1:
+        return next(iter(counts))
+    return ", ".join(f"{verdict} {n}" for verdict, n in sorted(counts.items())) or "-"
 
 
 def _stats(rows: Sequence[Mapping[str, Any]], metric: str) -> tuple[float, float, float] | None:
@@ -157,7 +167,8 @@ def pareto_figure(axes: Sequence[str], configs) -> go.Figure:
             mode="lines+markers+text",  # each point of the front says which it is
             name="Pareto front",
             text=[labels[i] for i in front],
-            textposition="top center",
+            textposition=_label_positions(len(front)),
+            cliponaxis=False,  # a label may reach into the margins, never be cut
             hovertemplate="%{text}<extra>front</extra>",
             marker={"size": 12, "color": "#d62728", "symbol": "diamond"},
             line={"dash": "dot"},
@@ -169,8 +180,20 @@ def pareto_figure(axes: Sequence[str], configs) -> go.Figure:
         yaxis_title=PARETO_Y[1],
         height=520,
         template=TEMPLATE,
+        margin={"t": 90, "b": 90, "l": 90, "r": 140},
     )
+    fig.update_xaxes(automargin=True)
     return fig
+
+
+def _label_positions(count: int) -> list[str]:
+    """Where each label of the front (by increasing x) goes: neighbours above and below
+    in turn, the ends' labels toward the inside so they stay in the figure."""
+    positions = ["top" if n % 2 == 0 else "bottom" for n in range(count)]
+    sides = ["center"] * count
+    if count > 1:
+        sides[0], sides[-1] = "right", "left"
+    return [f"{v} {h}" for v, h in zip(positions, sides, strict=True)]
 
 
 def write_sweep_page(path: Path, sweep: Sweep, points: Sequence[Point], outcomes: Outcomes) -> Path:
@@ -186,16 +209,17 @@ def write_sweep_page(path: Path, sweep: Sweep, points: Sequence[Point], outcomes
         ["points", f"{len(points)} ({len(points) - failed} ok, {failed} failed)"],
     ]
     parts = [html_table([], facts, css_class="facts", numeric=())]
-    header = [*axes, "seeds ok", *(label for _, label in METRICS)]
+    header = [*axes, "seeds ok", "verdict", *(label for _, label in METRICS)]
     rows = []
     for key, flat in configs.items():
         cells = []
         for metric, _ in METRICS:
             stats = _stats(flat, metric)
             cells.append(figure_text(None if stats is None else stats[0]))
-        rows.append([*key, str(len(flat)), *cells])
+        rows.append([*key, str(len(flat)), verdicts(flat), *cells])
     parts.append("<h2>Configurations (mean over seeds)</h2>")
-    parts.append(html_table(header, rows, numeric=range(len(axes), len(header))))
+    numeric = [len(axes), *range(len(axes) + 2, len(header))]  # (the verdict is a word)
+    parts.append(html_table(header, rows, numeric=numeric))
     for i in range(len(axes)):
         parts.append(figure_div(axis_figure(axes, i, configs), f"axis-{i}"))
     parts.append(figure_div(pareto_figure(axes, configs), "pareto"))

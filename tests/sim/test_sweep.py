@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -21,7 +22,7 @@ from sim.cli import main
 from sim.sweep.points import csv_text, flatten
 from sim.sweep.spec import read_sweep_file, sweep_from_scenario
 from sim.sweep.task import make_payload, run_point
-from tests.browser import check_page
+from tests.browser import check_page, layout
 from tests.sim.test_run_folders import default_sigint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -285,6 +286,10 @@ def test_the_shipped_sweep_file_validates_and_its_page_draws(chromium, tmp_path)
     assert plots["pareto"]["traces"] == 2
     html = (out / "sweep.html").read_text()
     assert '"mode":"lines+markers+text"' in html.replace(" ", "")  # the front is labelled
+    assert layout(chromium, out / "sweep.html")["cut_labels"] == []  # and no label is cut
+    # each configuration's verdict, from its seeds' (one word where they agree)
+    assert "<th>verdict</th>" in html
+    assert re.search(r"<td>(stable|overloaded|too short)( \d)?(, [a-z ]+ \d)*</td>", html)
     run = rows(out)[0]["run"]
     assert check_page(chromium, out / run / "report.html")["errors"] == []
 
@@ -405,3 +410,12 @@ def test_an_out_holding_another_sweep_is_replaced_only_with_force(tmp_path, caps
     assert main([*args, "--grid", "scheduler.max_num_seqs=4,16", "--force"]) == 0
     assert sorted(row["scheduler.max_num_seqs"] for row in rows(out)) == ["16", "4"]
     assert len(list((out / "runs").iterdir())) == 2  # the 8 point's run went with the rest
+
+
+def test_a_configurations_verdict_says_where_its_seeds_disagree():
+    from sim.sweep.page import verdicts
+
+    stable = {"steady_state.verdict": "stable"}
+    overloaded = {"steady_state.verdict": "overloaded"}
+    assert verdicts([stable, stable]) == "stable"
+    assert verdicts([stable, overloaded, overloaded]) == "overloaded 2, stable 1"
