@@ -216,6 +216,40 @@ config_case(  # 2,000 KV cache groups over the blocks a whole H100 holds of so t
     cache={"block_size": 16},
 )
 
+# the window settings a config.json carries, as a model's own file could get them wrong
+_OSS = json.loads(Path(GPT_OSS).read_text())
+for _key, _value in [
+    ("sliding_window", -128),
+    ("sliding_window", "128"),
+    ("sliding_window", 1.5),
+    ("sliding_window", [128]),
+    ("layer_types", "sliding_attention"),
+    ("layer_types", [1] * 24),
+    ("layer_types", ["sliding_attention"] * 23),
+]:
+    config_case(
+        f"config.json {_key} {_value!r}"[:80],
+        {**_OSS, _key: _value},
+        ["cfg.json", _key],
+    )
+for _value in (0, -6, "6", 1.5):  # Gemma 3 reads its layout from the pattern (no layer_types)
+    config_case(
+        f"config.json sliding_window_pattern {_value!r}",
+        {**_GEMMA, "sliding_window_pattern": _value},
+        ["cfg.json", "sliding_window_pattern"],
+    )
+# two tiers of one kind, and an eviction policy named by what is not a name
+scenario_case(
+    "offload two cpu tiers",
+    ["cache.offload", "cpu"],
+    cache={**CACHING, "offload": [{"tier": "cpu", "num_blocks": 8}] * 2},
+)
+for _value in (1, None, ["lru"]):
+    scenario_case(
+        f"offload eviction {_value!r}",
+        ["cache.offload", "eviction"],
+        cache={**CACHING, "offload": [{"tier": "cpu", "num_blocks": 8, "eviction": _value}]},
+    )
 
 # -- plug-in allocators declaring capabilities -----------------------------------------------
 PLUGINS = """
