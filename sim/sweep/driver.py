@@ -74,10 +74,9 @@ def run_sweep(
             **provenance(argv, executor),
         },
     )
-    if html:
-        from sim.output.page import plotly_script_src
+    from sim.output.page import plotly_script_src
 
-        plotly_script_src(out / SWEEP_HTML)  # every run's report loads it from here
+    plotly_script_src(out / SWEEP_HTML)  # sweep.html's, and every run report's
 
     def table(outcomes: Outcomes) -> None:
         write_text(out / POINTS_CSV, points_csv(points, axes, outcomes))
@@ -87,10 +86,9 @@ def run_sweep(
         points, out, executor, html=html, progress=progress, on_result=table, cpu_s=cpu_s
     )
     table(outcomes)
-    if html:
-        from sim.sweep.page import write_sweep_page
+    from sim.sweep.page import write_sweep_page
 
-        write_sweep_page(out / SWEEP_HTML, sweep, points, outcomes)
+    write_sweep_page(out / SWEEP_HTML, sweep, points, outcomes)  # (``html``: run reports)
     failed = sum(1 for p in points if outcomes[p.key][1] is not None)
     runs = len({p.key for p in points})
     return SweepDone(len(points), len(points) - failed, failed, runs, cpu_s[0])

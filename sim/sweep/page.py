@@ -5,6 +5,7 @@ plotly.js is the sweep's own plotly.min.js (sim.output.page)."""
 
 from __future__ import annotations
 
+import html
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -54,7 +55,8 @@ def configurations(
         key = tuple(axis_text(v) for v in point.values.values())
         configs.setdefault(key, [])
         if error is None and summary is not None:
-            configs[key].append(flatten(summary))
+            warnings = [w for w in summary.get("warnings") or () if isinstance(w, str)]
+            configs[key].append({**flatten(summary), "warnings": warnings})
     return configs
 
 
@@ -186,6 +188,19 @@ def pareto_figure(axes: Sequence[str], configs) -> go.Figure:
     return fig
 
 
+def _warnings_html(axes: Sequence[str], configs) -> str:
+    """What the runs show could not have mattered (a policy that never chose, say), once
+    per configuration and warning: a sweep over such a setting varies nothing."""
+    items = []
+    for key, rows in configs.items():
+        for warning in dict.fromkeys(w for row in rows for w in row["warnings"]):
+            where = describe(dict(zip(axes, key))) or "every point"
+            items.append(f"<li>{html.escape(where)}: {html.escape(warning)}</li>")
+    if not items:
+        return ""
+    return '<h2>Warnings</h2>\n<ul class="warnings">\n' + "\n".join(items) + "\n</ul>"
+
+
 def _label_positions(count: int) -> list[str]:
     """Where each label of the front (by increasing x) goes: neighbours above and below
     in turn, the ends' labels toward the inside so they stay in the figure."""
@@ -220,6 +235,7 @@ def write_sweep_page(path: Path, sweep: Sweep, points: Sequence[Point], outcomes
     parts.append("<h2>Configurations (mean over seeds)</h2>")
     numeric = [len(axes), *range(len(axes) + 2, len(header))]  # (the verdict is a word)
     parts.append(html_table(header, rows, numeric=numeric))
+    parts.append(_warnings_html(axes, configs))
     for i in range(len(axes)):
         parts.append(figure_div(axis_figure(axes, i, configs), f"axis-{i}"))
     parts.append(figure_div(pareto_figure(axes, configs), "pareto"))

@@ -46,7 +46,8 @@ class Boom:
 def tiny_base(folder: Path, requests: int = 120, plugin: bool = False) -> Path:
     """tiny.yaml, shorter, in ``folder`` (with the Boom scheduler beside it)."""
     folder.mkdir(parents=True, exist_ok=True)
-    text = TINY.read_text().replace("num_requests: 200", f"num_requests: {requests}")
+    text, replaced = re.subn(r"num_requests: \d+", f"num_requests: {requests}", TINY.read_text())
+    assert replaced == 1  # (tiny.yaml's length is not what this base runs)
     if plugin:
         (folder / "boom.py").write_text(BOOM)
         text = text.replace("scheduler:\n", "scheduler:\n  policy: boom.py:Boom\n")
@@ -419,3 +420,16 @@ def test_a_configurations_verdict_says_where_its_seeds_disagree():
     overloaded = {"steady_state.verdict": "overloaded"}
     assert verdicts([stable, stable]) == "stable"
     assert verdicts([stable, overloaded, overloaded]) == "overloaded 2, stable 1"
+
+
+def test_the_sweep_page_says_which_settings_could_not_matter(tmp_path):
+    """Varying the eviction policy where nothing is ever evicted varies nothing: the
+    page says so for each configuration, as `pagesim run` and points.csv do."""
+    base = tiny_base(tmp_path, requests=60)
+    out = tmp_path / "out"
+    args = ["sweep", str(base), "--grid", "eviction.policy=lru,lfu", "--out", str(out)]
+    assert main([*args, "--quiet", "--no-report", "--jobs", "1"]) == 0
+    page = (out / "sweep.html").read_text()
+    assert "<h2>Warnings</h2>" in page
+    for policy in ("lru", "lfu"):  # (tiny.yaml keeps no prefix: no block is kept for reuse)
+        assert f"eviction.policy={policy}: eviction.policy {policy} cannot matter" in page
