@@ -41,6 +41,7 @@ run: $(SIM_STAMP)
 
 test: $(TEST_STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -rs $(PYTEST_ARGS)
 
@@ -54,6 +55,7 @@ docs: $(DOCS_STAMP)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 bench: $(TEST_STAMP)
 	$(BIN)/python bench/allocator.py

@@ -52,3 +52,8 @@ def test_the_test_environment_marks_the_smaller_ones_done():
     recipe = re.search(r"^\$\(TEST_STAMP\): .*\n((?:\t.*\n)+)", MAKEFILE, re.M)[1]
     touched = expand(re.search(r"touch (.+)", recipe)[1]).split()
     assert {stamp, *prerequisites("run"), *prerequisites("docs")} <= set(touched)
+
+
+def test_make_test_checks_the_formatting_as_well_as_the_lint():
+    recipe = re.search(r"^test: .*\n((?:\t.*\n)+)", MAKEFILE, re.M)[1]
+    assert "ruff check ." in recipe and "ruff format --check ." in recipe
