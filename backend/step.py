@@ -68,12 +68,13 @@ class Batch(NamedTuple):
     def num_decode_tokens(self) -> int:
         return len(self.decode_seq_ids)
 
-    def shape(self) -> BatchShape:
-        """The step's shape, as cost models take it (``predict(*batch.shape())``)."""
+    def shape(self, blocks_per_unit: float = 1.0) -> BatchShape:
+        """The step's shape, as cost models take it (``predict(*batch.shape())``), its
+        moves in blocks (``blocks_per_unit``: see :func:`backend.transfer.moved_blocks`)."""
         return BatchShape(
             [(chunk.start, chunk.num_tokens) for chunk in self.prefills],
             self.decode_context_lens,
-            moved_blocks(self.transfers) if self.transfers else NO_MOVES,
+            moved_blocks(self.transfers, blocks_per_unit) if self.transfers else NO_MOVES,
         )
 
     @property

@@ -44,33 +44,40 @@ SWAP_IN: Route = (CPU, GPU)
 
 
 class Transfer(NamedTuple):
-    """Copy the contents of ``src`` (in ``src_medium``) into ``dst`` (in ``dst_medium``).
+    """Copy ``count`` consecutive units from ``src`` (in ``src_medium``) into ``count``
+    consecutive units from ``dst`` (in ``dst_medium``), as a slice assignment does: all
+    read, then all written, so overlapping ranges of one pool move whole.
 
     The unit is the allocator's (see ``Allocator.block_table_layout``): a block for the
-    paged managers, one token slot for the contiguous baselines. ``group`` is the KV
-    cache group whose table the ids belong to (0 for a model with one group). The
-    defaults make ``Transfer(src, dst)`` a device copy, as copy-on-write is."""
+    paged managers, one token slot for the contiguous baselines, which move a region as
+    one range. ``group`` is the KV cache group whose table the ids belong to (0 for a
+    model with one group). The defaults make ``Transfer(src, dst)`` a copy of one device
+    block, as copy-on-write is."""
 
     src: int
     dst: int
     src_medium: Medium = GPU
     dst_medium: Medium = GPU
     group: int = 0
+    count: int = 1
 
     @property
     def route(self) -> Route:
         return (self.src_medium, self.dst_medium)
 
 
-#: Blocks moved in one step, per route, as cost models take them.
-MovedBlocks = Mapping[Route, int]
+#: What one step moves, per route, in blocks of the cost model's block size (a range of
+#: token slots is the fraction of a block it fills), as cost models take it.
+MovedBlocks = Mapping[Route, float]
 NO_MOVES: MovedBlocks = MappingProxyType({})
 
 
-def moved_blocks(transfers: Iterable[Transfer]) -> MovedBlocks:
-    """How many of ``transfers`` take each route (routes in first-seen order)."""
-    counts: dict[Route, int] = {}
+def moved_blocks(transfers: Iterable[Transfer], blocks_per_unit: float = 1.0) -> MovedBlocks:
+    """How much ``transfers`` move on each route (routes in first-seen order), in blocks:
+    their units times ``blocks_per_unit`` (1 for an allocator of blocks; 1 / block size
+    for one whose unit is a token slot)."""
+    counts: dict[Route, float] = {}
     for transfer in transfers:
         route = (transfer.src_medium, transfer.dst_medium)
-        counts[route] = counts.get(route, 0) + 1
+        counts[route] = counts.get(route, 0) + transfer.count * blocks_per_unit
     return counts

@@ -9,8 +9,9 @@ O(holes) <= O(live sequences + 1), never O(num_slots).
 
 Block tables and moves are in slots: ``block_table(seq)`` is ``[start, length]`` of the
 region (on the device: the reservation; while swapped out: the CPU copy, which holds only
-the tokens), and every :class:`Transfer` copies ONE slot (``src`` slot -> ``dst`` slot),
-one move per token copied. Simple and obviously correct; an executor may coalesce runs.
+the tokens), and a region moves as one :class:`Transfer` of ``count`` slots (``src``
+slot -> ``dst`` slot onward), so a cost model prices the bytes it moves, not a block per
+slot.
 
 A request is admitted only if prompt + true output length <= ``max_model_len`` (its
 reservation then always covers it); the engine rejects what can never fit before asking
@@ -137,8 +138,9 @@ class ContiguousAllocator(Growth, Swap, ReservingAllocator):
     # -- sharing and release ---------------------------------------------------------------
     def fork(self, parent_id: int, child_id: int) -> list[Transfer]:
         """Give ``child_id`` its own region of the parent's reservation size (lowest hole
-        that fits) holding a copy of the parent's tokens; returns one move per copied
-        slot (parent slot -> child slot). The child inherits the parent's true length.
+        that fits) holding a copy of the parent's tokens; returns one move of the copied
+        slots (parent region -> child region; none for an empty parent). The child
+        inherits the parent's true length.
         Raises UnknownSequence, DuplicateSequence, InvalidRequest (parent swapped out),
         OutOfBlocks (no hole fits; nothing changed)."""
         parent = self._on_device(parent_id)
@@ -151,7 +153,7 @@ class ContiguousAllocator(Growth, Swap, ReservingAllocator):
         src = int(self._start[parent])
         tokens = self.slots[src : src + held].copy()
         self._place(child, start, size, tokens, int(self._target[parent]))
-        return [Transfer(src + i, start + i) for i in range(held)]
+        return [Transfer(src, start, count=held)] if held else []
 
     def free(self, seq_id: int) -> None:
         """Release the sequence's region (device or CPU). Raises UnknownSequence."""

@@ -48,7 +48,7 @@ class Growth(Regions):
         if new_start == old_start:
             return []
         self.slots[new_start : new_start + held] = self.slots[old_start : old_start + held]
-        return [Transfer(old_start + i, new_start + i) for i in range(held)]
+        return [Transfer(old_start, new_start, count=held)] if held else []
 
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
         """Whether ``append`` of ``num_tokens`` would succeed now (False while swapped)."""
@@ -68,8 +68,8 @@ class Growth(Regions):
 
         Within the reservation nothing moves. Past it, the region grows to exactly the
         new length: in place when the slots right after it are free, else it is
-        relocated first-fit and the returned moves copy every held slot (one move per
-        slot, old -> new). Raises OutOfBlocks (neither possible; nothing changed),
+        relocated first-fit and the returned move copies every held slot (one range,
+        old -> new). Raises OutOfBlocks (neither possible; nothing changed),
         UnknownSequence, InvalidRequest (swapped out, bad tokens)."""
         sid = self._on_device(seq_id)
         tokens = as_tokens(token_ids)

@@ -29,7 +29,7 @@ class Swap(Regions):
     def swap_out(self, seq_id: int) -> list[Transfer]:
         """Copy the held tokens to the lowest CPU hole that fits them (only tokens travel,
         not the empty reservation) and release the device region; the reservation size
-        is remembered for swap-in. Returns (device slot, CPU slot) moves, one per token.
+        is remembered for swap-in. Returns the move of the held slots (one range).
         Raises OutOfBlocks (nothing changed), UnknownSequence, InvalidRequest."""
         sid = self._lookup(seq_id)
         if self._where[sid] != ON_DEVICE:
@@ -43,7 +43,7 @@ class Swap(Regions):
         self._account(sid, -1)
         self._device.release(src, int(self._reserved[sid]))
         self._where[sid], self._start[sid] = ON_CPU, dst
-        return [Transfer(src + i, dst + i, GPU, CPU) for i in range(held)]
+        return [Transfer(src, dst, GPU, CPU, count=held)] if held else []
 
     def can_swap_in(self, *seq_ids: int) -> bool:
         sids = [self._lookup(seq_id) for seq_id in seq_ids]
@@ -65,7 +65,7 @@ class Swap(Regions):
 
     def swap_in(self, seq_id: int) -> list[Transfer]:
         """Re-reserve the full region at the lowest device hole that fits and copy the
-        tokens back. Returns (CPU slot, device slot) moves, one per token. Raises
+        tokens back. Returns the move of the held slots (one range). Raises
         OutOfBlocks (nothing changed), UnknownSequence, InvalidRequest (not swapped)."""
         sid = self._lookup(seq_id)
         if self._where[sid] != ON_CPU:
@@ -79,4 +79,4 @@ class Swap(Regions):
         self.slots[dst : dst + held] = self.cpu_slots[src : src + held]
         self._where[sid], self._start[sid] = ON_DEVICE, dst
         self._account(sid, +1)
-        return [Transfer(src + i, dst + i, CPU, GPU) for i in range(held)]
+        return [Transfer(src, dst, CPU, GPU, count=held)] if held else []

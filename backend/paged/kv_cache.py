@@ -85,7 +85,9 @@ class KVCache:
         """Perform ``transfers`` in order, each run of one route as one batched move.
         Mutates the pools written. Raises ValueError for a route between pools this
         cache does not have (another instance), or that skips the CPU pool (a disk or a
-        remote store reaches the device only through it)."""
+        remote store reaches the device only through it), and for a range that overlaps
+        itself within one pool."""
+        transfers = list(_unit_moves(transfers))
         for route, run in groupby(transfers, key=attrgetter("src_medium", "dst_medium")):
             if route == DEVICE_COPY:
                 self.copy_blocks(list(run))
@@ -138,6 +140,22 @@ class KVCache:
         blocks = pool.index_select(2, table)
         layers, two, nb, bs, heads, dim = blocks.shape
         return blocks.reshape(layers, two, nb * bs, heads, dim)[:, :, :num_tokens]
+
+
+def _unit_moves(transfers: Sequence[Transfer]) -> Iterator[Transfer]:
+    """``transfers`` one block each: a range of ``count`` blocks as its blocks in order
+    (the paged manager moves single blocks; a range comes from an allocator of regions).
+    Raises ValueError for a range whose source and destination overlap in one pool,
+    which block by block would read what it had just written."""
+    for move in transfers:
+        if move.count == 1:
+            yield move
+            continue
+        same_pool = move.src_medium is move.dst_medium
+        if same_pool and abs(move.src - move.dst) < move.count:
+            raise ValueError(f"{move!r} overlaps itself: the KV cache moves blocks one by one")
+        for i in range(move.count):
+            yield move._replace(src=move.src + i, dst=move.dst + i, count=1)
 
 
 def independent_waves(moves: Sequence[Transfer], *, same_pool: bool) -> Iterator[list[Transfer]]:

@@ -161,9 +161,9 @@ class KVMemory:
         return [UNWRITTEN if table[i // size] == NULL_BLOCK else t for i, t in enumerate(tokens)]
 
     def move(self, moves: Iterable[Transfer], *, route: Route, what: str) -> int:
-        """Perform ``moves`` in order; returns how many. Asserts each is a Transfer of
-        ``route`` (what ``what`` must return), of a group there is and between ids in
-        range (the groups' blocks are of one pool)."""
+        """Perform ``moves`` in order; returns how many units they moved. Asserts each is
+        a Transfer of ``route`` (what ``what`` must return), of a group there is and
+        between ids in range (the groups' blocks are of one pool)."""
         src, dst = route
         source, target = self.pools[src], self.pools[dst]
         count = 0
@@ -175,13 +175,14 @@ class KVMemory:
             )
             groups = len(self.windows)
             assert 0 <= move.group < groups, f"{what}: {move!r} names a group of {groups}"
-            s, d = int(move.src), int(move.dst)
-            assert 0 <= s < source.shape[0], (
-                f"{what}: move {move} reads {src.value} block {s}, out of range"
+            s, d, n = int(move.src), int(move.dst), int(move.count)
+            assert n >= 1, f"{what}: move {move} moves {n} units"
+            assert s >= 0 and s + n <= source.shape[0], (
+                f"{what}: move {move} reads {src.value} blocks {s}-{s + n - 1}, out of range"
             )
-            assert 0 <= d < target.shape[0], (
-                f"{what}: move {move} writes {dst.value} block {d}, out of range"
+            assert d >= 0 and d + n <= target.shape[0], (
+                f"{what}: move {move} writes {dst.value} blocks {d}-{d + n - 1}, out of range"
             )
-            target[d] = source[s]
-            count += 1
+            target[d : d + n] = source[s : s + n].copy()  # read all, then write: a range
+            count += n
         return count

@@ -143,9 +143,10 @@ def step_features(
     )
 
 
-def batch_features(batch: Batch) -> np.ndarray:
-    """:func:`step_features` of an engine batch."""
-    return step_features(*batch.shape())
+def batch_features(batch: Batch, blocks_per_unit: float = 1.0) -> np.ndarray:
+    """:func:`step_features` of an engine batch (its moves in blocks: ``blocks_per_unit``
+    as :func:`backend.transfer.moved_blocks` takes it)."""
+    return step_features(*batch.shape(blocks_per_unit))
 
 
 def model_shape_key(spec: Any) -> str:
@@ -268,14 +269,18 @@ class CalibratedCostModel:
 
     reads_token_ids = False  # a step's time depends on its shape, not on the tokens
 
-    def __init__(self, calibration: Calibration):
+    def __init__(self, calibration: Calibration, blocks_per_unit: float = 1.0):
+        """``blocks_per_unit``: blocks one unit of a Transfer fills (1 for an allocator
+        of blocks, 1 / block size for one of token-slot regions)."""
         self.calibration = calibration
         self._coefficients = calibration.vector()
+        self.blocks_per_unit = blocks_per_unit
 
     def execute(self, batch: Batch) -> float:
         # np.sum, not `@`: BLAS's dot sums in a CPU- and thread-dependent order, and a
         # step time must have the same bits on every machine.
-        return float(np.sum(batch_features(batch) * self._coefficients))
+        features = batch_features(batch, self.blocks_per_unit)
+        return float(np.sum(features * self._coefficients))
 
     def decode_steps(self, context_lens: np.ndarray, steps: int) -> np.ndarray:
         """Seconds of each step of a decode stretch, as ``execute`` gives them one by one

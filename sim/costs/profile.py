@@ -68,7 +68,7 @@ class ProfileCostModel:
 
     def execute(self, batch: Batch) -> float:
         """Seconds for ``batch`` (the Executor seam); an empty batch takes 0."""
-        return self.breakdown(*batch.shape()).total_s
+        return self.breakdown(*batch.shape(self.analytic.blocks_per_unit)).total_s
 
     def decode_steps(self, context_lens: np.ndarray, steps: int) -> np.ndarray:
         """Seconds of each step of a decode stretch, as ``execute`` gives them one by one

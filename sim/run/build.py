@@ -159,14 +159,21 @@ def build_executor(scenario, allocator: Allocator):
         from sim.costs.measured import build_torch_executor
 
         return build_torch_executor(scenario, allocator)
+    unit = move_unit_tokens(scenario, allocator)
     if scenario.cost_model.kind == "calibrated":
-        return build_calibrated_executor(scenario)
+        return build_calibrated_executor(scenario, unit)
     if scenario.cost_model.kind == "profile":
-        return build_profile_executor(scenario)
-    return analytic_executor(scenario)
+        return build_profile_executor(scenario, unit)
+    return analytic_executor(scenario, unit)
 
 
-def build_profile_executor(scenario) -> ProfileCostModel:
+def move_unit_tokens(scenario, allocator: Allocator) -> int:
+    """Token slots one unit of the allocator's transfers holds: a block, or one slot for
+    an allocator of regions (its block tables are ``[start, length]`` in slots)."""
+    return 1 if allocator.block_table_layout == "region" else scenario.cache.block_size
+
+
+def build_profile_executor(scenario, move_unit: int | None = None) -> ProfileCostModel:
     """The executor for ``cost_model: {kind: profile, ...}``. Raises ScenarioError (one
     line) for a profile that cannot be read or has no rows for the scenario's model."""
     spec = scenario.cost_model
@@ -183,11 +190,13 @@ def build_profile_executor(scenario) -> ProfileCostModel:
         )
     except ProfileError as err:
         raise ScenarioError(f"{scenario.source}: cost_model.path: {err}") from None
-    return ProfileCostModel(profile, analytic_executor(scenario))
+    return ProfileCostModel(profile, analytic_executor(scenario, move_unit))
 
 
-def analytic_executor(scenario) -> AnalyticCostModel:
-    """The scenario's roofline cost model (with its ``cost_model.params`` overrides)."""
+def analytic_executor(scenario, move_unit: int | None = None) -> AnalyticCostModel:
+    """The scenario's roofline cost model (with its ``cost_model.params`` overrides);
+    ``move_unit`` is the token slots of one unit of the allocator's transfers (default:
+    a block)."""
     return AnalyticCostModel(
         scenario.model,
         scenario.hardware,
@@ -196,6 +205,7 @@ def analytic_executor(scenario) -> AnalyticCostModel:
         block_size=scenario.cache.block_size,
         expert_parallel=scenario.expert_parallel,
         kv_element_bytes=scenario.cache.kv_element_bytes(scenario.model),
+        move_unit_tokens=move_unit,
     )
 
 
@@ -342,7 +352,7 @@ def load_policy(scenario, registry: Registry, name: str):
         raise ScenarioError(f"{scenario.source}: {registry.field}: {err}") from None
 
 
-def build_calibrated_executor(scenario) -> CalibratedCostModel:
+def build_calibrated_executor(scenario, move_unit: int | None = None) -> CalibratedCostModel:
     """The executor for ``cost_model: {kind: calibrated, file: ...}``.
 
     Raises ScenarioError (one line) if the file is unusable or was profiled on a model
@@ -357,4 +367,5 @@ def build_calibrated_executor(scenario) -> CalibratedCostModel:
     problem = shape_mismatch(calibration, scenario.model)
     if problem:
         raise ScenarioError(f"{scenario.name}: cost_model.file: {path}: {problem}")
-    return CalibratedCostModel(calibration)
+    block = scenario.cache.block_size
+    return CalibratedCostModel(calibration, (move_unit or block) / block)

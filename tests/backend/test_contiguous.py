@@ -242,12 +242,12 @@ def test_append_past_the_reservation_extends_in_place_when_the_next_slots_are_fr
     alloc.check_invariants()
 
 
-def test_append_past_the_reservation_relocates_first_fit_and_returns_slot_moves():
+def test_append_past_the_reservation_relocates_first_fit_and_returns_one_range_move():
     alloc = oracle(num_slots=12, max_model_len=12)
     alloc.allocate(0, [1, 2, 3])  # [0,3)
     alloc.allocate(1, [4])  # [3,4) blocks growth in place
     moves = alloc.append(0, [5])
-    assert moves == [Transfer(0, 4), Transfer(1, 5), Transfer(2, 6)]
+    assert moves == [Transfer(0, 4, count=3)]  # the region, one range
     assert alloc.block_table(0) == [4, 4]
     assert alloc.read_tokens(0).tolist() == [1, 2, 3, 5]
     alloc.allocate(2, [9, 9, 9])  # the old region is a hole again
@@ -279,7 +279,7 @@ def test_append_batch_grows_full_sequences_and_writes_every_token():
     alloc.allocate(2, [4])  # full at [5,6), free slots after it
     moves = alloc.append_batch(np.array([2, 1, 0]), np.array([40, 30, 10]))
     # seq 2 grows in place to [5,7); seq 0 cannot, and relocates to the lowest 3-slot hole
-    assert moves == [Transfer(0, 7), Transfer(1, 8)]
+    assert moves == [Transfer(0, 7, count=2)]
     assert [alloc.block_table(i) for i in range(3)] == [[7, 3], [2, 3], [5, 2]]
     assert [alloc.read_tokens(i).tolist() for i in range(3)] == [[1, 2, 10], [3, 30], [4, 40]]
     alloc.check_invariants()
@@ -292,7 +292,7 @@ def test_fork_copies_every_slot_into_a_region_of_the_parents_size():
     alloc = ContiguousAllocator(16, mode="pow2", max_model_len=16)
     alloc.allocate(0, [7, 8, 9], max_new_tokens=2)  # reserve 3 + 2
     moves = alloc.fork(0, 1)
-    assert moves == [Transfer(0, 5), Transfer(1, 6), Transfer(2, 7)]
+    assert moves == [Transfer(0, 5, count=3)]
     assert alloc.block_table(1) == [5, 5]
     alloc.append(1, [1])
     assert alloc.read_tokens(0).tolist() == [7, 8, 9]
@@ -308,7 +308,7 @@ def test_swap_moves_only_the_tokens_and_swap_in_needs_the_whole_reservation():
     alloc = oracle(num_slots=10, max_model_len=10, num_cpu_slots=4)
     alloc.allocate(0, [1, 2], max_new_tokens=4)  # [0,6)
     alloc.allocate(1, [3, 4, 5])  # [6,9)
-    assert alloc.swap_out(0) == [Transfer(0, 0, GPU, CPU), Transfer(1, 1, GPU, CPU)]
+    assert alloc.swap_out(0) == [Transfer(0, 0, GPU, CPU, count=2)]
     assert alloc.is_swapped(0) and alloc.block_table(0) == [0, 2]
     assert alloc.read_tokens(0).tolist() == [1, 2]
     assert alloc.usage().used_blocks == 3
@@ -320,7 +320,7 @@ def test_swap_moves_only_the_tokens_and_swap_in_needs_the_whole_reservation():
     with pytest.raises(OutOfBlocks):
         alloc.swap_in(0)
     alloc.free(2)
-    assert alloc.swap_in(0) == [Transfer(0, 0, CPU, GPU), Transfer(1, 1, CPU, GPU)]
+    assert alloc.swap_in(0) == [Transfer(0, 0, CPU, GPU, count=2)]
     assert not alloc.is_swapped(0) and alloc.block_table(0) == [0, 6]
     alloc.append(0, [9])
     assert alloc.read_tokens(0).tolist() == [1, 2, 9]

@@ -59,6 +59,12 @@ def holes(owner):
     return runs
 
 
+def region_move(src: int, dst: int, held: int, *media) -> list[Transfer]:
+    """The move of a region's ``held`` slots: one range (none for an empty region), so a
+    cost model prices its bytes, not a block a slot."""
+    return [Transfer(src, dst, *media, count=held)] if held else []
+
+
 class Seq:
     def __init__(self, tokens, start, reserved, target):
         self.tokens, self.start, self.reserved, self.target = tokens, start, reserved, target
@@ -154,7 +160,7 @@ class ContiguousMachine(RuleBasedStateMachine):
         moves = []
         if new_start != seq.start:
             event("growth relocated")
-            moves = [Transfer(seq.start + i, new_start + i) for i in range(len(seq.tokens))]
+            moves = region_move(seq.start, new_start, len(seq.tokens))
         seq.start, seq.reserved = new_start, needed
         return moves
 
@@ -247,7 +253,7 @@ class ContiguousMachine(RuleBasedStateMachine):
             return multiple()
         moves = self.alloc.fork(parent, child)
         held = len(shadow.tokens)
-        assert moves == [Transfer(shadow.start + i, start + i) for i in range(held)]
+        assert moves == region_move(shadow.start, start, held)
         self.mark(self.owner, start, shadow.reserved, child)
         self.shadow[child] = Seq(list(shadow.tokens), start, shadow.reserved, shadow.target)
         self.note_peak()
@@ -275,9 +281,7 @@ class ContiguousMachine(RuleBasedStateMachine):
         if dst is None:
             self.refused("swap_out", lambda: self.alloc.swap_out(seq))
             return
-        assert self.alloc.swap_out(seq) == [
-            Transfer(shadow.start + i, dst + i, GPU, CPU) for i in range(held)
-        ]
+        assert self.alloc.swap_out(seq) == region_move(shadow.start, dst, held, GPU, CPU)
         self.mark(self.owner, shadow.start, shadow.reserved, None)
         self.mark(self.cpu_owner, dst, held, seq)
         shadow.start, shadow.swapped = dst, True
@@ -295,9 +299,7 @@ class ContiguousMachine(RuleBasedStateMachine):
             self.refused("swap_in", lambda: self.alloc.swap_in(seq))
             return
         held = len(shadow.tokens)
-        assert self.alloc.swap_in(seq) == [
-            Transfer(shadow.start + i, dst + i, CPU, GPU) for i in range(held)
-        ]
+        assert self.alloc.swap_in(seq) == region_move(shadow.start, dst, held, CPU, GPU)
         self.mark(self.cpu_owner, shadow.start, held, None)
         self.mark(self.owner, dst, shadow.reserved, seq)
         shadow.start, shadow.swapped = dst, False

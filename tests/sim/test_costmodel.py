@@ -561,3 +561,32 @@ def test_with_cpu_overlap_a_step_takes_the_longer_of_gpu_and_cpu():
     # the 20 ms of CPU outlasts a 4-sequence step and hides under a 256 x 4k one
     assert overlap.predict([], small) == pytest.approx(0.02 + 4 * 12e-6)  # + per sequence
     assert overlap.breakdown([], big).cpu_s == 0.0
+
+
+@pytest.mark.parametrize("allocator", ["contiguous-max", "contiguous-oracle"])
+def test_a_swap_costs_the_same_from_paged_and_contiguous_allocators(allocator):
+    """A 160-token swap-out moves the same bytes whichever allocator held them: ten
+    16-token blocks from the paged manager, one 160-slot range from a contiguous
+    baseline. It once cost 16x more from the baseline (a Transfer a slot, each priced as
+    a block)."""
+    from sim.config.loader import validate_scenario
+    from sim.run.build import build_allocator, build_executor
+
+    costs = {}
+    for name in ("paged", allocator):
+        scenario = validate_scenario(
+            {
+                "model": "llama-3-8b",
+                "hardware": "h100-sxm",
+                "cache": {"allocator": name, "num_blocks": 1024, "num_cpu_blocks": 64},
+                "preemption": {"mode": "swap"},
+            }
+        )
+        alloc = build_allocator(scenario)
+        alloc.allocate(0, np.arange(160), max_new_tokens=16)
+        moves = alloc.swap_out(0)
+        empty = np.zeros(0, np.int64)
+        batch = Batch((), empty, empty, np.zeros(0, np.int32), transfers=tuple(moves))
+        costs[name] = build_executor(scenario, alloc).execute(batch)
+    assert costs["paged"] > 0
+    assert costs[allocator] == pytest.approx(costs["paged"], rel=1e-12)

@@ -112,6 +112,21 @@ def test_transfer_performs_each_route_in_order(rng):
     assert torch.equal(cache.data[:, :, 0], device[:, :, 4])
 
 
+def test_a_range_moves_as_its_blocks_and_may_not_overlap_itself(rng):
+    """A Transfer of ``count`` blocks is those blocks' moves; one whose source and
+    destination overlap in one pool is refused (block by block it would read what it
+    had just written)."""
+    cache, ranged = _random_pool(rng), _random_pool(rng)
+    ranged.data.copy_(cache.data)
+    ranged.cpu_data.copy_(cache.cpu_data)
+    cache.transfer([Transfer(1, 0, GPU, CPU), Transfer(2, 1, GPU, CPU), Transfer(3, 2, GPU, CPU)])
+    ranged.transfer([Transfer(1, 0, GPU, CPU, count=3)])
+    assert torch.equal(ranged.cpu_data, cache.cpu_data)
+    with pytest.raises(ValueError, match="overlaps itself"):
+        ranged.transfer([Transfer(0, 2, count=3)])
+    ranged.transfer([Transfer(0, 3, count=3)])  # disjoint in one pool: fine
+
+
 def test_a_lower_tier_is_reached_through_the_cpu_pool_only(rng):
     """A disk tier's pool takes cascades from the CPU pool and gives promotions back to
     it; a move between it and the device is refused by name."""
