@@ -10,9 +10,6 @@ schema for editors (:mod:`.json_schema`). The models and GPUs it names are in
 runs a simulation.
 """
 
-from sim.catalog.hardware import HardwareSpec, ModelSpec
-from sim.catalog.pool import kv_pool_blocks
-from sim.catalog.presets import HARDWARE_PRESETS, MODEL_PRESETS, resolve_hardware, resolve_model
 from sim.config.costs import CostModelSpec, CostParams
 from sim.config.errors import ScenarioError
 from sim.config.json_schema import scenario_json_schema
@@ -21,20 +18,13 @@ from sim.config.scenario import Scenario
 from sim.config.workload import WorkloadSpec
 
 __all__ = [
-    "HARDWARE_PRESETS",
-    "MODEL_PRESETS",
     "CostModelSpec",
     "CostParams",
-    "HardwareSpec",
-    "ModelSpec",
     "Scenario",
     "ScenarioError",
     "WorkloadSpec",
     "apply_override",
-    "kv_pool_blocks",
     "load_scenario",
-    "resolve_hardware",
-    "resolve_model",
     "scenario_json_schema",
     "validate_scenario",
 ]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import simpy
 
+from policies.routing import Router
 from sim.engine.guard import PolicyFailure, brief
 from sim.engine.records import RequestOutcome
 from sim.engine.replica import Replica
@@ -16,7 +17,7 @@ from sim.workload.request import Request
 class Cluster:
     """Replicas behind a router, fed by one arrival process."""
 
-    def __init__(self, env: simpy.Environment, replicas: Sequence[Replica], router):
+    def __init__(self, env: simpy.Environment, replicas: Sequence[Replica], router: Router):
         self.env = env
         self.replicas = list(replicas)
         self.router = router

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -272,6 +272,3 @@ def describe(values: Mapping[str, Any], seed: int | None = None) -> str:
         parts.append(f"seed {seed}")
     return ", ".join(parts) or "the base scenario"
 
-
-def axes_of(assignments: Sequence[tuple[dict[str, Any], int]]) -> list[str]:
-    return list(assignments[0][0]) if assignments else []

@@ -19,6 +19,10 @@ from backend.testing.factories import SHIPPED
 from tests.backend import broken_allocators as broken
 from tests.backend import faithful_allocators as faithful
 
+# The suite's longest file: `pytest -m "not slow"` leaves it out while developing; CI and
+# `make test` run it (sized by the Hypothesis profile).
+pytestmark = pytest.mark.slow
+
 # -- the shipped allocators pass -------------------------------------------------------
 TestPaged = AllocatorStateMachine.for_factory(BlockManager).TestCase
 TestPagedWithoutPrefixCaching = AllocatorStateMachine.for_factory(
