@@ -271,4 +271,3 @@ def describe(values: Mapping[str, Any], seed: int | None = None) -> str:
     if seed is not None:
         parts.append(f"seed {seed}")
     return ", ".join(parts) or "the base scenario"
-
