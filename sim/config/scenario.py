@@ -41,12 +41,12 @@ from pydantic import (
     model_validator,
 )
 
-from backend.shipped import PAGED
 from sim.catalog.hardware import HardwareSpec, ModelSpec
 from sim.catalog.pool import KVPool, check_experts_split, check_given_pool, check_tensor_parallel
 from sim.catalog.presets import expand_preset
 from sim.config.arrivals import TraceArrival
 from sim.config.budget import OverBudget, check_memory
+from sim.config.combinations import check_combinations
 from sim.config.costs import CostModelSpec
 from sim.config.engines import preemption_with_defaults, profile_of
 from sim.config.errors import error_at
@@ -206,7 +206,7 @@ class Scenario(StrictModel):
             if problem is not None:
                 raise error_at(*problem)
         self._check_model_support()
-        self._check_kv_groups()
+        self._check_retention_interval()
         reserved = profile_of(self.scheduler.engine).rules.reserved_blocks
         if blocks - reserved < 1:
             usable = f" ({reserved} reserved by scheduler.engine)" if reserved else ""
@@ -233,7 +233,6 @@ class Scenario(StrictModel):
         for n, tier_blocks in enumerate(offload):
             if tier_blocks < 1:
                 raise error_at(f"cache.offload[{n}]", "the tier holds no block of this model's KV")
-        self._check_lower_tiers()
         self._kv_pool = KVPool(blocks, cpu, offload)
         try:
             check_memory(self)
@@ -241,87 +240,23 @@ class Scenario(StrictModel):
             raise error_at(err.field, str(err)) from None
         return self
 
-    def _check_lower_tiers(self) -> None:
-        """A disk or remote tier needs a cost model with its link, and a remote one a
-        store the replicas can share."""
-        lower = [tier.tier for tier in self.cache.offload[1:]]
-        if lower and self.cost_model.kind == "calibrated":
-            raise error_at(
-                "cache.offload",
-                f"a {lower[0]} tier's reads are priced by the analytic and profile cost "
-                "models; a calibration has no disk or network link (cost_model.kind: "
-                "calibrated)",
-            )
-        if not any(tier.cluster_wide for tier in self.cache.offload):
-            return
-        if self.cache.allocator != PAGED:
-            raise error_at("cache.offload", "a remote tier is shared by the paged allocators")
-        if self.backend.kind == "torch" and self.routing.replicas > 1:
-            raise error_at(
-                "cache.offload",
-                "the real backend keeps one store per replica: a remote tier shared by "
-                f"{self.routing.replicas} replicas needs backend.kind: model",
-            )
-
-    def _check_kv_groups(self) -> None:
-        """A model whose layers keep different KV (sliding windows) needs an allocator
-        that keeps a block table per KV cache group; swap, offload tiers and the real
-        backend do not move such tables yet."""
-        layout = self.model.kv_layout
+    def _check_retention_interval(self) -> None:
+        """``cache.prefix_cache_retention_interval`` is a multiple of the block size, and
+        only for a model with a sliding window."""
         interval = self.cache.retention_interval
-        if interval and (interval % self.cache.block_size or layout.is_plain):
+        if not interval:
+            return
+        plain = self.model.kv_layout.is_plain
+        if interval % self.cache.block_size or plain:
             why = f"expected a multiple of cache.block_size ({self.cache.block_size})"
-            if layout.is_plain:
+            if plain:
                 why = "no sliding window to apply it to (set 0)"
             raise error_at("cache.prefix_cache_retention_interval", f"{why}, got {interval}")
-        if layout.is_plain:
-            return
-        what = f"{self.model.name!r} keeps {layout.describe()}"
-        plugin = self.cache.plugin_allocator
-        takes = plugin is None and self.cache.allocator == PAGED
-        if not takes and not getattr(plugin, "supports_kv_groups", False):
-            raise error_at(
-                "cache.allocator",
-                f"{what}: the paged allocator (or a plug-in whose supports_kv_groups is "
-                f"True) keeps them, not {self.cache.allocator!r}; or set "
-                "model.sliding_window: off",
-            )
-        for field, used in (
-            ("cache.cpu_swap_gib", self.cache.cpu_blocks(self.model, self.tensor_parallel)),
-            ("cache.offload", self.cache.offload),
-            ("backend.kind", self.backend.kind == "torch"),
-        ):
-            if used:
-                raise error_at(
-                    field,
-                    f"{what}: swap space, offload tiers and the real "
-                    "backend do not move its tables yet; or set "
-                    "model.sliding_window: off",
-                )
-        if self.cost_model.kind != "analytic":
-            raise error_at(
-                "cost_model.kind",
-                f"{what}: the analytic cost model prices its windows ({self.cost_model.kind} "
-                "prices every layer as full attention); or set model.sliding_window: off",
-            )
 
     def _check_model_support(self) -> None:
         if self.expert_parallel and self.model.moe is None:
             raise error_at("expert_parallel", f"{self.model.name!r} has no experts (no model.moe)")
-        if self.model.moe is not None and self.cost_model.kind == "profile":
-            raise error_at(
-                "cost_model.kind", "profile: Vidur's profiles hold dense models only, not MoE"
-            )
-        if self.model.moe is not None and self.backend.kind == "torch":
-            raise error_at("backend.kind", "torch: the real backend runs dense models only")
-        if self.cache.kv_dtype != "auto" and self.backend.kind == "torch":
-            raise error_at("cache.kv_dtype", "the real backend keeps KV in the model's dtype")
-        if self.backend.kind == "torch" and self.model.head_dim % 2:
-            raise error_at(
-                "model.head_dim",
-                "the real backend's rotary embedding rotates pairs: expected an even "
-                f"head_dim, got {self.model.head_dim}",
-            )
+        check_combinations(self)  # settings that do not work together (one table)
         if self.model.moe is None:
             return  # (the heads' split is checked with the pool's size)
         try:

@@ -7,7 +7,6 @@ needs torch.
 
 from __future__ import annotations
 
-from backend.shipped import PAGED
 from sim.config.errors import ScenarioError
 
 
@@ -15,12 +14,7 @@ def build_torch_executor(scenario, allocator, *, cpu_threads: int = 1):
     """A PagedExecutor for ``allocator``'s pool with the scenario's model shape (random
     weights from the scenario's seed), running on a CPU with ``cpu_threads`` torch threads.
     Raises ScenarioError for what cannot run here."""
-    source = scenario.name
-    if scenario.cache.allocator != PAGED:
-        raise ScenarioError(
-            f"{source}: backend.kind: torch reads KV through block tables; "
-            f"use cache.allocator: paged (got {scenario.cache.allocator})"
-        )
+    source = scenario.name  # (a paged allocator: sim.config.combinations refuses others)
     try:
         import torch
 

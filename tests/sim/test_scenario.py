@@ -464,3 +464,27 @@ def test_the_real_backend_refuses_what_it_cannot_run_in_one_line():
             {**base, "model": "llama-3-70b", "hardware": "b200", "cache": {"num_blocks": 64}}
         )
     assert validate_scenario({**base, "model": "tiny", "cache": {"num_blocks": 64}})
+
+
+def test_every_combination_refused_names_a_field_of_the_scenario():
+    """The table of settings that do not work together (sim/config/combinations.py) is
+    the one place they are refused; each row points at a field a user can change."""
+    from sim.config.combinations import UNSUPPORTED
+
+    for row in UNSUPPORTED:
+        section, _, rest = row.field.partition(".")
+        assert section in Scenario.model_fields, row.field
+        if rest:
+            spec = Scenario.model_fields[section].annotation
+            assert rest.split(".")[0] in spec.model_fields, row.field
+
+
+def test_the_real_backend_with_a_contiguous_allocator_is_refused_when_loaded(tmp_path):
+    """It was refused only when the run was built, after validation said yes."""
+    path = write(
+        tmp_path,
+        "model: tiny\ncache: {allocator: contiguous-pow2, num_blocks: 64}\n"
+        "backend: {kind: torch}\nsimulation: {num_requests: 4}\n",
+    )
+    with pytest.raises(ScenarioError, match=r"backend\.kind: torch reads KV through block"):
+        load_scenario(path)
