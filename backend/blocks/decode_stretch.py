@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from backend.blocks.full_attention import FullAttention
+from backend.blocks.group_tables import GroupTables
 from backend.blocks.kv_groups import KVGroups
 from backend.stretch import usage_by_step
 
 
 # -- one group ---------------------------------------------------------------------------
 def plain_steps(
-    group: FullAttention, seqs: np.ndarray, held: np.ndarray, limit: int, free: int | None = None
+    group: GroupTables, seqs: np.ndarray, held: np.ndarray, limit: int, free: int | None = None
 ) -> int:
     """How many of the next ``limit`` (> 0) decode steps of ``seqs`` (holding ``held``)
     ``group`` runs without copy-on-write or eviction, with ``free`` blocks (None: the
@@ -51,7 +51,7 @@ def plain_steps(
 
 
 def write_rows(
-    group: FullAttention,
+    group: GroupTables,
     seqs: np.ndarray,
     held: np.ndarray,
     tokens: np.ndarray,
@@ -73,7 +73,7 @@ def write_rows(
     return crossing
 
 
-def _grow_tables(group: FullAttention, seqs: np.ndarray, crossing: np.ndarray, fresh):
+def _grow_tables(group: GroupTables, seqs: np.ndarray, crossing: np.ndarray, fresh):
     """Give every sequence a new block at each step where it crosses a boundary, in
     (step, batch position) order as step-by-step takes them (from ``fresh``, or the pool
     when None); returns the block each step writes to, per sequence."""
@@ -96,7 +96,7 @@ def _grow_tables(group: FullAttention, seqs: np.ndarray, crossing: np.ndarray, f
     return blocks
 
 
-def _seal_filled(group: FullAttention, seqs: np.ndarray, blocks: np.ndarray, filled) -> None:
+def _seal_filled(group: GroupTables, seqs: np.ndarray, blocks: np.ndarray, filled) -> None:
     """Publish the blocks each step filled, step by step (the order of the keys)."""
     for step in np.flatnonzero(filled.any(axis=1)).tolist():
         mask = filled[step]

@@ -15,9 +15,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from backend.blocks.full_attention import FullAttention
+from backend.blocks.group_tables import GroupTables
 from backend.blocks.prefix_index import PrefixIndex
-from backend.blocks.sliding_window import SlidingWindow
 
 
 class CommonHit(NamedTuple):
@@ -31,7 +30,7 @@ class CommonHit(NamedTuple):
 
 
 def common_hit(
-    groups: list[FullAttention], indexes: list[PrefixIndex], tokens: np.ndarray, salt: int
+    groups: list[GroupTables], indexes: list[PrefixIndex], tokens: np.ndarray, salt: int
 ) -> CommonHit:
     """The longest prefix of ``tokens`` (never its last token's block) that every group
     of ``groups`` (each with its index of ``indexes``) serves. No mutation but the
@@ -40,18 +39,15 @@ def common_hit(
     if not indexes[0].enabled:
         return CommonHit(keys, [[] for _ in groups], 0)
     limit = (tokens.shape[0] - 1) // indexes[0].block_size
-    order = sorted(range(len(groups)), key=lambda n: isinstance(groups[n], SlidingWindow))
+    # groups that keep every block first: their hits bound the windows' search
+    order = sorted(range(len(groups)), key=lambda n: groups[n].releases_behind)
     runs: list[list[int]] = [[] for _ in groups]
     longest, settled = 0, False
     while not settled:
         settled = True
         for number in order:
-            group = groups[number]
-            if isinstance(group, SlidingWindow):
-                run = group.cached_run(keys, salt, tokens, limit)
-            else:
-                run = first_run if number == 0 else indexes[number].hits_of(keys, tokens, salt)
-                run = run[:limit]
+            known = first_run if number == 0 else None  # (group 0's, looked up above)
+            run = groups[number].cached_run(keys, salt, tokens, limit, known)
             longest = max(longest, len(run))
             if len(run) < limit:
                 limit, settled = len(run), False

@@ -23,6 +23,7 @@ from backend.blocks.block_pool import BlockPool
 from backend.blocks.computed import ComputedTokens
 from backend.blocks.full_attention import FullAttention
 from backend.blocks.group_hits import CommonHit, common_hit
+from backend.blocks.group_tables import GroupTables
 from backend.blocks.prefix_index import PrefixIndex
 from backend.blocks.sliding_window import SlidingWindow
 from backend.transfer import Transfer
@@ -55,7 +56,7 @@ def check_kv_groups(specs: Sequence[KVGroup]) -> tuple[KVGroup, ...]:
 
 def build_group(
     spec: KVGroup, pool: BlockPool, index: PrefixIndex, slots: np.ndarray, *, prefix_caching: bool
-) -> FullAttention:
+) -> GroupTables:
     """The manager of one group of ``spec``'s kind over ``pool``."""
     if spec.sliding_window is None:
         return FullAttention(pool, index, slots, prefix_caching=prefix_caching)
@@ -70,13 +71,13 @@ def build_group(
 
 
 def peak_blocks(
-    groups: list[FullAttention], shared_tokens: int, tokens: int, samples: int, in_flight: int
+    groups: list[GroupTables], shared_tokens: int, tokens: int, samples: int, in_flight: int
 ) -> int:
     """The most blocks ``samples`` sequences of ``tokens`` tokens, forks sharing the first
     ``shared_tokens``, hold at once in ``groups`` when each grows by at most ``in_flight``
     tokens at a time (full attention's shared full blocks counted once)."""
     shares = [group.most_held(tokens, in_flight) for group in groups]
-    full_groups = sum(not isinstance(group, SlidingWindow) for group in groups)
+    full_groups = sum(not group.releases_behind for group in groups)
     shared_blocks = shared_tokens // groups[0].block_size
     return samples * sum(shares) - (samples - 1) * full_groups * shared_blocks
 
@@ -104,7 +105,7 @@ class KVGroups:
             build_group(spec, pool, index, slots, prefix_caching=prefix_caching)
             for spec, index in zip(self.specs, indexes)
         ]
-        self.windows = [g for g in self.groups if isinstance(g, SlidingWindow)]
+        self.windows = [g for g in self.groups if g.releases_behind]
         self.sparse = [g for g in self.windows if g.retention_interval is not None]
         self.tokens = ComputedTokens()
         # The last lookup's answer, kept while no index changes which block a key names:
@@ -382,7 +383,7 @@ class KVGroups:
         return (
             tuple(
                 (sorted(group.tables.items()), group.last_block, index.snapshot_state())
-                + ((group.released,) if isinstance(group, SlidingWindow) else ())
+                + group.kind_state()
                 for group, index in zip(self.groups, self.indexes)
             )
             + self.tokens.snapshot_state()

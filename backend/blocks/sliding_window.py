@@ -1,5 +1,5 @@
-"""One KV cache group of sliding-window layers: full attention's block tables and growth
-(full_attention.py), plus the release of blocks that fall wholly out of the window.
+"""One KV cache group of sliding-window layers: the block tables and growth every group
+has (group_tables.py), and the release of blocks that fall wholly out of the window.
 
 A layer with a window of ``W`` tokens computes token ``t`` from the KV of tokens
 ``t - W + 1 .. t`` only. So once a sequence has the KV of ``computed`` tokens, the next
@@ -32,13 +32,15 @@ import numpy as np
 
 from backend.base import NULL_BLOCK, InvalidRequest, grow_arrays
 from backend.blocks.block_pool import BlockPool
-from backend.blocks.full_attention import FullAttention
+from backend.blocks.group_tables import GroupTables
 from backend.blocks.prefix_index import PrefixIndex
 
 
-class SlidingWindow(FullAttention):
+class SlidingWindow(GroupTables):
     """The block tables of one sliding-window group of ``window`` tokens (see the module
     docstring). ``released[seq]`` counts the NULL entries leading ``seq``'s table."""
+
+    releases_behind = True
 
     def __init__(
         self,
@@ -107,13 +109,16 @@ class SlidingWindow(FullAttention):
         window of the first token the sequence computes."""
         return -(-(self.window - 1) // self.block_size)
 
-    def cached_run(self, keys: list[int], salt: int, tokens: np.ndarray, limit: int):
+    def cached_run(
+        self, keys: list[int], salt: int, tokens: np.ndarray, limit: int, known=None
+    ) -> list[int]:
         """The longest prefix hit (at most ``limit`` blocks) of a prompt (``tokens``,
         its full blocks' ``keys`` under ``salt``) this group serves: NULL_BLOCK where the
         window needs no block, the cached blocks of the window before its end. Searched
         from the right, as vLLM's sliding-window manager does: the first run of
         ``hit_blocks_needed`` cached blocks ends the hit; without one, a run from the
-        prompt's start, however short. No mutation."""
+        prompt's start, however short (``known``, full attention's, is not this
+        group's). No mutation."""
         size, need = self.block_size, self.hit_blocks_needed()
         run, contiguous = [NULL_BLOCK] * limit, 0
         for position in range(limit - 1, -1, -1):
@@ -158,6 +163,9 @@ class SlidingWindow(FullAttention):
     def first_held(self, seq: int) -> int:
         """The index of the first block ``seq``'s table still holds."""
         return int(self.released[seq])
+
+    def kind_state(self) -> tuple:
+        return (self.released,)
 
     # -- invariants ------------------------------------------------------------------------
     def check_released(self, seq: int, table: list[int], held: int) -> None:

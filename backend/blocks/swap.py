@@ -13,7 +13,7 @@ import numpy as np
 from backend.base import InvalidRequest, OutOfBlocks
 from backend.blocks.block_pool import BlockPool
 from backend.blocks.freelist import FreeList
-from backend.blocks.full_attention import FullAttention
+from backend.blocks.group_tables import GroupTables
 from backend.blocks.prefix_index import PrefixIndex
 from backend.blocks.sequences import ON_DEVICE, SWAPPED, SequenceRegistry
 from backend.transfer import CPU, GPU, Transfer
@@ -30,7 +30,7 @@ class SwapSpace:
         *,
         pool: BlockPool,
         index: PrefixIndex,
-        group: FullAttention,
+        group: GroupTables,
         registry: SequenceRegistry,
     ):
         self.slots = np.zeros((num_cpu_blocks, pool.block_size), np.int32)
