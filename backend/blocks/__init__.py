@@ -1,9 +1,9 @@
 """The pure-model paged block manager (manager.py, the coordinator) and all its parts:
 the block pool (block_pool.py) over a free list (freelist.py), the prefix index
 (prefix_index.py) over chained prefix keys (prefix_hash.py), the sequence registry
-(sequences.py), one manager per KV cache group (full_attention.py: the block tables of
-full-attention layers and their growth, step by step and in stretches; sliding_window.py:
-a window's tables, which release the blocks behind it; kv_groups.py: the commands of a
+(sequences.py), one manager per KV cache group (group_tables.py: a group's block tables
+and their growth, step by step and in stretches; full_attention.py and sliding_window.py,
+its kinds: every block kept, or the blocks behind a window released; kv_groups.py: the commands of a
 model with several groups or a window), the swap space (swap.py: the CPU pool and the
 swap commands) and the offload tiers (offload.py)."""
 

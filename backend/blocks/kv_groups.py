@@ -2,7 +2,7 @@
 model's layers keep different KV (full attention beside sliding windows, as gpt-oss and
 Gemma 3 alternate them), or when its only group is a sliding window (Mistral-7B-v0.1).
 
-Each group keeps its own block tables (full_attention.py, sliding_window.py) and its own
+Each group keeps its own block tables (group_tables.py and its kinds) and its own
 prefix index: the same prompt block is cached once per group, under the same key, in a
 block of that group (vLLM keys a cached block by hash and group). What is shared is the
 pool, the sequences and their token counts. A command takes blocks for every group or

@@ -11,8 +11,9 @@ the pool's clock once per command and keeps the parts consistent:
 * the prefix index (prefix_index.py): published keys, key chains, hit checks;
 * the sequence registry (sequences.py): per-sequence state, token counts and id checks;
 * one manager per KV cache group, each the block tables of one attention type and the
-  block arithmetic of growing them (full_attention.py; a sliding window's, which also
-  releases the blocks behind it, sliding_window.py), coordinated by kv_groups.py when a
+  block arithmetic of growing them (group_tables.py; the kinds are siblings: full
+  attention, full_attention.py, and a sliding window, which also releases the blocks
+  behind it, sliding_window.py), coordinated by kv_groups.py when a
   model has several groups or a window (the single full-attention group runs alone);
 * the swap space (swap.py): the CPU pool and the swap commands;
 * the offload tiers (offload.py), when built with them: prefix caches below the device

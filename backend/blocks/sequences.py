@@ -1,6 +1,6 @@
 """The paged manager's per-sequence state, shared by its KV cache groups: which
 sequences are live, where (device or CPU) and how many tokens each holds; and the checks
-of the ids callers pass in. Block tables are each group's (full_attention.py).
+of the ids callers pass in. Block tables are each group's (group_tables.py).
 
 Scalars live in numpy arrays indexed by sequence id (ids are small and dense: the
 engine numbers sequences from 0), so the decode step reads and writes a whole batch's
