@@ -25,7 +25,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader \
 
 echo "== tests (paged backend, GPU tests included) =="
 HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}" timeout 100 "$PY" -m pytest -q -rs \
-    -p no:cacheprovider tests/backend/paged 2>&1 | tee "$OUT/gpu_tests.log"
+    -p no:cacheprovider tests/backend/real 2>&1 | tee "$OUT/gpu_tests.log"
 tests_rc=${PIPESTATUS[0]}
 
 echo "== timings =="

@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backend.paged import LLAMA3_8B, PagedExecutor, ops  # noqa: E402
+from backend.real import LLAMA3_8B, PagedExecutor, ops  # noqa: E402
 from backend.step import Batch, PrefillChunk  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK_SIZE = 32, 8, 128, 16

@@ -149,7 +149,7 @@ class BatchingMode(Protocol):
     chunks_prompts: bool
     #: True promises that with nothing waiting, prefilling or swapped out, ``compose``
     #: schedules the decodes and nothing else, and keeps no per-step state, so the engine
-    #: may fast-forward such steps (sim/engine/stretch.py). A plug-in may leave it out
+    #: may fast-forward such steps (sim/engine/fast_forward.py). A plug-in may leave it out
     #: (False).
     decode_stretches: bool
 

@@ -18,7 +18,7 @@ MAX_FUNCTION_LINES = 80  # "a function over ~80 lines is a prompt to look"
 #: groups that share a layer are independent of each other.
 LAYERS = (
     {"backend"},  # allocators, the step's batch, block moves
-    {"backend.paged"},  # the real torch/Triton backend over those
+    {"backend.real"},  # the real torch/Triton backend over those
     {"policies"},  # scheduling, batching, preemption, eviction, routing
     {"sim.inputs"},  # what every reader of user input shares: strict models, text files
     {"sim.catalog"},  # models, GPUs, links and the physics constants, with their sources
@@ -52,7 +52,7 @@ def group_of(module: str) -> str:
     """The layer group a module belongs to (``sim.engine.replica`` -> ``sim.engine``)."""
     parts = module.split(".")
     if parts[0] == "backend":
-        return "backend.paged" if parts[1:2] == ["paged"] else "backend"
+        return "backend.real" if parts[1:2] == ["paged"] else "backend"
     if parts[0] == "sim":
         return ".".join(parts[:2])
     return parts[0]

@@ -113,7 +113,7 @@ def test_the_gpu_model_step_builds_its_executor_from_what_the_bench_hands_it():
         import gpu_kernels
     finally:
         sys.path.remove(str(ROOT / "bench"))
-    from tests.backend.paged.harness import TINY
+    from tests.backend.real.harness import TINY
 
     step = gpu_kernels.model_step(
         num_decodes=2,

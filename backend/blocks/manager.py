@@ -10,11 +10,10 @@ the pool's clock once per command and keeps the parts consistent:
   accounting and peak;
 * the prefix index (prefix_index.py): published keys, key chains, hit checks;
 * the sequence registry (sequences.py): per-sequence state, token counts and id checks;
-* one manager per KV cache group, each the block tables of one attention type and the
-  block arithmetic of growing them (group_tables.py; the kinds are siblings: full
-  attention, full_attention.py, and a sliding window, which also releases the blocks
-  behind it, sliding_window.py), coordinated by kv_groups.py when a
-  model has several groups or a window (the single full-attention group runs alone);
+* one manager per KV cache group, its block tables and their growth (group_tables.py;
+  kinds: full_attention.py, and sliding_window.py, which releases the blocks behind the
+  window), coordinated by kv_groups.py when a model has several groups or a window (the
+  single full-attention group runs alone);
 * the swap space (swap.py): the CPU pool and the swap commands;
 * the offload tiers (offload.py), when built with them: prefix caches below the device
   pool (CPU, then disk or a remote store), written through as blocks are computed and

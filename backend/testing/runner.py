@@ -18,9 +18,9 @@ from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
 from backend.base import AllocatorFactory
-from backend.testing.guard import PluginStopped, guarded_factory, watching
 from backend.testing.harness import supports_prefix_caching
 from backend.testing.machine import AllocatorStateMachine
+from backend.testing.plugin_guard import PluginStopped, guarded_factory, watching
 
 
 @dataclass

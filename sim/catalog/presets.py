@@ -119,7 +119,7 @@ MODEL_SOURCES: dict[str, str] = {
     "qwen2.5-7b": "Qwen/Qwen2.5-7B",
     "opt-13b": "facebook/opt-13b",
     "opt-66b": "facebook/opt-66b",
-    "tiny": "pagesim's test model (backend/paged/model.py)",
+    "tiny": "pagesim's test model (backend/real/model.py)",
 }
 
 

@@ -100,7 +100,7 @@ def _user_class(spec: str):
     if ":" not in spec:
         shipped = ", ".join(SHIPPED)
         raise UsageError(f"{spec}: expected {PLUGIN_FORMS}, or one of {shipped}")
-    from backend.testing.guard import PluginStopped, guarded_factory, watching
+    from backend.testing.plugin_guard import PluginStopped, guarded_factory, watching
 
     try:
         cls = load_allocator_class(spec)

@@ -272,7 +272,7 @@ def _serve(server, driver, args) -> None:
 def _ended(driver) -> int:
     """Exit code after the server stopped: 0, or the engine's failure as one line (a
     plug-in that broke its contract) or a traceback (a bug)."""
-    from sim.engine.guard import PolicyFailure, StuckRun
+    from sim.engine.policy_guard import PolicyFailure, StuckRun
 
     failure = driver.failure
     if failure is None:

@@ -222,7 +222,7 @@ def _check_same_requests(scenario, observed_scenario: dict, run: Path) -> None:
 
 def _simulate(scenario, calibration_path):
     from sim.config.errors import ScenarioError
-    from sim.engine.guard import PolicyFailure, StuckRun
+    from sim.engine.policy_guard import PolicyFailure, StuckRun
     from sim.run.runner import simulate
 
     factory, cost_model = None, {"kind": scenario.cost_model.kind}

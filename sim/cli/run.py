@@ -11,7 +11,7 @@ from sim.cli.common import UsageError, load
 
 def cmd_run(args) -> int:
     from sim.config.errors import ScenarioError
-    from sim.engine.guard import PolicyFailure, StuckRun
+    from sim.engine.policy_guard import PolicyFailure, StuckRun
     from sim.run.folders import FolderExists, check_target, default_run_dir
 
     scenario = load(args.scenario, args.overrides, seed=args.seed)

@@ -28,7 +28,7 @@ from pydantic import BaseModel
 from sim.catalog.hardware import HardwareSpec, ModelSpec
 from sim.catalog.presets import HARDWARE_PRESETS, MODEL_PRESETS
 from sim.config.arrivals import PoissonArrival
-from sim.config.offload import OffloadTierSpec
+from sim.config.offload_tiers import OffloadTierSpec
 from sim.config.policy_names import policy_registry
 from sim.config.scenario import Scenario
 from sim.config.sections import (

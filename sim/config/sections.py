@@ -28,7 +28,7 @@ from sim.config.allocators import SHIPPED as SHIPPED_ALLOCATORS
 from sim.config.engines import scheduler_with_defaults
 from sim.config.errors import error_at
 from sim.config.files import base_dir
-from sim.config.offload import OffloadTierSpec, check_tier_order
+from sim.config.offload_tiers import OffloadTierSpec, check_tier_order
 from sim.config.policy_names import check_policy_name, policy_registry
 from sim.inputs.hints import did_you_mean
 from sim.inputs.schema import StrictModel, drop_unset

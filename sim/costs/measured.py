@@ -18,7 +18,7 @@ def build_torch_executor(scenario, allocator, *, cpu_threads: int = 1):
     try:
         import torch
 
-        from backend.paged.executor import PagedExecutor
+        from backend.real.paged_executor import PagedExecutor
     except ImportError as err:
         raise ScenarioError(
             f"{source}: backend.kind: torch needs torch installed ({err}); install the 'real' extra"

@@ -52,7 +52,7 @@ class ProfileCostModel:
         self.model = analytic.model
         self.num_steps = 0
         self.fallback_steps: Counter[str] = Counter({part: 0 for part in PARTS})
-        self._stretch_counts: list[tuple[int, Counter[str]]] = []  # (sim.engine.stretch)
+        self._stretch_counts: list[tuple[int, Counter[str]]] = []  # (sim.engine.fast_forward)
         self._dense: dict[int, tuple[float, float, float] | None] = {}
         #: parts the profile has no data for at all (always analytic, not counted)
         self.analytic_parts = [

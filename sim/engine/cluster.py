@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import simpy
 
 from policies.routing import Router
-from sim.engine.guard import PolicyFailure, brief
+from sim.engine.policy_guard import PolicyFailure, brief
 from sim.engine.records import RequestOutcome
 from sim.engine.replica import Replica
 from sim.workload.request import Request

@@ -15,7 +15,7 @@ from policies.context import ServedTokens
 from sim.engine.executor import TokenSource
 from sim.engine.gaps import TokenGaps
 from sim.engine.memory import Memory
-from sim.engine.sequences import PrefillSeq, StepPlan
+from sim.engine.replica_state import PrefillSeq, StepPlan
 from sim.engine.state import ReplicaState
 
 

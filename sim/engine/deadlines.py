@@ -5,7 +5,7 @@ is freed, and it counts as failed.
 
 The engine looks at its clients between steps, as vLLM's engine core handles aborts
 between steps: a deadline that passes during a step takes effect at that step's end.
-A decode stretch (sim/engine/stretch.py) is planned no further than the next deadline,
+A decode stretch (sim/engine/fast_forward.py) is planned no further than the next deadline,
 so fast-forwarding aborts the same request at the same step.
 """
 

@@ -25,7 +25,7 @@ class Executor(Protocol):
 
 @runtime_checkable
 class PricesDecodeStretches(Protocol):
-    """An executor that prices a decode stretch in one call (sim/engine/stretch.py)."""
+    """An executor that prices a decode stretch in one call (sim/engine/fast_forward.py)."""
 
     def decode_steps(self, context_lens: np.ndarray, steps: int) -> np.ndarray:
         """Seconds of each of ``steps`` decode-only steps of one batch whose context

@@ -13,8 +13,8 @@ import numpy as np
 
 from sim.engine.config import EngineConfig, ReplicaPolicies
 from sim.engine.executor import TokenSource
-from sim.engine.guard import PolicyFailure, brief
-from sim.engine.sequences import Moves, PrefillSeq, SwappedRequest, WaitingEntry, seq_ids
+from sim.engine.policy_guard import PolicyFailure, brief
+from sim.engine.replica_state import Moves, PrefillSeq, SwappedRequest, WaitingEntry, seq_ids
 from sim.engine.state import ReplicaState
 from sim.engine.view import EngineView
 from sim.workload.request import Request

@@ -32,13 +32,13 @@ from sim.engine.completion import Completion
 from sim.engine.config import EngineConfig, ReplicaPolicies
 from sim.engine.deadlines import TIMED_OUT, Deadlines, abort
 from sim.engine.executor import Executor, TokenSource
-from sim.engine.guard import MAX_IDLE_STEPS, StuckRun, check_duration
+from sim.engine.fast_forward import FastForward, InFlight, StepSink, StretchParts, next_delay
 from sim.engine.memory import Memory
 from sim.engine.planning.planner import StepPlanner
+from sim.engine.policy_guard import MAX_IDLE_STEPS, StuckRun, check_duration
 from sim.engine.records import RequestOutcome, StepRecord
-from sim.engine.sequences import StepPlan, new_entries
+from sim.engine.replica_state import StepPlan, new_entries
 from sim.engine.state import ReplicaState, RequestProgress
-from sim.engine.stretch import FastForward, InFlight, StepSink, StretchParts, next_delay
 from sim.engine.unblock import unblock
 from sim.engine.view import EngineView
 from sim.workload.request import Request
@@ -60,7 +60,7 @@ class Replica:
 
     ``steps`` gets every step's record, ``on_done(outcome)`` is called once per
     request that finishes or is rejected; :meth:`unfinished_outcomes` gives the rest.
-    With ``fast_forward`` (default) decode stretches take one event (sim/engine/stretch.py);
+    With ``fast_forward`` (default) decode stretches take one event (sim/engine/fast_forward.py);
     the outputs are the same either way.
     Policies get :attr:`view` (read-only), never the replica."""
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from backend.base import Allocator
 from sim.engine.records import RequestOutcome
-from sim.engine.sequences import DecodeSet, PrefillSeq, SwappedRequest, WaitingEntry
+from sim.engine.replica_state import DecodeSet, PrefillSeq, SwappedRequest, WaitingEntry
 from sim.workload.request import Request
 
 
@@ -80,7 +80,7 @@ class ReplicaState:
         self.num_preemptions = 0
         self.num_swaps_out = 0
         # Called before policies read the state from outside the replica's own step (a
-        # router's view): brings a decode stretch up to date (sim/engine/stretch.py).
+        # router's view): brings a decode stretch up to date (sim/engine/fast_forward.py).
         self.before_read: Callable[[], None] = _nothing
 
     def has_work(self) -> bool:

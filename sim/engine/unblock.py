@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sim.engine.guard import PolicyFailure
 from sim.engine.memory import Memory
-from sim.engine.sequences import StepPlan
+from sim.engine.policy_guard import PolicyFailure
+from sim.engine.replica_state import StepPlan
 from sim.engine.state import ReplicaState
 from sim.workload.request import Request
 

@@ -20,7 +20,7 @@ class EngineView:
     """One replica as policies see it (schedulers, victim policies, routers).
 
     The reads a decode stretch changes (memory, prefix keys, tokens generated) first
-    bring it up to the present (``state.before_read``, sim/engine/stretch.py); queue
+    bring it up to the present (``state.before_read``, sim/engine/fast_forward.py); queue
     lengths, the running set and first-token times do not change within one."""
 
     __slots__ = ("_state", "_clock", "_index", "_held_prefix")

@@ -4,7 +4,7 @@ Each shape is a step the engine could issue: decodes (how many, their contexts s
 evenly from ``decode_context_min`` to ``decode_context_max``), prefill chunks (how many,
 tokens each, tokens already cached before each) or both at once. For every shape the
 sequences get real block tables from a real :class:`~backend.blocks.BlockManager`, the
-:class:`~backend.paged.executor.PagedExecutor` runs the step ``warmup`` times untimed and
+:class:`~backend.real.paged_executor.PagedExecutor` runs the step ``warmup`` times untimed and
 ``repeats`` times timed, and one CSV row records the shape with the minimum, the median
 and the 10th and 90th percentiles of the measured seconds.
 
@@ -221,7 +221,7 @@ def profile(
     :data:`CSV_COLUMNS`). The pool is sized for the largest shape. Raises ValueError for
     no shapes or fewer than one repeat."""
     from backend.blocks import BlockManager
-    from backend.paged.executor import PagedExecutor
+    from backend.real.paged_executor import PagedExecutor
 
     if not shapes or repeats < 1 or warmup < 0:
         raise ValueError("profile needs at least one shape, repeats >= 1 and warmup >= 0")

@@ -62,7 +62,7 @@ class WallClockExecutor:
 
 
 class _Steps:
-    """The replicas' step sink (sim.engine.stretch.StepSink): each record to ``on_step``."""
+    """The replicas' step sink (sim.engine.fast_forward.StepSink): each record to ``on_step``."""
 
     def __init__(self, on_step: Callable[[StepRecord], None]):
         self.on_step = on_step

@@ -42,10 +42,10 @@ from sim.costs.vidur import ProfileError, load_vidur_profile
 from sim.engine.cluster import Cluster
 from sim.engine.config import EngineConfig, ReplicaPolicies
 from sim.engine.executor import TokenSource, reads_token_ids
-from sim.engine.guard import guarded, guarded_evictor
+from sim.engine.fast_forward import StepSink
+from sim.engine.policy_guard import guarded, guarded_evictor
 from sim.engine.records import RequestOutcome
 from sim.engine.replica import Replica
-from sim.engine.stretch import StepSink
 
 
 def policy_context(
@@ -315,7 +315,7 @@ def make_policy(scenario, registry: Registry, name: str, params: dict, context: 
         problem = f"{type(err).__name__}: {err}"
         raise ScenarioError(f"{scenario.source}: {field}: {name}: raised {problem}") from None
     # A user's plug-in is checked against its family's protocol and wrapped whole: an
-    # exception inside it stops the run with one line naming it (sim.engine.guard); the
+    # exception inside it stops the run with one line naming it (sim.engine.policy_guard); the
     # shipped policies are trusted.
     if ":" in name:
         _check_protocol(scenario, registry, name, policy)

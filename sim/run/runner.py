@@ -19,7 +19,7 @@ import simpy
 
 from sim.config.errors import ScenarioError
 from sim.costs.profile import ProfileCostModel
-from sim.engine.guard import PolicyFailure
+from sim.engine.policy_guard import PolicyFailure
 from sim.engine.records import UNFINISHED_REASON, RequestOutcome
 from sim.output.benchmark import DEFAULT_PERCENTILES
 from sim.output.files import write_outputs

@@ -110,7 +110,7 @@ def test_the_help_states_the_constructor_contract(capsys):
     ],
 )
 def test_a_plugin_that_hangs_or_exits_is_a_fail_with_the_reason(capsys, monkeypatch, name, reason):
-    monkeypatch.setattr("backend.testing.guard.CALL_LIMIT_S", 0.5)
+    monkeypatch.setattr("backend.testing.plugin_guard.CALL_LIMIT_S", 0.5)
     code, out, err = run(capsys, f"{BROKEN}:{name}", "--examples", "30")
     assert code == 1 and not err
     assert out[0].startswith(f"FAIL {BROKEN}:{name} (seed 0, after ")

@@ -3,7 +3,7 @@ every way rows join and leave (the attributes are rebound by unpacking, in FIELD
 
 import numpy as np
 
-from sim.engine.sequences import DecodeSet
+from sim.engine.replica_state import DecodeSet
 
 
 def _rows(first: int, count: int) -> list[tuple[int, ...]]:

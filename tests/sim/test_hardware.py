@@ -210,7 +210,7 @@ def test_a_preset_without_measured_figures_dumps_as_before():
 
 
 def test_the_backends_llama_3_8b_shape_matches_the_preset():
-    from backend.paged.shape import LLAMA3_8B, ModelShape
+    from backend.real.shape import LLAMA3_8B, ModelShape
 
     assert ModelShape.from_spec(MODEL_PRESETS["llama-3-8b"]) == LLAMA3_8B
 

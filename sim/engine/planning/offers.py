@@ -1,13 +1,13 @@
 """What the step planner's admission reads from policies, checked as it is used: the
 scheduler's order of the waiting queue and a batching mode's filter. A broken contract is
-a PolicyFailure naming the policy and the hook (sim/engine/guard.py)."""
+a PolicyFailure naming the policy and the hook (sim/engine/policy_guard.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from sim.engine.guard import PolicyFailure, brief
-from sim.engine.sequences import WaitingEntry
+from sim.engine.policy_guard import PolicyFailure, brief
+from sim.engine.replica_state import WaitingEntry
 from sim.workload.request import Request
 
 

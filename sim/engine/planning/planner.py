@@ -23,7 +23,6 @@ from backend.capabilities import (
 from backend.step import Batch, PrefillChunk
 from sim.engine.config import EngineConfig, ReplicaPolicies
 from sim.engine.executor import TokenSource
-from sim.engine.guard import PolicyFailure, brief
 from sim.engine.memory import Memory
 from sim.engine.planning.allocator_entries import (
     batch_appender,
@@ -33,8 +32,9 @@ from sim.engine.planning.allocator_entries import (
 )
 from sim.engine.planning.offers import batching_accepts, offered
 from sim.engine.planning.step_builder import StepBuilder
+from sim.engine.policy_guard import PolicyFailure, brief
 from sim.engine.records import Limit
-from sim.engine.sequences import Moves, PlanDraft, PrefillSeq, StepPlan
+from sim.engine.replica_state import Moves, PlanDraft, PrefillSeq, StepPlan
 from sim.engine.state import ReplicaState
 from sim.engine.view import EngineView
 from sim.workload.request import Request

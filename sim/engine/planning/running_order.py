@@ -19,8 +19,8 @@ from functools import partial
 import numpy as np
 
 from backend.base import OutOfBlocks
-from sim.engine.planning.ops import PlannerOps
-from sim.engine.sequences import Moves, PlanDraft, PrefillSeq
+from sim.engine.planning.planner_ops import PlannerOps
+from sim.engine.replica_state import Moves, PlanDraft, PrefillSeq
 
 #: (sequence id, its prefill, or None for a decode row), in the running list's order
 Entry = tuple[int, PrefillSeq | None]

@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sim.engine.planning.ops import PlannerOps
+from sim.engine.planning.planner_ops import PlannerOps
 from sim.engine.planning.running_order import schedule_running
-from sim.engine.sequences import Moves, PlanDraft
+from sim.engine.replica_state import Moves, PlanDraft
 from sim.workload.request import Request
 
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from backend.paged import ModelShape
+from backend.real import ModelShape
 from backend.step import Batch, PrefillChunk
 
 from .harness import TINY, PagedHarness
@@ -65,7 +65,7 @@ def test_torch_paths_work_without_triton():
         sys.modules["triton"] = None
         import numpy as np
         from backend.blocks import BlockManager
-        from backend.paged import PagedExecutor, ModelShape, ops
+        from backend.real import PagedExecutor, ModelShape, ops
         from backend.step import Batch, PrefillChunk
         shape = ModelShape(1, 16, 2, 1, 8, 16, 32, 64)
         alloc = BlockManager(4, 4)

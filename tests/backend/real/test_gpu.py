@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from backend.paged import KVCache, ModelShape, ops
-from backend.paged import reference as ref
-from backend.paged.model import LlamaModel
-from backend.paged.reference import ContiguousRunner
+from backend.real import KVCache, ModelShape, ops
+from backend.real import reference as ref
+from backend.real.model import LlamaModel
+from backend.real.reference import ContiguousRunner
 from backend.step import Batch
 from backend.transfer import CPU, GPU, Transfer
 

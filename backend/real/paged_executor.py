@@ -13,10 +13,10 @@ import numpy as np
 import torch
 
 from backend.base import Allocator
-from backend.paged import ops
-from backend.paged.kv_cache import KVCache, slot_mapping
-from backend.paged.model import LlamaModel
-from backend.paged.shape import ModelShape
+from backend.real import ops
+from backend.real.kv_cache import KVCache, slot_mapping
+from backend.real.model import LlamaModel
+from backend.real.shape import ModelShape
 from backend.step import Batch
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from backend.paged import KVCache, ModelShape, slot_mapping
-from backend.paged.kv_cache import independent_waves
+from backend.real import KVCache, ModelShape, slot_mapping
+from backend.real.kv_cache import independent_waves
 from backend.transfer import CPU, DISK, GPU, Medium, Transfer
 
 from .helpers import TRITON_DEVICE, needs_triton

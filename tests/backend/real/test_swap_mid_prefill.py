@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from backend.blocks import BlockManager
-from backend.paged import KVCache, ModelShape, ops
+from backend.real import KVCache, ModelShape, ops
 
 SHAPE = ModelShape(
     num_layers=2,

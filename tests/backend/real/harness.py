@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 from backend.blocks import BlockManager
-from backend.paged import ModelShape
-from backend.paged.executor import PagedExecutor
+from backend.real import ModelShape
+from backend.real.paged_executor import PagedExecutor
 from backend.step import Batch, PrefillChunk
 from backend.transfer import Transfer
 

@@ -5,11 +5,11 @@ Imports nothing from ``sim`` or ``policies`` (the GPU machine has neither simpy 
 pydantic); Triton is optional and loaded only when a Triton path is used.
 """
 
-from backend.paged.executor import PagedExecutor
-from backend.paged.kv_cache import KVCache, slot_mapping
-from backend.paged.model import LlamaModel
-from backend.paged.reference import ContiguousRunner
-from backend.paged.shape import LLAMA3_8B, ModelShape
+from backend.real.kv_cache import KVCache, slot_mapping
+from backend.real.model import LlamaModel
+from backend.real.paged_executor import PagedExecutor
+from backend.real.reference import ContiguousRunner
+from backend.real.shape import LLAMA3_8B, ModelShape
 
 __all__ = [
     "LLAMA3_8B",

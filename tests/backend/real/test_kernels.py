@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend.paged import ops
-from backend.paged import reference as ref
+from backend.real import ops
+from backend.real import reference as ref
 
 from .helpers import (
     TRITON_DEVICE,

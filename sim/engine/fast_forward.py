@@ -37,11 +37,11 @@ from sim.engine.executor import (
     TokenSource,
 )
 from sim.engine.gaps import TokenGaps
-from sim.engine.guard import check_duration
 from sim.engine.memory import Memory
 from sim.engine.planning.planner import StepPlanner
+from sim.engine.policy_guard import check_duration
 from sim.engine.records import STEP_FIELDS, Limit, StepRecord
-from sim.engine.sequences import StepPlan
+from sim.engine.replica_state import StepPlan
 from sim.engine.state import ReplicaState
 
 #: Fewer steps than this are stepped one at a time (a stretch has its own fixed cost).

@@ -15,7 +15,7 @@ from types import ModuleType
 
 import torch
 
-from backend.paged import torch_ops
+from backend.real import torch_ops
 
 
 @functools.cache
@@ -43,7 +43,7 @@ def _impl(use_triton: bool) -> ModuleType:
         return torch_ops
     if not triton_available():
         raise RuntimeError("use_triton=True but triton is not installed")
-    return importlib.import_module("backend.paged.triton_ops")
+    return importlib.import_module("backend.real.triton_ops")
 
 
 def write_kv(key, value, key_cache, value_cache, slot_mapping, *, use_triton=False) -> None:

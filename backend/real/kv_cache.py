@@ -15,8 +15,8 @@ from types import MappingProxyType
 import numpy as np
 import torch
 
-from backend.paged import ops
-from backend.paged.shape import ModelShape
+from backend.real import ops
+from backend.real.shape import ModelShape
 from backend.transfer import CPU, DEVICE_COPY, GPU, Medium, Transfer
 
 

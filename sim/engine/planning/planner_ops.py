@@ -13,7 +13,7 @@ from backend.base import Allocator
 from sim.engine.config import EngineConfig
 from sim.engine.executor import TokenSource
 from sim.engine.memory import Memory
-from sim.engine.sequences import Moves, PlanDraft, PrefillSeq
+from sim.engine.replica_state import Moves, PlanDraft, PrefillSeq
 from sim.engine.state import ReplicaState
 from sim.workload.request import Request
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from backend.capabilities import TierSpec
-from backend.paged.model import LlamaModel
-from backend.paged.reference import ContiguousRunner
+from backend.real.model import LlamaModel
+from backend.real.reference import ContiguousRunner
 from backend.transfer import DISK
 
 from .harness import TINY, PagedHarness

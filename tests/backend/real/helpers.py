@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from backend.paged import ops
+from backend.real import ops
 
 TRITON_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 needs_triton = pytest.mark.skipif(

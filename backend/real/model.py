@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import torch
 
-from backend.paged.shape import ModelShape
+from backend.real.shape import ModelShape
 
 #: attend(layer, query [T, heads, dim], key [T, kv_heads, dim], value) -> [T, heads, dim]
 AttendFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]

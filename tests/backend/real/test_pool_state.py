@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from backend.blocks import BlockManager
-from backend.paged import KVCache, ModelShape, ops
+from backend.real import KVCache, ModelShape, ops
 
 POOL_SHAPE = ModelShape(
     num_layers=2,
