@@ -23,7 +23,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader \
 "$PY" -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__,
 'cuda', torch.cuda.is_available())" | tee -a "$OUT/gpu_env.txt"
 
-echo "== tests (paged backend, GPU tests included) =="
+echo "== tests (the real backend, GPU tests included) =="
 HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}" timeout 100 "$PY" -m pytest -q -rs \
     -p no:cacheprovider tests/backend/real 2>&1 | tee "$OUT/gpu_tests.log"
 tests_rc=${PIPESTATUS[0]}
