@@ -105,17 +105,15 @@ def install_chromium() -> tuple[str | None, str]:
     return found, ""
 
 
-def check_page(chromium: str, page: Path, timeout_s: float = 60.0) -> dict:
-    """Load ``page`` in headless Chromium; return the probe's findings: ``errors``
-    (list), ``plotly`` (version or None) and ``plots`` (per plotly div: id, drawn,
-    traces, with_points, points, notes)."""
-    page = Path(page).resolve()
-    text = page.read_text(encoding="utf-8")
-    probed = re.sub(r"<head>", "<head>\n" + PROBE, text, count=1)
+def _dump_dom(
+    chromium: str, page: Path, probed: str, timeout_s: float, *options: str
+) -> subprocess.CompletedProcess:
+    """Load ``probed`` (``page``'s text with a probe script) from beside ``page`` (so its
+    relative links resolve) in headless Chromium; the DOM after load on stdout."""
     copy = page.with_name(f".probe-{page.name}")
     copy.write_text(probed, encoding="utf-8")
     try:
-        done = subprocess.run(
+        return subprocess.run(
             [
                 chromium,
                 "--headless",
@@ -124,6 +122,7 @@ def check_page(chromium: str, page: Path, timeout_s: float = 60.0) -> dict:
                 "--disable-dev-shm-usage",
                 "--no-first-run",
                 "--allow-file-access-from-files",
+                *options,
                 "--virtual-time-budget=10000",
                 "--dump-dom",
                 copy.as_uri(),
@@ -134,6 +133,16 @@ def check_page(chromium: str, page: Path, timeout_s: float = 60.0) -> dict:
         )
     finally:
         copy.unlink(missing_ok=True)
+
+
+def check_page(chromium: str, page: Path, timeout_s: float = 60.0) -> dict:
+    """Load ``page`` in headless Chromium; return the probe's findings: ``errors``
+    (list), ``plotly`` (version or None) and ``plots`` (per plotly div: id, drawn,
+    traces, with_points, points, notes)."""
+    page = Path(page).resolve()
+    text = page.read_text(encoding="utf-8")
+    probed = re.sub(r"<head>", "<head>\n" + PROBE, text, count=1)
+    done = _dump_dom(chromium, page, probed, timeout_s)
     match = _RESULT.search(done.stdout)
     assert match, f"the probe wrote nothing (exit {done.returncode}): {done.stderr[-2000:]}"
     return json.loads(html.unescape(match.group(1)))
@@ -211,29 +220,7 @@ def layout(chromium: str, page: Path, width: int = 1300, timeout_s: float = 60.0
     their figure)."""
     page = Path(page).resolve()
     probed = page.read_text(encoding="utf-8").replace("</body>", LAYOUT_PROBE + "</body>", 1)
-    copy = page.with_name(f".layout-{page.name}")
-    copy.write_text(probed, encoding="utf-8")
-    try:
-        done = subprocess.run(
-            [
-                chromium,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-dev-shm-usage",
-                "--no-first-run",
-                "--allow-file-access-from-files",
-                f"--window-size={width},1000",
-                "--virtual-time-budget=10000",
-                "--dump-dom",
-                copy.as_uri(),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-    finally:
-        copy.unlink(missing_ok=True)
+    done = _dump_dom(chromium, page, probed, timeout_s, f"--window-size={width},1000")
     match = _LAYOUT.search(done.stdout)
     assert match, f"the layout probe wrote nothing (exit {done.returncode}): {done.stderr[-2000:]}"
     return json.loads(html.unescape(match.group(1)))
