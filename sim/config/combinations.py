@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 from backend.shipped import PAGED
 from sim.config.errors import error_at
 
-if TYPE_CHECKING:
-    from sim.config.scenario import Scenario
+#: A validated ``sim.config.scenario.Scenario`` (not imported: the scenario checks this
+#: table, so the table cannot import it back).
+Scenario = Any
 
 #: Said after a refusal that a sliding-window model causes.
 WINDOWS_OFF = "or set model.sliding_window: off"
