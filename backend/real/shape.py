@@ -37,7 +37,7 @@ class ModelShape:
 
 #: llama-3-8b's shape (random weights only; nothing is downloaded). A copy of the
 #: simulator's preset because the backend must import nothing from sim/ (the GPU machine
-#: has no pydantic); tests/sim/test_hardware.py checks that the two agree.
+#: has no pydantic); tests/sim/catalog/test_hardware.py checks that the two agree.
 LLAMA3_8B = ModelShape(
     num_layers=32,
     hidden_size=4096,

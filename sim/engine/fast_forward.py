@@ -12,7 +12,7 @@ before anything reads or changes the replica (an arrival routed to it, a router 
 its view, the end of the run), :meth:`FastForward.cut` brings it to that instant: the
 steps that ended are applied and recorded, the step in progress is planned (its slots
 held) and then finishes as an ordinary step. The outputs are those of stepping one at a
-time, byte for byte (tests/sim/test_fast_forward.py); ``fast_forward=False`` steps one
+time, byte for byte (tests/sim/engine/test_fast_forward.py); ``fast_forward=False`` steps one
 at a time.
 """
 

@@ -1,6 +1,6 @@
 """Correct allocators a user might write: subclasses of the shipped block manager that
 override its commands and only call ``super()``. The checker must pass them
-(tests/backend/test_allocator_checker.py, tests/sim/test_check_allocator.py).
+(tests/backend/test_allocator_checker.py, tests/sim/cli/test_check_allocator.py).
 
 * :class:`OverridesEveryCommand`: every public method, the unchecked (input-trusting)
   forms included;
