@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 from tests.docs import test_examples as t
@@ -57,9 +58,24 @@ def regenerate(pages: set[str]) -> None:
         path = ROOT / page
         text = path.read_text(encoding="utf-8")
         for shown, printed in pairs:
-            text = text.replace(shown, _matched(shown, printed), 1)
+            text = _rewritten(text, shown, _matched(shown, printed), page)
         path.write_text(text, encoding="utf-8")
         print(f"rewrote {len(pairs)} output(s) in {page}")
+
+
+def _rewritten(text: str, shown: str, new: str, page: str) -> str:
+    """``text`` with the shown output replaced by ``new``, at the indentation the page
+    gives it (a block inside a list item is indented). Exits naming the page when the
+    shown output cannot be found: an output left as it was would fail the docs test."""
+    if shown in text:
+        return text.replace(shown, new, 1)
+    first = shown.splitlines()[0]
+    found = re.search(r"^( +)" + re.escape(first) + r"$", text, re.M)
+    for blank_lines in (None, lambda line: True):  # blank lines bare, or indented too
+        indented = found and textwrap.indent(shown, found[1], blank_lines)
+        if indented and indented in text:
+            return text.replace(indented, textwrap.indent(new, found[1], blank_lines), 1)
+    sys.exit(f"{page}: cannot find a shown output to rewrite (it starts {first!r})")
 
 
 def _matched(shown: str, printed: str) -> str:
