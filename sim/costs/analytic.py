@@ -136,19 +136,19 @@ class AnalyticCostModel:
         block_size: int = 16,
         expert_parallel: bool = False,
         kv_element_bytes: int | None = None,
-        move_unit_tokens: int | None = None,
+        blocks_per_unit: float = 1.0,
     ):
         """Raises ValueError if ``tensor_parallel`` cannot split the heads (or the
         experts) evenly, if ``block_size`` is not positive, or if the GPU has no rate for
-        the model's dtype. ``move_unit_tokens``: the token slots one unit of a Transfer
-        holds (the allocator's: a block, the default, or 1 for an allocator of regions),
-        so a move is priced by the bytes it carries."""
+        the model's dtype. ``blocks_per_unit``: blocks one unit of a Transfer fills (1 for
+        an allocator of blocks, 1 / block size for one of token-slot regions), so a move
+        is priced by the bytes it carries."""
         check_tensor_parallel(model, tensor_parallel, expert_parallel)
         if block_size < 1:
             raise ValueError(f"block_size must be a positive number of tokens, got {block_size}")
         self.model, self.hardware = model, hardware
         self.tensor_parallel, self.block_size = tensor_parallel, block_size
-        self.blocks_per_unit = (move_unit_tokens or block_size) / block_size
+        self.blocks_per_unit = blocks_per_unit
         self.params = params = params or CostParams()
         self.kernels = GpuKernels(hardware, params, model.dtype_bytes)
         self.moe = (

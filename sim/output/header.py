@@ -82,12 +82,13 @@ def _length(scenario: Mapping[str, Any]) -> str:
 def run_facts(
     scenario: Mapping[str, Any],
     command: Sequence[str] | None = None,
-    observed: Mapping[str, Any] | None = None,
+    summary: Mapping[str, Any] | None = None,
 ) -> list[tuple[str, str]]:
     """(label, text) rows describing a run, from its scenario.json content and (if
-    known) its command line; a field the scenario lacks shows '-'. ``observed`` (the
-    summary's block of a run a client recorded) says where its times came from instead
-    of a cost model, and that a live server's hardware is unknown."""
+    known) its command line; a field the scenario lacks shows '-'. For a run a client
+    recorded (``summary`` with an ``observed`` block) the rows say where its times came
+    from instead of a cost model, and that a live server's hardware is unknown (an
+    imported recording, with a ``recorded`` block, names its own)."""
     g = _get
     prefix = g(scenario, "cache.prefix_caching")
     eviction = f"{g(scenario, 'eviction.policy', '-')}" if prefix else "off"
@@ -125,19 +126,23 @@ def run_facts(
         ),
         ("seed", str(g(scenario, "simulation.seed", "-"))),
     ]
+    observed = (summary or {}).get("observed")
     if observed is not None:
-        rows = [_observed_fact(label, text, observed) for label, text in rows]
+        live = (summary or {}).get("recorded") is None
+        rows = [_observed_fact(label, text, observed, live) for label, text in rows]
     if command is not None:
         rows.append(("overrides", " ".join(overrides(command)) or "none"))
     return rows
 
 
-def _observed_fact(label: str, text: str, observed: Mapping[str, Any]) -> tuple[str, str]:
-    """A fact of a recorded run: no cost model made its times; a live server's GPU is
-    whatever serves it (an imported recording names its own, kept)."""
+def _observed_fact(
+    label: str, text: str, observed: Mapping[str, Any], live: bool
+) -> tuple[str, str]:
+    """A fact of a recorded run: no cost model made its times; a ``live`` server's GPU
+    is whatever serves it."""
     source = str(observed.get("endpoint", "-"))
     if label == "cost model":
         return label, f"none: times measured ({source})"
-    if label == "GPU" and not source.startswith("recorded "):
+    if label == "GPU" and live:
         return label, f"not observable (the server at {source}; the scenario says {text})"
     return label, text

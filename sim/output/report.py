@@ -111,7 +111,7 @@ def _facts_html(
 ) -> str:
     if scenario is None:
         return ""
-    facts = run_facts(scenario, command, summary.get("observed"))
+    facts = run_facts(scenario, command, summary)
     facts = html_table([], facts, css_class="facts", numeric=())
     return facts + "\n"
 

@@ -263,8 +263,9 @@ def fit_runs(
             )
             not_identified.update(dict.fromkeys(names, why))
             continue
-        search = _Search(subset, [clients[r] for r in subset], hardware, jobs, stage_s)
-        search.on_evaluation = on_evaluation
+        search = _Search(
+            subset, [clients[r] for r in subset], hardware, jobs, stage_s, on_evaluation
+        )
         loss0, _ = search.loss(values)
         for name in list(names):
             nudged = {**values, name: _clip(name, values[name] * 1.1)}
@@ -274,8 +275,7 @@ def fit_runs(
         values, _ = _pattern_search(search, values, names, loss0, max_evaluations)
         evaluations += search.evaluations
     fitted = {n: values[n] for n in PARAMS if n not in not_identified}
-    overall = _Search(used, [clients[r] for r in used], hardware, jobs, stage_s)
-    overall.on_evaluation = on_evaluation
+    overall = _Search(used, [clients[r] for r in used], hardware, jobs, stage_s, on_evaluation)
     before, _ = overall.loss({n: _start_value(n, hardware) for n in PARAMS})
     after, shift = overall.loss(values)
     return Fit(
@@ -333,13 +333,14 @@ def _pattern_search(search, start, names, loss, budget):
 
 class _Search:
     """Loss evaluations of one fit: each simulates every run with a candidate
-    calibration written to a temporary file (memoised by value)."""
+    calibration written to a temporary file (memoised by value); ``on_evaluation`` is
+    called after each new one."""
 
-    def __init__(self, runs, clients, hardware, jobs, stage_s):
+    def __init__(self, runs, clients, hardware, jobs, stage_s, on_evaluation=None):
         self.runs, self.clients, self.hardware = runs, clients, hardware
         self.jobs, self.stage_s = jobs, stage_s
         self.evaluations = 0
-        self.on_evaluation: Callable[[], None] | None = None
+        self.on_evaluation: Callable[[], None] | None = on_evaluation
         self._seen: dict[tuple, tuple[float, float]] = {}
 
     def loss(self, values: dict[str, float]) -> tuple[float, float]:

@@ -159,7 +159,7 @@ def build_executor(scenario, allocator: Allocator):
         from sim.costs.measured import build_torch_executor
 
         return build_torch_executor(scenario, allocator)
-    unit = move_unit_tokens(scenario, allocator)
+    unit = blocks_per_unit(scenario, allocator)
     if scenario.cost_model.kind == "calibrated":
         return build_calibrated_executor(scenario, unit)
     if scenario.cost_model.kind == "profile":
@@ -167,13 +167,13 @@ def build_executor(scenario, allocator: Allocator):
     return analytic_executor(scenario, unit)
 
 
-def move_unit_tokens(scenario, allocator: Allocator) -> int:
-    """Token slots one unit of the allocator's transfers holds: a block, or one slot for
-    an allocator of regions (its block tables are ``[start, length]`` in slots)."""
-    return 1 if allocator.block_table_layout == "region" else scenario.cache.block_size
+def blocks_per_unit(scenario, allocator: Allocator) -> float:
+    """Blocks one unit of the allocator's transfers fills: 1, or 1 / block size for an
+    allocator of regions (its block tables are ``[start, length]`` in token slots)."""
+    return 1 / scenario.cache.block_size if allocator.block_table_layout == "region" else 1.0
 
 
-def build_profile_executor(scenario, move_unit: int | None = None) -> ProfileCostModel:
+def build_profile_executor(scenario, unit: float = 1.0) -> ProfileCostModel:
     """The executor for ``cost_model: {kind: profile, ...}``. Raises ScenarioError (one
     line) for a profile that cannot be read or has no rows for the scenario's model."""
     spec = scenario.cost_model
@@ -190,13 +190,12 @@ def build_profile_executor(scenario, move_unit: int | None = None) -> ProfileCos
         )
     except ProfileError as err:
         raise ScenarioError(f"{scenario.source}: cost_model.path: {err}") from None
-    return ProfileCostModel(profile, analytic_executor(scenario, move_unit))
+    return ProfileCostModel(profile, analytic_executor(scenario, unit))
 
 
-def analytic_executor(scenario, move_unit: int | None = None) -> AnalyticCostModel:
+def analytic_executor(scenario, unit: float = 1.0) -> AnalyticCostModel:
     """The scenario's roofline cost model (with its ``cost_model.params`` overrides);
-    ``move_unit`` is the token slots of one unit of the allocator's transfers (default:
-    a block)."""
+    ``unit``: blocks one unit of the allocator's transfers fills (:func:`blocks_per_unit`)."""
     return AnalyticCostModel(
         scenario.model,
         scenario.hardware,
@@ -205,7 +204,7 @@ def analytic_executor(scenario, move_unit: int | None = None) -> AnalyticCostMod
         block_size=scenario.cache.block_size,
         expert_parallel=scenario.expert_parallel,
         kv_element_bytes=scenario.cache.kv_element_bytes(scenario.model),
-        move_unit_tokens=move_unit,
+        blocks_per_unit=unit,
     )
 
 
@@ -352,7 +351,7 @@ def load_policy(scenario, registry: Registry, name: str):
         raise ScenarioError(f"{scenario.source}: {registry.field}: {err}") from None
 
 
-def build_calibrated_executor(scenario, move_unit: int | None = None) -> CalibratedCostModel:
+def build_calibrated_executor(scenario, unit: float = 1.0) -> CalibratedCostModel:
     """The executor for ``cost_model: {kind: calibrated, file: ...}``.
 
     Raises ScenarioError (one line) if the file is unusable or was profiled on a model
@@ -367,5 +366,4 @@ def build_calibrated_executor(scenario, move_unit: int | None = None) -> Calibra
     problem = shape_mismatch(calibration, scenario.model)
     if problem:
         raise ScenarioError(f"{scenario.name}: cost_model.file: {path}: {problem}")
-    block = scenario.cache.block_size
-    return CalibratedCostModel(calibration, (move_unit or block) / block)
+    return CalibratedCostModel(calibration, unit)

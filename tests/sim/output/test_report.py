@@ -279,8 +279,11 @@ def test_a_live_servers_facts_name_no_gpu_or_cost_model():
     from sim.output.header import run_facts
 
     scenario = {"hardware": {"name": "h100-sxm"}, "cost_model": {"kind": "analytic"}}
-    live = dict(run_facts(scenario, None, {"endpoint": "http://127.0.0.1:8000"}))
+    observed = {"observed": {"endpoint": "http://127.0.0.1:8000"}}
+    live = dict(run_facts(scenario, None, observed))
     assert live["GPU"].startswith("not observable (the server at http://127.0.0.1:8000")
     assert live["cost model"] == "none: times measured (http://127.0.0.1:8000)"
+    imported = dict(run_facts(scenario, None, {**observed, "recorded": {"format": "x"}}))
+    assert imported["GPU"] == "h100-sxm"  # a recording names the GPU it ran on
     simulated = dict(run_facts(scenario))
     assert simulated["GPU"] == "h100-sxm" and simulated["cost model"].startswith("analytic")
