@@ -32,14 +32,13 @@ this whole contract on any allocator.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from types import MappingProxyType
+from collections.abc import Sequence
 from typing import ClassVar, Literal, NamedTuple, Protocol
 
 import numpy as np
 
 from backend.capabilities import hide_bypassed_unchecked_forms
-from backend.transfer import Medium, Transfer
+from backend.transfer import Transfer
 
 #: a block table entry that holds no block: a sliding window released it (its tokens are
 #: out of the window of every token the sequence computes from now on)
@@ -203,11 +202,9 @@ class Allocator(ABC):
     #: ``"region"`` (the contiguous baselines): ``[first slot, length]`` of one region,
     #: ``block_size`` is 1 and a move copies one slot.
     block_table_layout: ClassVar[Literal["blocks", "region"]] = "blocks"
-    #: Whether the constructor takes ``num_offload_blocks`` (and ``offload_evictor``, and
-    #: ``lower_tiers``: disk or remote tiers below the CPU one): a prefix cache below the
-    #: device pool (backend/blocks/offload.py), passed only when some are asked for, with
-    #: prefix caching on. Such an allocator is ``backend.capabilities.OffloadsPrefixes``.
-    supports_offload_tier: ClassVar[bool] = False
+    #: Whether a KV connector (backend/connectors/: the offload tiers) can work beside
+    #: it: it is ``backend.capabilities.TakesExternalKV`` with prefix caching on.
+    supports_kv_connector: ClassVar[bool] = False
 
     #: token slots per block (1 for allocators that are not block based)
     block_size: int
@@ -215,10 +212,6 @@ class Allocator(ABC):
     num_blocks: int
     #: blocks of the CPU swap pool (same unit as ``num_blocks``)
     num_cpu_blocks: int
-    #: blocks of the offload tier, numbered after the swap pool's in one CPU pool
-    num_offload_blocks: int = 0
-    #: blocks of each offload tier below the CPU one, by medium (each numbered from 0)
-    lower_tier_blocks: Mapping[Medium, int] = MappingProxyType({})
 
     @property
     @abstractmethod

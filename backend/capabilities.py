@@ -7,13 +7,9 @@ takes the unchecked form of a command away from a subclass that overrides the co
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from backend.evictor import Evictor
-    from backend.transfer import Medium
 
 __all__ = [
     "UNCHECKED_FORMS",
@@ -23,7 +19,7 @@ __all__ = [
     "TrustedAppendSteps",
     "UnpublishesBlocks",
     "AdmitsWithWindowCap",
-    "OffloadsPrefixes",
+    "TakesExternalKV",
     "hide_bypassed_unchecked_forms",
 ]
 
@@ -139,39 +135,39 @@ class UnpublishesBlocks(Protocol):
     def unpublish_last_block(self, seq_id: int) -> None: ...
 
 
-class TierSpec(NamedTuple):
-    """One offload tier below the CPU one, as an allocator that keeps tiers takes them
-    (``lower_tiers``): its medium (disk, a remote store), its size in blocks and its
-    eviction policy (None: LRU, the connector's default). ``shared``: the tier object
-    another allocator built (``offload_tier(medium)``), for a store the replicas of a
-    cluster share; None builds one."""
-
-    medium: Medium
-    num_blocks: int
-    evictor: Evictor | None = None
-    shared: object | None = None
-
-
 @runtime_checkable
-class OffloadsPrefixes(Protocol):
-    """An allocator with a prefix cache below the device pool (an offload tier): its
-    ``allocate`` may count tokens loaded from the tier as hits, and once per step the
-    engine takes the tier's moves, loads to run before the step's forward and stores to
-    run after it (``backend.blocks.offload.TierTransfers``)."""
+class TakesExternalKV(Protocol):
+    """An allocator a KV connector can work beside (backend/connectors/): it says which
+    prefix keys a prompt has and how many of its blocks the device holds, allocates for
+    blocks that arrive from outside, and hands over the full blocks computed since it
+    last did (``backend.connectors.base.ComputedBlock``)."""
 
-    def take_tier_transfers(self) -> tuple: ...
-
-    def held_prefix_tokens(self, token_ids, *, salt: int = 0) -> int:
-        """``cached_prefix_tokens`` without a remote store the cluster shares."""
+    def prompt_keys(self, token_ids, *, salt: int = 0) -> tuple[list[int], int]:
+        """The prefix keys of the prompt's full blocks, and how many of them, from the
+        first, the device holds cached. No mutation."""
         ...
 
-    @property
-    def tier_stats(self) -> tuple | None:
-        """What each tier did, ever, nearest first (``backend.blocks.offload.TierStats``);
-        None: built without a tier."""
+    def allocate(
+        self,
+        seq_id,
+        token_ids,
+        *,
+        salt: int = 0,
+        max_new_tokens: int = 0,
+        computed_tokens: int | None = None,
+        external_blocks: int = 0,
+    ) -> int:
+        """``Allocator.allocate``, the ``external_blocks`` blocks after the device's hit
+        supplied from outside: taken fresh, holding the prompt's tokens, computed at once;
+        the tokens returned count them."""
         ...
 
-    def evict(self, num_blocks: int = 1) -> list[int]:
-        """Reclaim up to ``num_blocks`` cached-evictable device blocks (the tier may keep
-        their prefixes); returns their ids."""
+    def record_computed_blocks(self) -> None:
+        """From now on, remember the blocks computed (once per connector, at the start).
+        Raises InvalidRequest where no connector can work beside this allocator."""
+        ...
+
+    def take_computed_blocks(self) -> list:
+        """The full blocks computed since the last call that a table still holds, in the
+        order they were computed."""
         ...

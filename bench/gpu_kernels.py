@@ -145,8 +145,7 @@ class _TablesOnly:
 
     def __init__(self, num_blocks: int, tables: dict[int, list[int]]):
         self.num_blocks, self.block_size = num_blocks, BLOCK_SIZE
-        self.num_cpu_blocks = self.num_offload_blocks = 0
-        self.lower_tier_blocks = {}
+        self.num_cpu_blocks = 0
         self.tables = tables
 
     def block_table(self, seq_id: int) -> list[int]:

@@ -2,6 +2,10 @@
 prefix caching, copy-on-write and swap, over a token-id "memory" that tests can read
 back.
 
+A KV connector (backend/connectors/: the offload tiers) works beside the manager,
+which knows none: it hands over its prompts' keys and its computed blocks and allocates
+for the blocks a connector supplies (capabilities.TakesExternalKV).
+
 The manager is the coordinator of its parts, as vLLM's KV cache manager is of its
 block pool and its per-attention-type managers; it checks what callers pass in, ticks
 the pool's clock once per command and keeps the parts consistent:
@@ -15,9 +19,6 @@ the pool's clock once per command and keeps the parts consistent:
   window), coordinated by kv_groups.py when a model has several groups or a window (the
   single full-attention group runs alone);
 * the swap space (swap.py): the CPU pool and the swap commands;
-* the offload tiers (offload.py), when built with them: prefix caches below the device
-  pool (CPU, then disk or a remote store), written through as blocks are computed and
-  loaded from on a prompt's lookup;
 * the memory ``slots``: the token id held in every slot of the device pool.
 """
 
@@ -33,14 +34,13 @@ from backend.blocks import decode_stretch
 from backend.blocks.block_pool import BlockPool
 from backend.blocks.full_attention import FullAttention
 from backend.blocks.kv_groups import KVGroup, KVGroups, check_kv_groups, peak_blocks
-from backend.blocks.offload import OffloadTier, OffloadTiers, TierStats, TierTransfers
 from backend.blocks.prefix_index import GroupIndexes, PrefixCacheStats, PrefixIndex, check_salt
 from backend.blocks.sequences import ON_DEVICE, SWAPPED, SequenceRegistry
 from backend.blocks.swap import SwapSpace
-from backend.capabilities import TierSpec
+from backend.connectors.base import ComputedBlock
 from backend.evictor import Evictor, LeastRecentlyUsed
 from backend.stretch import paged_usage_by_step
-from backend.transfer import Medium, Transfer
+from backend.transfer import Transfer
 
 
 class BlockManager(Allocator):
@@ -49,7 +49,7 @@ class BlockManager(Allocator):
     Its constructor is an :class:`backend.base.AllocatorFactory`."""
 
     supports_prefix_caching = True
-    supports_offload_tier = True
+    supports_kv_connector = True
     supports_kv_groups = True
     kv_groups = ONE_GROUP  # (set per instance: the groups it was built with)
 
@@ -61,9 +61,6 @@ class BlockManager(Allocator):
         num_cpu_blocks: int = 0,
         enable_prefix_caching: bool = False,
         evictor: Evictor | None = None,
-        num_offload_blocks: int = 0,
-        offload_evictor: Evictor | None = None,
-        lower_tiers: Sequence[TierSpec] = (),
         kv_groups: Sequence[KVGroup] = (),
     ):
         self.num_blocks = check_count("num_blocks", num_blocks, 1)
@@ -86,10 +83,9 @@ class BlockManager(Allocator):
         # layout runs on the groups' coordinator (kv_groups.py).
         self._kv: KVGroups | None = None
         if self.kv_groups != ONE_GROUP:
-            if num_cpu_blocks or num_offload_blocks:  # (each group's tables would move)
+            if num_cpu_blocks:  # (each group's tables would move)
                 raise InvalidRequest(
-                    "swap space and offload tiers are not modelled with KV "
-                    "cache groups or sliding windows yet"
+                    "swap space is not modelled with KV cache groups or sliding windows yet"
                 )
             self._kv = KVGroups(
                 self.kv_groups, self._pool, indexes, self.slots, prefix_caching=caching
@@ -104,20 +100,6 @@ class BlockManager(Allocator):
             group=self._first,
             registry=self._seqs,
         )
-        self.num_offload_blocks = check_count("num_offload_blocks", num_offload_blocks, 0)
-        self._tier = OffloadTiers.for_manager(
-            self.num_offload_blocks,
-            offload_evictor,
-            lower_tiers,
-            block_size=self.block_size,
-            prefix_caching=self.enable_prefix_caching,
-            cpu_base=self.num_cpu_blocks,
-        )
-        below = self._tier.tiers[1:] if self._tier is not None else []
-        self.lower_tier_blocks = {tier.medium: tier.num_blocks for tier in below}
-        self._loads: list[Transfer] = []
-        if self._tier is not None:
-            self._index.newly_published = []
 
     # -- public counters -----------------------------------------------------------------
     @property
@@ -188,19 +170,38 @@ class BlockManager(Allocator):
         salt: int = 0,
         max_new_tokens: int = 0,
         computed_tokens: int | None = None,
+        external_blocks: int = 0,
     ) -> int:
+        """``Allocator.allocate``; ``external_blocks``: blocks after the device's hit that
+        a KV connector supplies (capabilities.TakesExternalKV). Raises InvalidRequest for
+        more external blocks than the prompt has full blocks before its last token."""
         seq = self._seqs.new_id(seq_id)
         tokens = as_tokens(token_ids, allow_empty=False)
-        return BlockManager.allocate_trusted(self, seq, tokens, check_salt(salt), computed_tokens)
+        salt = check_salt(salt)
+        external = check_count("external_blocks", external_blocks, 0)
+        if external:
+            _, hits = self._index.lookup(tokens, salt)
+            if len(hits) + external > (tokens.shape[0] - 1) // self.block_size:
+                raise InvalidRequest(
+                    f"external_blocks: {external} after {len(hits)} cached blocks is past "
+                    "the prompt's last full block before its last token"
+                )
+        return BlockManager.allocate_trusted(self, seq, tokens, salt, computed_tokens, external)
 
     def allocate_trusted(
-        self, seq: int, tokens: np.ndarray, salt: int, computed_tokens: int | None = None
+        self,
+        seq: int,
+        tokens: np.ndarray,
+        salt: int,
+        computed_tokens: int | None = None,
+        external_blocks: int = 0,
     ) -> int:
         """``allocate`` for a caller that guarantees its input (the engine, which numbers
         its sequences itself): ``seq`` a new non-negative int id, ``tokens`` a non-empty
-        1-D int32 array, ``salt`` an int in 64 bits. Unchecked: bad input corrupts the
-        state instead of raising. Raises OutOfBlocks (nothing changed) like allocate."""
-        if self._kv is not None:
+        1-D int32 array, ``salt`` an int in 64 bits, ``external_blocks`` within the
+        prompt. Unchecked: bad input corrupts the state instead of raising. Raises
+        OutOfBlocks (nothing changed) like allocate."""
+        if self._kv is not None:  # (no connector works beside groups yet)
             hit_tokens = self._kv.allocate(seq, tokens, salt, computed_tokens)
             self._seqs.add(seq, tokens.shape[0])
             return hit_tokens
@@ -216,8 +217,6 @@ class BlockManager(Allocator):
         pool.clock += 1
         if keys:
             pool.evictor.on_lookup(keys, pool.clock)
-            if self._tier is not None:
-                self._tier.saw_prompt(keys)
         if hits:
             pool.reuse(hits)
         hit_tokens = len(hits) * self.block_size
@@ -225,21 +224,17 @@ class BlockManager(Allocator):
         taken = [pool.take_one()] if needed == 1 else pool.take(needed)
         fresh = taken if needed == 1 else taken.tolist()
         pool.token_slots += int(tokens.shape[0]) - hit_tokens  # hits were counted in reuse
-        tier = self._tier
-        tier_hits = tier.prompt_hits(keys, len(hits), tokens, salt) if tier is not None else []
-        if tier_hits:  # loaded into the first fresh blocks; the rest are written as new
-            self._loads += tier.load(tier_hits, fresh[: len(tier_hits)], self.slots)
-        loaded_tokens = hit_tokens + len(tier_hits) * self.block_size
-        computing = fresh[len(tier_hits) :] if tier_hits else taken
-        self._first.write_fresh(computing, tokens[loaded_tokens:])
+        # External blocks come first among the fresh ones and hold the prompt's tokens:
+        # a connector's KV of these very tokens (its hit was verified against them).
+        self._first.write_fresh(taken, tokens[hit_tokens:])
         table = hits + fresh
         self._index.add_sequence(seq, salt, keys, table, len(hits), computed_tokens)
-        if tier_hits:  # loaded KV is computed KV: offered to lookups at once
-            self._index.publish_through(seq, len(hits) + len(tier_hits), table)
+        if external_blocks:  # loaded KV is computed KV: offered to lookups at once
+            self._index.publish_through(seq, len(hits) + external_blocks, table)
         self._seqs.add(seq, tokens.shape[0])
         self._first.add(seq, table)
         self._index.count_lookup(int(tokens.shape[0]), hit_tokens)
-        return loaded_tokens
+        return hit_tokens + external_blocks * self.block_size
 
     def _allocate_fresh(self, seq: int, tokens: np.ndarray) -> int:
         """``allocate_trusted`` without a prefix cache: no keys to hash, no hits to look
@@ -304,60 +299,53 @@ class BlockManager(Allocator):
                 group.unpublish_last(seq)
 
     def cached_prefix_tokens(self, token_ids, *, salt: int = 0) -> int:
-        return self._prefix_tokens(token_ids, salt, own=False)
-
-    def held_prefix_tokens(self, token_ids, *, salt: int = 0) -> int:
-        """``cached_prefix_tokens`` without a remote store the cluster shares: what this
-        instance holds itself (its device and its own tiers), as a router scores it.
-        No mutation."""
-        return self._prefix_tokens(token_ids, salt, own=True)
-
-    def _prefix_tokens(self, token_ids, salt: int, own: bool) -> int:
         if not self.enable_prefix_caching:
             return 0
         tokens = as_tokens(token_ids, allow_empty=False)
         if self._kv is not None:
             return len(self._kv.lookup(tokens, check_salt(salt)).runs[0]) * self.block_size
-        keys, hits = self._index.lookup(tokens, check_salt(salt))
-        tiers = self._tier
-        below = tiers.prompt_hits(keys, len(hits), tokens, salt, own) if tiers is not None else []
-        return (len(hits) + len(below)) * self.block_size
+        return len(self._index.lookup(tokens, check_salt(salt))[1]) * self.block_size
 
-    # -- the offload tiers (offload.py) -----------------------------------------------------
-    def offload_tier(self, medium: Medium) -> OffloadTier | None:
-        """The offload tier on ``medium`` (None: none), to share with another allocator
-        (``TierSpec.shared``)."""
-        tiers = self._tier.tiers if self._tier is not None else []
-        return next((tier for tier in tiers if tier.medium is medium), None)
+    # -- a KV connector beside the manager (backend/connectors/) ---------------------------
+    def prompt_keys(self, token_ids, *, salt: int = 0) -> tuple[list[int], int]:
+        """The prefix keys of the prompt's full blocks and how many of them the device
+        holds cached from the first (none without prefix caching). No mutation but the
+        lookup memo."""
+        self._check_connectable()
+        keys, hits = self._index.lookup(as_tokens(token_ids, allow_empty=False), check_salt(salt))
+        return keys, len(hits)
 
-    @property
-    def tier_stats(self) -> tuple[TierStats, ...] | None:
-        """What each offload tier did, ever, nearest first (None: built without one)."""
-        return self._tier.stats if self._tier is not None else None
+    def record_computed_blocks(self) -> None:
+        """Remember the blocks published from now on, for ``take_computed_blocks``.
+        Raises InvalidRequest without prefix caching (a connector finds KV by its keys)
+        or with KV cache groups."""
+        self._check_connectable()
+        if self._index.newly_published is None:
+            self._index.newly_published = []
 
-    def take_tier_transfers(self) -> TierTransfers:
-        """The offload tiers' moves since the last call, and the stores they make due:
-        the loads ``allocate`` took (run before the step's forward) and a store of every
-        block published since, computed once that forward has run, whose key the tier
-        does not hold (run after it). A published block no table holds any more is not
-        stored: its sequence left (preempted, swapped out, freed) before the forward that
-        was to compute it, and vLLM's connector stores only the blocks of the requests a
-        step runs. Call once per step, after it is planned; the stores are made here
-        (mutates the tier: it may evict)."""
-        if self._tier is None:
-            return TierTransfers((), ())
-        loads, self._loads = tuple(self._loads), []
-        index, tier = self._index, self._tier
+    def _check_connectable(self) -> None:
+        if not self.enable_prefix_caching:
+            raise InvalidRequest("a KV connector needs prefix caching (its keys)")
+        if self._kv is not None:
+            raise InvalidRequest("a KV connector is not modelled with KV cache groups yet")
+
+    def take_computed_blocks(self) -> list[ComputedBlock]:
+        """The blocks published since the last call (computed, or scheduled in a step
+        whose forward runs next) that a table still holds: a published block no table
+        holds any more was never to be computed (its sequence left before the forward),
+        and vLLM's connector stores only the blocks of the requests a step runs."""
+        index, held = self._index, self._pool.refcount
+        if index.newly_published is None:  # (not recording)
+            return []
         published, index.newly_published = index.newly_published, []
-        stores = []
-        held = self._pool.refcount
+        computed = []
         for block in published:
             key = index.key_of(block)
             if key is None or not held[block]:  # evicted again, or never to be computed
                 continue
             salt, position = index.placement_of(block)
-            stores += tier.store(key, salt, position, block, self.slots)
-        return TierTransfers(loads, tuple(stores))
+            computed.append(ComputedBlock(block, key, salt, position, self.slots[block]))
+        return computed
 
     # -- growth: the full-attention group grows, the registry counts the tokens ------------
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
@@ -572,8 +560,6 @@ class BlockManager(Allocator):
             self._pool.snapshot_state(),
             self._index.snapshot_state(),
             self._seqs.snapshot_state(),
-            self._tier.snapshot_state() if self._tier is not None else None,
-            self._loads,
             self._first.last_block,
             sorted(self._first.tables.items()),
             self._kv.snapshot_state() if self._kv is not None else None,
@@ -594,7 +580,5 @@ class BlockManager(Allocator):
         self._pool.check_invariants(references, int(fill.sum()))
         self._index.check_invariants(tables, on_device, self.read_tokens)
         self._swap.check_invariants(swapped)
-        if self._tier is not None:
-            self._tier.check_invariants()
         # (usage()'s split sums to the pool by construction; its parts are checked by
         # the pool: token slots against the tables, used blocks against the partition.)

@@ -7,6 +7,8 @@ Hardware in the loop: ``execute`` returns the measured seconds (CUDA events on a
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import NamedTuple
 
 import numpy as np
@@ -18,6 +20,7 @@ from backend.real.kv_cache import KVCache, slot_mapping
 from backend.real.model import LlamaModel
 from backend.real.shape import ModelShape
 from backend.step import Batch
+from backend.transfer import CPU, Medium
 
 
 class StepInputs(NamedTuple):
@@ -58,6 +61,7 @@ class PagedExecutor:
         seed: int = 0,
         use_triton: bool | None = None,
         cpu_threads: int | None = None,
+        tier_blocks: Mapping[Medium, int] = MappingProxyType({}),
     ):
         if isinstance(dtype, str):  # scenario files name dtypes: "float32", "bfloat16"
             dtype = getattr(torch, dtype)
@@ -72,9 +76,10 @@ class PagedExecutor:
             shape,
             allocator.num_blocks,
             allocator.block_size,
-            # one CPU pool: the swap space's blocks, then an offload tier's
-            num_cpu_blocks=allocator.num_cpu_blocks + allocator.num_offload_blocks,
-            lower_tier_blocks=allocator.lower_tier_blocks,
+            # one CPU pool: the swap space's blocks, then the CPU offload tier's (a KV
+            # connector's tiers, ``tier_blocks``: their sizes by medium)
+            num_cpu_blocks=allocator.num_cpu_blocks + tier_blocks.get(CPU, 0),
+            lower_tier_blocks={m: n for m, n in tier_blocks.items() if m is not CPU},
             device=self.device,
             dtype=dtype,
             use_triton=self.use_triton,

@@ -8,11 +8,12 @@ from __future__ import annotations
 from typing import ClassVar
 
 from backend.base import NULL_BLOCK, ONE_GROUP, Allocator, AllocatorFactory, OutOfBlocks
-from backend.capabilities import TierSpec
+from backend.connectors.offload import OffloadConnector, TierSpec
+from backend.connectors.seam import ConnectorSeam
 from backend.testing import checks
 from backend.testing.shadow import KVMemory, Seq
 from backend.testing.tiers import TierModel
-from backend.transfer import DISK
+from backend.transfer import CPU, DISK
 
 #: what :class:`Harness` counts across the examples it runs
 STAT_NAMES = (
@@ -28,7 +29,7 @@ STAT_NAMES = (
     "forks",
     "swaps out",
     "swaps in",
-    "tier loads",  # blocks loaded from an offload tier (backend.capabilities.OffloadsPrefixes)
+    "tier loads",  # blocks loaded from an offload tier (backend/connectors/offload.py)
     "tier stores",
     "tier promotions",  # blocks a disk tier's hit brought into the CPU tier
     "tier cascades",  # blocks the CPU tier's stores copied into a disk tier
@@ -37,10 +38,10 @@ STAT_NAMES = (
 )
 
 
-def supports_offload_tier(factory: AllocatorFactory) -> bool:
-    """The factory's ``supports_offload_tier`` (an Allocator class has it; a factory
-    function is not asked for a tier)."""
-    return bool(getattr(factory, "supports_offload_tier", False))
+def supports_kv_connector(factory: AllocatorFactory) -> bool:
+    """The factory's ``supports_kv_connector`` (an Allocator class has it; a factory
+    function gets no offload tiers beside it)."""
+    return bool(getattr(factory, "supports_kv_connector", False))
 
 
 def supports_kv_groups(factory: AllocatorFactory) -> bool:
@@ -66,6 +67,8 @@ class Harness:
 
     #: builds the allocator under test (set by ``for_factory``)
     factory: ClassVar[AllocatorFactory | None] = None
+    #: the offload tiers built beside the allocator (set by ``for_factory``)
+    connector_class: ClassVar[type[OffloadConnector]] = OffloadConnector
     #: counts across the examples run (``for_factory`` gives each bound class its own)
     stats: ClassVar[dict[str, int]] = dict.fromkeys(STAT_NAMES, 0)
 
@@ -79,28 +82,32 @@ class Harness:
         num_disk_blocks=0,
         kv_groups=(),
     ) -> None:
-        """Build the allocator under test; an offload tier of ``num_offload_blocks``
-        blocks if any, and below it a disk tier of ``num_disk_blocks`` if any; the KV
-        cache groups ``kv_groups`` if any."""
+        """Build the allocator under test, with the KV cache groups ``kv_groups`` if
+        any; beside it, through a connector seam, an offload tier of
+        ``num_offload_blocks`` blocks if any, and below it a disk tier of
+        ``num_disk_blocks`` if any."""
         assert self.factory is not None, "bind the machine first: for_factory(factory)"
-        tier = {"num_offload_blocks": num_offload_blocks} if num_offload_blocks else {}
-        if num_offload_blocks and num_disk_blocks:
-            tier["lower_tiers"] = (TierSpec(DISK, num_disk_blocks),)
-        if kv_groups:
-            tier["kv_groups"] = kv_groups
         self.alloc: Allocator = self.factory(
             num_blocks=num_blocks,
             block_size=block_size,
             num_cpu_blocks=num_cpu_blocks,
             enable_prefix_caching=prefix_caching,
-            **tier,
+            **({"kv_groups": kv_groups} if kv_groups else {}),
         )
         assert isinstance(self.alloc, Allocator), f"the factory built {self.alloc!r}"
         groups = self.alloc.kv_groups
         assert groups == (tuple(kv_groups) or ONE_GROUP), f"built {kv_groups}, has {groups}"
         self.caching = prefix_caching
-        self.memory = KVMemory(self.alloc)
-        self.tier = TierModel(self.alloc, self.memory) if num_offload_blocks else None
+        self.seam: ConnectorSeam | None = None
+        if num_offload_blocks:
+            specs = [TierSpec(CPU, num_offload_blocks)]
+            specs += [TierSpec(DISK, num_disk_blocks)] if num_disk_blocks else []
+            first = self.alloc.num_cpu_blocks  # (tier blocks follow the swap space's)
+            connector = self.connector_class.build(specs, block_size, cpu_base=first)
+            self.seam = ConnectorSeam(self.alloc, connector)
+        tiers = self.seam.connector.tier_blocks if self.seam is not None else {}
+        self.memory = KVMemory(self.alloc, tiers)
+        self.tier = TierModel(self.seam, self.memory) if self.seam is not None else None
         self.seqs: dict[int, Seq] = {}
         self.gone: dict[int, Seq] = {}  # freed sequences, as they were
         self.next_id = 0
@@ -199,8 +206,8 @@ class Harness:
 
     def tier_step_done(self) -> None:
         """The step is over: the tier's stores are due (and no load outside an allocate)."""
-        if self.tier is not None:
-            loads, stores = self.alloc.take_tier_transfers()
+        if self.seam is not None:
+            loads, stores = self.seam.take_transfers()
             assert not loads, f"tier loads {loads} outside an allocate"
             self.tier_stores(stores)
 

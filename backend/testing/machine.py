@@ -48,13 +48,14 @@ from hypothesis.stateful import (
 
 from backend.base import ONE_GROUP, AllocatorFactory, ReservingAllocator
 from backend.capabilities import TrustedAllocate, TrustedAppendBatch
+from backend.connectors.offload import OffloadConnector
 from backend.testing import checks
 from backend.testing.draws import KV_GROUP_LAYOUTS, TOKENS, prompts
 from backend.testing.harness import (
     STAT_NAMES,
     Harness,
+    supports_kv_connector,
     supports_kv_groups,
-    supports_offload_tier,
     supports_prefix_caching,
 )
 from backend.testing.shadow import SeqRef
@@ -99,7 +100,12 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
 
     @classmethod
     def for_factory(
-        cls, factory: AllocatorFactory, *, prefix_caching: bool | None = None, name: str = ""
+        cls,
+        factory: AllocatorFactory,
+        *,
+        prefix_caching: bool | None = None,
+        name: str = "",
+        connector: type[OffloadConnector] = OffloadConnector,
     ) -> type[AllocatorStateMachine]:
         """A subclass checking the allocators ``factory`` builds, e.g.
         ``TestMine = AllocatorStateMachine.for_factory(MyAllocator).TestCase``.
@@ -107,14 +113,16 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         ``prefix_caching``: whether to build some with ``enable_prefix_caching=True``
         (default: the factory's ``supports_prefix_caching``, which an Allocator class
         has, else that of an allocator it builds). ``name`` names the class, which the
-        printed example calls ``state`` (default ``Check<factory name>``)."""
+        printed example calls ``state`` (default ``Check<factory name>``). ``connector``:
+        the offload tiers built beside an allocator that takes a KV connector."""
         if prefix_caching is None:
             prefix_caching = supports_prefix_caching(factory)
         body = {
             "factory": staticmethod(factory),
+            "connector_class": connector,
             "stats": dict.fromkeys(STAT_NAMES, 0),
             "setup": bound_setup(
-                prefix_caching, supports_offload_tier(factory), supports_kv_groups(factory)
+                prefix_caching, supports_kv_connector(factory), supports_kv_groups(factory)
             ),
             "__module__": cls.__module__,
         }
@@ -149,8 +157,9 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         alloc, sid = self.alloc, self.next_id
         if len(self.seqs) >= MAX_LIVE:
             return multiple()
+        lookup = self.seam if self.seam is not None else alloc  # (tiers count beside it)
         promised = self.query(
-            "cached_prefix_tokens", lambda: alloc.cached_prefix_tokens(prompt, salt=salt)
+            "cached_prefix_tokens", lambda: lookup.cached_prefix_tokens(prompt, salt=salt)
         )
         possible = self.query(
             "can_allocate",
@@ -158,7 +167,10 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         )
         # Every other new sequence goes through the engine's unchecked entry where the
         # allocator has one (same command; chosen by id so that no draw changes).
-        if sid % 2 and isinstance(alloc, TrustedAllocate):
+        if self.seam is not None:  # a connector's blocks are allocated through its seam
+            tokens = np.asarray(prompt, dtype=np.int32)
+            command = partial(self.seam.allocate, sid, tokens, salt, computed_tokens)
+        elif sid % 2 and isinstance(alloc, TrustedAllocate):
             tokens = np.asarray(prompt, dtype=np.int32)
             command = partial(alloc.allocate_trusted, sid, tokens, salt, computed_tokens)
         else:
@@ -359,6 +371,8 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         self.count("calls")
         self.tier_step_done()
         self.alloc.check_invariants()
+        if self.seam is not None:
+            self.seam.connector.check_invariants()
         checks.reads_back(self.alloc, self.seqs)
         blocks = checks.tables(self.alloc, self.memory, self.seqs)
         checks.usage_adds_up(self.alloc, self.memory, self.seqs, blocks, self.caching)

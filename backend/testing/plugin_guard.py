@@ -55,7 +55,7 @@ def guarded_factory(factory: Callable[..., Any], limit_s: float | None = None):
 
     for attribute in (
         "supports_prefix_caching",
-        "supports_offload_tier",
+        "supports_kv_connector",
         "supports_kv_groups",
         "block_table_layout",
     ):

@@ -18,6 +18,7 @@ from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
 from backend.base import AllocatorFactory
+from backend.connectors.offload import OffloadConnector
 from backend.testing.harness import supports_prefix_caching
 from backend.testing.machine import AllocatorStateMachine
 from backend.testing.plugin_guard import PluginStopped, guarded_factory, watching
@@ -46,13 +47,15 @@ def check_allocator(
     prefix_caching: bool | None = None,
     name: str = "",
     on_progress: Callable[[int], None] | None = None,
+    connector: type[OffloadConnector] = OffloadConnector,
 ) -> CheckResult:
     """Run the allocator state machine on the allocators ``factory`` builds: up to
     ``examples`` examples of up to ``steps`` calls each, drawn from ``seed_value`` (the
     same seed gives the same run). A failure is shrunk to a minimal example. The
     Hypothesis example database is not used, so nothing is written anywhere.
     ``on_progress(allocators built so far)`` is called about twice a second while it
-    runs (a progress bar)."""
+    runs (a progress bar). ``connector``: the offload tiers built beside an allocator
+    that takes a connector (a broken one, to test the checker)."""
     guarded = guarded_factory(factory)
     try:
         if prefix_caching is None:
@@ -64,6 +67,7 @@ def check_allocator(
         guarded,
         prefix_caching=prefix_caching,
         name=name or f"Check{getattr(factory, '__name__', 'Allocator')}",
+        connector=connector,
     )
     config = Settings(
         max_examples=examples,

@@ -19,13 +19,14 @@ sequence computes: a block still in the window must be there and hold its token.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
 from backend.base import NULL_BLOCK, Allocator
-from backend.transfer import CPU, GPU, Route, Transfer
+from backend.transfer import CPU, GPU, Medium, Route, Transfer
 
 #: the content of a slot no KV was ever computed into
 UNWRITTEN = -1
@@ -61,7 +62,7 @@ class KVMemory:
     """Device and CPU KV memory, one token id per slot (UNWRITTEN where no KV was
     computed), addressed as the allocator's ``block_table_layout`` says."""
 
-    def __init__(self, alloc: Allocator):
+    def __init__(self, alloc: Allocator, tier_blocks: Mapping[Medium, int] = MappingProxyType({})):
         self.layout = alloc.block_table_layout
         assert self.layout in ("blocks", "region"), (
             f"block_table_layout must be 'blocks' or 'region', got {self.layout!r}"
@@ -71,13 +72,15 @@ class KVMemory:
         if self.layout == "region":
             assert self.block_size == 1, "a region-layout allocator has block_size 1"
         self.device = np.full((alloc.num_blocks, self.block_size), UNWRITTEN, np.int64)
-        # one CPU pool: the swap space's blocks, then the offload tier's
-        cpu_blocks = alloc.num_cpu_blocks + alloc.num_offload_blocks
+        # one CPU pool: the swap space's blocks, then the CPU offload tier's (the tiers
+        # beside the allocator, ``tier_blocks``: their sizes by medium)
+        cpu_blocks = alloc.num_cpu_blocks + tier_blocks.get(CPU, 0)
         self.cpu = np.full((cpu_blocks, self.block_size), UNWRITTEN, np.int64)
         # offload tiers below the CPU one, each its own pool
         self.pools = {GPU: self.device, CPU: self.cpu}
-        for medium, blocks in alloc.lower_tier_blocks.items():
-            self.pools[medium] = np.full((blocks, self.block_size), UNWRITTEN, np.int64)
+        for medium, blocks in tier_blocks.items():
+            if medium is not CPU:
+                self.pools[medium] = np.full((blocks, self.block_size), UNWRITTEN, np.int64)
 
     # -- tables ----------------------------------------------------------------------------
     def tables_of(self, alloc: Allocator, seq_id: int, seq: Seq) -> list[list[int]]:

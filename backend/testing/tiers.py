@@ -1,6 +1,7 @@
-"""The checker's model of an offload tier (backend.capabilities.OffloadsPrefixes): the
-executor performs the tier's moves on the shadow memory (shadow.py), loads before the
-step's forward and stores after it, and the checker holds them to the tier's contract:
+"""The checker's model of the offload tiers beside an allocator (a KV connector,
+backend/connectors/offload.py, through its seam): the executor performs the tier's
+moves on the shadow memory (shadow.py), loads before the step's forward and stores
+after it, and the checker holds them to the tier's contract:
 
 * a load reads a tier block and writes a device block of the sequence just admitted,
   so the prefix hit it serves reads back the prompt's own KV (the machine's read-back);
@@ -14,25 +15,24 @@ prompt's salt); the tier adds no way around that check.
 
 from __future__ import annotations
 
-from backend.base import Allocator
-from backend.capabilities import OffloadsPrefixes
+from backend.connectors.seam import ConnectorSeam
 from backend.testing.shadow import UNWRITTEN, KVMemory, Seq
 from backend.transfer import CPU, GPU, Medium, Transfer
 
 
 class TierModel:
-    """What each block of ``alloc``'s offload tiers holds: the (salt, prefix tokens) of
-    the device block it was stored from, per medium (the CPU tier's blocks follow the
-    swap space's; a lower tier numbers its own from 0)."""
+    """What each block of the offload tiers beside ``seam``'s allocator holds: the
+    (salt, prefix tokens) of the device block it was stored from, per medium (the CPU
+    tier's blocks follow the swap space's; a lower tier numbers its own from 0)."""
 
-    def __init__(self, alloc: Allocator, memory: KVMemory):
-        assert isinstance(alloc, OffloadsPrefixes), "an offload tier without its moves"
-        self.alloc = alloc
+    def __init__(self, seam: ConnectorSeam, memory: KVMemory):
+        self.seam = seam
         self.memory = memory
-        first = alloc.num_cpu_blocks  # tier blocks follow the swap space's
-        self.ranges = {CPU: range(first, first + alloc.num_offload_blocks)}
-        for medium, blocks in alloc.lower_tier_blocks.items():
-            self.ranges[medium] = range(blocks)
+        first = seam.alloc.num_cpu_blocks  # tier blocks follow the swap space's
+        sizes = seam.connector.tier_blocks
+        self.ranges = {
+            m: range(first, first + n) if m is CPU else range(n) for m, n in sizes.items()
+        }
         self.holds: dict[Medium, dict[int, tuple[int, tuple[int, ...]]]] = {
             medium: {} for medium in self.ranges
         }
@@ -41,7 +41,7 @@ class TierModel:
         """Take the tiers' moves and perform the loads (promotions into the CPU tier,
         CPU tier to device); returns how many of each, and the stores, for after the
         step's forward (the KV they copy is computed then)."""
-        loads, stores = self.alloc.take_tier_transfers()
+        loads, stores = self.seam.take_transfers()
         promotions = 0
         for move in loads:
             src, dst = move.route

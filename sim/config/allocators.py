@@ -63,7 +63,23 @@ def load_allocator_class(spec: str, base_dir: Path | None = None) -> type[Alloca
 
 
 #: The class attributes an allocator declares its capabilities with (backend.base).
-CAPABILITY_FLAGS = ("supports_prefix_caching", "supports_kv_groups", "supports_offload_tier")
+CAPABILITY_FLAGS = ("supports_prefix_caching", "supports_kv_groups", "supports_kv_connector")
+
+#: What a KV connector calls on the allocator beside it (capabilities.TakesExternalKV).
+CONNECTOR_SEAM = ("prompt_keys", "record_computed_blocks", "take_computed_blocks")
+
+
+def connector_gap(cls: type[Allocator]) -> str | None:
+    """Why no KV connector (the offload tiers) can work beside allocator class ``cls``,
+    in a few words; None: one can."""
+    if not getattr(cls, "supports_kv_connector", False):
+        return "its supports_kv_connector is not True"
+    missing = [name for name in CONNECTOR_SEAM if not callable(getattr(cls, name, None))]
+    if missing:
+        return f"it declares supports_kv_connector but lacks {', '.join(missing)}"
+    if "external_blocks" not in inspect.signature(cls.allocate).parameters:
+        return "it declares supports_kv_connector but its allocate takes no external_blocks"
+    return None
 
 
 def construct(
@@ -76,7 +92,7 @@ def construct(
     **declared,
 ) -> Allocator:
     """``cls`` built as an AllocatorFactory, with the arguments of the capabilities it
-    declares (``declared``: ``kv_groups``, ``num_offload_blocks``, ``lower_tiers``).
+    declares (``declared``: ``kv_groups``).
     Raises ValueError with one line if the constructor fails or returns something else
     than an Allocator."""
     arguments = {

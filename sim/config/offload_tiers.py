@@ -1,5 +1,5 @@
 """An offload tier of the prefix cache below the device pool, as a scenario's
-``cache.offload`` lists it (backend/blocks/offload.py keeps it)."""
+``cache.offload`` lists it (backend/connectors/offload.py keeps it)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ TIERS = ("cpu", "disk", "remote")
 
 class OffloadTierSpec(StrictModel):
     """One tier of the prefix cache below the device pool, as vLLM's KV offloading
-    connector keeps it (backend/blocks/offload.py: computed full blocks written through,
+    connector keeps it (backend/connectors/offload.py: computed full blocks written through,
     looked up after the device's cache, loaded back instead of recomputed)."""
 
     tier: str = "cpu"

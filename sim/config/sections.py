@@ -23,7 +23,7 @@ from backend.shipped import PAGED
 from policies.context import PolicyError, check_params
 from sim.catalog.hardware import HardwareSpec, ModelSpec
 from sim.catalog.pool import kv_pool_blocks
-from sim.config.allocators import PLUGIN_FORMS, is_plugin, load_allocator_class
+from sim.config.allocators import PLUGIN_FORMS, connector_gap, is_plugin, load_allocator_class
 from sim.config.allocators import SHIPPED as SHIPPED_ALLOCATORS
 from sim.config.engines import scheduler_with_defaults
 from sim.config.errors import error_at
@@ -184,14 +184,14 @@ class CacheSpec(StrictModel):
         wrong = check_tier_order(self.offload)
         if wrong is not None:
             raise error_at("cache.offload", wrong)
-        tiered = self.allocator == PAGED or (
-            self._plugin is not None and self._plugin.supports_offload_tier
-        )
-        if not tiered:
+        if self.allocator == PAGED:
+            return
+        gap = "it takes none" if self._plugin is None else connector_gap(self._plugin)
+        if gap is not None:
             raise error_at(
                 "cache.offload",
-                "an offload tier needs the paged allocator or a plug-in whose "
-                f"supports_offload_tier is True, got allocator {self.allocator!r}",
+                "an offload tier works beside the paged allocator or a plug-in that "
+                f"takes KV from a connector; allocator {self.allocator!r}: {gap}",
             )
 
     def offload_blocks(self, model: ModelSpec, tp: int = 1) -> tuple[int, ...]:

@@ -7,6 +7,7 @@ needs torch.
 
 from __future__ import annotations
 
+from backend.transfer import Medium
 from sim.config.errors import ScenarioError
 
 
@@ -35,4 +36,8 @@ def build_torch_executor(scenario, allocator, *, cpu_threads: int = 1):
         # On a small shared CPU torch's worker threads spin-wait for each other and turn
         # a few-ms step into 100+ ms; one thread (the default) gives stable timings.
         cpu_threads=cpu_threads if device == "cpu" else None,
+        tier_blocks={
+            Medium(tier.tier): blocks
+            for tier, blocks in zip(scenario.cache.offload, scenario.kv_pool.offload_blocks)
+        },
     )

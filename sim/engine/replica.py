@@ -27,6 +27,8 @@ import simpy
 
 from backend.base import Allocator
 from backend.capabilities import PeaksWithWindows
+from backend.connectors.base import KVConnector
+from backend.connectors.seam import ConnectorSeam
 from backend.step import Batch
 from sim.engine.completion import Completion
 from sim.engine.config import EngineConfig, ReplicaPolicies
@@ -77,6 +79,7 @@ class Replica:
         on_done: Callable[[RequestOutcome], None],
         *,
         fast_forward: bool = True,
+        connector: KVConnector | None = None,
     ):
         self.env = env
         self.index = index
@@ -92,7 +95,9 @@ class Replica:
         self._wake: simpy.Event | None = None
         self._windowed = isinstance(allocator, PeaksWithWindows)  # (checked once: costly)
 
-        self._state = ReplicaState(allocator)
+        self.connector = connector  # (the offload tiers: their figures go in the summary)
+        seam = ConnectorSeam(allocator, connector) if connector is not None else None
+        self._state = ReplicaState(allocator, seam)
         self.view = EngineView(self._state, self._now, index)
         self._memory = Memory(self._state, config, policies, outputs, self.view)
         self._planner = StepPlanner(self._state, config, policies, self._memory, outputs, self.view)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from backend.base import Allocator
+from backend.connectors.seam import ConnectorSeam
 from sim.engine.records import RequestOutcome
 from sim.engine.replica_state import DecodeSet, PrefillSeq, SwappedRequest, WaitingEntry
 from sim.workload.request import Request
@@ -60,8 +61,11 @@ def _nothing() -> None:
 class ReplicaState:
     """Queues, running sequences and requests in flight of one replica."""
 
-    def __init__(self, allocator: Allocator):
+    def __init__(self, allocator: Allocator, seam: ConnectorSeam | None = None):
         self.alloc = allocator
+        # The KV connector beside the allocator (the offload tiers), as the scheduler
+        # meets it: prompts' lookups and allocations, and each step's moves; None: none.
+        self.seam = seam
         self.waiting: deque[WaitingEntry] = deque()
         # Async scheduling (EngineConfig.async_scheduling): arrivals during the step in
         # progress, and those of the step before, which the next plan may not see yet.

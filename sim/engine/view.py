@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from backend.capabilities import OffloadsPrefixes
 from sim.engine.state import ReplicaState
 from sim.workload.request import Request
 
@@ -30,9 +29,10 @@ class EngineView:
         self._clock = clock
         self._index = index
         # What this replica holds, not a remote store every replica would answer alike.
-        alloc = state.alloc
-        tiered = isinstance(alloc, OffloadsPrefixes)
-        self._held_prefix = alloc.held_prefix_tokens if tiered else alloc.cached_prefix_tokens
+        seam = state.seam
+        self._held_prefix = (
+            seam.held_prefix_tokens if seam is not None else state.alloc.cached_prefix_tokens
+        )
 
     @property
     def index(self) -> int:

@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 
 import simpy
 
-from backend.base import Allocator
+from backend.base import Allocator, InvalidRequest
 from backend.blocks import BlockManager
-from backend.capabilities import TierSpec
+from backend.connectors.offload import OffloadConnector, TierSpec
 from backend.contiguous import make_contiguous
 from backend.shipped import PAGED
 from backend.transfer import Medium
@@ -69,13 +69,9 @@ def policy_context(
     )
 
 
-def build_allocator(
-    scenario, context: PolicyContext | None = None, shared: dict | None = None
-) -> Allocator:
-    """One replica's allocator, sized from the scenario; its eviction policies are built
-    with ``context`` (by default one without the request stream). ``shared`` carries a
-    cluster-wide tier (remote) from replica to replica: the first builds it and puts it
-    there, the others take it (mutated)."""
+def build_allocator(scenario, context: PolicyContext | None = None) -> Allocator:
+    """One replica's allocator, sized from the scenario; its eviction policy is built
+    with ``context`` (by default one without the request stream)."""
     cache = scenario.cache
     num_blocks, num_cpu_blocks, _ = scenario.kv_pool
     if cache.plugin_allocator is not None:  # a user's class (sim/config/allocators.py)
@@ -86,7 +82,6 @@ def build_allocator(
                 block_size=cache.block_size,
                 num_cpu_blocks=num_cpu_blocks,
                 enable_prefix_caching=cache.prefix_caching,
-                **_tiers(scenario),
                 **_groups(scenario),
             )
         except ValueError as err:
@@ -94,20 +89,14 @@ def build_allocator(
     if cache.allocator == PAGED:
         context = context or policy_context(scenario, replica=0)
         eviction = scenario.eviction
-        shared = {} if shared is None else shared
-        manager = BlockManager(
+        return BlockManager(
             num_blocks,
             cache.block_size,
             num_cpu_blocks=num_cpu_blocks,
             enable_prefix_caching=cache.prefix_caching,
             evictor=make_policy(scenario, EVICTORS, eviction.policy, eviction.params, context),
-            **_tiers(scenario, context, shared),
             **_groups(scenario),
         )
-        for spec in cache.offload:
-            if spec.cluster_wide:  # one store for every replica
-                shared.setdefault(spec.tier, manager.offload_tier(Medium(spec.tier)))
-        return manager
     return make_contiguous(
         cache.allocator,
         num_slots=num_blocks * cache.block_size,
@@ -131,25 +120,36 @@ def _groups(scenario) -> dict:
     }
 
 
-def _tiers(scenario, context: PolicyContext | None = None, shared: dict | None = None) -> dict:
-    """The offload tiers' constructor arguments (none without a tier): the CPU tier's
-    size, and the tiers below it. With ``context``, each tier's eviction policy
-    (``cache.offload[n].eviction``; without, the allocator's default), and a
-    cluster-wide tier already in ``shared`` instead of a new one."""
+def build_connector(
+    scenario, allocator: Allocator, context: PolicyContext, shared: dict
+) -> OffloadConnector | None:
+    """The offload tiers beside one replica's allocator (None: no tier): each tier's size
+    and eviction policy (``cache.offload[n].eviction``, built with ``context``), the CPU
+    tier's blocks numbered after the swap space's. ``shared`` carries a cluster-wide tier
+    (remote) from replica to replica: the first builds it and puts it there, the others
+    take it (mutated)."""
     blocks = scenario.kv_pool.offload_blocks
     if not blocks:
-        return {}
-    specs = list(zip(scenario.cache.offload, blocks, strict=True))
-    policies = [
-        None if context is None else make_policy(scenario, EVICTORS, spec.eviction, {}, context)
-        for spec, _ in specs
+        return None
+    specs = [
+        TierSpec(
+            Medium(spec.tier),
+            n,
+            make_policy(scenario, EVICTORS, spec.eviction, {}, context),
+            shared.get(spec.tier),
+        )
+        for spec, n in zip(scenario.cache.offload, blocks, strict=True)
     ]
-    lower = tuple(
-        TierSpec(Medium(spec.tier), n, policy, (shared or {}).get(spec.tier))
-        for (spec, n), policy in zip(specs[1:], policies[1:], strict=True)
-    )
-    tiers = {"num_offload_blocks": blocks[0]} | ({"lower_tiers": lower} if lower else {})
-    return tiers if context is None else {**tiers, "offload_evictor": policies[0]}
+    try:
+        connector = OffloadConnector.build(
+            specs, scenario.cache.block_size, cpu_base=allocator.num_cpu_blocks
+        )
+    except InvalidRequest as err:
+        raise ScenarioError(f"{scenario.source}: cache.offload: {err}") from None
+    for spec in scenario.cache.offload:
+        if spec.cluster_wide:  # one store for every replica
+            shared.setdefault(spec.tier, connector.offload_tier(Medium(spec.tier)))
+    return connector
 
 
 def build_executor(scenario, allocator: Allocator):
@@ -265,9 +265,10 @@ def build_replica(
     engine options. Decode token ids come from ``outputs``, or from ``blank`` (one
     shared by the replicas: it caches its arrays) where neither the allocator nor the
     executor reads them (drawing ids costs time). ``shared``: one dict for all the
-    replicas of a run, which a remote offload tier is shared through (build_allocator)."""
+    replicas of a run, which a remote offload tier is shared through (build_connector)."""
     context = policy_context(scenario, requests, replica=index)
-    allocator = build_allocator(scenario, context, shared)
+    allocator = build_allocator(scenario, context)
+    connector = build_connector(scenario, allocator, context, {} if shared is None else shared)
     executor = make_executor(allocator)
     if blank is not None and not (reads_token_ids(allocator) or reads_token_ids(executor)):
         outputs = blank
@@ -282,6 +283,7 @@ def build_replica(
         steps,
         on_done,
         fast_forward=fast_forward,
+        connector=connector,
     )
 
 

@@ -160,8 +160,7 @@ def _offload_figures(scenario, replicas) -> dict[str, Any] | None:
     cache = scenario.cache
     if not cache.offload:
         return None
-    # (validation let only an allocator that keeps a tier take cache.offload)
-    per_replica = [r.alloc.tier_stats for r in replicas]
+    per_replica = [r.connector.tier_stats for r in replicas]
     block_bytes = cache.replica_block_bytes(scenario.model, scenario.tensor_parallel)
     tiers = []
     for index, (spec, capacity) in enumerate(

@@ -266,7 +266,7 @@ class CapabilityAsText(BlockManager):
 
 
 class OffloadAsNumber(BlockManager):
-    supports_offload_tier = 1
+    supports_kv_connector = 1
 
 
 class ContiguousClaimingGroups(ContiguousAllocator):
@@ -305,7 +305,7 @@ for _label, _sections in (("windows", WINDOWED), ("an offload tier", OFFLOADED))
         f"a capability written as a number, under {_label}",
         "plugins.py:OffloadAsNumber",
         _sections,
-        ["cache.allocator", "supports_offload_tier", "True or False"],
+        ["cache.allocator", "supports_kv_connector", "True or False"],
     )
 plugin_case(
     "a contiguous allocator claiming KV cache groups",

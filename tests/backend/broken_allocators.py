@@ -1,5 +1,6 @@
 """Deliberately broken block managers, for the tests of the allocator checker
-(``backend.testing``): each breaks one part of the contract in backend/base.py.
+(``backend.testing``): each breaks one part of the contract in backend/base.py; and
+broken offload connectors (``Tier*``), each beside a sound manager.
 
 ``Unchecked*`` variants also turn their own ``check_invariants`` off, as a user's
 allocator with a weak self-check would be, so that only the checker's own model can
@@ -13,8 +14,8 @@ import numpy as np
 from backend.base import KVGroup
 from backend.blocks import BlockManager
 from backend.blocks.full_attention import FullAttention
-from backend.blocks.offload import OffloadTiers
 from backend.blocks.sliding_window import SlidingWindow
+from backend.connectors.offload import OffloadConnector, OffloadTiers
 from backend.transfer import GPU, SWAP_IN, Transfer
 
 
@@ -211,25 +212,33 @@ class ConstructorExits(BlockManager):
         sys.exit("no")
 
 
+# -- broken offload tiers: connectors beside a sound manager ---------------------------
 class _TiersStoringAgain(OffloadTiers):
-    def store(self, key, salt, position, device_block, device):
+    def store(self, computed):
         cpu = self.primary
-        old = cpu._block_of_key.pop(key, None)
+        old = cpu._block_of_key.pop(computed.key, None)
         if old is not None:  # drops the copy it holds, to store the same KV again
             cpu._key_of_block[old] = None
             cpu.evictor.on_removed(old)
             cpu._free.put([old])
-        return super().store(key, salt, position, device_block, device)
+        return super().store(computed)
 
 
-class TierStoresTwice(BlockManager):
+class _Broken(OffloadConnector):
+    """An offload connector whose tiers are of the class ``tiers`` (set by subclasses)."""
+
+    tiers_class: type[OffloadTiers] = OffloadTiers
+
+    def __init__(self, tiers: OffloadTiers):
+        tiers.__class__ = self.tiers_class
+        super().__init__(tiers)
+
+
+class TierStoresTwice(_Broken):
     """The offload tier stores again a prefix it holds (a store nothing needed: the
     link carries the block twice). Its own invariants hold."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if self._tier is not None:
-            self._tier.__class__ = _TiersStoringAgain
+    tiers_class = _TiersStoringAgain
 
 
 def _neighbour(move: Transfer, tier: range) -> Transfer:
@@ -238,38 +247,32 @@ def _neighbour(move: Transfer, tier: range) -> Transfer:
 
 
 class _TiersLoadingTheNeighbour(OffloadTiers):
-    def load(self, found, device_blocks, device):
+    def load(self, found, device_blocks):
         cpu = range(self.primary.base, self.primary.base + self.primary.num_blocks)
-        moves = super().load(found, device_blocks, device)
+        moves = super().load(found, device_blocks)
         return [_neighbour(m, cpu) if m.route == SWAP_IN else m for m in moves]
 
 
-class TierLoadsTheWrongBlock(BlockManager):
+class TierLoadsTheWrongBlock(_Broken):
     """The offload tier's loads name the tier block after the one that holds the hit:
     the executor copies another prefix's KV (the allocator's own memory is right)."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if self._tier is not None:
-            self._tier.__class__ = _TiersLoadingTheNeighbour
+    tiers_class = _TiersLoadingTheNeighbour
 
 
 class _TiersCascadingTheNeighbour(OffloadTiers):
-    def store(self, key, salt, position, device_block, device):
+    def store(self, computed):
         cpu = range(self.primary.base, self.primary.base + self.primary.num_blocks)
-        moves = super().store(key, salt, position, device_block, device)
+        moves = super().store(computed)
         return [m if m.src_medium is GPU else _neighbour(m, cpu) for m in moves]
 
 
-class TierCascadesTheWrongBlock(BlockManager):
+class TierCascadesTheWrongBlock(_Broken):
     """The CPU tier's cascade to the disk tier copies the CPU block after the one it
     stored: the disk holds another prefix's KV under this key, and a promotion serves
     it (the allocator's own memory is right)."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if self._tier is not None:
-            self._tier.__class__ = _TiersCascadingTheNeighbour
+    tiers_class = _TiersCascadingTheNeighbour
 
 
 UncheckedWindowReleasesTooEarly = unchecked(WindowReleasesTooEarly)

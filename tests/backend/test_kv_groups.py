@@ -168,7 +168,7 @@ def test_sizes_count_every_group():
         ([KVGroup(sliding_window=0)], {}, "sliding_window must be a positive int"),
         ([KVGroup(sliding_window=True)], {}, "sliding_window must be a positive int"),
         (["full"], {}, "must be a KVGroup"),
-        ([FULL, SLIDING_8], {"num_cpu_blocks": 4}, "swap space and offload tiers"),
+        ([FULL, SLIDING_8], {"num_cpu_blocks": 4}, "swap space is not modelled"),
     ],
 )
 def test_bad_groups_are_refused(groups, build, message):

@@ -1,5 +1,7 @@
-"""The offload tier below the device pool (backend/blocks/offload.py), rule by rule.
-The allocator state machine (test_allocator_checker.py) drives it at random as well."""
+"""The offload tiers below the device pool (backend/connectors/offload.py), a KV
+connector beside the paged manager, rule by rule, as the engine meets them (through
+backend/connectors/seam.py). The allocator state machine (test_allocator_checker.py)
+drives them at random as well."""
 
 from __future__ import annotations
 
@@ -8,24 +10,58 @@ import pytest
 
 from backend.base import InvalidRequest
 from backend.blocks import BlockManager
-from backend.capabilities import OffloadsPrefixes, TierSpec
+from backend.capabilities import TakesExternalKV
+from backend.connectors.offload import OffloadConnector, TierSpec
+from backend.connectors.seam import ConnectorSeam
 from backend.transfer import CPU, DISK, REMOTE, SWAP_IN, SWAP_OUT
 
 PROMPT = [1, 2, 3, 4, 5, 6, 7]  # three full blocks of 2, then the last token
 
 
-def manager(num_blocks=4, tier=16, **kwargs) -> BlockManager:
-    return BlockManager(
-        num_blocks, 2, enable_prefix_caching=True, num_offload_blocks=tier, **kwargs
-    )
+class Tiered:
+    """A paged manager of blocks of 2 with the tiers ``TierSpec(CPU, tier), *lower``
+    beside it: prompts, lookups and each step's moves go through the seam, every other
+    command to the manager."""
+
+    def __init__(self, num_blocks=4, tier=16, lower=(), num_cpu_blocks=0):
+        self.m = BlockManager(
+            num_blocks, 2, enable_prefix_caching=True, num_cpu_blocks=num_cpu_blocks
+        )
+        specs = [TierSpec(CPU, tier), *lower]
+        self.tiers = OffloadConnector.build(specs, 2, cpu_base=num_cpu_blocks)
+        self.seam = ConnectorSeam(self.m, self.tiers)
+
+    def __getattr__(self, name):
+        return getattr(self.m, name)
+
+    def allocate(self, seq, prompt, *, salt=0, computed_tokens=None) -> int:
+        return self.seam.allocate(seq, np.asarray(prompt, np.int32), salt, computed_tokens)
+
+    def cached_prefix_tokens(self, prompt, *, salt=0) -> int:
+        return self.seam.cached_prefix_tokens(prompt, salt=salt)
+
+    def take_tier_transfers(self):
+        return self.seam.take_transfers()
+
+    @property
+    def tier_stats(self):
+        return self.tiers.tier_stats
+
+    def check_invariants(self) -> None:
+        self.m.check_invariants()
+        self.tiers.check_invariants()
 
 
-def computed(m: BlockManager, seq: int, prompt, **kwargs) -> int:
+def manager(num_blocks=4, tier=16, **kwargs) -> Tiered:
+    return Tiered(num_blocks, tier, **kwargs)
+
+
+def computed(m: Tiered, seq: int, prompt, **kwargs) -> int:
     """Admit ``prompt`` as ``seq`` with its KV computed; returns the hit tokens."""
     return m.allocate(seq, prompt, computed_tokens=None, **kwargs)
 
 
-def push_out(m: BlockManager, first_seq: int) -> None:
+def push_out(m: Tiered, first_seq: int) -> None:
     """Fill the device with other prompts until nothing of PROMPT is cached there."""
     for n, value in enumerate((9, 8)):
         computed(m, first_seq + n, [value] * 8)
@@ -35,7 +71,7 @@ def push_out(m: BlockManager, first_seq: int) -> None:
 
 def test_write_through_stores_every_computed_block_once_after_the_forward():
     m = manager()
-    assert isinstance(m, OffloadsPrefixes)
+    assert isinstance(m.m, TakesExternalKV)
     m.allocate(0, PROMPT, computed_tokens=0)
     assert m.take_tier_transfers() == ((), ())  # nothing computed yet: nothing to store
     m.mark_computed(0, 4)
@@ -122,19 +158,31 @@ def test_a_block_evicted_from_the_device_before_its_store_is_due_is_not_stored()
     assert m.cached_prefix_tokens([1, 1, 2]) == 0  # [1, 1] was never stored
 
 
-def test_a_tier_needs_prefix_caching():
+def test_a_tier_needs_prefix_caching_and_a_manager_without_one_records_nothing():
+    tiers = OffloadConnector.build([TierSpec(CPU, 4)], 2, cpu_base=0)
     with pytest.raises(InvalidRequest, match="prefix caching"):
-        BlockManager(4, 2, num_offload_blocks=4)
+        ConnectorSeam(BlockManager(4, 2), tiers)
     plain = BlockManager(4, 2, enable_prefix_caching=True)
-    assert plain.take_tier_transfers() == ((), ()) and plain.tier_stats is None
-    plain.allocate(0, [1, 2])
-    assert np.array_equal(plain.read_tokens(0), [1, 2])
+    plain.allocate(0, [1, 2, 3])
+    plain.mark_computed(0, 3)
+    assert plain.take_computed_blocks() == []  # nobody asked it to record
+    assert np.array_equal(plain.read_tokens(0), [1, 2, 3])
+
+
+def test_external_blocks_past_the_prompt_are_refused_and_change_nothing():
+    m = BlockManager(4, 2, enable_prefix_caching=True)
+    before = m.snapshot()
+    with pytest.raises(InvalidRequest, match="external_blocks"):
+        m.allocate(0, PROMPT, external_blocks=4)  # 3 full blocks precede the last token
+    assert m.snapshot() == before
+    assert m.allocate(0, PROMPT, external_blocks=3) == 6  # all three: counted computed
+    assert m.cached_prefix_tokens(PROMPT) == 6  # and offered to lookups at once
 
 
 def test_a_disk_tier_takes_every_store_by_cascade_and_serves_through_the_cpu_tier():
     """vLLM 0.33's tiering: a CPU store cascades to the disk; a key the CPU tier lost is
     promoted from the disk into a CPU block and loaded from there."""
-    m = manager(tier=4, lower_tiers=(TierSpec(DISK, 16),))
+    m = manager(tier=4, lower=(TierSpec(DISK, 16),))
     computed(m, 0, PROMPT)
     stores = m.take_tier_transfers().stores
     assert [t.route for t in stores] == [SWAP_OUT, (CPU, DISK)] * 3
@@ -155,20 +203,20 @@ def test_a_disk_tier_takes_every_store_by_cascade_and_serves_through_the_cpu_tie
     m.check_invariants()
 
 
-def test_tiers_below_the_cpu_one_are_checked_when_built():
-    with pytest.raises(InvalidRequest, match="needs a CPU tier"):
-        BlockManager(4, 2, enable_prefix_caching=True, lower_tiers=(TierSpec(DISK, 4),))
+def test_tiers_are_checked_when_built():
+    with pytest.raises(InvalidRequest, match="the first offload tier is the CPU tier"):
+        OffloadConnector.build([TierSpec(DISK, 4)], 2, cpu_base=0)
     with pytest.raises(InvalidRequest, match="one offload tier per medium"):
-        manager(lower_tiers=(TierSpec(DISK, 4), TierSpec(DISK, 4)))
+        manager(lower=(TierSpec(DISK, 4), TierSpec(DISK, 4)))
     with pytest.raises(InvalidRequest, match="num_blocks"):
-        manager(lower_tiers=(TierSpec(DISK, 0),))
+        manager(lower=(TierSpec(DISK, 0),))
 
 
 def test_a_remote_tier_is_one_store_for_every_allocator_that_shares_it():
     """Replica b finds in the shared remote tier what replica a computed, never across
     tenants; the store holds each prefix once."""
-    a = manager(lower_tiers=(TierSpec(REMOTE, 16),))
-    b = manager(lower_tiers=(TierSpec(REMOTE, 16, shared=a.offload_tier(REMOTE)),))
+    a = manager(lower=(TierSpec(REMOTE, 16),))
+    b = manager(lower=(TierSpec(REMOTE, 16, shared=a.tiers.offload_tier(REMOTE)),))
     computed(a, 0, PROMPT)
     assert [t.route for t in a.take_tier_transfers().stores] == [SWAP_OUT, (CPU, REMOTE)] * 3
     assert computed(b, 0, PROMPT, salt=1) == 0  # another tenant: no hit
@@ -180,4 +228,4 @@ def test_a_remote_tier_is_one_store_for_every_allocator_that_shares_it():
     assert b.read_tokens(1).tolist() == PROMPT
     assert a.tier_stats[1] == b.tier_stats[1] and b.tier_stats[1].stored_blocks == 6
     with pytest.raises(InvalidRequest, match="does not match"):
-        manager(lower_tiers=(TierSpec(REMOTE, 8, shared=a.offload_tier(REMOTE)),))
+        manager(lower=(TierSpec(REMOTE, 8, shared=a.tiers.offload_tier(REMOTE)),))

@@ -17,6 +17,7 @@ from backend.capabilities import (
     TrustedAllocate,
     TrustedAppendBatch,
 )
+from backend.connectors.seam import ConnectorSeam
 from sim.engine.config import EngineConfig
 from sim.workload.request import Request
 
@@ -30,10 +31,15 @@ def batch_appender(alloc) -> Callable[[np.ndarray, np.ndarray], list]:
     return alloc.append_batch
 
 
-def prompt_allocator(alloc) -> Callable[[int, np.ndarray, int, int], int]:
+def prompt_allocator(
+    alloc, seam: ConnectorSeam | None
+) -> Callable[[int, np.ndarray, int, int], int]:
     """``allocate(seq_id, prompt, salt, max_new_tokens)`` of a prompt none of whose KV is
-    computed yet: the allocator's unchecked entry where it has one (prompts are the
-    workload's int32 arrays, sequence ids the engine's own count)."""
+    computed yet: through the KV connector's ``seam`` where there is one, else the
+    allocator's unchecked entry where it has one (prompts are the workload's int32
+    arrays, sequence ids the engine's own count)."""
+    if seam is not None:
+        return lambda seq_id, tokens, salt, _max_new_tokens: seam.allocate(seq_id, tokens, salt, 0)
     if isinstance(alloc, TrustedAllocate):
         trusted = alloc.allocate_trusted
         return lambda seq_id, tokens, salt, _max_new_tokens: trusted(seq_id, tokens, salt, 0)

@@ -17,7 +17,6 @@ import numpy as np
 
 from backend.base import OutOfBlocks, ReservingAllocator
 from backend.capabilities import (
-    OffloadsPrefixes,
     ReleasesBehindProcessed,
 )
 from backend.step import Batch, PrefillChunk
@@ -64,7 +63,12 @@ class StepPlanner:
         self.view = view  # what the scheduler reads
         self._logged_preemptions = 0  # num_preemptions already in a step's record
         self.append_batch = batch_appender(self.alloc)
-        self._allocate = keeping_prefix_tails(self.alloc, prompt_allocator(self.alloc))
+        seam = state.seam
+        self._allocate = keeping_prefix_tails(self.alloc, prompt_allocator(self.alloc, seam))
+        # A prompt's cached prefix: the device's, and what a KV connector supplies after it.
+        self.cached_prefix_tokens = (
+            seam.cached_prefix_tokens if seam is not None else self.alloc.cached_prefix_tokens
+        )
         # (checked once: a Protocol isinstance costs more than the rest of a small step)
         counting = isinstance(self.alloc, ReleasesBehindProcessed)
         self._counts_steps = self.alloc if counting else None
@@ -72,10 +76,9 @@ class StepPlanner:
         # (``reserve(prompt, max_new_tokens)``), so they always admit by whole prompt.
         reserving = isinstance(self.alloc, ReservingAllocator)
         self.reserve = self.alloc.reservation_size if reserving else None
-        # An offload tier's moves are taken once per planned step (loads before the
-        # forward, stores after it); None without a tier.
-        tiered = isinstance(self.alloc, OffloadsPrefixes) and self.alloc.num_offload_blocks
-        self.take_tier_transfers = self.alloc.take_tier_transfers if tiered else None
+        # A KV connector's moves are taken once per planned step (loads before the
+        # forward, stores after it); None without one.
+        self.take_connector_transfers = seam.take_transfers if seam is not None else None
         # Prompts are cut into chunks only if both the scenario and the mode allow it.
         self.chunking = config.chunked_prefill and self.batching.chunks_prompts
         # Admitting part of a prompt only makes sense when prompts run in chunks.
@@ -124,8 +127,8 @@ class StepPlanner:
         if plan.num_preempted or self.state.swapped:
             plan.limit = Limit.KV_BLOCKS  # memory is what binds, whatever else also did
         stores = ()
-        if self.take_tier_transfers is not None:
-            loads, stores = self.take_tier_transfers()
+        if self.take_connector_transfers is not None:
+            loads, stores = self.take_connector_transfers()
             moves.loads.extend(loads)
         batch = Batch(chunks, decode_ids, decode_ctx, decode_tokens, moves.in_order(), stores)
         return batch, plan.final()
@@ -262,7 +265,7 @@ class StepPlanner:
 
     def fits_whole(self, seq: PrefillSeq, budget: int, plan: PlanDraft) -> bool:
         """Without chunking: whether ``seq``'s whole uncached prompt runs this step."""
-        cached = self.alloc.cached_prefix_tokens(seq.tokens, salt=seq.request.tenant)
+        cached = self.cached_prefix_tokens(seq.tokens, salt=seq.request.tenant)
         total = seq.tokens.shape[0]
         to_compute = total - min(cached, total - 1)
         return self.whole_prompt_size(to_compute, budget, plan) > 0
@@ -285,7 +288,7 @@ class StepPlanner:
         # The watermark is waived on an empty replica, and where the rules say.
         watermark = self.rules.watermark_applies(seq.resumed) and state.num_running_seqs() > 0
         if self.first_chunk_admission or watermark:
-            cached = self.alloc.cached_prefix_tokens(seq.tokens, salt=request.tenant)
+            cached = self.cached_prefix_tokens(seq.tokens, salt=request.tenant)
             if self.whole_sequence and not self.sequence_fits(seq, cached, watermark):
                 return None
             if self.first_chunk_admission:

@@ -8,6 +8,8 @@ import numpy as np
 import torch
 
 from backend.blocks import BlockManager
+from backend.connectors.offload import OffloadConnector
+from backend.connectors.seam import ConnectorSeam
 from backend.real import ModelShape
 from backend.real.paged_executor import PagedExecutor
 from backend.step import Batch, PrefillChunk
@@ -40,17 +42,19 @@ class PagedHarness:
         seed=0,
         shape: ModelShape = TINY,
         device="cpu",
-        num_offload_blocks: int = 0,
-        lower_tiers=(),
+        tiers=(),
     ):
         self.alloc = BlockManager(
             num_blocks,
             block_size,
             num_cpu_blocks=num_cpu_blocks,
             enable_prefix_caching=prefix_caching,
-            num_offload_blocks=num_offload_blocks,
-            lower_tiers=lower_tiers,
         )
+        # the offload tiers ``tiers`` (TierSpecs, the CPU one first) beside the manager
+        self.seam = None
+        if tiers:
+            connector = OffloadConnector.build(tiers, block_size, cpu_base=num_cpu_blocks)
+            self.seam = ConnectorSeam(self.alloc, connector)
         self.executor = PagedExecutor(
             shape,
             self.alloc,
@@ -59,6 +63,7 @@ class PagedHarness:
             seed=seed,
             device=device,
             cpu_threads=1,
+            tier_blocks=self.seam.connector.tier_blocks if self.seam is not None else {},
         )
         self.copies: list[Transfer] = []
         self.copies_done = 0  # copy-on-write moves executed so far
@@ -68,7 +73,11 @@ class PagedHarness:
     def admit(self, seq_id: int, prompt) -> int:
         """Allocate a prompt; returns how many leading tokens need no compute (a cache
         hit, capped so the last prompt token is always computed, as the engine does)."""
-        hit = self.alloc.allocate(seq_id, np.asarray(prompt, dtype=np.int32))
+        tokens = np.asarray(prompt, dtype=np.int32)
+        if self.seam is not None:
+            hit = self.seam.allocate(seq_id, tokens, 0)
+        else:
+            hit = self.alloc.allocate(seq_id, tokens)
         return min(hit, len(prompt) - 1)
 
     def swap_out(self, seq_id: int) -> None:
@@ -90,7 +99,7 @@ class PagedHarness:
         tokens = np.array(list(decodes.values()), dtype=np.int32)
         if ids.size:
             self.copies += self.alloc.append_batch(ids, tokens)
-        loads, stores = self.alloc.take_tier_transfers()
+        loads, stores = self.seam.take_transfers() if self.seam is not None else ((), ())
         batch = Batch(
             prefills=tuple(
                 PrefillChunk(s, start, np.asarray(t, dtype=np.int32)) for s, start, t in prefills

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend.capabilities import TierSpec
+from backend.connectors.offload import TierSpec
 from backend.real.model import LlamaModel
 from backend.real.reference import ContiguousRunner
-from backend.transfer import DISK
+from backend.transfer import CPU, DISK
 
 from .harness import TINY, PagedHarness
 from .helpers import TRITON_DEVICE, needs_triton
@@ -120,15 +120,14 @@ def test_a_prefix_loaded_from_the_offload_tier_equals_full_recomputation(rng, di
         num_blocks=16,
         block_size=block_size,
         prefix_caching=True,
-        num_offload_blocks=1 if disk else 32,
-        lower_tiers=(TierSpec(DISK, 32),) if disk else (),
+        tiers=(TierSpec(CPU, 1), TierSpec(DISK, 32)) if disk else (TierSpec(CPU, 32),),
     )
     harness.admit(0, first)
     harness.prefill(0, first)  # its full blocks are stored to the tier after the step
     harness.alloc.free(0)
     harness.alloc.evict(16)  # the device's prefix cache forgets them
     skip = harness.admit(1, second)
-    served = harness.alloc.tier_stats[1 if disk else 0]
+    served = harness.seam.connector.tier_stats[1 if disk else 0]
     assert skip == len(shared) and served.loaded_blocks == 3
     token, logit = harness.prefill(1, second, start=skip)  # the loads run first
     rest, rest_logits = harness.decode(1, token, NEW_TOKENS - 1)

@@ -31,3 +31,21 @@ class NeedsMoreArguments(BlockManager):
 
 class NotAnAllocator:
     pass
+
+
+class Mine(BlockManager):
+    """A user's two-line subclass of the shipped manager: it gets tiers and groups."""
+
+
+class WithoutConnector(BlockManager):
+    supports_kv_connector = False
+
+
+class WithoutGroups(BlockManager):
+    supports_kv_groups = False
+
+
+class ConnectorWithoutSeam(BlockManager):
+    """Declares a connector but hides the methods one calls."""
+
+    prompt_keys = None

@@ -4,6 +4,7 @@ what cannot be used is a one-line error naming the field."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -75,6 +76,45 @@ def test_a_plugin_file_beside_the_scenario_with_prefix_caching(tmp_path, monkeyp
 def test_an_unusable_plugin_is_a_one_line_error(tmp_path, capsys, allocator, extra, expected):
     sets = [f"cache.allocator={allocator}"] + ([extra] if extra else [])
     code, _ = run(tmp_path, str(REPO / "scenarios/tiny.yaml"), *sets)
+    err = capsys.readouterr().err
+    assert code == 2 and expected in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+OFFLOAD = "scenarios/policies/offload-multi-turn.yaml"
+WINDOWED = "scenarios/windows/gpt-oss-20b.yaml"
+
+
+@pytest.mark.parametrize("scenario", [OFFLOAD, WINDOWED], ids=["offload tiers", "KV groups"])
+def test_a_subclass_of_the_manager_gets_tiers_and_groups_as_the_manager_does(tmp_path, scenario):
+    """The tiers are a connector beside the allocator, the groups the manager's own: a
+    plug-in subclass runs them byte for byte as the shipped manager does."""
+    path, sets = (
+        str(REPO / scenario),
+        ("simulation.num_requests=400", "simulation.warmup_requests=0"),
+    )
+    code, plugged = run(tmp_path / "plugin", path, f"cache.allocator={PLUGIN}:Mine", *sets)
+    assert code == 0
+    assert run(tmp_path / "paged", path, *sets)[0] == 0
+    for name in ("requests.csv", "steps.csv"):
+        assert (plugged / name).read_bytes() == (tmp_path / "paged" / "run" / name).read_bytes()
+    summary = json.loads((plugged / "summary.json").read_text())
+    if scenario == OFFLOAD:  # the tier served hits: the plug-in met the connector
+        assert summary["kv_offload"]["tiers"][0]["hit_tokens"] > 0
+
+
+@pytest.mark.parametrize(
+    ("scenario", "allocator", "expected"),
+    [
+        (OFFLOAD, "WithoutConnector", "its supports_kv_connector is not True"),
+        (OFFLOAD, "ConnectorWithoutSeam", "declares supports_kv_connector but lacks prompt_keys"),
+        (WINDOWED, "WithoutGroups", "a plug-in whose supports_kv_groups is True"),
+    ],
+)
+def test_a_plugin_without_a_capability_it_is_asked_for_is_one_line(
+    tmp_path, capsys, scenario, allocator, expected
+):
+    code, _ = run(tmp_path, str(REPO / scenario), f"cache.allocator={PLUGIN}:{allocator}")
     err = capsys.readouterr().err
     assert code == 2 and expected in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

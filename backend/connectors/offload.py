@@ -1,6 +1,8 @@
-"""Prefix caches below the device pool: full blocks of computed KV kept in tiers (CPU
-memory, then local disk or a remote store), found again by the same chained prefix keys
-as the device's prefix cache, and loaded back instead of recomputed.
+"""Prefix caches below the device pool, a KV connector (base.py): full blocks of
+computed KV kept in tiers (CPU memory, then local disk or a remote store), found again
+by the same chained prefix keys as the device's prefix cache, and loaded back instead of
+recomputed. The allocator beside it knows no tier; it hands over its prompts' keys and
+its computed blocks, and allocates for the blocks a tier supplies.
 
 The rules follow vLLM's KV offloading connector (``--kv-offloading-size``, the native
 CPU backend of vLLM 0.33: ``vllm/distributed/kv_transfer/kv_connector/v1/offloading``
@@ -50,9 +52,21 @@ import numpy as np
 from backend.base import InvalidRequest, check_count
 from backend.blocks.freelist import FreeList
 from backend.blocks.prefix_index import verified_run
-from backend.capabilities import TierSpec
+from backend.connectors.base import ComputedBlock, ConnectorTransfers, KVConnector
 from backend.evictor import Evictor, LeastRecentlyUsed
 from backend.transfer import CPU, GPU, REMOTE, Medium, Transfer
+
+
+class TierSpec(NamedTuple):
+    """One offload tier: its medium (the CPU tier first, then disk or a remote store),
+    its size in blocks and its eviction policy (None: LRU, the connector's default).
+    ``shared``: the tier object another connector built (``offload_tier(medium)``), for
+    a store the replicas of a cluster share; None builds one."""
+
+    medium: Medium
+    num_blocks: int
+    evictor: Evictor | None = None
+    shared: object | None = None
 
 
 class TierStats(NamedTuple):
@@ -66,15 +80,6 @@ class TierStats(NamedTuple):
     loaded_blocks: int
     hit_tokens: int
     evicted_blocks: int
-
-
-class TierTransfers(NamedTuple):
-    """A step's moves to and from the offload tiers: ``loads`` (promotions into the
-    CPU tier, then tier to device) run before the step's forward, ``stores`` (device to
-    the CPU tier, then its cascades below) after it."""
-
-    loads: tuple[Transfer, ...]
-    stores: tuple[Transfer, ...]
 
 
 class OffloadTier:
@@ -209,29 +214,6 @@ class OffloadTiers:
         self.primary = tiers[0]
 
     @classmethod
-    def for_manager(
-        cls,
-        num_offload_blocks: int,
-        cpu_evictor: Evictor | None,
-        lower: Sequence[TierSpec],
-        *,
-        block_size: int,
-        prefix_caching: bool,
-        cpu_base: int,
-    ) -> OffloadTiers | None:
-        """A block manager's tiers: a CPU tier of ``num_offload_blocks`` (none: no tiers)
-        with ``lower`` below it. Raises InvalidRequest for a tier below no CPU tier, or
-        tiers without prefix caching (their keys are its keys)."""
-        if not num_offload_blocks:
-            if lower:
-                raise InvalidRequest("a disk or remote tier needs a CPU tier above it")
-            return None
-        if not prefix_caching:
-            raise InvalidRequest("an offload tier needs prefix caching (its keys)")
-        specs = [TierSpec(CPU, num_offload_blocks, cpu_evictor), *lower]
-        return cls.build(specs, block_size, cpu_base=cpu_base)
-
-    @classmethod
     def build(cls, specs: list[TierSpec], block_size: int, *, cpu_base: int) -> OffloadTiers:
         """The tiers ``specs`` (the CPU tier's blocks numbered from ``cpu_base``, after the
         swap space's in the one CPU pool; each tier below from 0); a spec's ``shared``
@@ -302,18 +284,17 @@ class OffloadTiers:
         tier serves: up to the first key the CPU tier holds, or all of them."""
         return next((j for j in range(1, len(keys)) if keys[j] in self.primary), len(keys))
 
-    def load(self, found: list[tuple[int, int]], device_blocks: list[int], device: np.ndarray):
-        """Copy the ``found`` blocks (a ``cached_run``) into ``device_blocks`` of the
-        ``device`` memory, fresh blocks the caller took; a secondary tier's hit goes
-        through a CPU tier block (staged promotion). Returns the transfers, in the order
-        they must run: the CPU tier's own hits first, so that no promotion evicts one of
-        them before it is read."""
+    def load(self, found: list[tuple[int, int]], device_blocks: list[int]) -> list[Transfer]:
+        """Load the ``found`` blocks (a ``cached_run``) into ``device_blocks``, fresh
+        blocks the allocator took and wrote the prompt's tokens into (what a verified hit
+        holds); a secondary tier's hit goes through a CPU tier block (staged promotion).
+        Returns the transfers, in the order they must run: the CPU tier's own hits first,
+        so that no promotion evicts one of them before it is read."""
         primary = self.primary
         own = [(b, d) for (t, b), d in zip(found, device_blocks) if not t]
         moves = []
         if own:
-            blocks, targets = [b for b, _ in own], [d for _, d in own]
-            device[targets] = primary.read(blocks)
+            primary.read([b for b, _ in own])
             moves += [Transfer(primary.base + b, d, CPU, GPU) for b, d in own]
         for (index, block), target in zip(found, device_blocks):
             if not index:
@@ -321,21 +302,20 @@ class OffloadTiers:
             tier = self.tiers[index]
             row = tier.read([block])[0]
             staged = primary.put(*tier.placement(block), row, count=False)
-            device[target] = row
             moves.append(Transfer(tier.base + block, primary.base + staged, tier.medium, CPU))
             moves.append(Transfer(primary.base + staged, target, CPU, GPU))
         return moves
 
-    def store(self, key: int, salt: int, position: int, device_block: int, device: np.ndarray):
-        """Store ``device_block`` (full, computed, published under ``key``) in the CPU
-        tier unless it holds the key, and cascade it to every secondary tier that does
-        not. Returns the transfers (device to CPU first, then CPU to each tier below)."""
-        row = device[device_block]
+    def store(self, computed: ComputedBlock) -> list[Transfer]:
+        """Store ``computed`` in the CPU tier unless it holds the key, and cascade it to
+        every secondary tier that does not. Returns the transfers (device to CPU first,
+        then CPU to each tier below)."""
+        key, salt, position, row = computed.key, computed.salt, computed.position, computed.row
         block = self.primary.put(key, salt, position, row)
         if block is None:
             return []
         source = self.primary.base + block
-        moves = [Transfer(device_block, source, GPU, CPU)]
+        moves = [Transfer(computed.block, source, GPU, CPU)]
         for tier in self.tiers[1:]:
             lower = tier.put(key, salt, position, row)
             if lower is not None:
@@ -348,3 +328,62 @@ class OffloadTiers:
     def check_invariants(self) -> None:
         for tier in self.tiers:
             tier.check_invariants()
+
+
+class OffloadConnector(KVConnector):
+    """The offload tiers beside an allocator (the module docstring's rules): a prompt's
+    run continues in the tiers from the device's first miss, its tier hits are loaded
+    into the blocks the allocator took for them, and every computed block is written
+    through once its step's forward has run."""
+
+    def __init__(self, tiers: OffloadTiers):
+        self.tiers = tiers
+        self._match: list[tuple[int, int]] = []  # the last matched_blocks' (tier, block)s
+        self._loads: list[Transfer] = []
+
+    @classmethod
+    def build(cls, specs: Sequence[TierSpec], block_size: int, *, cpu_base: int):
+        """The connector over tiers ``specs``, nearest first, the CPU tier's blocks
+        numbered from ``cpu_base`` (after the swap space's in the one CPU pool). Raises
+        InvalidRequest (see ``OffloadTiers.build``)."""
+        return cls(OffloadTiers.build(list(specs), block_size, cpu_base=cpu_base))
+
+    def matched_blocks(self, keys, device_blocks, tokens, salt, *, own=False) -> int:
+        self._match = self.tiers.prompt_hits(keys, device_blocks, tokens, salt, own)
+        return len(self._match)
+
+    def loaded(self, keys: list[int], blocks: list[int]) -> None:
+        if keys:  # the tiers' policies see the stream too (Belady consumes its uses)
+            self.tiers.saw_prompt(keys)
+        if blocks:
+            self._loads += self.tiers.load(self._match[: len(blocks)], blocks)
+
+    def take_transfers(self, computed: list[ComputedBlock]) -> ConnectorTransfers:
+        """The loads since the last call, and a store of every block in ``computed``
+        whose key the CPU tier lacks (mutates the tiers: they may evict)."""
+        loads, self._loads = tuple(self._loads), []
+        stores = [move for block in computed for move in self.tiers.store(block)]
+        return ConnectorTransfers(loads, tuple(stores))
+
+    # -- what the run reports and shares ---------------------------------------------------
+    def offload_tier(self, medium: Medium) -> OffloadTier | None:
+        """The tier on ``medium`` (None: none), for another connector to share
+        (``TierSpec.shared``)."""
+        return next((tier for tier in self.tiers.tiers if tier.medium is medium), None)
+
+    @property
+    def tier_stats(self) -> tuple[TierStats, ...]:
+        """What each tier did, ever, nearest first."""
+        return self.tiers.stats
+
+    @property
+    def tier_blocks(self) -> dict[Medium, int]:
+        """Each tier's size in blocks, by medium: what an executor that performs the
+        moves keeps (the CPU tier's after the swap space's in one CPU pool)."""
+        return {tier.medium: tier.num_blocks for tier in self.tiers.tiers}
+
+    def snapshot_state(self) -> tuple:
+        return self.tiers.snapshot_state(), self._loads
+
+    def check_invariants(self) -> None:
+        self.tiers.check_invariants()
