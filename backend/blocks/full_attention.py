@@ -25,6 +25,10 @@ class FullAttention(GroupTables):
         run = known if known is not None else self.index.hits_of(keys, tokens, salt)
         return run[:limit]
 
+    def first_needed(self, end: int) -> int:
+        """0: full attention reads every block."""
+        return 0
+
     def first_held(self, seq: int) -> int:
         """0: full attention keeps every block."""
         return 0

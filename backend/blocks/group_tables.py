@@ -82,6 +82,12 @@ class GroupTables(ABC):
         is this group's own hit run when the caller already looked it up. No mutation."""
 
     @abstractmethod
+    def first_needed(self, end: int) -> int:
+        """The first table position a sequence whose first ``end`` blocks are computed
+        reads again (those before it its next token never reads): where a prefix hit or
+        loaded KV ending at ``end`` starts being needed."""
+
+    @abstractmethod
     def first_held(self, seq: int) -> int:
         """The index of the first block ``seq``'s table still holds."""
 

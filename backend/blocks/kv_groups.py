@@ -130,46 +130,78 @@ class KVGroups:
         return hit
 
     # -- allocation --------------------------------------------------------------------------
-    def can_allocate(self, tokens: np.ndarray, salt: int, in_flight: int | None = None) -> bool:
-        """Whether ``allocate`` of ``tokens`` would succeed; with ``in_flight`` (tokens
-        a step may have in flight), as vLLM's admission asks it: a window's share capped
-        at its window, those tokens and one block (``SlidingWindowSpec``'s admission
-        cap, what a window holds of a prompt prefilled in chunks). No mutation."""
+    def can_allocate(
+        self, tokens: np.ndarray, salt: int, in_flight: int | None = None, external: int = 0
+    ) -> bool:
+        """Whether ``allocate`` of ``tokens`` (``external`` blocks after the hit supplied
+        from outside) would succeed; with ``in_flight`` (tokens a step may have in
+        flight), as vLLM's admission asks it: a window's share capped at its window,
+        those tokens and one block (``SlidingWindowSpec``'s admission cap, what a window
+        holds of a prompt prefilled in chunks). No mutation."""
         runs = self.lookup(tokens, salt).runs
-        hits = [block for run in runs for block in run if block != NULL_BLOCK]
+        heads = self._heads(runs, external)
+        hits = [block for head in heads for block in head if block != NULL_BLOCK]
         shares = [group.most_held(tokens.shape[0], in_flight) for group in self.groups]
-        needed = sum(max(share - len(run), 0) for share, run in zip(shares, runs))
+        needed = sum(max(share - len(head), 0) for share, head in zip(shares, heads))
         return needed <= self.pool.available(self.pool.revived(hits))
 
-    def allocate(self, seq: int, tokens: np.ndarray, salt: int, computed: int | None) -> int:
+    def _heads(self, runs: list[list[int]], external: int) -> list[list[int]]:
+        """Each group's table before its first fresh block, for a hit of ``runs`` and
+        ``external`` blocks after it: NULL_BLOCK where the group will not read again once
+        the KV through their end exists (a window's blocks before its last
+        ``hit_blocks_needed``), then the hit's blocks it still needs. A group reading
+        every block gets its hit's run; the rest of the table is fresh blocks, the
+        external ones first. Without ``external``, the hit's own runs."""
+        if not external:
+            return runs
+        hit = len(runs[0])
+        end = hit + external
+        heads = []
+        for group, run in zip(self.groups, runs):
+            start = group.first_needed(end)
+            head = [NULL_BLOCK] * min(start, hit) + run[start:hit]
+            heads.append(head + [NULL_BLOCK] * max(start - hit, 0))
+        return heads
+
+    def allocate(
+        self, seq: int, tokens: np.ndarray, salt: int, computed: int | None, external: int = 0
+    ) -> int:
         """Give new sequence ``seq`` a table in every group for ``tokens``: the common hit
-        shared, the rest written into fresh blocks. Raises OutOfBlocks (nothing changed).
-        Returns the hit in tokens."""
+        shared, the rest written into fresh blocks; ``external`` blocks after the hit
+        (supplied from outside: a KV connector loads them) counted computed, a group
+        taking none where it would never read them (a window's before the end). Raises
+        OutOfBlocks (nothing changed). Returns the hit and the external blocks in
+        tokens."""
         pool, size = self.pool, self.block_size
         keys, runs, shared = self.lookup(tokens, salt)
-        hits = [block for run in runs for block in run if block != NULL_BLOCK]
+        heads = self._heads(runs, external)
+        hits = [block for head in heads for block in head if block != NULL_BLOCK]
         per_group = self.groups[0].blocks_for(tokens.shape[0])
-        needed = sum(per_group - len(run) for run in runs)
+        needed = sum(per_group - len(head) for head in heads)
         pool.require(needed, not_evictable=pool.revived(hits))
         pool.clock += 1
         if keys:
             pool.evictor.on_lookup(keys, pool.clock)
         if hits:
             pool.reuse(hits)
-        hit_tokens = len(runs[0]) * size
+        hit = len(runs[0])
+        hit_tokens = hit * size
         self._retain(seq, tokens.shape[0], shared)  # (the engine may say more: retain_tails)
-        for group, index, run in zip(self.groups, self.indexes, runs):
-            fresh = pool.take(per_group - len(run)).tolist()
-            group.write_fresh(fresh, tokens[hit_tokens:])
-            pool.token_slots += int(tokens.shape[0]) - hit_tokens
-            table = run + fresh
+        for group, index, head in zip(self.groups, self.indexes, heads):
+            fresh = pool.take(per_group - len(head)).tolist()
+            group.write_fresh(fresh, tokens[len(head) * size :])
+            pool.token_slots += int(tokens.shape[0]) - len(head) * size
+            table = head + fresh
             if index.enabled:
-                index.add_sequence(seq, salt, keys, table, len(run), computed)
+                index.add_sequence(seq, salt, keys, table, hit, computed)
+                if external:  # loaded KV is computed KV: offered to lookups at once
+                    index.publish_through(seq, hit + external, table)
             group.add(seq, table)
         self.indexes[0].count_lookup(int(tokens.shape[0]), hit_tokens)
+        cached = hit_tokens + external * size
         done = tokens.shape[0] if computed is None else min(computed, tokens.shape[0])
-        self.tokens.add(seq, max(done, hit_tokens), hit_tokens)
-        return hit_tokens
+        self.tokens.add(seq, max(done, cached), cached)
+        return cached
 
     def retain_tails(self, seq: int, prompt_tokens: int, shared_blocks: int) -> None:
         """``seq`` has a prompt of ``prompt_tokens`` (perhaps allocated a first chunk of

@@ -72,7 +72,7 @@ class BlockManager(Allocator):
         self.kv_groups = check_kv_groups(kv_groups)
         caching = self.enable_prefix_caching
         indexes = [PrefixIndex(self.slots, enabled=caching) for _ in self.kv_groups]
-        self._index = indexes[0]
+        self._index, self._indexes = indexes[0], indexes
         # Which cached block goes first is a policy (policies/eviction.py), passed in so
         # the backend imports nothing from policies/; LRU when none is given.
         evictor = evictor if evictor is not None else LeastRecentlyUsed()
@@ -138,20 +138,27 @@ class BlockManager(Allocator):
         return self._index.stats
 
     # -- allocation ---------------------------------------------------------------------------
-    def can_allocate(self, token_ids, *, salt: int = 0, max_new_tokens: int = 0) -> bool:
+    def can_allocate(
+        self, token_ids, *, salt: int = 0, max_new_tokens: int = 0, external_blocks: int = 0
+    ) -> bool:
+        """``Allocator.can_allocate``; ``external_blocks`` as ``allocate`` takes them (a
+        window takes no block for those it will not read; one group takes a fresh block
+        for each either way)."""
         tokens = as_tokens(token_ids, allow_empty=False)
         if self._kv is not None:
-            return self._kv.can_allocate(tokens, check_salt(salt))
+            return self._kv.can_allocate(tokens, check_salt(salt), external=external_blocks)
         _, hits = self._index.lookup(tokens, check_salt(salt))
         needed = self._first.blocks_for(tokens.shape[0]) - len(hits)
         return needed <= self._pool.available(self._pool.revived(hits))
 
-    def can_admit(self, token_ids, *, salt: int = 0, in_flight_tokens: int) -> bool:
+    def can_admit(
+        self, token_ids, *, salt: int = 0, in_flight_tokens: int, external_blocks: int = 0
+    ) -> bool:
         """``can_allocate`` with vLLM's admission cap for windows (capabilities.py)."""
         if self._kv is None:
             return self.can_allocate(token_ids, salt=salt)
         tokens = as_tokens(token_ids, allow_empty=False)
-        return self._kv.can_allocate(tokens, check_salt(salt), in_flight_tokens)
+        return self._kv.can_allocate(tokens, check_salt(salt), in_flight_tokens, external_blocks)
 
     def peak_blocks(
         self, shared_tokens: int, tokens: int, samples: int, *, in_flight_tokens: int
@@ -180,10 +187,10 @@ class BlockManager(Allocator):
         salt = check_salt(salt)
         external = check_count("external_blocks", external_blocks, 0)
         if external:
-            _, hits = self._index.lookup(tokens, salt)
-            if len(hits) + external > (tokens.shape[0] - 1) // self.block_size:
+            _, hits = self.prompt_keys(tokens, salt=salt)
+            if hits + external > (tokens.shape[0] - 1) // self.block_size:
                 raise InvalidRequest(
-                    f"external_blocks: {external} after {len(hits)} cached blocks is past "
+                    f"external_blocks: {external} after {hits} cached blocks is past "
                     "the prompt's last full block before its last token"
                 )
         return BlockManager.allocate_trusted(self, seq, tokens, salt, computed_tokens, external)
@@ -201,8 +208,8 @@ class BlockManager(Allocator):
         1-D int32 array, ``salt`` an int in 64 bits, ``external_blocks`` within the
         prompt. Unchecked: bad input corrupts the state instead of raising. Raises
         OutOfBlocks (nothing changed) like allocate."""
-        if self._kv is not None:  # (no connector works beside groups yet)
-            hit_tokens = self._kv.allocate(seq, tokens, salt, computed_tokens)
+        if self._kv is not None:
+            hit_tokens = self._kv.allocate(seq, tokens, salt, computed_tokens, external_blocks)
             self._seqs.add(seq, tokens.shape[0])
             return hit_tokens
         if not self.enable_prefix_caching:
@@ -312,39 +319,43 @@ class BlockManager(Allocator):
         holds cached from the first (none without prefix caching). No mutation but the
         lookup memo."""
         self._check_connectable()
-        keys, hits = self._index.lookup(as_tokens(token_ids, allow_empty=False), check_salt(salt))
+        tokens, salt = as_tokens(token_ids, allow_empty=False), check_salt(salt)
+        if self._kv is not None:
+            hit = self._kv.lookup(tokens, salt)
+            return hit.keys, len(hit.runs[0])
+        keys, hits = self._index.lookup(tokens, salt)
         return keys, len(hits)
 
     def record_computed_blocks(self) -> None:
-        """Remember the blocks published from now on, for ``take_computed_blocks``.
-        Raises InvalidRequest without prefix caching (a connector finds KV by its keys)
-        or with KV cache groups."""
+        """Remember the blocks published from now on, in every KV cache group, for
+        ``take_computed_blocks``. Raises InvalidRequest without prefix caching (a
+        connector finds KV by its keys)."""
         self._check_connectable()
-        if self._index.newly_published is None:
-            self._index.newly_published = []
+        for index in self._indexes:
+            if index.newly_published is None:
+                index.newly_published = []
 
     def _check_connectable(self) -> None:
         if not self.enable_prefix_caching:
             raise InvalidRequest("a KV connector needs prefix caching (its keys)")
-        if self._kv is not None:
-            raise InvalidRequest("a KV connector is not modelled with KV cache groups yet")
 
     def take_computed_blocks(self) -> list[ComputedBlock]:
         """The blocks published since the last call (computed, or scheduled in a step
         whose forward runs next) that a table still holds: a published block no table
         holds any more was never to be computed (its sequence left before the forward),
         and vLLM's connector stores only the blocks of the requests a step runs."""
-        index, held = self._index, self._pool.refcount
-        if index.newly_published is None:  # (not recording)
-            return []
-        published, index.newly_published = index.newly_published, []
-        computed = []
-        for block in published:
-            key = index.key_of(block)
-            if key is None or not held[block]:  # evicted again, or never to be computed
+        held, computed = self._pool.refcount, []
+        for group, index in enumerate(self._indexes):
+            if index.newly_published is None:  # (not recording)
                 continue
-            salt, position = index.placement_of(block)
-            computed.append(ComputedBlock(block, key, salt, position, self.slots[block]))
+            published, index.newly_published = index.newly_published, []
+            for block in published:
+                key = index.key_of(block)
+                if key is None or not held[block]:  # evicted again, never to be computed
+                    continue
+                salt, position = index.placement_of(block)
+                row = self.slots[block]
+                computed.append(ComputedBlock(block, key, salt, position, row, group))
         return computed
 
     # -- growth: the full-attention group grows, the registry counts the tokens ------------

@@ -109,6 +109,10 @@ class SlidingWindow(GroupTables):
         window of the first token the sequence computes."""
         return -(-(self.window - 1) // self.block_size)
 
+    def first_needed(self, end: int) -> int:
+        """The first of the ``hit_blocks_needed`` blocks before ``end``."""
+        return max(end - self.hit_blocks_needed(), 0)
+
     def cached_run(
         self, keys: list[int], salt: int, tokens: np.ndarray, limit: int, known=None
     ) -> list[int]:

@@ -24,23 +24,27 @@ prefill/decode peer link would be another.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
 
+from backend.base import KVGroup
 from backend.transfer import Transfer
 
 
 class ComputedBlock(NamedTuple):
     """A full device block whose KV a step computed, as the allocator hands it over:
     the block, the prefix key it is published under, the tenant salt and chain position
-    of that key, and its tokens (a read-only view of the allocator's memory)."""
+    of that key, its tokens (a read-only view of the allocator's memory) and the KV cache
+    group whose table holds it."""
 
     block: int
     key: int
     salt: int
     position: int
     row: np.ndarray
+    group: int = 0
 
 
 class ConnectorTransfers(NamedTuple):
@@ -57,6 +61,11 @@ class KVConnector(ABC):
     remembers its answer for the ``loaded`` that follows a successful allocation."""
 
     @abstractmethod
+    def attach(self, kv_groups: Sequence[KVGroup]) -> None:
+        """The allocator beside this connector keeps ``kv_groups`` (its ``kv_groups``):
+        called once, when the seam is built, before anything else."""
+
+    @abstractmethod
     def matched_blocks(
         self, keys: list[int], device_blocks: int, tokens: np.ndarray, salt: int, *, own=False
     ) -> int:
@@ -67,10 +76,12 @@ class KVConnector(ABC):
         but the remembered match."""
 
     @abstractmethod
-    def loaded(self, keys: list[int], blocks: list[int]) -> None:
+    def loaded(self, keys: list[int], tables: list[list[int]]) -> None:
         """The prompt of the last ``matched_blocks`` (whose keys are ``keys``) was
-        allocated, and the blocks it matched go into device ``blocks``, in order (none
-        when it matched none). Records the loads ``take_transfers`` returns."""
+        allocated: ``tables`` are each KV cache group's table entries for the matched
+        blocks, in order (NULL_BLOCK where the group took none: a window reads only the
+        blocks before the end; empty when it matched none). Records the loads
+        ``take_transfers`` returns."""
 
     @abstractmethod
     def take_transfers(self, computed: list[ComputedBlock]) -> ConnectorTransfers:

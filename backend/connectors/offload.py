@@ -49,8 +49,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from backend.base import InvalidRequest, check_count
+from backend.base import NULL_BLOCK, ONE_GROUP, InvalidRequest, KVGroup, check_count
 from backend.blocks.freelist import FreeList
+from backend.blocks.prefix_hash import chain_keys
 from backend.blocks.prefix_index import verified_run
 from backend.connectors.base import ComputedBlock, ConnectorTransfers, KVConnector
 from backend.evictor import Evictor, LeastRecentlyUsed
@@ -73,7 +74,9 @@ class TierStats(NamedTuple):
     """What one tier did, ever: blocks stored into it (from the device, or cascaded
     from the CPU tier), blocks whose hit it served and the prompt tokens they hold, and
     the blocks its policy evicted. A block promoted from a lower tier counts as that
-    tier's hit, not the CPU tier's."""
+    tier's hit, not the CPU tier's. With several KV cache groups each group's block is
+    one block here, and the tokens are counted once, in the first full-attention group
+    (a model of windows only: the tokens of the blocks its first group loaded)."""
 
     medium: Medium
     stored_blocks: int
@@ -104,10 +107,11 @@ class OffloadTier:
         self._pos_of_block = np.zeros(num_blocks, np.int64)
         self.clock = 0
         self.stored_blocks = self.loaded_blocks = self.evicted_blocks = 0
+        self.hit_blocks = 0  # loaded blocks of the group that counts the hit's tokens
 
     @property
     def stats(self) -> TierStats:
-        hit_tokens = self.loaded_blocks * self.block_size  # every load is a full block
+        hit_tokens = self.hit_blocks * self.block_size  # every load is a full block
         return TierStats(
             self.medium, self.stored_blocks, self.loaded_blocks, hit_tokens, self.evicted_blocks
         )
@@ -132,17 +136,18 @@ class OffloadTier:
         placed = (self.slots, self._salt_of_block, self._pos_of_block)
         return verified_run(keys, self._block_of_key, placed, lambda n: rows[:n], salt, start)
 
-    def read(self, blocks: list[int], *, hit: bool = True) -> np.ndarray:
+    def read(self, blocks: list[int], *, hits: int | None = None) -> np.ndarray:
         """The rows of ``blocks``, their recency renewed (a read is a use: out of the
-        order and back in, most recent); ``hit`` counts them as hits this tier served."""
+        order and back in, most recent), counted as loads this tier served; ``hits``: how
+        many of them count their tokens (None: all)."""
         self.clock += 1
         evictor = self.evictor
         for block in blocks:
             evictor.on_removed(block)
             evictor.on_cached(block, self.clock, self._key_of_block[block])
             evictor.on_hit(block, self.clock)
-        if hit:
-            self.loaded_blocks += len(blocks)
+        self.loaded_blocks += len(blocks)
+        self.hit_blocks += len(blocks) if hits is None else hits
         return self.slots[blocks]
 
     def placement(self, block: int) -> tuple[int, int, int]:
@@ -284,26 +289,51 @@ class OffloadTiers:
         tier serves: up to the first key the CPU tier holds, or all of them."""
         return next((j for j in range(1, len(keys)) if keys[j] in self.primary), len(keys))
 
-    def load(self, found: list[tuple[int, int]], device_blocks: list[int]) -> list[Transfer]:
-        """Load the ``found`` blocks (a ``cached_run``) into ``device_blocks``, fresh
-        blocks the allocator took and wrote the prompt's tokens into (what a verified hit
-        holds); a secondary tier's hit goes through a CPU tier block (staged promotion).
-        Returns the transfers, in the order they must run: the CPU tier's own hits first,
-        so that no promotion evicts one of them before it is read."""
+    def find(self, key: int, salt: int, position: int, row: np.ndarray, own: bool = False):
+        """``(tier index, tier block)`` of the first tier in order holding ``key`` verified
+        (``row`` under ``salt`` at chain ``position``), or None; ``own``: not a remote
+        store the cluster shares. No mutation."""
+        for index, tier in enumerate(self.tiers):
+            if own and tier.medium is REMOTE:
+                continue
+            run = tier.cached_run([key], salt, position, row[None])
+            if run:
+                return index, run[0]
+        return None
+
+    def load(
+        self,
+        found: list[tuple[int, int]],
+        device_blocks: list[int],
+        counted: list[bool] | None = None,
+        groups: list[int] | None = None,
+    ) -> list[Transfer]:
+        """Load the ``found`` blocks (``(tier index, tier block)`` each) into
+        ``device_blocks``, fresh blocks the allocator took and wrote the prompt's tokens
+        into (what a verified hit holds); a secondary tier's hit goes through a CPU tier
+        block (staged promotion). ``counted``: which loads count their tokens as hit
+        tokens (None: all); ``groups``: the KV cache group of each device block (None:
+        0). Returns the transfers, in the order they must run: the CPU
+        tier's own hits first, so that no promotion evicts one of them before it is
+        read."""
         primary = self.primary
-        own = [(b, d) for (t, b), d in zip(found, device_blocks) if not t]
+        counted = [True] * len(found) if counted is None else counted
+        groups = [0] * len(found) if groups is None else groups
+        loads = list(zip(found, device_blocks, counted, groups))
+        own = [(b, d, c, g) for (t, b), d, c, g in loads if not t]
         moves = []
         if own:
-            primary.read([b for b, _ in own])
-            moves += [Transfer(primary.base + b, d, CPU, GPU) for b, d in own]
-        for (index, block), target in zip(found, device_blocks):
+            primary.read([b for b, _, _, _ in own], hits=sum(c for _, _, c, _ in own))
+            moves += [Transfer(primary.base + b, d, CPU, GPU, g) for b, d, _, g in own]
+        for (index, block), target, count, group in loads:
             if not index:
                 continue
             tier = self.tiers[index]
-            row = tier.read([block])[0]
+            row = tier.read([block], hits=int(count))[0]
             staged = primary.put(*tier.placement(block), row, count=False)
-            moves.append(Transfer(tier.base + block, primary.base + staged, tier.medium, CPU))
-            moves.append(Transfer(primary.base + staged, target, CPU, GPU))
+            src, dst = tier.base + block, primary.base + staged
+            moves.append(Transfer(src, dst, tier.medium, CPU, group))
+            moves.append(Transfer(primary.base + staged, target, CPU, GPU, group))
         return moves
 
     def store(self, computed: ComputedBlock) -> list[Transfer]:
@@ -314,12 +344,12 @@ class OffloadTiers:
         block = self.primary.put(key, salt, position, row)
         if block is None:
             return []
-        source = self.primary.base + block
-        moves = [Transfer(computed.block, source, GPU, CPU)]
+        source, group = self.primary.base + block, computed.group
+        moves = [Transfer(computed.block, source, GPU, CPU, group)]
         for tier in self.tiers[1:]:
             lower = tier.put(key, salt, position, row)
             if lower is not None:
-                moves.append(Transfer(source, tier.base + lower, CPU, tier.medium))
+                moves.append(Transfer(source, tier.base + lower, CPU, tier.medium, group))
         return moves
 
     def snapshot_state(self) -> tuple:
@@ -330,39 +360,138 @@ class OffloadTiers:
             tier.check_invariants()
 
 
+def group_key(key: int, group: int) -> int:
+    """The tier key of KV cache group ``group``'s block under prefix ``key``: each group's
+    block is stored on its own (vLLM's offload keys join the block hash and the group),
+    group 0's under the prefix key itself."""
+    return key if not group else chain_keys([group], 0, key)[0]
+
+
 class OffloadConnector(KVConnector):
     """The offload tiers beside an allocator (the module docstring's rules): a prompt's
     run continues in the tiers from the device's first miss, its tier hits are loaded
     into the blocks the allocator took for them, and every computed block is written
-    through once its step's forward has run."""
+    through once its step's forward has run.
+
+    With several KV cache groups (``attach``: the allocator's), each group's blocks
+    are stored under keys of their own (``group_key``), and a hit is the longest run
+    every group serves, as vLLM 0.33's offloading connector looks one up: from the
+    device's hit, a full-attention group needs every block of the run, a sliding window
+    only the ``ceil((W - 1) / block_size)`` blocks before its end (searched from the
+    right, else a run from the device's hit), the groups asked in turn until no group
+    shortens it; a window loads only those last blocks."""
 
     def __init__(self, tiers: OffloadTiers):
         self.tiers = tiers
-        self._match: list[tuple[int, int]] = []  # the last matched_blocks' (tier, block)s
+        self._match: list[list[tuple[int, int]]] = []  # the last match: per group, in order
+        self._matched_end = 0  # (with groups: where the last match ends, in blocks)
         self._loads: list[Transfer] = []
+        self.attach(ONE_GROUP)
+
+    def attach(self, kv_groups: Sequence[KVGroup]) -> None:
+        size = self.tiers.primary.block_size
+        # blocks a hit needs before its end in each group (None: every block)
+        self._needs = [
+            None if g.sliding_window is None else -(-(g.sliding_window - 1) // size)
+            for g in kv_groups
+        ]
+        # groups asked in turn: full attention first, then windows, widest first
+        needs = self._needs
+        self._order = sorted(
+            range(len(needs)), key=lambda n: (needs[n] is not None, -(needs[n] or 0))
+        )
+        # the group whose loads count the hit's tokens
+        self._lead = next((n for n, need in enumerate(self._needs) if need is None), 0)
+        self._plain = tuple(kv_groups) == ONE_GROUP
 
     @classmethod
-    def build(cls, specs: Sequence[TierSpec], block_size: int, *, cpu_base: int):
+    def build(
+        cls, specs: Sequence[TierSpec], block_size: int, *, cpu_base: int
+    ) -> OffloadConnector:
         """The connector over tiers ``specs``, nearest first, the CPU tier's blocks
         numbered from ``cpu_base`` (after the swap space's in the one CPU pool). Raises
         InvalidRequest (see ``OffloadTiers.build``)."""
         return cls(OffloadTiers.build(list(specs), block_size, cpu_base=cpu_base))
 
     def matched_blocks(self, keys, device_blocks, tokens, salt, *, own=False) -> int:
-        self._match = self.tiers.prompt_hits(keys, device_blocks, tokens, salt, own)
-        return len(self._match)
+        if self._plain:
+            self._match = [self.tiers.prompt_hits(keys, device_blocks, tokens, salt, own)]
+            return len(self._match[0])
+        self._match = self._group_match(keys, device_blocks, tokens, salt, own)
+        return self._matched_end - device_blocks
 
-    def loaded(self, keys: list[int], blocks: list[int]) -> None:
+    def _group_match(self, keys, start, tokens, salt, own) -> list[list[tuple[int, int]]]:
+        """Each group's ``(tier, block)`` loads for the longest run from block ``start``
+        every group serves (the class docstring); sets ``_matched_end``."""
+        size = self.tiers.primary.block_size
+        end = limit = max((tokens.shape[0] - 1) // size, start)
+        probes: dict[tuple[int, int], tuple[int, int] | None] = {}
+
+        def probe(group: int, position: int):
+            if (group, position) not in probes:
+                row = tokens[position * size : (position + 1) * size]
+                key = group_key(keys[position], group)
+                probes[group, position] = self.tiers.find(key, salt, position, row, own)
+            return probes[group, position]
+
+        settled = False
+        while not settled and end > start:
+            settled = True
+            for group in self._order:
+                reach = self._reach(group, start, end, probe)
+                if reach < end:
+                    end, settled = reach, False
+        self._matched_end = end if end > start else start
+        if end <= start or limit <= start:
+            return [[] for _ in self._needs]
+        return [
+            [probe(g, p) for p in range(start if need is None else max(start, end - need), end)]
+            for g, need in enumerate(self._needs)
+        ]
+
+    def _reach(self, group: int, start: int, end: int, probe) -> int:
+        """The end of the run group ``group`` serves from ``start``, at most ``end``."""
+        need = self._needs[group]
+        if need is None:  # every block from the start
+            position = start
+            while position < end and probe(group, position) is not None:
+                position += 1
+            return position
+        # The window: the rightmost run of ``need`` held blocks (one at least, as on the
+        # device: a window of one token still ends its hit at a held block), else a run
+        # from the start.
+        need, run = max(need, 1), 0
+        for position in range(end - 1, start - 1, -1):
+            run = run + 1 if probe(group, position) is not None else 0
+            if run == need:
+                return position + need
+        return start + run
+
+    def loaded(self, keys: list[int], tables: list[list[int]]) -> None:
         if keys:  # the tiers' policies see the stream too (Belady consumes its uses)
             self.tiers.saw_prompt(keys)
-        if blocks:
-            self._loads += self.tiers.load(self._match[: len(blocks)], blocks)
+            for group in range(1, len(self._needs)):
+                self.tiers.saw_prompt([group_key(key, group) for key in keys])
+        found, targets, counted, groups = [], [], [], []
+        for group, (match, table) in enumerate(zip(self._match, tables)):
+            blocks = [block for block in table if block != NULL_BLOCK]
+            loads = min(len(match), len(blocks))
+            found += match[:loads]
+            targets += blocks[:loads]
+            counted += [group == self._lead] * loads
+            groups += [group] * loads
+        if found:
+            self._loads += self.tiers.load(found, targets, counted, groups)
 
     def take_transfers(self, computed: list[ComputedBlock]) -> ConnectorTransfers:
         """The loads since the last call, and a store of every block in ``computed``
         whose key the CPU tier lacks (mutates the tiers: they may evict)."""
         loads, self._loads = tuple(self._loads), []
-        stores = [move for block in computed for move in self.tiers.store(block)]
+        stores = []
+        for block in computed:
+            if block.group:
+                block = block._replace(key=group_key(block.key, block.group))
+            stores += self.tiers.store(block)
         return ConnectorTransfers(loads, tuple(stores))
 
     # -- what the run reports and shares ---------------------------------------------------

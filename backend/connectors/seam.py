@@ -1,6 +1,8 @@
 """What a scheduler does with an allocator and the KV connector beside it (base.py's
 steps), in one place: the engine's planner, its view and the allocator state machines
-all go through it, so a connector meets every allocator the same way."""
+all go through it, so a connector meets every allocator the same way. Admission checks
+count the connector's blocks too: a sliding window takes none for those it will not
+read."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ class ConnectorSeam:
 
     def __init__(self, alloc: TakesExternalKV, connector: KVConnector):
         alloc.record_computed_blocks()
+        connector.attach(alloc.kv_groups)
         self.alloc = alloc
         self.connector = connector
         self.block_size = alloc.block_size
@@ -47,9 +50,30 @@ class ConnectorSeam:
         cached = self.alloc.allocate(
             seq_id, tokens, salt=salt, computed_tokens=computed_tokens, external_blocks=external
         )
-        blocks = self.alloc.block_table(seq_id)[device : device + external] if external else []
-        self.connector.loaded(keys, blocks)
+        tables = self.alloc.block_tables(seq_id) if external else ()
+        self.connector.loaded(keys, [table[device : device + external] for table in tables])
         return cached
+
+    def can_allocate(self, token_ids, *, salt: int = 0, max_new_tokens: int = 0) -> bool:
+        """``alloc.can_allocate`` of a prompt with the blocks the connector supplies."""
+        tokens = as_tokens(token_ids, allow_empty=False)
+        external = self._external(tokens, salt)
+        return self.alloc.can_allocate(
+            tokens, salt=salt, max_new_tokens=max_new_tokens, external_blocks=external
+        )
+
+    def can_admit(self, token_ids, *, salt: int = 0, in_flight_tokens: int) -> bool:
+        """``alloc.can_admit`` (capabilities.AdmitsWithWindowCap) of a prompt with the
+        blocks the connector supplies."""
+        tokens = as_tokens(token_ids, allow_empty=False)
+        external = self._external(tokens, salt)
+        return self.alloc.can_admit(
+            tokens, salt=salt, in_flight_tokens=in_flight_tokens, external_blocks=external
+        )
+
+    def _external(self, tokens: np.ndarray, salt: int) -> int:
+        keys, device = self.alloc.prompt_keys(tokens, salt=salt)
+        return self.connector.matched_blocks(keys, device, tokens, salt)
 
     def take_transfers(self) -> ConnectorTransfers:
         """The connector's moves since the last call (once per planned step): loads to run

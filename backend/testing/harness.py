@@ -19,6 +19,7 @@ from backend.transfer import CPU, DISK
 STAT_NAMES = (
     "runs",  # allocators built: Hypothesis' examples, the ones it discards included
     "runs with KV cache groups",  # several groups, or a sliding window (Allocator.kv_groups)
+    "runs with tiers beside KV cache groups",
     "calls",  # calls checked (each followed by every check)
     "allocations",
     "prefix hits",
@@ -118,6 +119,8 @@ class Harness:
         self.count("runs")
         if self.alloc.kv_groups != ONE_GROUP:
             self.count("runs with KV cache groups")
+            if self.seam is not None:
+                self.count("runs with tiers beside KV cache groups")
 
     def count(self, name: str) -> None:
         self.stats[name] += 1
@@ -214,7 +217,7 @@ class Harness:
     def tier_stores(self, stores) -> None:
         """The step's forward has run: the executor performs the tier's ``stores``."""
         if self.tier is not None and stores:
-            tables = {sid: self.blocks(sid)[0] for sid in self.on_device()}  # (one group)
+            tables = {sid: self.blocks(sid) for sid in self.on_device()}  # (every group's)
             cascades = self.tier.after_forward(stores, self.seqs, tables)
             self.stats["tier stores"] += len(stores) - cascades
             self.stats["tier cascades"] += cascades

@@ -71,7 +71,7 @@ def bound_setup(prefix_caching: bool, offload_tier: bool = False, kv_groups: boo
     """The machine's first step: build an allocator (with prefix caching 3 times in 4 if
     ``prefix_caching``, then with an offload tier of 0-24 blocks if ``offload_tier``, and
     below that a disk tier of 0-24; 1 time in 3 with several KV cache groups or sliding
-    windows of 1-12 tokens if ``kv_groups``, then without swap space or tiers)."""
+    windows of 1-12 tokens if ``kv_groups``, then without swap space)."""
 
     @initialize(
         num_blocks=st.integers(4, 16),
@@ -85,8 +85,8 @@ def bound_setup(prefix_caching: bool, offload_tier: bool = False, kv_groups: boo
     def setup(self, num_blocks, block_size, num_cpu_blocks, prefix_caching, kv_groups, **tiers):
         cpu, disk = (tiers["num_offload_blocks"] if prefix_caching else 0), tiers["num_disk_blocks"]
         cpu = min(cpu, 1 + cpu % 4) if disk else cpu  # it overflows: the disk serves hits
-        if kv_groups not in ((), ONE_GROUP):  # (no swap space or tiers with groups)
-            num_cpu_blocks = cpu = disk = 0
+        if kv_groups not in ((), ONE_GROUP):  # (no swap space with groups)
+            num_cpu_blocks = 0
         self.build(num_blocks, block_size, num_cpu_blocks, prefix_caching, cpu, disk, kv_groups)
 
     return setup
@@ -163,7 +163,7 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         )
         possible = self.query(
             "can_allocate",
-            lambda: alloc.can_allocate(prompt, salt=salt, max_new_tokens=max_new_tokens),
+            lambda: lookup.can_allocate(prompt, salt=salt, max_new_tokens=max_new_tokens),
         )
         # Every other new sequence goes through the engine's unchecked entry where the
         # allocator has one (same command; chosen by id so that no draw changes).

@@ -33,7 +33,7 @@ class TierModel:
         self.ranges = {
             m: range(first, first + n) if m is CPU else range(n) for m, n in sizes.items()
         }
-        self.holds: dict[Medium, dict[int, tuple[int, tuple[int, ...]]]] = {
+        self.holds: dict[Medium, dict[int, tuple[int, int, tuple[int, ...]]]] = {
             medium: {} for medium in self.ranges
         }
 
@@ -60,10 +60,13 @@ class TierModel:
             self.memory.move([move], route=move.route, what="a tier load")
         return len(loads) - promotions, promotions, tuple(stores)
 
-    def after_forward(self, stores, seqs: dict[int, Seq], tables: dict[int, list[int]]) -> int:
+    def after_forward(
+        self, stores, seqs: dict[int, Seq], tables: dict[int, list[list[int]]]
+    ) -> int:
         """Perform ``stores`` in order: a computed device block into the CPU tier, or a
-        CPU tier block cascaded below; never one prefix twice in a tier. Returns how
-        many were cascades."""
+        CPU tier block cascaded below; never one prefix of one KV cache group twice in a
+        tier (``tables``: each live sequence's table in every group). Returns how many
+        were cascades."""
         size = self.memory.block_size
         cascades = 0
         for move in stores:
@@ -94,9 +97,10 @@ class TierModel:
         holds = self.holds[medium]
         holds.pop(int(block), None)
         if held is not None:
+            group, salt, tokens = held
             assert held not in holds.values(), (
-                f"{move} stores {list(held[1])} under salt {held[0]} twice in the "
-                f"{medium.value} tier"
+                f"{move} stores {list(tokens)} under salt {salt} twice in the "
+                f"{medium.value} tier" + (f" (KV cache group {group})" if group else "")
             )
             holds[int(block)] = held
 
@@ -108,13 +112,15 @@ class TierModel:
         )
 
 
-def _prefix_of(block: int, seqs: dict[int, Seq], tables: dict[int, list[int]], size: int):
-    """(salt, tokens through ``block``) of a live sequence holding ``block`` with its KV
-    computed, or None (no live holder: a cached block's sequence is gone)."""
-    for sid, table in tables.items():
+def _prefix_of(block: int, seqs: dict[int, Seq], tables: dict[int, list[list[int]]], size: int):
+    """(KV cache group, salt, tokens through ``block``) of a live sequence holding
+    ``block`` with its KV computed, or None (no live holder: a cached block's sequence
+    is gone)."""
+    for sid, groups in tables.items():
         seq = seqs[sid]
-        if block in table:
-            end = (table.index(block) + 1) * size
-            if seq.computed >= end:
-                return seq.salt, tuple(seq.tokens[:end])
+        for group, table in enumerate(groups):
+            if block in table:
+                end = (table.index(block) + 1) * size
+                if seq.computed >= end:
+                    return group, seq.salt, tuple(seq.tokens[:end])
     return None

@@ -51,10 +51,7 @@ def _takes_groups(s: Scenario) -> bool:
 
 
 def _tables_do_not_move(s: Scenario) -> str:
-    return (
-        f"{_kept(s)}: swap space, offload tiers and the real backend do not move its "
-        f"tables yet; {WINDOWS_OFF}"
-    )
+    return f"{_kept(s)}: swap space and the real backend do not move its tables yet; {WINDOWS_OFF}"
 
 
 def _lower_tiers(s: Scenario) -> list[str]:
@@ -117,9 +114,6 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
         lambda s: _windows(s) and bool(s.cache.cpu_blocks(s.model, s.tensor_parallel)),
         _tables_do_not_move,
     ),
-    Unsupported(
-        "cache.offload", lambda s: _windows(s) and bool(s.cache.offload), _tables_do_not_move
-    ),
     Unsupported("backend.kind", lambda s: _windows(s) and _torch(s), _tables_do_not_move),
     Unsupported(
         "cost_model.kind",
@@ -138,11 +132,6 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
             "profile cost models; a calibration has no disk or network link (cost_model.kind: "
             "calibrated)"
         ),
-    ),
-    Unsupported(
-        "cache.offload",
-        lambda s: _remote(s) and s.cache.allocator != PAGED,
-        lambda s: "a remote tier is shared by the paged allocators",
     ),
     Unsupported(
         "cache.offload",

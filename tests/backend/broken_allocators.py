@@ -247,9 +247,9 @@ def _neighbour(move: Transfer, tier: range) -> Transfer:
 
 
 class _TiersLoadingTheNeighbour(OffloadTiers):
-    def load(self, found, device_blocks):
+    def load(self, found, device_blocks, *args):
         cpu = range(self.primary.base, self.primary.base + self.primary.num_blocks)
-        moves = super().load(found, device_blocks)
+        moves = super().load(found, device_blocks, *args)
         return [_neighbour(m, cpu) if m.route == SWAP_IN else m for m in moves]
 
 
@@ -273,6 +273,18 @@ class TierCascadesTheWrongBlock(_Broken):
     it (the allocator's own memory is right)."""
 
     tiers_class = _TiersCascadingTheNeighbour
+
+
+class TierLoadsTheWindowOneOff(OffloadConnector):
+    """Beside a sliding window, the tiers load each block of the window's hit into the
+    table position before its own: the next token reads KV of the wrong positions."""
+
+    def loaded(self, keys, tables):
+        self._match = [
+            match[1:] if need is not None else match
+            for match, need in zip(self._match, self._needs)
+        ]
+        super().loaded(keys, tables)
 
 
 UncheckedWindowReleasesTooEarly = unchecked(WindowReleasesTooEarly)

@@ -100,6 +100,7 @@ BROKEN = {
     "TierStoresTwice": "twice",
     "TierLoadsTheWrongBlock": "prefix hit of",
     "TierCascadesTheWrongBlock": "twice in the disk tier",
+    "TierLoadsTheWindowOneOff": "prefix hit of",
 }
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backend.base import InvalidRequest
+from backend.base import NULL_BLOCK, InvalidRequest, KVGroup
 from backend.blocks import BlockManager
 from backend.capabilities import TakesExternalKV
-from backend.connectors.offload import OffloadConnector, TierSpec
+from backend.connectors.offload import OffloadConnector, TierSpec, group_key
 from backend.connectors.seam import ConnectorSeam
 from backend.transfer import CPU, DISK, REMOTE, SWAP_IN, SWAP_OUT
 
@@ -229,3 +229,77 @@ def test_a_remote_tier_is_one_store_for_every_allocator_that_shares_it():
     assert a.tier_stats[1] == b.tier_stats[1] and b.tier_stats[1].stored_blocks == 6
     with pytest.raises(InvalidRequest, match="does not match"):
         manager(lower=(TierSpec(REMOTE, 8, shared=a.tiers.offload_tier(REMOTE)),))
+
+
+# -- beside KV cache groups (full attention and a sliding window, as gpt-oss keeps them) ----
+WINDOWED = (KVGroup(), KVGroup(sliding_window=4))  # a window reads 2 blocks of 2 before it
+LONG = list(range(1, 10))  # four full blocks of 2, then the last token
+
+
+def windowed(tier=32, groups=WINDOWED) -> Tiered:
+    t = Tiered.__new__(Tiered)
+    t.m = BlockManager(12, 2, enable_prefix_caching=True, kv_groups=groups)
+    t.tiers = OffloadConnector.build([TierSpec(CPU, tier)], 2, cpu_base=0)
+    t.seam = ConnectorSeam(t.m, t.tiers)
+    return t
+
+
+def test_each_group_stores_its_own_blocks_under_its_own_keys():
+    m = windowed()
+    computed(m, 0, LONG)
+    stores = m.take_tier_transfers().stores
+    full, window = m.block_tables(0)
+    assert [(t.src, t.group) for t in stores] == [(b, 0) for b in full[:4]] + [
+        (b, 1) for b in window[:4]
+    ]
+    assert len({t.dst for t in stores}) == 8  # one tier block each: the keys differ by group
+    assert group_key(123, 0) == 123 and group_key(123, 1) != 123
+
+
+def test_a_window_loads_only_the_blocks_before_the_hit_that_it_reads():
+    """vLLM 0.33's offloading connector with the hybrid manager: full attention loads
+    the whole run, the window the ceil((W - 1) / block_size) blocks before its end, and
+    takes no block for the rest; the hit's tokens are counted once."""
+    m = windowed()
+    computed(m, 0, LONG)
+    m.take_tier_transfers()
+    m.free(0)
+    m.evict(12)
+    assert m.cached_prefix_tokens(LONG) == 8
+    assert computed(m, 1, LONG) == 8
+    full, window = m.block_tables(1)
+    loads = m.take_tier_transfers().loads
+    assert [(t.dst, t.group) for t in loads] == [(b, 0) for b in full[:4]] + [
+        (b, 1) for b in window[2:4]
+    ]
+    assert window[:2] == [NULL_BLOCK, NULL_BLOCK]  # never read again: no block taken
+    assert m.read_tokens(1, group=0).tolist() == LONG
+    assert m.read_tokens(1, group=1).tolist()[4:] == LONG[4:]
+    (stats,) = m.tier_stats
+    assert stats.loaded_blocks == 6 and stats.hit_tokens == 8
+    m.check_invariants()
+
+
+def test_a_window_without_its_last_blocks_in_the_tier_ends_the_hit_where_it_has_them():
+    m = windowed()
+    computed(m, 0, LONG[:7])  # three full blocks stored in both groups
+    m.take_tier_transfers()
+    m.free(0)
+    m.evict(12)
+    # LONG's fourth block is in no tier: full attention serves three blocks, and the
+    # window the two before the end of those three
+    assert m.cached_prefix_tokens(LONG) == 6
+    assert computed(m, 1, LONG) == 6
+    assert len(m.take_tier_transfers().loads) == 3 + 2
+
+
+def test_a_model_of_windows_only_is_served_too():
+    m = windowed(groups=(KVGroup(sliding_window=4),))  # Mistral-7B-v0.1's one window
+    computed(m, 0, LONG)
+    m.take_tier_transfers()
+    m.free(0)
+    m.evict(12)
+    assert computed(m, 1, LONG) == 8
+    assert [t.group for t in m.take_tier_transfers().loads] == [0, 0]
+    assert m.tier_stats[0].hit_tokens == 4  # the window's two loaded blocks count
+    m.check_invariants()

@@ -75,12 +75,16 @@ def keeping_prefix_tails(alloc, allocate) -> Callable[..., int]:
     return allocate_keeping_tails
 
 
-def whole_sequence_check(alloc, config: EngineConfig) -> Callable[..., bool]:
+def whole_sequence_check(
+    alloc, config: EngineConfig, seam: ConnectorSeam | None
+) -> Callable[..., bool]:
     """``can_allocate``, or the allocator's check with the engine's cap on a sliding
-    window's share where the engine's rules set one and the allocator has it."""
+    window's share where the engine's rules set one and the allocator has it; through
+    the KV connector's ``seam`` where there is one (its blocks count)."""
     in_flight = config.rules.window_admission_tokens(
         config.max_num_batched_tokens, config.async_scheduling
     )
+    checker = seam if seam is not None else alloc
     if in_flight is not None and isinstance(alloc, AdmitsWithWindowCap):
-        return partial(alloc.can_admit, in_flight_tokens=in_flight)
-    return alloc.can_allocate
+        return partial(checker.can_admit, in_flight_tokens=in_flight)
+    return checker.can_allocate

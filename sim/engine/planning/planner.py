@@ -87,7 +87,7 @@ class StepPlanner:
         )
         self.whole_sequence = self.first_chunk_admission and self.admission.whole_sequence_must_fit
         self.prefill_cap = 0  # long_prefill_token_threshold in force this step (0: none)
-        self._can_admit = whole_sequence_check(self.alloc, config)
+        self._can_admit = whole_sequence_check(self.alloc, config, seam)
 
     @property
     def unlogged_preemptions(self) -> bool:

@@ -134,10 +134,6 @@ def test_bad_group_settings_beside_a_config_are_one_line(tmp_path, fields, messa
     [
         ({"allocator": "contiguous-max"}, "cache.allocator"),
         ({"cpu_swap_gib": 4}, "cache.cpu_swap_gib"),
-        (
-            {"prefix_caching": True, "offload": [{"tier": "cpu", "capacity_gib": 4}]},
-            "cache.offload",
-        ),
     ],
 )
 def test_what_does_not_keep_groups_yet_is_refused_by_name(tmp_path, cache, field):
@@ -147,6 +143,14 @@ def test_what_does_not_keep_groups_yet_is_refused_by_name(tmp_path, cache, field
         validate_scenario(raw, "s.yaml", base_dir=tmp_path)
     raw["model"]["sliding_window"] = "off"  # the way round it, as the message says
     validate_scenario(raw, "s.yaml", base_dir=tmp_path)
+
+
+def test_offload_tiers_are_taken_beside_the_groups(tmp_path):
+    (tmp_path / "cfg.json").write_text(json.dumps(GPT_OSS))
+    tier = {"prefix_caching": True, "offload": [{"tier": "cpu", "capacity_gib": 4}]}
+    raw = {"model": {"config": "cfg.json"}, "cache": {"num_blocks": 64, **tier}}
+    scenario = validate_scenario(raw, "s.yaml", base_dir=tmp_path)
+    assert len(scenario.model.kv_layout.groups) == 2 and scenario.kv_pool.offload_blocks
 
 
 def test_a_cost_model_that_does_not_price_windows_is_refused(tmp_path):

@@ -164,3 +164,17 @@ def test_the_memory_estimate_counts_a_cluster_wide_tier_once(monkeypatch):
     load_scenario(ROUTING, overrides=tiers("remote"))
     with pytest.raises(ScenarioError, match="cache.offload"):
         load_scenario(ROUTING, overrides=tiers("disk"))
+
+
+GPT_OSS = "model={config: ../models/gpt-oss-20b.json}"  # 12 full layers, 12 of a 128-token window
+
+
+def test_a_model_with_sliding_windows_keeps_a_tier_beside_its_kv_groups():
+    """vLLM 0.33's offloading connector works with the hybrid KV cache manager
+    (SupportsHMA): every group's blocks are written through, and a hit loads full
+    attention's whole run but only the 8 blocks a 128-token window reads before it."""
+    tiered, alone = run(GPT_OSS), run(GPT_OSS, "cache.offload=[]")
+    (tier,) = tiered.summary["kv_offload"]["tiers"]
+    hit_blocks = tier["hit_tokens"] // 16
+    assert hit_blocks > 0 and hit_blocks < tier["loaded_blocks"] < 2 * hit_blocks
+    assert tiered.summary["prefix_hit_rate"] > alone.summary["prefix_hit_rate"]
