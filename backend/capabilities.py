@@ -140,7 +140,7 @@ class TakesExternalKV(Protocol):
     """An allocator a KV connector can work beside (backend/connectors/): it says which
     prefix keys a prompt has and how many of its blocks the device holds, allocates for
     blocks that arrive from outside, and hands over the full blocks computed since it
-    last did (``backend.connectors.base.ComputedBlock``)."""
+    last did (``backend.connectors.contract.ComputedBlock``)."""
 
     def prompt_keys(self, token_ids, *, salt: int = 0) -> tuple[list[int], int]:
         """The prefix keys of the prompt's full blocks, and how many of them, from the
@@ -160,6 +160,12 @@ class TakesExternalKV(Protocol):
         """``Allocator.allocate``, the ``external_blocks`` blocks after the device's hit
         supplied from outside: taken fresh, holding the prompt's tokens, computed at once;
         the tokens returned count them."""
+        ...
+
+    def can_allocate(
+        self, token_ids, *, salt: int = 0, max_new_tokens: int = 0, external_blocks: int = 0
+    ) -> bool:
+        """``Allocator.can_allocate`` of ``allocate`` with ``external_blocks``."""
         ...
 
     def record_computed_blocks(self) -> None:

@@ -15,11 +15,15 @@ clock, as vLLM's running loop frees a request's out-of-window blocks when it rea
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from backend.blocks.group_tables import GroupTables
-from backend.blocks.kv_groups import KVGroups
 from backend.stretch import usage_by_step
+
+if TYPE_CHECKING:  # (kv_groups.py runs its stretches here)
+    from backend.blocks.kv_groups import KVGroups
 
 
 # -- one group ---------------------------------------------------------------------------

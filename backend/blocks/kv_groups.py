@@ -19,8 +19,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from backend.base import NULL_BLOCK, InvalidRequest, KVGroup, OutOfBlocks
+from backend.blocks import decode_stretch
 from backend.blocks.block_pool import BlockPool
 from backend.blocks.computed import ComputedTokens
+from backend.blocks.coordinator import Coordinator
 from backend.blocks.full_attention import FullAttention
 from backend.blocks.group_hits import CommonHit, common_hit
 from backend.blocks.group_tables import GroupTables
@@ -82,12 +84,12 @@ def peak_blocks(
     return samples * sum(shares) - (samples - 1) * full_groups * shared_blocks
 
 
-class KVGroups:
-    """The groups ``specs`` over ``pool``, each with its index of ``indexes`` (see the
-    module docstring). Token counts are the caller's: every method takes what a sequence
-    holds and never changes it. ``tokens`` counts each sequence's tokens whose KV exists
-    and is processed, which a window releases behind (computed.py): set at allocation,
-    raised by ``mark_computed`` and by growth (a step computes all a sequence holds)."""
+class KVGroups(Coordinator):
+    """The coordinator (coordinator.py) of the groups ``specs`` over ``pool``, each with
+    its index of ``indexes`` (see the module docstring). ``tokens`` counts each
+    sequence's tokens whose KV exists and is processed, which a window releases behind
+    (computed.py): set at allocation, raised by ``mark_computed`` and by growth (a step
+    computes all a sequence holds)."""
 
     def __init__(
         self,
@@ -128,6 +130,16 @@ class KVGroups:
         hit = common_hit(self.groups, self.indexes, tokens, salt)
         self._last_hit = (salt, versions, raw, hit)
         return hit
+
+    def prompt_keys(self, tokens: np.ndarray, salt: int) -> tuple[list[int], int]:
+        hit = self.lookup(tokens, salt)
+        return hit.keys, len(hit.runs[0])
+
+    def shared_prefix_blocks(self, tokens: np.ndarray, salt: int) -> int:
+        return self.lookup(tokens, salt).shared_blocks
+
+    def peak_blocks(self, shared_tokens, tokens, samples, in_flight) -> int:
+        return peak_blocks(self.groups, shared_tokens, tokens, samples, in_flight)
 
     # -- allocation --------------------------------------------------------------------------
     def can_allocate(
@@ -217,6 +229,13 @@ class KVGroups:
             if group in self.sparse and index.enabled:
                 index.retain(seq, group.retained(prompt_tokens, shared_blocks * self.block_size))
 
+    def begin_step(self, lag: bool) -> None:
+        self.tokens.begin_step(lag)
+
+    def unpublish_last(self, seq: int) -> None:
+        for group in self.groups:
+            group.unpublish_last(seq)
+
     def mark_computed(self, seq: int, count: int) -> None:
         """``seq`` has the KV of its first ``count`` tokens (held ones): its full blocks
         among them are published in every group's index."""
@@ -303,14 +322,20 @@ class KVGroups:
             self._release(np.array([seq]))
         needs = [group.append_need(seq, held, num_new) for group in self.groups]
         self._check_room(sum(need for need, _ in needs), [])
-        if not num_new:
-            return []
         moves: list[Transfer] = []
-        for number, (group, need) in enumerate(zip(self.groups, needs)):
-            grown = group.append(seq, held, tokens, need)
-            moves += [move._replace(group=number) for move in grown]
-        self.tokens.grow(np.array([seq]), held + num_new)
+        if num_new:
+            for number, (group, need) in enumerate(zip(self.groups, needs)):
+                grown = group.append(seq, held, tokens, need)
+                moves += [move._replace(group=number) for move in grown]
+            self.tokens.grow(np.array([seq]), held + num_new)
+        self.pool.clock += 1  # one tick per command, after its growth
         return moves
+
+    def plain_decode_steps(self, seqs, held, limit) -> int:
+        return decode_stretch.plain_group_steps(self, seqs, held, limit)
+
+    def append_steps(self, seqs, held, tokens) -> dict:
+        return decode_stretch.write_group_rows(self, seqs, held, tokens)
 
     def batch_need(self, seqs: np.ndarray, held: np.ndarray) -> int:
         return sum(group.batch_need(seqs, held).needed for group in self.groups)
@@ -367,16 +392,18 @@ class KVGroups:
             group.add(child, table)
         self.tokens.fork(parent, child)
 
-    def free(self, seq: int, held: int) -> None:
+    def free(self, seq: int, held: int, swapped: bool = False) -> list[int]:
         """Drop ``seq``'s references in every group (it held ``held`` tokens), group by
-        group, each table's tail first (vLLM's coordinator frees its managers in turn)."""
-        size = self.block_size
+        group, each table's tail first (vLLM's coordinator frees its managers in turn).
+        (No sequence of several groups is ever swapped.)"""
+        size, tables = self.block_size, []
         for group, index in zip(self.groups, self.indexes):
             start = group.first_held(seq)
-            table = group.remove(seq)
-            self.pool.release(table[start:], held - start * size)
+            tables.append(group.remove(seq))
+            self.pool.release(tables[-1][start:], held - start * size)
             if index.enabled:
                 index.remove(seq)
+        return tables[0]
 
     # -- queries -----------------------------------------------------------------------------
     def tables(self, seq: int) -> tuple[list[int], ...]:
@@ -385,17 +412,16 @@ class KVGroups:
     def held_blocks(self, seq: int) -> int:
         return sum(len(group.tables[seq]) - group.first_held(seq) for group in self.groups)
 
-    def read(self, seq: int, held: int, group: int = 0) -> np.ndarray:
-        """The token ids ``seq`` reads through group ``group``'s table; -1 where its
-        window released the block."""
+    def read(self, seq: int, held: int, group: int, memory: np.ndarray) -> np.ndarray:
         table = np.asarray(self.groups[group].tables[seq], np.int64)
-        tokens = self.groups[group].slots[table].reshape(-1)[:held].astype(np.int64)
+        tokens = memory[table].reshape(-1)[:held].astype(np.int64)
         tokens[np.repeat(table == NULL_BLOCK, self.block_size)[:held]] = NULL_BLOCK
         return tokens
 
     # -- invariants --------------------------------------------------------------------------
-    def check(self, on_device: list[int], num_tokens: np.ndarray, read_tokens) -> tuple:
-        """Assert every group's tables and index; returns (references, token slots)."""
+    def check(self, on_device: list[int], num_tokens: np.ndarray, read_tokens) -> None:
+        """Assert every group's tables and index, group by group, then the pool against
+        them all."""
         references = np.zeros(self.pool.num_blocks, np.int64)
         slots = 0
         # (a full-attention group reads every token back; a model of windows only none)
@@ -409,7 +435,7 @@ class KVGroups:
             references += counted
             slots += int(fill.sum())
             index.check_invariants(group.tables, on_device, reader)
-        return references, slots
+        self.pool.check_invariants(references, slots)
 
     def snapshot_state(self) -> tuple:
         return (

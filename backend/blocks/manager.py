@@ -6,19 +6,22 @@ A KV connector (backend/connectors/: the offload tiers) works beside the manager
 which knows none: it hands over its prompts' keys and its computed blocks and allocates
 for the blocks a connector supplies (capabilities.TakesExternalKV).
 
-The manager is the coordinator of its parts, as vLLM's KV cache manager is of its
-block pool and its per-attention-type managers; it checks what callers pass in, ticks
-the pool's clock once per command and keeps the parts consistent:
+The manager is vLLM's KV cache manager to its parts: it checks what callers pass in,
+keeps the sequences, ticks the pool's clock once per command, and hands each command to
+the coordinator of the model's shape of KV, chosen once when it is built
+(coordinator.py: one full-attention group with or without a prefix cache, one_group.py;
+several groups or a window, kv_groups.py), with no per-call branch on the shape. Its
+parts:
 
 * the block pool (block_pool.py): free list, refcounts, eviction hand-off, token-slot
   accounting and peak;
-* the prefix index (prefix_index.py): published keys, key chains, hit checks;
+* a prefix index per KV cache group (prefix_index.py): published keys, key chains, hit
+  checks;
 * the sequence registry (sequences.py): per-sequence state, token counts and id checks;
 * one manager per KV cache group, its block tables and their growth (group_tables.py;
   kinds: full_attention.py, and sliding_window.py, which releases the blocks behind the
-  window), coordinated by kv_groups.py when a model has several groups or a window (the
-  single full-attention group runs alone);
-* the swap space (swap.py): the CPU pool and the swap commands;
+  window), which the coordinator drives;
+* the swap space (swap.py): the CPU pool and the swap commands (one group only);
 * the memory ``slots``: the token id held in every slot of the device pool.
 """
 
@@ -30,16 +33,16 @@ from collections.abc import Sequence
 import numpy as np
 
 from backend.base import ONE_GROUP, Allocator, InvalidRequest, KVUsage, as_tokens, check_count
-from backend.blocks import decode_stretch
 from backend.blocks.block_pool import BlockPool
+from backend.blocks.coordinator import Coordinator
 from backend.blocks.full_attention import FullAttention
-from backend.blocks.kv_groups import KVGroup, KVGroups, check_kv_groups, peak_blocks
+from backend.blocks.kv_groups import KVGroup, KVGroups, check_kv_groups
+from backend.blocks.one_group import OneGroup, OneGroupNoCache
 from backend.blocks.prefix_index import GroupIndexes, PrefixCacheStats, PrefixIndex, check_salt
 from backend.blocks.sequences import ON_DEVICE, SWAPPED, SequenceRegistry
 from backend.blocks.swap import SwapSpace
-from backend.connectors.base import ComputedBlock
+from backend.connectors.contract import ComputedBlock
 from backend.evictor import Evictor, LeastRecentlyUsed
-from backend.stretch import paged_usage_by_step
 from backend.transfer import Transfer
 
 
@@ -79,20 +82,8 @@ class BlockManager(Allocator):
         keys = self._index if len(indexes) == 1 else GroupIndexes(indexes, self.num_blocks)
         self._pool = BlockPool(self.num_blocks, self.block_size, evictor, keys)
         self._seqs = SequenceRegistry()
-        # One full-attention group (most models) runs the fast paths below; any other
-        # layout runs on the groups' coordinator (kv_groups.py).
-        self._kv: KVGroups | None = None
-        if self.kv_groups != ONE_GROUP:
-            if num_cpu_blocks:  # (each group's tables would move)
-                raise InvalidRequest(
-                    "swap space is not modelled with KV cache groups or sliding windows yet"
-                )
-            self._kv = KVGroups(
-                self.kv_groups, self._pool, indexes, self.slots, prefix_caching=caching
-            )
-            self._first = self._kv.groups[0]
-        else:
-            self._first = FullAttention(self._pool, self._index, self.slots, prefix_caching=caching)
+        self._coord = self._coordinator(indexes)
+        self._first = self._coord.groups[0]
         self._swap = SwapSpace(
             self.num_cpu_blocks,
             pool=self._pool,
@@ -100,6 +91,21 @@ class BlockManager(Allocator):
             group=self._first,
             registry=self._seqs,
         )
+
+    def _coordinator(self, indexes: list[PrefixIndex]) -> Coordinator:
+        """The coordinator of this model's shape of KV (coordinator.py), chosen once:
+        one full-attention group (most models) with a prefix cache or without one, or
+        several groups or a window. Raises InvalidRequest for swap space with groups."""
+        caching = self.enable_prefix_caching
+        if self.kv_groups != ONE_GROUP:
+            if self.num_cpu_blocks:  # (each group's tables would move)
+                raise InvalidRequest(
+                    "swap space is not modelled with KV cache groups or sliding windows yet"
+                )
+            return KVGroups(self.kv_groups, self._pool, indexes, self.slots, prefix_caching=caching)
+        group = FullAttention(self._pool, indexes[0], self.slots, prefix_caching=caching)
+        shape = OneGroup if caching else OneGroupNoCache
+        return shape(self._pool, indexes[0], group)
 
     # -- public counters -----------------------------------------------------------------
     @property
@@ -145,29 +151,21 @@ class BlockManager(Allocator):
         window takes no block for those it will not read; one group takes a fresh block
         for each either way)."""
         tokens = as_tokens(token_ids, allow_empty=False)
-        if self._kv is not None:
-            return self._kv.can_allocate(tokens, check_salt(salt), external=external_blocks)
-        _, hits = self._index.lookup(tokens, check_salt(salt))
-        needed = self._first.blocks_for(tokens.shape[0]) - len(hits)
-        return needed <= self._pool.available(self._pool.revived(hits))
+        return self._coord.can_allocate(tokens, check_salt(salt), external=external_blocks)
 
     def can_admit(
         self, token_ids, *, salt: int = 0, in_flight_tokens: int, external_blocks: int = 0
     ) -> bool:
         """``can_allocate`` with vLLM's admission cap for windows (capabilities.py)."""
-        if self._kv is None:
-            return self.can_allocate(token_ids, salt=salt)
         tokens = as_tokens(token_ids, allow_empty=False)
-        return self._kv.can_allocate(tokens, check_salt(salt), in_flight_tokens, external_blocks)
+        return self._coord.can_allocate(tokens, check_salt(salt), in_flight_tokens, external_blocks)
 
     def peak_blocks(
         self, shared_tokens: int, tokens: int, samples: int, *, in_flight_tokens: int
     ) -> int:
         """``blocks_for_samples`` with each window credited with what it releases as the
         sequences grow by at most ``in_flight_tokens`` at a time (capabilities.py)."""
-        if self._kv is None:
-            return self.blocks_for_samples(shared_tokens, tokens, samples)
-        return peak_blocks(self._kv.groups, shared_tokens, tokens, samples, in_flight_tokens)
+        return self._coord.peak_blocks(shared_tokens, tokens, samples, in_flight_tokens)
 
     def allocate(
         self,
@@ -208,64 +206,16 @@ class BlockManager(Allocator):
         1-D int32 array, ``salt`` an int in 64 bits, ``external_blocks`` within the
         prompt. Unchecked: bad input corrupts the state instead of raising. Raises
         OutOfBlocks (nothing changed) like allocate."""
-        if self._kv is not None:
-            hit_tokens = self._kv.allocate(seq, tokens, salt, computed_tokens, external_blocks)
-            self._seqs.add(seq, tokens.shape[0])
-            return hit_tokens
-        if not self.enable_prefix_caching:
-            return self._allocate_fresh(seq, tokens)
-        keys, hits = self._index.lookup(tokens, salt)
-        pool = self._pool
-        # Hit blocks that are cached-evictable must not be counted as available: this
-        # very allocation takes them back.
-        needed = self._first.blocks_for(tokens.shape[0]) - len(hits)
-        pool.require(needed, not_evictable=pool.revived(hits))
-
-        pool.clock += 1
-        if keys:
-            pool.evictor.on_lookup(keys, pool.clock)
-        if hits:
-            pool.reuse(hits)
-        hit_tokens = len(hits) * self.block_size
-        # (many blocks are written through their id array: a list index costs a conversion)
-        taken = [pool.take_one()] if needed == 1 else pool.take(needed)
-        fresh = taken if needed == 1 else taken.tolist()
-        pool.token_slots += int(tokens.shape[0]) - hit_tokens  # hits were counted in reuse
-        # External blocks come first among the fresh ones and hold the prompt's tokens:
-        # a connector's KV of these very tokens (its hit was verified against them).
-        self._first.write_fresh(taken, tokens[hit_tokens:])
-        table = hits + fresh
-        self._index.add_sequence(seq, salt, keys, table, len(hits), computed_tokens)
-        if external_blocks:  # loaded KV is computed KV: offered to lookups at once
-            self._index.publish_through(seq, len(hits) + external_blocks, table)
+        cached = self._coord.allocate(seq, tokens, salt, computed_tokens, external_blocks)
         self._seqs.add(seq, tokens.shape[0])
-        self._first.add(seq, table)
-        self._index.count_lookup(int(tokens.shape[0]), hit_tokens)
-        return hit_tokens + external_blocks * self.block_size
-
-    def _allocate_fresh(self, seq: int, tokens: np.ndarray) -> int:
-        """``allocate_trusted`` without a prefix cache: no keys to hash, no hits to look
-        for, nothing to publish or count (vLLM hashes nothing with caching off either);
-        every block is taken fresh. Returns 0 (no token was cached)."""
-        pool, num_tokens = self._pool, tokens.shape[0]
-        needed = self._first.blocks_for(num_tokens)
-        pool.require(needed)
-        pool.clock += 1
-        taken = pool.take(needed)
-        self._first.write_fresh(taken, tokens)
-        pool.token_slots += num_tokens
-        self._seqs.add(seq, num_tokens)
-        self._first.add(seq, taken.tolist())
-        return 0
+        return cached
 
     def shared_prefix_tokens(self, token_ids, *, salt: int = 0) -> int:
         """Tokens of the longest prefix of ``token_ids`` one KV cache group holds cached,
         when that is longer than the prefix every group serves (else 0). No mutation but
         the lookup memo (capabilities.RetainsPrefixTails)."""
-        if self._kv is None or not self.enable_prefix_caching:
-            return 0
         tokens = as_tokens(token_ids, allow_empty=False)
-        return self._kv.lookup(tokens, check_salt(salt)).shared_blocks * self.block_size
+        return self._coord.shared_prefix_blocks(tokens, check_salt(salt)) * self.block_size
 
     def retain_prefix_tails(
         self, seq_id: int, *, num_prompt_tokens: int, shared_prefix_tokens: int
@@ -273,26 +223,22 @@ class BlockManager(Allocator):
         """``seq_id`` (just allocated) has a prompt of ``num_prompt_tokens`` and a shared
         prefix of ``shared_prefix_tokens`` found before its allocation: sliding windows
         with sparse retention keep the tails of both (capabilities.RetainsPrefixTails)."""
-        if self._kv is not None:
-            prompt = check_count("num_prompt_tokens", num_prompt_tokens, 1)
-            shared = check_count("shared_prefix_tokens", shared_prefix_tokens, 0)
-            self._kv.retain_tails(self._seqs.live(seq_id), prompt, shared // self.block_size)
+        seq = self._seqs.live(seq_id)
+        prompt = check_count("num_prompt_tokens", num_prompt_tokens, 1)
+        shared = check_count("shared_prefix_tokens", shared_prefix_tokens, 0)
+        self._coord.retain_tails(seq, prompt, shared // self.block_size)
 
     def begin_step(self, *, lag: bool) -> None:
         """A step's planning begins (capabilities.ReleasesBehindProcessed)."""
-        if self._kv is not None:
-            self._kv.tokens.begin_step(lag)
+        self._coord.begin_step(lag)
 
     def mark_computed(self, seq_id: int, num_tokens: int) -> None:
         """The KV of ``seq_id``'s first ``num_tokens`` tokens is computed (or scheduled
         this step): publish its full blocks among them in the prefix cache."""
         seq = self._seqs.live(seq_id)
         if self._seqs.state[seq] == ON_DEVICE:
-            ready = check_count("num_tokens", num_tokens, 0) // self.block_size
-            if self._kv is not None:
-                self._kv.mark_computed(seq, min(num_tokens, int(self._seqs.num_tokens[seq])))
-            elif self.enable_prefix_caching:  # (else there is nothing to publish)
-                self._index.publish_through(seq, ready, self._first.tables[seq])
+            count = check_count("num_tokens", num_tokens, 0)
+            self._coord.mark_computed(seq, min(count, int(self._seqs.num_tokens[seq])))
 
     def unpublish_last_block(self, seq_id: int) -> None:
         """Withdraw ``seq_id``'s last block from the prefix cache if it is full and this
@@ -301,17 +247,12 @@ class BlockManager(Allocator):
         sequence is preempted first. Call just before freeing the sequence."""
         seq = self._seqs.live(seq_id)
         held = int(self._seqs.num_tokens[seq])
-        if self.enable_prefix_caching and held and held % self.block_size == 0:
-            for group in self._kv.groups if self._kv is not None else (self._first,):
-                group.unpublish_last(seq)
+        if held and held % self.block_size == 0:
+            self._coord.unpublish_last(seq)
 
     def cached_prefix_tokens(self, token_ids, *, salt: int = 0) -> int:
-        if not self.enable_prefix_caching:
-            return 0
         tokens = as_tokens(token_ids, allow_empty=False)
-        if self._kv is not None:
-            return len(self._kv.lookup(tokens, check_salt(salt)).runs[0]) * self.block_size
-        return len(self._index.lookup(tokens, check_salt(salt))[1]) * self.block_size
+        return self._coord.prompt_keys(tokens, check_salt(salt))[1] * self.block_size
 
     # -- a KV connector beside the manager (backend/connectors/) ---------------------------
     def prompt_keys(self, token_ids, *, salt: int = 0) -> tuple[list[int], int]:
@@ -319,12 +260,7 @@ class BlockManager(Allocator):
         holds cached from the first (none without prefix caching). No mutation but the
         lookup memo."""
         self._check_connectable()
-        tokens, salt = as_tokens(token_ids, allow_empty=False), check_salt(salt)
-        if self._kv is not None:
-            hit = self._kv.lookup(tokens, salt)
-            return hit.keys, len(hit.runs[0])
-        keys, hits = self._index.lookup(tokens, salt)
-        return keys, len(hits)
+        return self._coord.prompt_keys(as_tokens(token_ids, allow_empty=False), check_salt(salt))
 
     def record_computed_blocks(self) -> None:
         """Remember the blocks published from now on, in every KV cache group, for
@@ -358,39 +294,23 @@ class BlockManager(Allocator):
                 computed.append(ComputedBlock(block, key, salt, position, row, group))
         return computed
 
-    # -- growth: the full-attention group grows, the registry counts the tokens ------------
+    # -- growth: the groups grow, the registry counts the tokens ----------------------------
     def can_append(self, seq_id: int, num_tokens: int = 1) -> bool:
         seq = self._seqs.on_device(seq_id)
         held = int(self._seqs.num_tokens[seq])
-        num_new = check_count("num_tokens", num_tokens, 0)
-        if self._kv is not None:
-            return self._kv.can_append(seq, held, num_new)
-        needed, _ = self._first.append_need(seq, held, num_new)
-        return needed <= self._pool.available()
+        return self._coord.can_append(seq, held, check_count("num_tokens", num_tokens, 0))
 
     def append(self, seq_id: int, token_ids) -> list[Transfer]:
         seq = self._seqs.on_device(seq_id)
         tokens = as_tokens(token_ids, allow_empty=True)
         held = int(self._seqs.num_tokens[seq])
-        if self._kv is not None:
-            moves = self._kv.append(seq, held, tokens)
-            self._pool.clock += 1
-            self._seqs.num_tokens[seq] = held + tokens.shape[0]
-            return moves
-        need = self._first.append_need(seq, held, tokens.shape[0])
-        self._pool.require(need[0])
-        if tokens.shape[0] == 0:
-            return []
-        self._pool.clock += 1
-        moves = self._first.append(seq, held, tokens, need)
+        moves = self._coord.append(seq, held, tokens)
         self._seqs.num_tokens[seq] = held + tokens.shape[0]
         return moves
 
     def blocks_needed_for_batch(self, seq_ids: np.ndarray) -> int:
         seqs, _ = self._seqs.check_batch(seq_ids, np.zeros(np.shape(seq_ids), np.int32))
-        if self._kv is not None:
-            return self._kv.batch_need(seqs, self._seqs.num_tokens[seqs])
-        return self._first.batch_need(seqs, self._seqs.num_tokens[seqs]).needed
+        return self._coord.batch_need(seqs, self._seqs.num_tokens[seqs])
 
     def append_batch(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> list[Transfer]:
         return BlockManager.append_batch_trusted(self, *self._seqs.check_batch(seq_ids, token_ids))
@@ -404,8 +324,7 @@ class BlockManager(Allocator):
             return []
         num_tokens = self._seqs.num_tokens
         held = num_tokens[seqs]
-        group = self._first if self._kv is None else self._kv
-        moves = group.append_batch(seqs, held, tokens)
+        moves = self._coord.append_batch(seqs, held, tokens)
         self._pool.clock += 1
         held += 1
         num_tokens[seqs] = held
@@ -418,10 +337,7 @@ class BlockManager(Allocator):
         seqs = np.asarray(seq_ids, dtype=np.int64)
         if limit <= 0 or not seqs.size:
             return max(int(limit), 0)
-        held = self._seqs.num_tokens[seqs]
-        if self._kv is None:
-            return decode_stretch.plain_steps(self._first, seqs, held, limit)
-        return decode_stretch.plain_group_steps(self._kv, seqs, held, limit)
+        return self._coord.plain_decode_steps(seqs, self._seqs.num_tokens[seqs], limit)
 
     def append_steps(self, seq_ids: np.ndarray, token_ids: np.ndarray) -> dict[str, np.ndarray]:
         """See backend/stretch.py. Raises InvalidRequest for a stretch that would copy
@@ -439,19 +355,11 @@ class BlockManager(Allocator):
         """``append_steps`` for a caller that guarantees its input (the engine): distinct
         on-device int64 ids, an int32 ``(steps, len(seqs))`` grid within what
         ``plain_decode_steps`` granted. Unchecked: bad input corrupts the state."""
-        pool, steps = self._pool, tokens.shape[0]
+        steps = tokens.shape[0]
         held = self._seqs.num_tokens[seqs]
-        if self._kv is not None:
-            usage = decode_stretch.write_group_rows(self._kv, seqs, held, tokens)
-        else:
-            before = (pool.num_cached, pool.num_free, pool.token_slots)
-            crossing = decode_stretch.write_rows(self._first, seqs, held, tokens)
-            size, evicted = self.block_size, pool.num_evicted
-            usage = paged_usage_by_step(
-                crossing, *before, seqs.shape[0], self.num_blocks, size, evicted
-            )
+        usage = self._coord.append_steps(seqs, held, tokens)
         self._seqs.num_tokens[seqs] = held + steps
-        pool.clock += steps  # one tick per command, as step-by-step
+        self._pool.clock += steps  # one tick per command, as step-by-step
         return usage
 
     # -- sharing and release ------------------------------------------------------------------
@@ -459,16 +367,8 @@ class BlockManager(Allocator):
         parent = self._seqs.on_device(parent_id)
         child = self._seqs.new_id(child_id)
         self._pool.clock += 1
-        if self._kv is not None:
-            self._kv.fork(parent, child)
-            self._seqs.add(child, int(self._seqs.num_tokens[parent]))
-            return []
-        table = list(self._first.tables[parent])
-        self._pool.add_references(table)  # a table holds each block once, so no duplicates
-        if self.enable_prefix_caching:  # (a disabled index registers no sequence)
-            self._index.fork(parent, child)
+        self._coord.fork(parent, child)
         self._seqs.add(child, int(self._seqs.num_tokens[parent]))
-        self._first.add(child, table)
         return []
 
     def free(self, seq_id: int) -> None:
@@ -477,16 +377,9 @@ class BlockManager(Allocator):
         swapped = self._seqs.state[seq] == SWAPPED
         num_tokens = int(self._seqs.num_tokens[seq])
         self._seqs.remove(seq)
-        if self._kv is not None:
-            self._kv.free(seq, num_tokens)
-            return
-        table = self._first.remove(seq)
+        table = self._coord.free(seq, num_tokens, swapped)
         if swapped:
             self._swap.free.put(table)
-        else:
-            self._pool.release(table, num_tokens)
-        if self.enable_prefix_caching:
-            self._index.remove(seq)
 
     # -- swap (swap.py) ---------------------------------------------------------------------------
     def can_swap_out(self, *seq_ids: int) -> bool:
@@ -520,25 +413,18 @@ class BlockManager(Allocator):
         return list(self._first.tables[self._seqs.live(seq_id)])
 
     def block_tables(self, seq_id: int) -> tuple[list[int], ...]:
-        seq = self._seqs.live(seq_id)
-        if self._kv is not None:
-            return self._kv.tables(seq)
-        return (list(self._first.tables[seq]),)
+        return self._coord.tables(self._seqs.live(seq_id))
 
     def held_blocks(self, seq_id: int) -> int:
         seq = self._seqs.live(seq_id)
-        if self._kv is not None:
-            return self._kv.held_blocks(seq)
-        return len(self._first.tables[seq]) if self._seqs.state[seq] == ON_DEVICE else 0
+        return self._coord.held_blocks(seq) if self._seqs.state[seq] == ON_DEVICE else 0
 
     def read_tokens(self, seq_id: int, group: int = 0) -> np.ndarray:
         """The token ids ``seq_id`` reads back through KV cache group ``group``'s table;
         -1 where a sliding window released the block. No mutation."""
         seq = self._seqs.live(seq_id)
-        if self._kv is not None:
-            return self._kv.read(seq, int(self._seqs.num_tokens[seq]), group)
         memory = self._swap.slots if self._seqs.state[seq] == SWAPPED else self.slots
-        return memory[self._first.tables[seq]].reshape(-1)[: self._seqs.num_tokens[seq]].copy()
+        return self._coord.read(seq, int(self._seqs.num_tokens[seq]), group, memory)
 
     def available_blocks(self) -> int:
         return self._pool.available()
@@ -569,27 +455,16 @@ class BlockManager(Allocator):
             self._swap.slots,
             list(self._swap.free),
             self._pool.snapshot_state(),
-            self._index.snapshot_state(),
             self._seqs.snapshot_state(),
-            self._first.last_block,
-            sorted(self._first.tables.items()),
-            self._kv.snapshot_state() if self._kv is not None else None,
+            self._coord.snapshot_state(),
         )
         return pickle.dumps(state)
 
     # -- invariants ------------------------------------------------------------------------------
     def check_invariants(self) -> None:
         """Verify the whole state (O(pool + tokens)); AssertionError names the break."""
-        tables = self._first.tables
-        on_device, swapped = self._seqs.check_invariants(tables)
-        if self._kv is not None:
-            read = self.read_tokens
-            references, slots = self._kv.check(on_device, self._seqs.num_tokens, read)
-            self._pool.check_invariants(references, slots)
-            return
-        references, fill = self._first.check_tables(on_device, self._seqs.num_tokens)
-        self._pool.check_invariants(references, int(fill.sum()))
-        self._index.check_invariants(tables, on_device, self.read_tokens)
+        on_device, swapped = self._seqs.check_invariants(self._first.tables)
+        self._coord.check(on_device, self._seqs.num_tokens, self.read_tokens)
         self._swap.check_invariants(swapped)
         # (usage()'s split sums to the pool by construction; its parts are checked by
         # the pool: token slots against the tables, used blocks against the partition.)

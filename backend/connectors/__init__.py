@@ -1,2 +1,2 @@
-"""KV connectors beside an allocator: the contract (base.py), what a scheduler does with
+"""KV connectors beside an allocator: the contract (contract.py), what a scheduler does with
 one (seam.py), and the offload tiers below the device pool (offload.py)."""

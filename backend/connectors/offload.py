@@ -1,4 +1,4 @@
-"""Prefix caches below the device pool, a KV connector (base.py): full blocks of
+"""Prefix caches below the device pool, a KV connector (contract.py): full blocks of
 computed KV kept in tiers (CPU memory, then local disk or a remote store), found again
 by the same chained prefix keys as the device's prefix cache, and loaded back instead of
 recomputed. The allocator beside it knows no tier; it hands over its prompts' keys and
@@ -53,7 +53,7 @@ from backend.base import NULL_BLOCK, ONE_GROUP, InvalidRequest, KVGroup, check_c
 from backend.blocks.freelist import FreeList
 from backend.blocks.prefix_hash import chain_keys
 from backend.blocks.prefix_index import verified_run
-from backend.connectors.base import ComputedBlock, ConnectorTransfers, KVConnector
+from backend.connectors.contract import ComputedBlock, ConnectorTransfers, KVConnector
 from backend.evictor import Evictor, LeastRecentlyUsed
 from backend.transfer import CPU, GPU, REMOTE, Medium, Transfer
 

@@ -1,4 +1,4 @@
-"""What a scheduler does with an allocator and the KV connector beside it (base.py's
+"""What a scheduler does with an allocator and the KV connector beside it (contract.py's
 steps), in one place: the engine's planner, its view and the allocator state machines
 all go through it, so a connector meets every allocator the same way. Admission checks
 count the connector's blocks too: a sliding window takes none for those it will not
@@ -10,7 +10,7 @@ import numpy as np
 
 from backend.base import as_tokens
 from backend.capabilities import TakesExternalKV
-from backend.connectors.base import ConnectorTransfers, KVConnector
+from backend.connectors.contract import ConnectorTransfers, KVConnector
 
 
 class ConnectorSeam:

@@ -77,8 +77,9 @@ def connector_gap(cls: type[Allocator]) -> str | None:
     missing = [name for name in CONNECTOR_SEAM if not callable(getattr(cls, name, None))]
     if missing:
         return f"it declares supports_kv_connector but lacks {', '.join(missing)}"
-    if "external_blocks" not in inspect.signature(cls.allocate).parameters:
-        return "it declares supports_kv_connector but its allocate takes no external_blocks"
+    for command in ("allocate", "can_allocate"):
+        if "external_blocks" not in inspect.signature(getattr(cls, command)).parameters:
+            return f"it declares supports_kv_connector but its {command} takes no external_blocks"
     return None
 
 

@@ -27,7 +27,7 @@ import simpy
 
 from backend.base import Allocator
 from backend.capabilities import PeaksWithWindows
-from backend.connectors.base import KVConnector
+from backend.connectors.contract import KVConnector
 from backend.connectors.seam import ConnectorSeam
 from backend.step import Batch
 from sim.engine.completion import Completion

@@ -37,7 +37,7 @@ class NoCopyOnWrite(BlockManager):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        for group in self._kv.groups if self._kv is not None else (self._first,):
+        for group in self._coord.groups:
             if type(group) is FullAttention:  # (each full-attention group, not a window)
                 group.__class__ = _FullAttentionWithoutCopies
 
@@ -75,14 +75,14 @@ class FreeKeepsKeys(BlockManager):
 class SharedAcrossTenants(BlockManager):
     """The prefix cache ignores the tenant salt: one tenant's prompt hits another's KV."""
 
-    def can_allocate(self, token_ids, *, salt=0, max_new_tokens=0):
-        return super().can_allocate(token_ids, max_new_tokens=max_new_tokens)
+    def can_allocate(self, token_ids, *, salt=0, **kwargs):
+        return super().can_allocate(token_ids, **kwargs)
 
     def allocate(self, seq_id, token_ids, *, salt=0, **kwargs):
         return super().allocate(seq_id, token_ids, **kwargs)
 
-    def allocate_trusted(self, seq, tokens, salt, computed_tokens=None):
-        return super().allocate_trusted(seq, tokens, 0, computed_tokens)
+    def allocate_trusted(self, seq, tokens, salt, *args):
+        return super().allocate_trusted(seq, tokens, 0, *args)
 
     def cached_prefix_tokens(self, token_ids, *, salt=0):
         return super().cached_prefix_tokens(token_ids)
@@ -92,9 +92,9 @@ class CountsRefusedLookups(BlockManager):
     """``allocate`` counts the prompt in the prefix-cache statistics before it knows the
     prompt fits: a refused allocate has changed the state (seen by ``snapshot()``)."""
 
-    def allocate_trusted(self, seq, tokens, salt, computed_tokens=None):  # (allocate's too)
+    def allocate_trusted(self, seq, tokens, salt, *args):  # (allocate's too)
         self._index.queries_tokens += 1
-        return super().allocate_trusted(seq, tokens, salt, computed_tokens)
+        return super().allocate_trusted(seq, tokens, salt, *args)
 
 
 class SwapInSharesUncomputed(BlockManager):
@@ -180,8 +180,9 @@ class WindowReleasesTooEarly(BlockManager):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        for group in self._kv.windows if self._kv is not None else ():
-            group.__class__ = _EagerWindow
+        for group in self._coord.groups:
+            if group.releases_behind:
+                group.__class__ = _EagerWindow
 
 
 class FreeHangs(BlockManager):

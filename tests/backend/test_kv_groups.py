@@ -9,6 +9,8 @@ import pytest
 
 from backend.base import NULL_BLOCK, InvalidRequest, KVGroup, OutOfBlocks
 from backend.blocks import BlockManager
+from backend.blocks.kv_groups import KVGroups
+from backend.blocks.one_group import OneGroup, OneGroupNoCache
 
 FULL, SLIDING_8 = KVGroup(), KVGroup(sliding_window=8)
 
@@ -254,3 +256,22 @@ def test_a_window_keeps_the_shared_prefix_junction_it_is_told(told):
     alloc.free(1)
     alloc.check_invariants()
     assert alloc.cached_prefix_tokens(prefix + [7, 7, 7, 7]) == (8 if told else 6)
+
+
+@pytest.mark.parametrize(
+    "groups, caching, shape",
+    [
+        ((), True, OneGroup),
+        ((), False, OneGroupNoCache),
+        ([FULL, SLIDING_8], True, KVGroups),
+        ([SLIDING_8], False, KVGroups),
+    ],
+)
+def test_the_manager_picks_one_coordinator_per_shape_when_built(groups, caching, shape):
+    """vLLM's get_kv_cache_coordinator: the shape decides the class once; every command
+    goes to it without asking the shape again."""
+    alloc = BlockManager(8, 4, enable_prefix_caching=caching, kv_groups=groups)
+    assert type(alloc._coord) is shape
+    alloc.allocate(0, list(range(9)))  # computed: its two full blocks are published
+    assert alloc.cached_prefix_tokens(list(range(9))) == (8 if caching else 0)
+    alloc.check_invariants()

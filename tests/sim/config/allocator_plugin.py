@@ -49,3 +49,11 @@ class ConnectorWithoutSeam(BlockManager):
     """Declares a connector but hides the methods one calls."""
 
     prompt_keys = None
+
+
+class OldCanAllocate(BlockManager):
+    """Overrides ``can_allocate`` as the Allocator contract reads, without the seam's
+    ``external_blocks``."""
+
+    def can_allocate(self, token_ids, *, salt=0, max_new_tokens=0):
+        return super().can_allocate(token_ids, salt=salt, max_new_tokens=max_new_tokens)

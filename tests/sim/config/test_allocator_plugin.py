@@ -108,6 +108,7 @@ def test_a_subclass_of_the_manager_gets_tiers_and_groups_as_the_manager_does(tmp
     [
         (OFFLOAD, "WithoutConnector", "its supports_kv_connector is not True"),
         (OFFLOAD, "ConnectorWithoutSeam", "declares supports_kv_connector but lacks prompt_keys"),
+        (OFFLOAD, "OldCanAllocate", "its can_allocate takes no external_blocks"),
         (WINDOWED, "WithoutGroups", "a plug-in whose supports_kv_groups is True"),
     ],
 )
