@@ -159,6 +159,18 @@ class BlockPool:
         return victims
 
     # -- sharing ---------------------------------------------------------------------------
+    def admit(self, needed: int, keys: list[int], hits: list[int]) -> None:
+        """An allocation begins: raise OutOfBlocks (nothing changed) unless ``needed``
+        fresh blocks fit beside the cached ``hits`` it takes back (those cached-evictable
+        are not available to it), then tick the clock, show the eviction policy the
+        lookup of the prompt's ``keys`` and take back ``hits``."""
+        self.require(needed, not_evictable=self.revived(hits))
+        self.clock += 1
+        if keys:
+            self.evictor.on_lookup(keys, self.clock)
+        if hits:
+            self.reuse(hits)
+
     def reuse(self, hits: list[int]) -> None:
         """Take one more reference to each cached block found by a prefix hit; those
         that were cached-evictable leave the evictable set (their tokens count again)."""

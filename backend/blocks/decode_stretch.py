@@ -15,15 +15,25 @@ clock, as vLLM's running loop frees a request's out-of-window blocks when it rea
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
+from backend.blocks.block_pool import BlockPool
+from backend.blocks.computed import ComputedTokens
 from backend.blocks.group_tables import GroupTables
+from backend.blocks.sliding_window import SlidingWindow
 from backend.stretch import usage_by_step
 
-if TYPE_CHECKING:  # (kv_groups.py runs its stretches here)
-    from backend.blocks.kv_groups import KVGroups
+
+class GroupSet(Protocol):
+    """What a stretch of several groups reads of their coordinator (kv_groups.py)."""
+
+    pool: BlockPool
+    block_size: int
+    groups: list[GroupTables]
+    windows: list[SlidingWindow]
+    tokens: ComputedTokens
 
 
 # -- one group ---------------------------------------------------------------------------
@@ -108,14 +118,14 @@ def _seal_filled(group: GroupTables, seqs: np.ndarray, blocks: np.ndarray, fille
 
 
 # -- several groups --------------------------------------------------------------------------
-def plain_group_steps(kv: KVGroups, seqs: np.ndarray, held: np.ndarray, limit: int) -> int:
+def plain_group_steps(kv: GroupSet, seqs: np.ndarray, held: np.ndarray, limit: int) -> int:
     """``plain_steps`` for every group of ``kv`` at once, on the free list alone (what
     the windows release during the stretch is not counted)."""
     free = len(kv.pool.free) // len(kv.groups)
     return min(plain_steps(group, seqs, held, limit, free) for group in kv.groups)
 
 
-def write_group_rows(kv: KVGroups, seqs: np.ndarray, held: np.ndarray, tokens: np.ndarray):
+def write_group_rows(kv: GroupSet, seqs: np.ndarray, held: np.ndarray, tokens: np.ndarray):
     """Write a stretch's rows into every group of ``kv`` and release what the windows
     leave behind (the module docstring), within what ``plain_group_steps`` granted.
     Returns the usage after each row (backend/stretch.py); the caller ticks the clock."""
@@ -154,7 +164,7 @@ def _taken_by(per_row: np.ndarray, groups: int, number: int) -> np.ndarray:
     return groups * first[row] + number * per_row[row] + rank
 
 
-def _release_rows(kv: KVGroups, seqs: np.ndarray, processed: np.ndarray) -> np.ndarray:
+def _release_rows(kv: GroupSet, seqs: np.ndarray, processed: np.ndarray) -> np.ndarray:
     """Release what the windows of ``seqs`` leave behind at each row of a stretch
     (``processed``: what each has processed at each row), in the rows' order. Returns,
     per row, the change to the free blocks, the cached blocks and the token slots."""

@@ -190,12 +190,7 @@ class KVGroups(Coordinator):
         hits = [block for head in heads for block in head if block != NULL_BLOCK]
         per_group = self.groups[0].blocks_for(tokens.shape[0])
         needed = sum(per_group - len(head) for head in heads)
-        pool.require(needed, not_evictable=pool.revived(hits))
-        pool.clock += 1
-        if keys:
-            pool.evictor.on_lookup(keys, pool.clock)
-        if hits:
-            pool.reuse(hits)
+        pool.admit(needed, keys, hits)
         hit = len(runs[0])
         hit_tokens = hit * size
         self._retain(seq, tokens.shape[0], shared)  # (the engine may say more: retain_tails)

@@ -43,15 +43,8 @@ class OneGroup(Coordinator):
     def allocate(self, seq, tokens, salt, computed, external=0) -> int:
         keys, hits = self.index.lookup(tokens, salt)
         pool, group = self.pool, self.group
-        # Hit blocks that are cached-evictable must not be counted as available: this
-        # very allocation takes them back.
         needed = group.blocks_for(tokens.shape[0]) - len(hits)
-        pool.require(needed, not_evictable=pool.revived(hits))
-        pool.clock += 1
-        if keys:
-            pool.evictor.on_lookup(keys, pool.clock)
-        if hits:
-            pool.reuse(hits)
+        pool.admit(needed, keys, hits)
         hit_tokens = len(hits) * self.block_size
         # (many blocks are written through their id array: a list index costs a conversion)
         taken = [pool.take_one()] if needed == 1 else pool.take(needed)
