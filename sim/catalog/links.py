@@ -180,6 +180,18 @@ ROUTE_LINKS: dict[Route, str] = {
 READ_LATENCY_S = {DISK_READ: NVME_READ_LATENCY_S, NETWORK_READ: LINKS["network"].latency_2_s}
 
 
+def peer_link(kind: str, interconnect_bytes_s: float, host_link_bytes_s: float):
+    """One GPU's bandwidth (bytes/s, one direction) and latency (s) for KV read by a
+    decode instance from a prefill instance over a ``kind`` link (``nvlink``,
+    ``network``, ``pcie-host``): the link's measured point-to-point share of its
+    one-direction bandwidth at two GPUs, as for the all-reduces above (nccl-tests:
+    NVLink 318 of 450 GB/s on H100; one 400 Gb/s NIC 42.6 of 50 GB/s; PCIe through host
+    memory 15.0 of 32 GB/s), and that link's small-message latency. Every GPU of an
+    instance moves its own share of the KV (its heads) over its own link."""
+    bandwidth = link_bytes_s(kind, interconnect_bytes_s, host_link_bytes_s)
+    return bandwidth * busbw_fraction(kind, 2), link_latency_s(kind, 2)
+
+
 def blocks_per_link(moved: MovedBlocks) -> dict[str, int]:
     """The blocks ``moved`` puts on each link, host link first. Raises ValueError naming
     a route no link here carries."""

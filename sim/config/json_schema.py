@@ -28,6 +28,7 @@ from pydantic import BaseModel
 from sim.catalog.hardware import HardwareSpec, ModelSpec
 from sim.catalog.presets import HARDWARE_PRESETS, MODEL_PRESETS
 from sim.config.arrivals import PoissonArrival
+from sim.config.disaggregation import PoolSpec
 from sim.config.offload_tiers import OffloadTierSpec
 from sim.config.policy_names import policy_registry
 from sim.config.scenario import Scenario
@@ -51,6 +52,7 @@ POLICY_NAME_FIELDS = {
     (EvictionSpec, "policy"): "eviction",
     (OffloadTierSpec, "eviction"): "eviction",
     (RoutingSpec, "router"): "routing",
+    (PoolSpec, "router"): "routing",
 }
 
 #: fields holding a PolicyChoice (a bare name or {policy, params}) -> family, and the name

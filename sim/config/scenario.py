@@ -35,6 +35,7 @@ from pydantic import (
     BeforeValidator,
     Field,
     PrivateAttr,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_serializer,
@@ -48,8 +49,9 @@ from sim.config.arrivals import TraceArrival
 from sim.config.budget import OverBudget, check_memory
 from sim.config.combinations import check_combinations
 from sim.config.costs import CostModelSpec
+from sim.config.disaggregation import pool_scenario
 from sim.config.engines import preemption_with_defaults, profile_of
-from sim.config.errors import error_at
+from sim.config.errors import error_at, format_validation_error
 from sim.config.files import resolve_existing_file
 from sim.config.hf_config import expand_model
 from sim.config.run_sections import BackendSpec, SimulationSpec, SLOSpec
@@ -85,6 +87,8 @@ class Scenario(StrictModel):
     _source: str = PrivateAttr(default="<scenario>")
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _kv_pool: KVPool | None = PrivateAttr(default=None)  # sized by _fits_together
+    # (prefill, decode) pools' scenarios with routing.disaggregation; built by _fits_together
+    _pools: tuple[Scenario, Scenario] | None = PrivateAttr(default=None)
     model: ResolvedModel = Field(default="llama-3-8b", validate_default=True)
     """The served model: a preset name, a full shape, ``{preset: NAME, ...}`` with some fields
     overridden (e.g. ``max_model_len``), or ``{config: path/config.json, ...}``: a HuggingFace
@@ -180,7 +184,7 @@ class Scenario(StrictModel):
         return {**data, "simulation": {**sim, "duration_s": total}}
 
     @model_validator(mode="after")
-    def _fits_together(self) -> Scenario:
+    def _fits_together(self, info: ValidationInfo) -> Scenario:
         sim = self.simulation
         replay = isinstance(self.workload.arrival, TraceArrival)
         if sim.num_requests is None and sim.duration_s is None and not replay:
@@ -238,7 +242,36 @@ class Scenario(StrictModel):
             check_memory(self)
         except OverBudget as err:
             raise error_at(err.field, str(err)) from None
+        if self.routing.disaggregation is not None:
+            self._pools = self._pool_scenarios(info)
         return self
+
+    def _pool_scenarios(self, info: ValidationInfo) -> tuple[Scenario, Scenario]:
+        """The scenarios of the prefill and the decode pool's instances, each validated
+        whole; an error names the pool's field (``routing.disaggregation.decode.cache``)."""
+        base = self.model_dump(mode="json")
+        split = base["routing"].pop("disaggregation")
+        base["routing"] = {}
+        spec = self.routing.disaggregation
+        pools = []
+        for role, pool in (("prefill", spec.prefill), ("decode", spec.decode)):
+            raw = pool_scenario(base, pool)
+            try:
+                pools.append(Scenario.model_validate(raw, context=info.context))
+            except ValidationError as err:
+                # "<source>: <path>: <message>", the path within the pool's scenario
+                path, _, message = format_validation_error(err, "", raw)[2:].partition(": ")
+                raise error_at(f"routing.disaggregation.{role}.{path}", message) from None
+        del split
+        return pools[0], pools[1]
+
+    @property
+    def pools(self) -> tuple[Scenario, Scenario] | None:
+        """The (prefill, decode) pools' scenarios with ``routing.disaggregation``, else None
+        (they name this scenario's file in their errors)."""
+        for pool in self._pools or ():
+            pool._source, pool._base_dir = self._source, self._base_dir
+        return self._pools
 
     def _check_retention_interval(self) -> None:
         """``cache.prefix_cache_retention_interval`` is a multiple of the block size, and

@@ -25,6 +25,7 @@ from sim.catalog.hardware import HardwareSpec, ModelSpec
 from sim.catalog.pool import kv_pool_blocks
 from sim.config.allocators import PLUGIN_FORMS, connector_gap, is_plugin, load_allocator_class
 from sim.config.allocators import SHIPPED as SHIPPED_ALLOCATORS
+from sim.config.disaggregation import DisaggregationSpec
 from sim.config.engines import scheduler_with_defaults
 from sim.config.errors import error_at
 from sim.config.files import base_dir
@@ -372,13 +373,32 @@ class RoutingSpec(StrictModel):
     plug-in."""
     params: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments of the router's constructor."""
+    disaggregation: DisaggregationSpec | None = None
+    """Prefill and decode on different instances: a prefill pool and a decode pool, the link
+    between them and the decider (``replicas`` and ``router`` are then each pool's). Unset: every
+    replica serves both phases."""
 
     @field_validator("router")
     @classmethod
     def _registered(cls, name: str) -> str:
         return check_policy_name("routing", name)
 
+    @model_serializer(mode="wrap")
+    def _leave_out_colocated(self, handler) -> dict[str, Any]:
+        return drop_unset(handler(self), {"disaggregation": None})
+
     @model_validator(mode="after")
     def _policy_takes_params(self) -> RoutingSpec:
         _check_params("routing", self.router, self.params, "routing.params")
+        split = self.disaggregation
+        if split is not None:
+            for field in ("replicas", "router", "params"):
+                if field in self.model_fields_set:
+                    raise error_at(
+                        f"routing.{field}",
+                        "set it per pool, under routing.disaggregation.prefill and .decode",
+                    )
+            for role, pool in (("prefill", split.prefill), ("decode", split.decode)):
+                path = f"routing.disaggregation.{role}.params"
+                _check_params("routing", pool.router, pool.params, path)
         return self

@@ -14,6 +14,28 @@ from sim.engine.replica import Replica
 from sim.workload.request import Request
 
 
+def arrival_delay(now: float, arrival: float) -> float:
+    """The timeout from ``now`` that ends exactly at ``arrival``, never before it: now +
+    (arrival - now) can round one ulp below arrival, so it steps up."""
+    delay = arrival - now
+    while now + delay < arrival:
+        delay = math.nextafter(delay, math.inf)
+    return delay
+
+
+def checked_route(
+    router: Router, request: Request, views: Sequence, now: float, role: str = "routing.router"
+) -> int:
+    """``router``'s choice for ``request`` among ``views``, checked: an index into them.
+    Raises PolicyFailure naming ``role`` (the scenario field of the router)."""
+    chosen = router.route(request, views, now)
+    count = len(views)
+    if isinstance(chosen, bool) or not isinstance(chosen, int) or not 0 <= chosen < count:
+        problem = f"returned {brief(chosen)} (expected a replica index 0..{count - 1})"
+        raise PolicyFailure(role, "route()", problem)
+    return chosen
+
+
 class Cluster:
     """Replicas behind a router, fed by one arrival process."""
 
@@ -39,12 +61,7 @@ class Cluster:
         self._requests, self._num_arrived = requests, 0
         env, replicas = self.env, self.replicas
         for i, request in enumerate(requests):
-            arrival, now = request.arrival_s, env.now
-            delay = arrival - now
-            # now + (arrival - now) can round one ulp below arrival; step up so that no
-            # request is ever scheduled before it arrived.
-            while now + delay < arrival:
-                delay = math.nextafter(delay, math.inf)
+            delay = arrival_delay(env.now, request.arrival_s)
             if delay > 0:
                 yield env.timeout(delay)
             self._num_arrived = i + 1
@@ -52,12 +69,7 @@ class Cluster:
 
     def route(self, request: Request) -> int:
         """The router's choice for ``request``, checked: an index into the replicas."""
-        chosen = self.router.route(request, self._views, self.env.now)
-        count = len(self.replicas)
-        if isinstance(chosen, bool) or not isinstance(chosen, int) or not 0 <= chosen < count:
-            problem = f"returned {brief(chosen)} (expected a replica index 0..{count - 1})"
-            raise PolicyFailure("routing.router", "route()", problem)
-        return chosen
+        return checked_route(self.router, request, self._views, self.env.now)
 
     def unfinished_outcomes(self, reason: str) -> list[RequestOutcome]:
         """Outcomes of every request the run did not finish or reject: those in flight

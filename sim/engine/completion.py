@@ -54,6 +54,15 @@ class Completion:
         else:
             self.alloc.free(seq_id)
 
+    def release_or_hold(self, seq_id: int, req_id: int) -> None:
+        """``release`` a finished prompt's sequence, unless a decode instance is still to
+        read its KV: then it stays held for the reader (``state.held_for_peer``)."""
+        peer = self.state.peer
+        if peer is not None and peer.request_finished(req_id):
+            self.state.held_for_peer[req_id] = seq_id
+        else:
+            self.release(seq_id)
+
     def release_lagging(self) -> None:
         """Free the sequences that finished before the step just planned."""
         for seq_id in self.state.lagging:
@@ -112,7 +121,7 @@ class Completion:
         samples = [seq.sample] + [seq.sample + 1 + i for i in range(seq.fork_children)]
         if generated >= request.output_len:
             # Every sample's only token came from these logits: nothing left to fork.
-            self.release(seq.seq_id)
+            self.release_or_hold(seq.seq_id, request.req_id)
             for _ in samples:
                 self.sample_done(request.req_id, now)
             return

@@ -144,6 +144,7 @@ class FastForward:
         if (
             not self.enabled
             or state.waiting
+            or state.loaded
             or state.prefilling
             or not len(d)
             or (state.arriving or state.ready)

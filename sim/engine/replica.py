@@ -198,6 +198,46 @@ class Replica:
             self._state.arriving.extend(entries)
             return
         self._state.waiting.extend(entries)
+        self._wake_up()
+
+    # -- prefill/decode hand-offs (sim/engine/disaggregation.py) -------------------------
+    def submit_to_hand_off(self, request: Request) -> None:
+        """Queue ``request`` to be prefilled here and read by a decode instance: its
+        blocks stay held once it finishes, until :meth:`release_held`."""
+        self._state.peer.send_later(request.req_id)
+        self.submit(request)
+
+    def submit_handed_off(self, request: Request, source: int) -> None:
+        """Queue ``request``, whose prompt KV is on instance ``source``: read once it is
+        admitted (its blocks allocated), its last prompt token computed here."""
+        self._state.peer.expect(request.req_id, source)
+        self.submit(request)
+
+    def kv_arrived(self, req_id: int) -> None:
+        """The prompt KV of ``req_id`` (loading) is all here: its blocks are published
+        and it is scheduled before the waiting queue, its last prompt token to compute
+        (vLLM recomputes it so the next token can be sampled)."""
+        self.settle()
+        seq = self._state.loading.pop(req_id)
+        total = seq.tokens.shape[0]
+        self.alloc.mark_computed(seq.seq_id, total)
+        seq.computed = total - 1
+        self._state.loaded.append(seq)
+        self._wake_up()
+
+    def release_held(self, req_id: int) -> None:
+        """The decode instance has read ``req_id``'s KV (or gave up on it): the blocks
+        held for it are freed."""
+        self.settle()
+        self.alloc.free(self._state.held_for_peer.pop(req_id))
+        self._wake_up()
+
+    def never_fits(self, request: Request) -> str:
+        """Why ``request`` can never be served here ('' if it can): checked before a
+        prefill instance computes a prompt for this one."""
+        return self._never_fits(request)
+
+    def _wake_up(self) -> None:
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
@@ -325,6 +365,12 @@ class Replica:
                 # this plan preempted and so admitted nothing (vLLM), admitting now.
                 self._planner.carry_preemptions(plan)
                 self._completion.release_lagging()
+            elif self._state.waits_on_peer() and self._state.is_idle():
+                # Blocks here wait on a peer (read in, or held for a reader): so does
+                # the queue, until the peer's transfer ends (kv_arrived, release_held).
+                self._wake = self.env.event()
+                yield self._wake
+                self._wake = None
             else:
                 unblock(self._state, self._memory, plan, self._reject)
             return None

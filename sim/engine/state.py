@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from backend.base import Allocator
+from backend.connectors.peer import PeerConnector, PeerLoad
 from backend.connectors.seam import ConnectorSeam
 from sim.engine.records import RequestOutcome
 from sim.engine.replica_state import DecodeSet, PrefillSeq, SwappedRequest, WaitingEntry
@@ -58,6 +59,10 @@ def _nothing() -> None:
     pass
 
 
+def _no_link(load: PeerLoad) -> None:
+    raise AssertionError(f"request {load.req_id}: a peer load with no link to run it")
+
+
 class ReplicaState:
     """Queues, running sequences and requests in flight of one replica."""
 
@@ -79,6 +84,16 @@ class ReplicaState:
         self.prefilling: list[PrefillSeq] = []
         self.decodes = DecodeSet()
         self.swapped: deque[SwappedRequest] = deque()
+        # Prefill/decode hand-offs (backend/connectors/peer.py; None: this instance is
+        # not in a disaggregated pool). Decode role: prompts whose KV is being read from
+        # a prefill instance, holding their blocks (vLLM's WAITING_FOR_REMOTE_KVS), and
+        # those whose KV is in, to be scheduled before the waiting queue. Prefill role:
+        # finished requests' sequences still held for the reader, by request.
+        self.peer: PeerConnector | None = None
+        self.loading: dict[int, PrefillSeq] = {}
+        self.loaded: list[PrefillSeq] = []
+        self.held_for_peer: dict[int, int] = {}
+        self.on_peer_load: Callable[[PeerLoad], None] = _no_link
         self.in_flight: dict[int, RequestProgress] = {}  # submitted, not finished/rejected
         self.next_seq_id = 0
         self.num_preemptions = 0
@@ -88,7 +103,14 @@ class ReplicaState:
         self.before_read: Callable[[], None] = _nothing
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.prefilling or len(self.decodes) or self.swapped)
+        return bool(
+            self.waiting or self.prefilling or len(self.decodes) or self.swapped or self.loaded
+        )
+
+    def waits_on_peer(self) -> bool:
+        """Blocks here wait on another instance: KV being read in, or held for a reader.
+        A replica that can schedule nothing then waits for the peer, rejecting nothing."""
+        return bool(self.loading or self.held_for_peer)
 
     def has_arrivals(self) -> bool:
         """Requests queued but not yet visible to the scheduler (async scheduling)."""

@@ -44,8 +44,10 @@ def summarize(
     num_replicas: int = 1,
     block_size: int = 1,
     peak_used_blocks: Sequence[int] | None = None,
+    replica_slots: Sequence[int] | None = None,
     cost_model: Mapping[str, Any] | None = None,
     kv_offload: Mapping[str, Any] | None = None,
+    disaggregation: Mapping[str, Any] | None = None,
     token_gaps: tuple[np.ndarray, np.ndarray] | None = None,
     metric_percentiles: Sequence[float] = DEFAULT_PERCENTILES,
 ) -> dict[str, Any]:
@@ -57,7 +59,9 @@ def summarize(
     each step's slot split is divided by it and the result averaged over time, weighting
     steps by their duration. `peak_used_blocks`, one per replica, are the allocators' own
     peaks (they see the pool mid-step, the step log only after each step's finished
-    sequences are freed); without them the step log's peak is reported.
+    sequences are freed); without them the step log's peak is reported. `replica_slots`,
+    one per replica, are each one's pool where they differ (prefill and decode pools):
+    a step's split is then a share of its own replica's pool.
     Mutates nothing. Raises ValueError on a negative `warmup_requests` or `num_replicas < 1`.
     """
     if warmup_requests < 0 or num_replicas < 1:
@@ -69,12 +73,16 @@ def summarize(
     summary: dict[str, Any] = {
         **_request_figures(table, measured, duration, meets, slo_ttft_s, slo_tpot_s),
         "warmup_requests": int(warmup_requests),
-        **_pool_figures(steps, total_slots, block_size, peak_used_blocks, num_replicas),
+        **_pool_figures(
+            steps, total_slots, block_size, peak_used_blocks, num_replicas, replica_slots
+        ),
     }
     if cost_model is not None:
         summary["cost_model"] = dict(cost_model)
     if kv_offload is not None:  # what each offload tier did (sim.run.runner)
         summary["kv_offload"] = dict(kv_offload)
+    if disaggregation is not None:  # the pools and their link (sim.run.pools)
+        summary["disaggregation"] = dict(disaggregation)
     summary["steady_state"] = steady_state(
         table,
         steps.column("time_s"),
@@ -86,8 +94,9 @@ def summarize(
     # Per replica first (its step columns read once and dropped), so the step log's
     # columns are not held through the token gaps' percentiles, a long run's largest
     # transient; the section goes in the summary after the benchmark block all the same.
+    slots = replica_slots or [total_slots] * num_replicas
     per_replica = _per_replica(
-        table, steps, measured, duration, total_slots, block_size, peak_used_blocks, num_replicas
+        table, steps, measured, duration, slots, block_size, peak_used_blocks
     )
     no_gaps = (np.zeros(0), np.zeros(0, dtype=np.int64))
     summary["benchmark"] = benchmark_block(
@@ -132,29 +141,40 @@ def _request_figures(table, measured, duration, meets, slo_ttft_s, slo_tpot_s) -
     }
 
 
-def _pool_figures(steps, total_slots, block_size, peaks, num_replicas) -> dict:
-    """What the engine held: its batches, replicas, KV pool and the pool's use over time
-    (sim.output.steplog's slot split)."""
+def _pool_figures(steps, total_slots, block_size, peaks, num_replicas, replica_slots) -> dict:
+    """What the engine held: its batches, KV pool and the pool's use over time
+    (sim.output.steplog's slot split; each step's share of its own replica's pool where
+    ``replica_slots`` gives them)."""
+    columns = steps.columns(_KV_READS + (("replica",) if replica_slots else ()))
+    row_slots = None
+    if replica_slots:
+        row_slots = np.asarray(replica_slots, dtype=np.float64)[columns["replica"]]
+    peak, peak_fraction_of = _max(peaks), total_slots
+    if replica_slots and peaks:
+        # Pools of different sizes: the peak is that of the replica fullest for its size.
+        fullest = max(range(len(peaks)), key=lambda r: peaks[r] / replica_slots[r])
+        peak, peak_fraction_of = peaks[fullest], replica_slots[fullest]
     return {
         "mean_batch_size": _mean(steps.column("batch_size")),
         "num_replicas": int(num_replicas),
         "total_slots": int(total_slots),
         "num_blocks": int(total_slots // block_size),
         "block_size": int(block_size),
-        "kv": _kv_split(steps.columns(_KV_READS), total_slots, block_size, _max(peaks)),
+        "kv": _kv_split(columns, peak_fraction_of, block_size, peak, row_slots),
     }
 
 
-def _per_replica(table, steps, measured, duration, total_slots, block_size, peaks, replicas):
+def _per_replica(table, steps, measured, duration, replica_slots, block_size, peaks):
     """Each replica's figures (sim.output.summary's ``per_replica``), or None for one
     replica; the step log's columns are read once here and dropped on return."""
+    replicas = len(replica_slots)
     if replicas == 1:
         return None
     peaks = peaks or [None] * replicas
     columns = steps.columns(("replica", "batch_size", *_KV_READS))
     return [
-        _replica_summary(table, columns, r, measured, duration, total_slots, block_size, peak)
-        for r, peak in zip(range(replicas), peaks, strict=True)
+        _replica_summary(table, columns, r, measured, duration, slots, block_size, peak)
+        for r, peak, slots in zip(range(replicas), peaks, replica_slots, strict=True)
     ]
 
 
@@ -221,11 +241,15 @@ _KV_READS = ("used_blocks", "evicted_blocks", "duration_s", *KV_SPLIT_COLUMNS)
 
 
 def _kv_split(
-    columns: Mapping[str, np.ndarray], total_slots: int, block_size: int, peak: int | None
+    columns: Mapping[str, np.ndarray],
+    total_slots: int,
+    block_size: int,
+    peak: int | None,
+    row_slots: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """Duration-weighted mean of each step's slot split / total_slots, plus the peak in
-    use (``peak`` blocks if given, else the most the step log saw), from the step log's
-    ``columns``."""
+    """Duration-weighted mean of each step's slot split / total_slots (/ its own row's
+    ``row_slots``, where replicas' pools differ), plus the peak in use (``peak`` blocks if
+    given, else the most the step log saw), from the step log's ``columns``."""
     used = columns["used_blocks"]
     if peak is None and used.size:
         peak = int(used.max())
@@ -237,7 +261,10 @@ def _kv_split(
         "evicted_blocks": int(columns["evicted_blocks"].sum()),
     }
     weights = columns["duration_s"]
-    denominator = float(weights.sum()) * total_slots
+    if row_slots is None:
+        denominator = float(weights.sum()) * total_slots
+    else:
+        denominator = float(np.sum(weights * row_slots))
     for key, column in zip(KV_SPLIT_KEYS, KV_SPLIT_COLUMNS):
         slots = columns[column].astype(np.float64)  # int32 counts: exact in float64
         # np.sum, not `slots @ weights`: BLAS sums a dot product in an order that depends

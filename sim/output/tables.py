@@ -274,6 +274,7 @@ def format_summary_table(summary: Mapping[str, Any]) -> str:
             ]
             for name in offload_tiers(summary)
         ),
+        *_disaggregation_rows(summary.get("disaggregation")),
         ["KV split (time avg, % of pool)", kv_split],
         [
             "KV peak used",
@@ -286,6 +287,29 @@ def format_summary_table(summary: Mapping[str, Any]) -> str:
         bottom.append(["cost model", profile_note])
     text_blocks = [_align_left(top), _align(latency), _align_left(bottom)]
     return "\n\n".join(text_blocks)
+
+
+def _disaggregation_rows(split: Mapping[str, Any] | None) -> list[list[str]]:
+    """Prefill and decode pools: what crossed the link, and how long the reads waited
+    for the decode pool's blocks and took (none for a colocated run)."""
+    if not split:
+        return []
+
+    def ms(key: str) -> str:
+        dist = split.get(key) or {}
+        return f"p50 {_ms(dist.get('p50'))} ms, p90 {_ms(dist.get('p90'))} ms"
+
+    gib = split["bytes_moved"] / 2**30
+    return [
+        [
+            "prefill / decode",
+            f"{split['prefill_instances']} / {split['decode_instances']} instances, "
+            f"{split['hand_offs']:,} prompts handed off, {gib:,.1f} GiB read, "
+            f"link busy {_pct(split.get('link_busy_fraction'))}",
+        ],
+        ["KV read wait", ms("transfer_wait_s")],
+        ["KV read", ms("transfer_s")],
+    ]
 
 
 def _profile_note(cost_model: Mapping[str, Any]) -> str:

@@ -21,6 +21,7 @@ from sim.config.errors import ScenarioError
 from sim.costs.profile import ProfileCostModel
 from sim.engine.policy_guard import PolicyFailure
 from sim.engine.records import UNFINISHED_REASON, RequestOutcome
+from sim.engine.replica import Replica
 from sim.output.benchmark import DEFAULT_PERCENTILES
 from sim.output.files import write_outputs
 from sim.output.report import write_report
@@ -29,6 +30,7 @@ from sim.output.summary import summarize
 from sim.output.trace import write_trace
 from sim.run.build import build_cluster, build_executor, build_replica
 from sim.run.folders import atomic_folder, run_metadata
+from sim.run.pools import build_pools, pool_figures
 from sim.run.progress import Progress
 from sim.run.warnings import run_warnings
 from sim.workload.generate import WorkloadError, generate_requests
@@ -76,10 +78,9 @@ def simulate(
         done[outcome.req_id] = outcome
         bar.update(len(done))
 
-    replicas, executors = _build_replicas(
-        scenario, requests, env, steps, on_done, make_executor, fast_forward
-    )
-    cluster = build_cluster(scenario, env, replicas, requests)
+    cluster = _build_cluster(scenario, requests, env, steps, on_done, make_executor, fast_forward)
+    replicas = cluster.replicas
+    executors = [replica.executor for replica in replicas]
     env.process(cluster.arrivals(requests))
     try:
         env.run(until=scenario.simulation.max_sim_time_s)
@@ -91,6 +92,8 @@ def simulate(
         done[outcome.req_id] = outcome
     outcomes = [done[request.req_id] for request in requests]
     engine = _engine_figures(scenario, replicas, executors)
+    if scenario.pools is not None:
+        engine["disaggregation"] = pool_figures(cluster)
     num_steps = sum(r.num_steps for r in replicas)
     forwarded = sum(r.fast_forwarded_steps for r in replicas)
     # The engine is not read again: free it (and the outcome dict) before the summary's
@@ -113,37 +116,43 @@ def simulate(
     return RunResult(outcomes, steps, summary, wall_s, num_steps, forwarded)
 
 
-def _build_replicas(scenario, requests, env, steps, on_done, make_executor, fast_forward):
+def _build_cluster(scenario, requests, env, steps, on_done, make_executor, fast_forward):
     """Every replica of ``scenario`` on ``env`` (sim.run.build.build_replica), writing to
-    ``steps`` and reporting to ``on_done``; returns the replicas and their executors."""
+    ``steps`` and reporting to ``on_done``, behind the router, or in the prefill and
+    decode pools of ``routing.disaggregation`` (sim.run.pools)."""
     outputs = SyntheticOutputs(scenario.simulation.seed, scenario.model.vocab_size)
     blank = BlankOutputs()  # where no allocator or executor reads decode token ids
     shared: dict = {}  # a remote offload tier, built once for every replica
-    replicas = [
-        build_replica(
-            scenario,
+
+    def make_replica(replica_scenario, index: int, done) -> Replica:
+        return build_replica(
+            replica_scenario,
             env,
             index,
-            make_executor=lambda alloc: make_executor(scenario, alloc),
+            make_executor=lambda alloc: make_executor(replica_scenario, alloc),
             outputs=outputs,
             steps=steps,
-            on_done=on_done,
+            on_done=done,
             requests=requests,
             fast_forward=fast_forward,
             blank=blank,
             shared=shared,
         )
-        for index in range(scenario.routing.replicas)
-    ]
-    return replicas, [replica.executor for replica in replicas]
+
+    if scenario.pools is not None:
+        return build_pools(scenario, env, on_done, make_replica, requests)
+    replicas = [make_replica(scenario, i, on_done) for i in range(scenario.routing.replicas)]
+    return build_cluster(scenario, env, replicas, requests)
 
 
 def _engine_figures(scenario, replicas, executors) -> dict[str, Any]:
     """What the summary needs of the engine once it has stopped (summarize's keywords)."""
-    pool = replicas[0].alloc
+    pool = replicas[-1].alloc  # (a decode instance's, in prefill and decode pools)
+    slots = [r.alloc.num_blocks * r.alloc.block_size for r in replicas]
     return {
         "total_slots": pool.num_blocks * pool.block_size,
         "num_replicas": len(replicas),
+        "replica_slots": slots if len(set(slots)) > 1 else None,
         "block_size": pool.block_size,
         # Blocks for the paged manager, slots for contiguous baselines: the fraction and
         # the slot count are the comparable figures.
@@ -191,8 +200,9 @@ def policy_name(scenario, role: str) -> str:
     """What the scenario names at ``role`` (a field path such as "scheduler.policy")."""
     if role == "cost model":
         return "torch backend" if scenario.backend.kind == "torch" else scenario.cost_model.kind
-    section, _, field = role.partition(".")
-    value = getattr(getattr(scenario, section), field)
+    value = scenario
+    for part in role.split("."):
+        value = getattr(value, part)
     return getattr(value, "policy", value)  # a {policy, params} choice, or a name
 
 

@@ -225,6 +225,7 @@ class StepPlanner:
         their memory and start computing in later steps). Records in ``plan.limit``
         what stopped admission with requests left. Returns the requests admitted and
         the budget left."""
+        budget = self.schedule_loaded(plan, budget)
         waiting = self.state.waiting
         if not waiting:
             return [], budget
@@ -252,6 +253,8 @@ class StepPlanner:
                 plan.limit = Limit.KV_BLOCKS
                 break
             admitted.append(entry)
+            if seq.request.req_id in self.state.loading:
+                continue  # its prompt's KV is read from a prefill instance first
             take = self.chunk_size(seq, budget, plan) if budget > 0 else 0
             if take:
                 self.take_chunk(plan, seq, take)
@@ -262,6 +265,19 @@ class StepPlanner:
             plan.limit = Limit.POLICY  # the scheduler offered no more of the queue
             plan.held_by = "scheduler.policy"
         return [entry.request for entry in admitted], budget
+
+    def schedule_loaded(self, plan: PlanDraft, budget: int) -> int:
+        """Requests whose prompt KV came from a prefill instance run first of the waiting
+        ones (vLLM drains its KV-holding queue first): each computes its last prompt
+        token, under the sequence limit and the budget. Returns the budget left."""
+        loaded = self.state.loaded
+        while loaded and budget > 0 and self.admission_limit(budget) == Limit.NONE:
+            seq = loaded.pop(0)
+            self.state.prefilling.append(seq)
+            take = self.chunk_size(seq, budget, plan)
+            self.take_chunk(plan, seq, take)
+            budget -= take
+        return budget
 
     def fits_whole(self, seq: PrefillSeq, budget: int, plan: PlanDraft) -> bool:
         """Without chunking: whether ``seq``'s whole uncached prompt runs this step."""
@@ -291,7 +307,7 @@ class StepPlanner:
             cached = self.cached_prefix_tokens(seq.tokens, salt=request.tenant)
             if self.whole_sequence and not self.sequence_fits(seq, cached, watermark):
                 return None
-            if self.first_chunk_admission:
+            if self.first_chunk_admission and not self.hands_over(request):
                 tokens = seq.tokens[: self.first_tokens(total, cached, budget)]
             if watermark:
                 # The watermark keeps headroom so running sequences can grow (vLLM's
@@ -316,8 +332,26 @@ class StepPlanner:
             progress.cached_prompt_tokens = seq.computed
         if math.isnan(progress.first_scheduled_s):
             progress.first_scheduled_s = self.view.now
-        state.prefilling.append(seq)
+        if not self.load_from_peer(seq, cached):
+            state.prefilling.append(seq)
         return cached
+
+    def hands_over(self, request: Request) -> bool:
+        """Whether ``request``'s prompt KV is on a prefill instance (its whole prompt is
+        allocated at admission, as vLLM allocates a remote prefill's)."""
+        peer = self.state.peer
+        return peer is not None and peer.expects(request.req_id)
+
+    def load_from_peer(self, seq: PrefillSeq, cached: int) -> bool:
+        """Whether ``seq``'s prompt KV after its ``cached`` hit is read from a prefill
+        instance (its blocks, just allocated, wait in ``state.loading`` until the load is
+        done; the peer link is told through ``state.on_peer_load``)."""
+        peer, request = self.state.peer, seq.request
+        if peer is None or not peer.remote_tokens(request.req_id, seq.tokens.shape[0], cached):
+            return False
+        self.state.loading[request.req_id] = seq
+        self.state.on_peer_load(peer.start_load(request.req_id, cached, seq.tokens.shape[0]))
+        return True
 
     def sequence_fits(self, seq: PrefillSeq, cached: int, watermark: bool) -> bool:
         """Whether all of ``seq``'s blocks (``cached`` tokens of it hit) are free now,

@@ -1,0 +1,114 @@
+"""Building a disaggregated run (``routing.disaggregation``): each pool's instances from
+its own scenario, the peer link between them priced from the link catalogue, the
+routers and the decider (sim/engine/disaggregation.py carries the requests through)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import simpy
+
+from backend.connectors.peer import PeerConnector
+from policies.routing import ROUTERS
+from sim.catalog.links import peer_link
+from sim.engine.disaggregation import Decider, DisaggregatedCluster
+from sim.engine.peer_link import PeerLink
+from sim.engine.records import RequestOutcome
+from sim.engine.replica import Replica
+from sim.run.build import make_policy, policy_context
+
+
+def build_pools(
+    scenario,
+    env: simpy.Environment,
+    on_done: Callable[[RequestOutcome], None],
+    make_replica: Callable[..., Replica],
+    requests: Sequence = (),
+) -> DisaggregatedCluster:
+    """The prefill and decode pools of ``scenario`` on ``env``, instances numbered
+    prefill first; ``make_replica(pool_scenario, index, on_done)`` builds one instance
+    (sim.run.build.build_replica with the run's sinks)."""
+    split = scenario.routing.disaggregation
+    prefill_scenario, decode_scenario = scenario.pools
+    holder: list[DisaggregatedCluster] = []
+    num_prefill = split.prefill.replicas
+    prefill = [
+        make_replica(prefill_scenario, i, lambda o: holder[0].prefilled(o))
+        for i in range(num_prefill)
+    ]
+    decode = [
+        make_replica(decode_scenario, num_prefill + i, lambda o: holder[0].decoded(o))
+        for i in range(split.decode.replicas)
+    ]
+    for replica in prefill + decode:
+        replica.state.peer = PeerConnector(replica.alloc.block_size)
+    routers = (
+        _router(prefill_scenario, requests),
+        _router(decode_scenario, requests),
+    )
+    cluster = DisaggregatedCluster(
+        env,
+        prefill,
+        decode,
+        routers,
+        Decider(split.decider, split.threshold),
+        _link(env, split.link, prefill_scenario, decode_scenario, num_prefill, len(decode)),
+        decode_scenario.cache.replica_block_bytes(
+            decode_scenario.model, decode_scenario.tensor_parallel
+        ),
+        on_done,
+    )
+    holder.append(cluster)
+    return cluster
+
+
+def _router(pool_scenario, requests):
+    routing = pool_scenario.routing
+    context = policy_context(pool_scenario, requests)
+    return make_policy(pool_scenario, ROUTERS, routing.router, routing.params, context)
+
+
+def _link(env, kind: str, prefill, decode, num_prefill: int, num_decode: int) -> PeerLink:
+    """The peer link: each instance's port is its GPUs' links together."""
+    ports = []
+    latency = 0.0
+    for pool, count in ((prefill, num_prefill), (decode, num_decode)):
+        hw = pool.hardware
+        per_gpu, latency_s = peer_link(kind, hw.interconnect_bytes_s, hw.host_link_bytes_s)
+        ports += [per_gpu * pool.tensor_parallel] * count
+        latency = max(latency, latency_s)
+    return PeerLink(env, ports, latency)
+
+
+def pool_figures(cluster: DisaggregatedCluster) -> dict:
+    """The summary's ``disaggregation`` section: the pools, what crossed the link and
+    how long, and where the time to the first token went for requests handed off."""
+    offs = [h for h in cluster.hand_offs.values() if not math.isnan(h.transfer_end_s)]
+    link = cluster.link
+    elapsed = max((h.transfer_end_s for h in offs), default=0.0)  # (the run's clock ran on)
+    transfer = np.array([h.transfer_end_s - h.transfer_start_s for h in offs])
+    alone = np.array([h.transfer_alone_s for h in offs])
+    return {
+        "prefill_instances": len(cluster.prefill),
+        "decode_instances": len(cluster.decode),
+        "hand_offs": len(offs),
+        "bytes_moved": float(link.bytes_moved),
+        # Of the time until the last read ended, the share with a read flowing.
+        "link_busy_fraction": link.busy_s / elapsed if elapsed > 0 else None,
+        "prefill_queue_s": _spread([h.prefill_started_s - h.arrival_s for h in offs]),
+        "prefill_s": _spread([h.prefill_done_s - h.prefill_started_s for h in offs]),
+        "transfer_wait_s": _spread([h.transfer_start_s - h.prefill_done_s for h in offs]),
+        "transfer_s": _spread(transfer),
+        # How much slower than alone on the link each read ran (1: no contention).
+        "transfer_slowdown": _spread(transfer / alone) if offs else _spread([]),
+    }
+
+
+def _spread(values) -> dict:
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    return {"mean": float(values.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
