@@ -26,6 +26,7 @@ sys.path.insert(0, HERE)
 
 import streams as S  # noqa: E402
 import vllm_kv_config  # noqa: E402
+from pd_worker import PDWorker, pd_transfer_params  # noqa: E402
 
 # Set-iteration order of request-id strings must not depend on the process.
 if os.environ.get("PYTHONHASHSEED") != "0":
@@ -140,6 +141,17 @@ class Driver:
             extra["device_config"] = DeviceConfig(device="cpu")
         except Exception:  # noqa: BLE001
             pass
+        self.role = cfg.get("kv_role")  # P/D: "kv_producer" (prefill), "kv_consumer" (decode)
+        if self.role:
+            from vllm.config import KVTransferConfig
+
+            # vLLM's own NIXL connector, built by the scheduler as a P/D instance
+            # builds it; only its worker side (the reads) is stood in for (PDWorker).
+            extra["kv_transfer_config"] = KVTransferConfig(
+                kv_connector="NixlConnector",
+                kv_role=self.role,
+                kv_connector_extra_config={"kv_lease_duration": cfg["kv_lease_s"]},
+            )
         vllm_config = VllmConfig(
             **_kwargs_for(
                 VllmConfig,
@@ -278,7 +290,11 @@ class Driver:
             tokens = S.expand_prompt(r["prompt"])
             ids = [r["id"]] if r["n"] == 1 else [f"{r['id']}#{c}" for c in range(r["n"])]
             for c, rid in enumerate(ids):
-                sp = SamplingParams(max_tokens=r["max_tokens"], ignore_eos=True)
+                sp = SamplingParams(
+                    max_tokens=r["max_tokens"],
+                    ignore_eos=True,
+                    extra_args=pd_transfer_params(None if r.get("local") else self.role, rid),
+                )
                 req = Request(
                     **_kwargs_for(
                         Request.__init__,
@@ -301,6 +317,10 @@ class Driver:
                     "num_preemptions": 0,
                 }
         self.requests_by_id = {req.request_id: req for _, req in self.pending}
+        self.pd = None
+        if self.role:
+            abandoned = [r["id"] for r in self.stream["requests"] if r.get("abandoned")]
+            self.pd = PDWorker(self.role, self.cfg, self.times, self.requests_by_id, abandoned)
         # Requests join at their arrival time, list order only breaking ties (a stream
         # may list a later group of requests whose arrivals interleave the earlier one).
         self.pending.sort(key=lambda item: item[0])
@@ -313,6 +333,12 @@ class Driver:
 
     def _next_arrival(self):
         return self.pending[-1][0] if self.pending else None
+
+    def _next_event(self):
+        """The next arrival or, in a P/D stream, the next read to end (None: none)."""
+        events = [self._next_arrival(), self.pd.next_event() if self.pd else None]
+        events = [t for t in events if t is not None]
+        return min(events) if events else None
 
     # ------------------------------------------------------------ loop
     def run(self) -> dict:
@@ -360,6 +386,8 @@ class Driver:
                 t_start = max(now, gpu_free_at)
                 t_end = t_start + dur
                 gpu_free_at = t_end
+                if self.pd:
+                    self.pd.after_schedule(sched, t_start)
                 new = [rid for rid in nst if rid not in running_before]
                 rec = None
                 if total > 0 or self._preempted_now:
@@ -379,10 +407,11 @@ class Driver:
                     steps.append(rec)
                 queue.appendleft((out, sampling, t_end, rec))
                 idle = total == 0 and not any(q[0].total_num_scheduled_tokens for q in queue)
-                if idle and sched.get_num_unfinished_requests() > 0:
-                    # Nothing runs and nothing is in flight: the engine would idle
-                    # until the next arrival.
-                    nxt = self._next_arrival()
+                reads = self.pd is not None and self.pd.next_event() is not None
+                if idle and (sched.get_num_unfinished_requests() > 0 or reads):
+                    # Nothing runs and nothing is in flight: the engine would idle (or
+                    # step empty, polling its connector) until the next arrival or read.
+                    nxt = self._next_event()
                     if nxt is None:
                         raise RuntimeError(f"{self.stream['stream']}: scheduler stuck")
                     now = max(now, nxt)
@@ -416,20 +445,26 @@ class Driver:
                     prompt_logprobs_dict={},
                     pooler_output=[],
                     spec_token_ids=None,
+                    kv_connector_output=self.pd.output(now) if self.pd else None,
                 )
             )
             c0 = time.process_time()
             sched.update_from_output(out, mro)
             cpu += time.process_time() - c0
+            finished_now = []
             for rid in req_ids:
                 req = self.requests_by_id[rid]
                 tm = self.times[rid]
                 if tm["first_token_s"] is None and len(req.output_token_ids) > 0:
                     tm["first_token_s"] = t_end
-                if tm["finished_s"] is None and rid not in sched.requests:
+                # (a prefill instance keeps a finished request whose KV is still read)
+                if tm["finished_s"] is None and (rid not in sched.requests or req.is_finished()):
                     tm["finished_s"] = t_end
+                    finished_now.append(rid)
                     if rec is not None:
                         rec["finished"].append(rid)
+            if self.pd:
+                self.pd.after_output(finished_now, t_end)
         npre: dict[str, int] = {}
         for rec in steps:
             for rid in rec["preempted"]:

@@ -83,7 +83,10 @@ class _Builder:
         max_tokens: int,
         priority: int = 0,
         n: int = 1,
+        **hand_off: bool,
     ) -> None:
+        """``hand_off``: a P/D stream's flags of the request (``local``: a decode
+        instance serves it whole; ``abandoned``: no decode instance reads its KV)."""
         j = len(self.requests)
         self.requests.append(
             {
@@ -93,6 +96,7 @@ class _Builder:
                 "max_tokens": max_tokens,
                 "priority": priority,
                 "n": n,
+                **{flag: True for flag, on in hand_off.items() if on},
             }
         )
 
@@ -492,6 +496,111 @@ def hybrid_async_five_to_one(b: _Builder) -> dict:
 
 
 # name -> (seed, builder)
+# ---------------------------------------------------------------- P/D streams
+# One instance of a disaggregated pair each, with vLLM's NIXL connector: a decode
+# instance (kv_consumer) gets requests whose prompt KV it reads from a prefill instance,
+# at the time the prefill finished; a prefill instance (kv_producer) gets one-token
+# requests whose blocks it holds until a decode instance has read them. Reads take
+# latency_s + block_s per block (pd_worker.py stands in for the worker side).
+
+PD_READ = {"latency_s": 0.002, "block_s": 0.0001}
+
+
+def _pd(role: str, **overrides) -> dict:
+    return {"kv_role": role, "kv_read": dict(PD_READ), "kv_lease_s": 30, **overrides}
+
+
+def pd_decode_light(b: _Builder) -> dict:
+    """Hand-offs at a light rate: each read starts when its blocks are allocated and
+    the last prompt token is computed locally once it ended."""
+    for t in b.poisson_times(60, 6.0):
+        b.add(t, [[b.unique_key(), b.rng.randint(100, 2000)]], b.rng.randint(16, 160))
+    return _pd("kv_consumer", num_gpu_blocks=4096)
+
+
+def pd_decode_pressure(b: _Builder) -> dict:
+    """A small decode pool: reads wait for blocks, running requests are preempted."""
+    for t in b.poisson_times(150, 20.0):
+        b.add(t, [[b.unique_key(), b.rng.randint(64, 1024)]], b.rng.randint(50, 200))
+    return _pd("kv_consumer", num_gpu_blocks=300, kv_read={"latency_s": 0.003, "block_s": 0.0005})
+
+
+def pd_decode_prefix_hits(b: _Builder) -> dict:
+    """Shared system prompts: the decode instance's own prefix hits shorten the reads."""
+    systems = [(400 + g, b.rng.randint(256, 1024)) for g in range(6)]
+    for t in b.poisson_times(120, 12.0):
+        key, length = b.rng.choice(systems)
+        prompt = [[key, length], [b.unique_key(), b.rng.randint(16, 400)]]
+        b.add(t, prompt, b.rng.randint(8, 96))
+    return _pd("kv_consumer", num_gpu_blocks=1500)
+
+
+def pd_decode_mixed_local(b: _Builder) -> dict:
+    """Prefix-aware deciding: short prompts are prefilled on the decode instance in
+    chunks beside reads of long ones, under a 512-token budget and some pressure."""
+    for t in b.poisson_times(140, 14.0):
+        local = b.rng.random() < 0.4
+        length = b.rng.randint(64, 400) if local else b.rng.randint(800, 2500)
+        b.add(t, [[b.unique_key(), length]], b.rng.randint(16, 128), local=local)
+    return _pd("kv_consumer", num_gpu_blocks=700, max_num_batched_tokens=512)
+
+
+def pd_decode_async(b: _Builder) -> dict:
+    """Hand-offs under async scheduling, with some pressure."""
+    for t in b.poisson_times(120, 15.0):
+        b.add(t, [[b.unique_key(), b.rng.randint(64, 1024)]], b.rng.randint(30, 160))
+    return _pd("kv_consumer", num_gpu_blocks=500, async_scheduling=True)
+
+
+def pd_prefill_light(b: _Builder) -> dict:
+    """One-token prefills whose blocks are held until read."""
+    for t in b.poisson_times(80, 8.0):
+        b.add(t, [[b.unique_key(), b.rng.randint(100, 3000)]], 1)
+    return _pd("kv_producer", num_gpu_blocks=4096)
+
+
+def pd_prefill_pressure(b: _Builder) -> dict:
+    """Slow reads fill a small prefill pool with held blocks: admissions wait for them."""
+    for t in b.poisson_times(120, 30.0):
+        b.add(t, [[b.unique_key(), b.rng.randint(200, 1500)]], 1)
+    return _pd(
+        "kv_producer",
+        num_gpu_blocks=400,
+        max_num_batched_tokens=1024,
+        kv_read={"latency_s": 0.01, "block_s": 0.004},
+    )
+
+
+def pd_prefill_prefix_hits(b: _Builder) -> dict:
+    """Shared prefixes on the prefill side: held blocks stay hits for later prompts."""
+    systems = [(500 + g, b.rng.randint(256, 1024)) for g in range(5)]
+    for t in b.poisson_times(120, 15.0):
+        key, length = b.rng.choice(systems)
+        b.add(t, [[key, length], [b.unique_key(), b.rng.randint(16, 300)]], 1)
+    return _pd("kv_producer", num_gpu_blocks=800)
+
+
+def pd_prefill_async(b: _Builder) -> dict:
+    """Prefills under async scheduling, held blocks filling the pool at times."""
+    for t in b.poisson_times(120, 25.0):
+        b.add(t, [[b.unique_key(), b.rng.randint(200, 1500)]], 1)
+    return _pd(
+        "kv_producer",
+        num_gpu_blocks=500,
+        async_scheduling=True,
+        kv_read={"latency_s": 0.01, "block_s": 0.002},
+    )
+
+
+def pd_prefill_abandoned(b: _Builder) -> dict:
+    """Some hand-offs are never read (the decode side gave up): their blocks stay held
+    until the lease runs out."""
+    for t in b.poisson_times(100, 10.0):
+        abandoned = b.rng.random() < 0.2
+        b.add(t, [[b.unique_key(), b.rng.randint(200, 1500)]], 1, abandoned=abandoned)
+    return _pd("kv_producer", num_gpu_blocks=900, kv_lease_s=2)
+
+
 STREAMS = {
     "burst_shared_prefix": (11, burst_shared_prefix),
     "burst_shared_prefix_short": (12, burst_shared_prefix_short),
@@ -521,6 +630,16 @@ STREAMS = {
     "hybrid_duplicates": (128, hybrid_duplicates),
     "hybrid_async": (129, hybrid_async),
     "hybrid_async_five_to_one": (130, hybrid_async_five_to_one),
+    "pd_decode_light": (141, pd_decode_light),
+    "pd_decode_pressure": (142, pd_decode_pressure),
+    "pd_decode_prefix_hits": (143, pd_decode_prefix_hits),
+    "pd_decode_mixed_local": (144, pd_decode_mixed_local),
+    "pd_decode_async": (145, pd_decode_async),
+    "pd_prefill_light": (151, pd_prefill_light),
+    "pd_prefill_pressure": (152, pd_prefill_pressure),
+    "pd_prefill_prefix_hits": (153, pd_prefill_prefix_hits),
+    "pd_prefill_abandoned": (154, pd_prefill_abandoned),
+    "pd_prefill_async": (155, pd_prefill_async),
 }
 
 

@@ -54,6 +54,11 @@ def _tables_do_not_move(s: Scenario) -> str:
     return f"{_kept(s)}: swap space and the real backend do not move its tables yet; {WINDOWS_OFF}"
 
 
+def _split(s: Scenario) -> bool:
+    """Prefill and decode pools: the scenario's, or a pool's own (``Scenario.pool_role``)."""
+    return s.routing.disaggregation is not None or s.pool_role is not None
+
+
 def _lower_tiers(s: Scenario) -> list[str]:
     return [tier.tier for tier in s.cache.offload[1:]]
 
@@ -121,6 +126,40 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
         lambda s: (
             f"{_kept(s)}: the analytic cost model prices its windows "
             f"({s.cost_model.kind} prices every layer as full attention); {WINDOWS_OFF}"
+        ),
+    ),
+    # prefill and decode pools
+    Unsupported(
+        "cache.allocator",
+        lambda s: (
+            _split(s) and (s.cache.plugin_allocator is not None or s.cache.allocator != PAGED)
+        ),
+        lambda s: (
+            "prefill and decode pools pass a request's blocks from one block table to "
+            f"another: the paged allocator keeps them, not {s.cache.allocator!r}"
+        ),
+    ),
+    Unsupported(
+        "routing.disaggregation",
+        lambda s: _split(s) and _windows(s),
+        lambda s: (
+            f"{_kept(s)}: a window's hand-off (vLLM reads only the blocks it still reads) "
+            f"is not modelled yet; {WINDOWS_OFF}"
+        ),
+    ),
+    Unsupported(
+        "routing.disaggregation",
+        lambda s: _split(s) and _torch(s),
+        lambda s: (
+            "the real backend runs one instance: prefill and decode pools need backend.kind: model"
+        ),
+    ),
+    Unsupported(
+        "workload.request_timeout_s",
+        lambda s: _split(s) and s.workload.request_timeout_s is not None,
+        lambda s: (
+            "a client giving up while its KV is read or held for a reader is not modelled "
+            "yet with routing.disaggregation"
         ),
     ),
     # offload tiers below the CPU's

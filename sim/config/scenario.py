@@ -89,6 +89,7 @@ class Scenario(StrictModel):
     _kv_pool: KVPool | None = PrivateAttr(default=None)  # sized by _fits_together
     # (prefill, decode) pools' scenarios with routing.disaggregation; built by _fits_together
     _pools: tuple[Scenario, Scenario] | None = PrivateAttr(default=None)
+    _pool_role: str | None = PrivateAttr(default=None)  # "prefill"/"decode": a pool's own
     model: ResolvedModel = Field(default="llama-3-8b", validate_default=True)
     """The served model: a preset name, a full shape, ``{preset: NAME, ...}`` with some fields
     overridden (e.g. ``max_model_len``), or ``{config: path/config.json, ...}``: a HuggingFace
@@ -185,6 +186,7 @@ class Scenario(StrictModel):
 
     @model_validator(mode="after")
     def _fits_together(self, info: ValidationInfo) -> Scenario:
+        self._pool_role = (info.context or {}).get("pool")
         sim = self.simulation
         replay = isinstance(self.workload.arrival, TraceArrival)
         if sim.num_requests is None and sim.duration_s is None and not replay:
@@ -257,13 +259,22 @@ class Scenario(StrictModel):
         for role, pool in (("prefill", spec.prefill), ("decode", spec.decode)):
             raw = pool_scenario(base, pool)
             try:
-                pools.append(Scenario.model_validate(raw, context=info.context))
+                context = {**(info.context or {}), "pool": role}
+                pools.append(Scenario.model_validate(raw, context=context))
             except ValidationError as err:
                 # "<source>: <path>: <message>", the path within the pool's scenario
                 path, _, message = format_validation_error(err, "", raw)[2:].partition(": ")
-                raise error_at(f"routing.disaggregation.{role}.{path}", message) from None
+                where = f"routing.disaggregation.{role}"
+                if not path.startswith("routing.disaggregation"):  # (the pool's own field)
+                    where += f".{path}"
+                raise error_at(where, message) from None
         del split
         return pools[0], pools[1]
+
+    @property
+    def pool_role(self) -> str | None:
+        """``prefill`` or ``decode`` for the scenario of a pool's instances, else None."""
+        return self._pool_role
 
     @property
     def pools(self) -> tuple[Scenario, Scenario] | None:

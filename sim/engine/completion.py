@@ -68,6 +68,9 @@ class Completion:
         for seq_id in self.state.lagging:
             self.alloc.free(seq_id)
         self.state.lagging.clear()
+        for seq_id in self.state.lagging_held:
+            self.alloc.free(seq_id)
+        self.state.lagging_held.clear()
 
     def apply(self, plan: StepPlan, now: float) -> None:
         """Apply the step that just ended at ``now`` (the replica's next step index)."""

@@ -147,7 +147,7 @@ class FastForward:
             or state.loaded
             or state.prefilling
             or not len(d)
-            or (state.arriving or state.ready)
+            or state.has_arrivals()
         ):
             return None
         if state.swapped and not self.parts.memory.swap_in_stays_blocked():

@@ -222,14 +222,24 @@ class Replica:
         total = seq.tokens.shape[0]
         self.alloc.mark_computed(seq.seq_id, total)
         seq.computed = total - 1
-        self._state.loaded.append(seq)
+        if self._cfg.async_scheduling and self._wake is None:
+            # A step is running and the next is planned already: the read's end is in
+            # this step's output, which the plan after next is the first to see.
+            self._state.loaded_arriving.append(seq)
+            return
+        self._state.add_loaded([seq])
         self._wake_up()
 
     def release_held(self, req_id: int) -> None:
         """The decode instance has read ``req_id``'s KV (or gave up on it): the blocks
         held for it are freed."""
         self.settle()
-        self.alloc.free(self._state.held_for_peer.pop(req_id))
+        seq_id = self._state.held_for_peer.pop(req_id)
+        if self._cfg.async_scheduling and self._wake is None:
+            # The read's end is in the output of the step running, after the next plan.
+            self._state.lagging_held.append(seq_id)
+            return
+        self.alloc.free(seq_id)
         self._wake_up()
 
     def never_fits(self, request: Request) -> str:
@@ -333,7 +343,7 @@ class Replica:
         returns its ``(plan, duration, batch counts)``, or None when there is none to
         apply (a decode stretch applied whole, or a plan that scheduled nothing). A
         stretch is taken only with no frees lagging (it plans no step of its own)."""
-        lagging = self._state.lagging
+        lagging = self._state.frees_lag()
         if not lagging and self._fast.begin(self.env.now, self._stretch_horizon) is not None:
             return (yield from self._forward())
         return (yield from self._run_planned())
@@ -359,7 +369,7 @@ class Replica:
         batch, plan = self._planner.plan()
         counts = batch_counts(batch)
         if counts[0] == 0 and not batch.transfers:
-            if self._state.lagging or self._state.num_preemptions != preemptions:
+            if self._state.frees_lag() or self._state.num_preemptions != preemptions:
                 # Plan again, the next record carrying this plan's preemptions: after
                 # the frees of the step in flight (vLLM: its output is in), or, when
                 # this plan preempted and so admitted nothing (vLLM), admitting now.

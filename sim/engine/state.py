@@ -7,6 +7,7 @@ swap in :mod:`.memory`, results in :mod:`.completion`); everything here is plain
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -91,8 +92,15 @@ class ReplicaState:
         # finished requests' sequences still held for the reader, by request.
         self.peer: PeerConnector | None = None
         self.loading: dict[int, PrefillSeq] = {}
-        self.loaded: list[PrefillSeq] = []
+        self.loaded: list[PrefillSeq] = []  # (in admission order: by sequence id)
+        # Async scheduling: reads that ended during the step in progress, and those of
+        # the step before, which the next plan cannot see yet (as ``arriving``, ``ready``).
+        self.loaded_arriving: list[PrefillSeq] = []
+        self.loaded_ready: list[PrefillSeq] = []
         self.held_for_peer: dict[int, int] = {}
+        # Async scheduling: held sequences whose reads ended in the step in progress,
+        # freed after the next plan (made before that step's output is in), as lagging.
+        self.lagging_held: list[int] = []
         self.on_peer_load: Callable[[PeerLoad], None] = _no_link
         self.in_flight: dict[int, RequestProgress] = {}  # submitted, not finished/rejected
         self.next_seq_id = 0
@@ -113,23 +121,38 @@ class ReplicaState:
         return bool(self.loading or self.held_for_peer)
 
     def has_arrivals(self) -> bool:
-        """Requests queued but not yet visible to the scheduler (async scheduling)."""
-        return bool(self.arriving or self.ready)
+        """Requests (or the KV of handed-off ones) queued but not yet visible to the
+        scheduler (async scheduling)."""
+        return bool(self.arriving or self.ready or self.loaded_arriving or self.loaded_ready)
 
     def promote_arrivals(self, *, all_of_them: bool = False) -> None:
         """A step ended: the arrivals of the step before it join the queue, those of the
         step that ended become next; ``all_of_them``: every arrival joins (an engine
-        with nothing in flight schedules at once)."""
+        with nothing in flight schedules at once). Reads that ended move alike."""
         self.waiting.extend(self.ready)
         self.ready = self.arriving
         self.arriving = []
+        self.add_loaded(self.loaded_ready)
+        self.loaded_ready, self.loaded_arriving = self.loaded_arriving, []
         if all_of_them:
             self.waiting.extend(self.ready)
             self.ready = []
+            self.add_loaded(self.loaded_ready)
+            self.loaded_ready = []
+
+    def add_loaded(self, seqs: list[PrefillSeq]) -> None:
+        """``seqs``' KV is in: they run in the order they were admitted, not that of
+        their reads' ends (vLLM keeps them in one queue, in admission order)."""
+        for seq in seqs:
+            bisect.insort(self.loaded, seq, key=lambda s: s.seq_id)
 
     def is_idle(self) -> bool:
         """No sequence running, prefilling or swapped out (the queue may hold some)."""
         return not (self.prefilling or len(self.decodes) or self.swapped)
+
+    def frees_lag(self) -> bool:
+        """Blocks the next plan cannot see freed yet (async scheduling's lag)."""
+        return bool(self.lagging or self.lagging_held)
 
     def num_running_seqs(self) -> int:
         """Sequences in the running set as the scheduler sees it: decoding, prefilling,

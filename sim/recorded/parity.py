@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from backend.connectors.peer import PeerConnector, PeerLoad
 from sim.config import Scenario
 from sim.engine import Replica
 from sim.inputs.textfile import parse_json, read_text
@@ -276,7 +277,8 @@ def replay(record: dict[str, Any], *, notes: bool = True) -> Replayed:
     scenario = scenario_of(record)
     requests, names, index_of = stream_requests(record)
     env = simpy.Environment()
-    done = []
+    done: list = []
+    also_done: list = []  # (a prefill instance's hand-offs: its reads start)
     replica = build_replica(
         scenario,
         env,
@@ -288,14 +290,20 @@ def replay(record: dict[str, Any], *, notes: bool = True) -> Replayed:
         ),
         outputs=RecordedOutputs(index_of, {r.req_id for r in requests if r.n > 1}),
         steps=_NoSteps(),
-        on_done=done.append,
+        on_done=lambda outcome: [then(outcome) for then in (done.append, *also_done)],
         requests=requests,
         fast_forward=not notes,  # (noting every step needs them one by one)
     )
     executor = replica.executor
     executor.replica = replica  # (a StepTime ignores it)
-    cluster = build_cluster(scenario, env, [replica], requests)
-    env.process(cluster.arrivals(requests))
+    hand_offs = HandOffs(record, replica, names) if record["config"].get("kv_role") else None
+    if hand_offs is None:
+        cluster = build_cluster(scenario, env, [replica], requests)
+        env.process(cluster.arrivals(requests))
+    else:
+        env.process(hand_offs.arrivals(requests))
+        if not hand_offs.decode:
+            also_done.append(hand_offs.finished)
     env.run()
     result = Replayed(steps=getattr(executor, "steps", []))
     for outcome in done:
@@ -305,8 +313,68 @@ def replay(record: dict[str, Any], *, notes: bool = True) -> Replayed:
             "first_token_s": outcome.first_token_s,
             "finished_s": outcome.finish_s,
             "num_preemptions": outcome.num_preemptions,
+            **(hand_offs.times.get(name, {}) if hand_offs is not None else {}),
         }
     return result
+
+
+class HandOffs:
+    """One instance of a prefill/decode pair, as a P/D record's stand-in worker
+    (bench/parity/pd_worker.py) drives it: on a decode instance (``kv_consumer``) each
+    read starts when the planner allocates its blocks and ends ``latency_s + block_s *
+    blocks`` later; on a prefill instance (``kv_producer``) a finished request's blocks
+    are read that long after it finished (its blocks: the whole prompt's), or, when the
+    record marks it ``abandoned``, freed once the lease (``kv_lease_s``) runs out."""
+
+    def __init__(self, record: dict[str, Any], replica: Replica, names: dict[int, str]):
+        cfg = record["config"]
+        self.decode = cfg["kv_role"] == "kv_consumer"
+        self.read = cfg["kv_read"]
+        self.lease_s = cfg["kv_lease_s"]
+        self.block_size = cfg["block_size"]
+        self.replica, self.names = replica, names
+        self.env = replica.env
+        rows = {row["id"]: row for row in record["requests"]}
+        self.flags = {req_id: rows[name] for req_id, name in names.items()}
+        self.times: dict[str, dict[str, float]] = {}
+        replica.state.peer = PeerConnector(self.block_size)
+        replica.state.on_peer_load = self._load
+
+    def read_s(self, blocks: int) -> float:
+        return self.read["latency_s"] + self.read["block_s"] * blocks
+
+    def arrivals(self, requests: list[Request]):
+        """SimPy process: each request reaches the instance at its arrival time."""
+        for request in requests:
+            if request.arrival_s > self.env.now:
+                yield self.env.timeout(request.arrival_s - self.env.now)
+            if not self.decode:
+                self.replica.submit_to_hand_off(request)
+            elif self.flags[request.req_id].get("local"):
+                self.replica.submit(request)
+            else:
+                self.replica.submit_handed_off(request, 0)
+
+    def _load(self, load: PeerLoad) -> None:
+        name = self.names[load.req_id]
+        self.times[name] = {"kv_load_start_s": self.env.now, "kv_load_blocks": load.blocks}
+        self.env.process(
+            self._after(self.read_s(load.blocks), self.replica.kv_arrived, load.req_id)
+        )
+
+    def finished(self, outcome) -> None:
+        """Prefill role: the finished request's KV is read (or abandoned) from now."""
+        request = outcome.request
+        if self.flags[request.req_id].get("abandoned"):
+            delay = self.lease_s
+        else:
+            delay = self.read_s(math.ceil(request.prompt_len / self.block_size))
+        self.times[self.names[request.req_id]] = {"kv_sent_s": self.env.now + delay}
+        self.env.process(self._after(delay, self.replica.release_held, request.req_id))
+
+    def _after(self, delay: float, then, req_id: int):
+        yield self.env.timeout(delay)
+        then(req_id)
 
 
 class _NoSteps:
@@ -316,6 +384,10 @@ class _NoSteps:
     def record_rows(self, rows, ends) -> None:
         pass
 
+
+#: What a P/D record notes of each hand-off, compared as the request's times are: when
+#: a decode instance's read started and its blocks, when a prefill instance's ended.
+HAND_OFF_TIMES = ("kv_load_start_s", "kv_load_blocks", "kv_sent_s")
 
 DECISIONS = ("scheduled", "preempted", "new", "prefix_hits", "free_blocks", "finished")
 
@@ -367,9 +439,11 @@ def compare(record: dict[str, Any], replayed: Replayed) -> Parity:
     differing = 0
     for name, times in parent_times(record["request_times"]).items():
         ours = replayed.request_times.get(name)
+        keys = ("first_token_s", "finished_s", *(k for k in HAND_OFF_TIMES if k in times))
         if ours is None or any(
-            not math.isclose(ours[k], times[k], rel_tol=0, abs_tol=TIME_TOLERANCE_S)
-            for k in ("first_token_s", "finished_s")
+            k not in ours
+            or not math.isclose(ours[k], times[k], rel_tol=0, abs_tol=TIME_TOLERANCE_S)
+            for k in keys
         ):
             differing += 1
     return Parity(len(theirs), identical, first, differing)

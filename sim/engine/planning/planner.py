@@ -270,10 +270,17 @@ class StepPlanner:
         """Requests whose prompt KV came from a prefill instance run first of the waiting
         ones (vLLM drains its KV-holding queue first): each computes its last prompt
         token, under the sequence limit and the budget. Returns the budget left."""
-        loaded = self.state.loaded
+        state, loaded = self.state, self.state.loaded
         while loaded and budget > 0 and self.admission_limit(budget) == Limit.NONE:
             seq = loaded.pop(0)
-            self.state.prefilling.append(seq)
+            # It joins the running list now, behind everything admitted while its KV
+            # was read, and sequence ids are the running list's order: its blocks pass
+            # to a new id (shared, then the old id's references dropped).
+            self.alloc.fork(seq.seq_id, state.next_seq_id)
+            self.alloc.free(seq.seq_id)
+            seq.seq_id = state.next_seq_id
+            state.next_seq_id += 1
+            state.prefilling.append(seq)
             take = self.chunk_size(seq, budget, plan)
             self.take_chunk(plan, seq, take)
             budget -= take
