@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from backend.base import NULL_BLOCK, ONE_GROUP, Allocator, AllocatorFactory, OutOfBlocks
 from backend.connectors.offload import OffloadConnector, TierSpec
+from backend.connectors.peer import PeerConnector
 from backend.connectors.seam import ConnectorSeam
 from backend.testing import checks
 from backend.testing.shadow import KVMemory, Seq
@@ -34,6 +35,10 @@ STAT_NAMES = (
     "tier stores",
     "tier promotions",  # blocks a disk tier's hit brought into the CPU tier
     "tier cascades",  # blocks the CPU tier's stores copied into a disk tier
+    "hand-offs",  # prefill-side sequences handed to the decode side (hand_offs.py)
+    "reads",  # decode-side reads started
+    "reads ended",
+    "reads given up",
     "refused calls",
     "misuses refused",
 )
@@ -70,6 +75,8 @@ class Harness:
     factory: ClassVar[AllocatorFactory | None] = None
     #: the offload tiers built beside the allocator (set by ``for_factory``)
     connector_class: ClassVar[type[OffloadConnector]] = OffloadConnector
+    #: the peer connector of prefill/decode hand-offs (set by ``for_factory``)
+    peer_class: ClassVar[type[PeerConnector]] = PeerConnector
     #: counts across the examples run (``for_factory`` gives each bound class its own)
     stats: ClassVar[dict[str, int]] = dict.fromkeys(STAT_NAMES, 0)
 
@@ -111,6 +118,12 @@ class Harness:
         self.tier = TierModel(self.seam, self.memory) if self.seam is not None else None
         self.seqs: dict[int, Seq] = {}
         self.gone: dict[int, Seq] = {}  # freed sequences, as they were
+        # Hand-offs between a prefill and a decode side (hand_offs.py), on an allocator of
+        # block tables with one group, as the engine runs them.
+        plain = self.alloc.block_table_layout == "blocks" and self.alloc.kv_groups == ONE_GROUP
+        self.peer = self.peer_class(block_size) if plain else None
+        self.hand_offs: dict = {}
+        self.outside: dict[int, Seq] = {}
         self.next_id = 0
         self.peak = self.alloc.peak_used_blocks
         # (salt, tokens of whole blocks from the start) whose KV was computed at some
@@ -129,11 +142,11 @@ class Harness:
     def attempt(self, what: str, command, *args, **kwargs):
         """(True, result), or (False, None) for a command refused with OutOfBlocks,
         after checking that the refusal changed nothing."""
-        before = checks.observe(self.alloc, self.seqs)
+        before = checks.observe(self.alloc, self.everything())
         try:
             return True, command(*args, **kwargs)
         except OutOfBlocks:
-            after = checks.observe(self.alloc, self.seqs)
+            after = checks.observe(self.alloc, self.everything())
             windows = any(group.sliding_window for group in self.alloc.kv_groups)
             same = checks.unchanged_but_released if windows else checks.unchanged
             same(before, after, f"refused {what}")
@@ -142,13 +155,13 @@ class Harness:
 
     def query(self, what: str, call):
         """A query's answer, after checking that asking changed nothing."""
-        before = checks.observe(self.alloc, self.seqs)
+        before = checks.observe(self.alloc, self.everything())
         answer = call()
-        checks.unchanged(before, checks.observe(self.alloc, self.seqs), f"asking {what}")
+        checks.unchanged(before, checks.observe(self.alloc, self.everything()), f"asking {what}")
         return answer
 
     def misuse(self, what: str, call) -> None:
-        checks.expect_misuse(self.alloc, self.seqs, what, call)
+        checks.expect_misuse(self.alloc, self.everything(), what, call)
         self.count("misuses refused")
 
     # -- the model ---------------------------------------------------------------------------
@@ -159,13 +172,14 @@ class Harness:
         return sid
 
     def held(self, sid: int) -> tuple[list[int], int]:
-        """The tokens and salt of a sequence, live or (as it was when) freed."""
-        seq = self.seqs.get(sid) or self.gone[sid]
+        """The tokens and salt of a sequence, live (in a hand-off too) or (as it was when)
+        freed."""
+        seq = self.seqs.get(sid) or self.outside.get(sid) or self.gone[sid]
         return list(seq.tokens), seq.salt
 
     def blocks(self, sid: int) -> list[list[int]]:
         """``sid``'s block table in each KV cache group, checked (shadow.py)."""
-        return self.memory.tables_of(self.alloc, sid, self.seqs[sid])
+        return self.memory.tables_of(self.alloc, sid, self.everything()[sid])
 
     def compute_through(self, sid: int, count: int) -> None:
         """The KV of ``sid``'s first ``count`` tokens now exists: the executor writes
@@ -186,15 +200,15 @@ class Harness:
         would be written while another sequence reads it."""
         seq = self.seqs[sid]
         pending = self.memory.positions(self.blocks(sid)[0], seq.computed, len(seq.tokens))
-        for other in self.on_device():  # (swap is of allocators with one group)
+        for other in self.holders():  # (swap is of allocators with one group)
             if other == sid:
                 continue
             theirs = set(self.blocks(other)[0])
             shared = next(((b, p) for p, (b, _) in enumerate(pending) if b in theirs), None)
             assert shared is None, (
-                f"swap_in gave {seq.name} block {shared[0]}, which {self.seqs[other].name} "
+                f"swap_in gave {seq.name} block {shared[0]}, which {self.everything()[other].name} "
                 f"holds, for position {seq.computed + shared[1]}, whose KV {seq.name} has "
-                f"not computed: computing it writes into {self.seqs[other].name}'s KV"
+                f"not computed: computing it writes into {self.everything()[other].name}'s KV"
             )
 
     def tier_loads(self) -> tuple:
@@ -217,13 +231,22 @@ class Harness:
     def tier_stores(self, stores) -> None:
         """The step's forward has run: the executor performs the tier's ``stores``."""
         if self.tier is not None and stores:
-            tables = {sid: self.blocks(sid) for sid in self.on_device()}  # (every group's)
-            cascades = self.tier.after_forward(stores, self.seqs, tables)
+            tables = {sid: self.blocks(sid) for sid in self.holders()}  # (every group's)
+            cascades = self.tier.after_forward(stores, self.everything(), tables)
             self.stats["tier stores"] += len(stores) - cascades
             self.stats["tier cascades"] += cascades
 
     def on_device(self) -> list[int]:
         return sorted(sid for sid, s in self.seqs.items() if not s.swapped)
+
+    def everything(self) -> dict[int, Seq]:
+        """Every sequence the allocator holds: the rules' and those in hand-offs
+        (hand_offs.py), which the other rules leave alone."""
+        return {**self.seqs, **self.outside} if self.outside else self.seqs
+
+    def holders(self) -> list[int]:
+        """Every sequence holding device blocks, those in hand-offs too."""
+        return sorted(sid for sid, s in self.everything().items() if not s.swapped)
 
     def shares_last_block(self, sid: int) -> bool:
         """Whether ``sid``'s partly filled last block is in another table (writing to it
@@ -232,7 +255,7 @@ class Harness:
         if len(seq.tokens) % size == 0 or self.memory.layout == "region":
             return False
         last = (len(seq.tokens) - 1) // size
-        others = [self.blocks(o) for o in self.on_device() if o != sid]
+        others = [self.blocks(o) for o in self.holders() if o != sid]
         return any(
             table[last] in other[group]
             for group, table in enumerate(self.blocks(sid))

@@ -49,8 +49,10 @@ from hypothesis.stateful import (
 from backend.base import ONE_GROUP, AllocatorFactory, ReservingAllocator
 from backend.capabilities import TrustedAllocate, TrustedAppendBatch
 from backend.connectors.offload import OffloadConnector
+from backend.connectors.peer import PeerConnector
 from backend.testing import checks
 from backend.testing.draws import KV_GROUP_LAYOUTS, TOKENS, prompts
+from backend.testing.hand_offs import HandOffRules
 from backend.testing.harness import (
     STAT_NAMES,
     Harness,
@@ -92,7 +94,7 @@ def bound_setup(prefix_caching: bool, offload_tier: bool = False, kv_groups: boo
     return setup
 
 
-class AllocatorStateMachine(Harness, RuleBasedStateMachine):
+class AllocatorStateMachine(Harness, HandOffRules, RuleBasedStateMachine):
     """Bind it to an allocator with :meth:`for_factory`; the bound class's ``TestCase``
     is a unittest (and pytest) test case."""
 
@@ -106,6 +108,7 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         prefix_caching: bool | None = None,
         name: str = "",
         connector: type[OffloadConnector] = OffloadConnector,
+        peer: type[PeerConnector] = PeerConnector,
     ) -> type[AllocatorStateMachine]:
         """A subclass checking the allocators ``factory`` builds, e.g.
         ``TestMine = AllocatorStateMachine.for_factory(MyAllocator).TestCase``.
@@ -114,12 +117,14 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         (default: the factory's ``supports_prefix_caching``, which an Allocator class
         has, else that of an allocator it builds). ``name`` names the class, which the
         printed example calls ``state`` (default ``Check<factory name>``). ``connector``:
-        the offload tiers built beside an allocator that takes a KV connector."""
+        the offload tiers built beside an allocator that takes a KV connector; ``peer``:
+        the peer connector of prefill/decode hand-offs (hand_offs.py)."""
         if prefix_caching is None:
             prefix_caching = supports_prefix_caching(factory)
         body = {
             "factory": staticmethod(factory),
             "connector_class": connector,
+            "peer_class": peer,
             "stats": dict.fromkeys(STAT_NAMES, 0),
             "setup": bound_setup(
                 prefix_caching, supports_kv_connector(factory), supports_kv_groups(factory)
@@ -150,6 +155,7 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         """Allocate anew the tokens ``seq`` holds (or held) plus ``extra``, under its salt
         or the other tenant's: a preempted request, a next turn, another tenant's prompt."""
         tokens, salt = self.held(seq.id)
+        salt %= 2  # (a decode side's salt: the prompt again, on the prefill side)
         return self.admit(tokens + extra, 1 - salt if other_tenant else salt, 0, computed_tokens)
 
     def admit(self, prompt, salt, max_new_tokens, computed_tokens):
@@ -194,7 +200,7 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
 
     @rule(seq=seq, num_tokens=st.integers(0, 12))
     def mark_computed(self, seq, num_tokens):
-        if seq.id not in self.seqs:
+        if seq.id not in self.seqs or self.elsewhere(seq):
             return
         state = self.seqs[seq.id]
         if state.swapped:  # the engine computes only what is on the device
@@ -206,6 +212,8 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
     @rule(seq=seq, tokens=TOKENS)
     def append(self, seq, tokens):
         sid, alloc = seq.id, self.alloc
+        if self.elsewhere(seq):
+            return
         if sid not in self.seqs:
             self.misuse(f"append to freed {seq}", lambda: alloc.append(sid, tokens))
             return
@@ -266,6 +274,8 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
     @rule(target=seq, parent=seq)
     def fork(self, parent):
         alloc, child, state = self.alloc, self.next_id, self.seqs.get(parent.id)
+        if self.elsewhere(parent):
+            return multiple()
         if state is None or state.swapped:
             what = "freed" if state is None else "swapped-out"
             self.misuse(f"fork of {what} {parent}", lambda: alloc.fork(parent.id, child))
@@ -282,6 +292,8 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
 
     @rule(seq=seq)
     def free(self, seq):
+        if self.elsewhere(seq):
+            return
         if seq.id not in self.seqs:
             self.misuse(f"free of freed {seq}", lambda: self.alloc.free(seq.id))
             return
@@ -291,6 +303,8 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
     @precondition(lambda self: self.tier is not None)
     @rule(target=seq, seq=seq)
     def evict_cached(self, seq):  # a turn ends, the device forgets it, the next one hits tiers
+        if self.elsewhere(seq):
+            return multiple()
         if seq.id in self.seqs:
             self.free(seq)
         self.alloc.evict(self.alloc.num_blocks)
@@ -373,9 +387,11 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         self.alloc.check_invariants()
         if self.seam is not None:
             self.seam.connector.check_invariants()
-        checks.reads_back(self.alloc, self.seqs)
-        blocks = checks.tables(self.alloc, self.memory, self.seqs)
-        checks.usage_adds_up(self.alloc, self.memory, self.seqs, blocks, self.caching)
+        everything = self.everything()
+        checks.reads_back(self.alloc, everything)
+        blocks = checks.tables(self.alloc, self.memory, everything)
+        checks.usage_adds_up(self.alloc, self.memory, everything, blocks, self.caching)
+        self.check_nothing_held_in_vain()
         peak = self.alloc.peak_used_blocks
         assert peak >= self.peak, f"peak_used_blocks went down from {self.peak} to {peak}"
         self.peak = peak
@@ -386,9 +402,10 @@ class AllocatorStateMachine(Harness, RuleBasedStateMachine):
         if not hasattr(self, "alloc") or sys.exc_info()[1] is not None:
             return  # a step failed: that failure is the one to report
         alloc = self.alloc
-        for sid in list(self.seqs):
+        for sid in [*self.seqs, *self.outside]:  # (hand-offs in flight given up)
             alloc.free(sid)
-            del self.seqs[sid]
+        self.seqs.clear()
+        self.outside.clear()
         alloc.check_invariants()
         usage = alloc.usage()
         assert usage.used_blocks == 0 and usage.token_slots == 0, (

@@ -19,6 +19,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from backend.base import AllocatorFactory
 from backend.connectors.offload import OffloadConnector
+from backend.connectors.peer import PeerConnector
 from backend.testing.harness import supports_prefix_caching
 from backend.testing.machine import AllocatorStateMachine
 from backend.testing.plugin_guard import PluginStopped, guarded_factory, watching
@@ -48,6 +49,7 @@ def check_allocator(
     name: str = "",
     on_progress: Callable[[int], None] | None = None,
     connector: type[OffloadConnector] = OffloadConnector,
+    peer: type[PeerConnector] = PeerConnector,
 ) -> CheckResult:
     """Run the allocator state machine on the allocators ``factory`` builds: up to
     ``examples`` examples of up to ``steps`` calls each, drawn from ``seed_value`` (the
@@ -55,7 +57,8 @@ def check_allocator(
     Hypothesis example database is not used, so nothing is written anywhere.
     ``on_progress(allocators built so far)`` is called about twice a second while it
     runs (a progress bar). ``connector``: the offload tiers built beside an allocator
-    that takes a connector (a broken one, to test the checker)."""
+    that takes a connector (a broken one, to test the checker); ``peer``: the peer
+    connector of prefill/decode hand-offs (likewise)."""
     guarded = guarded_factory(factory)
     try:
         if prefix_caching is None:
@@ -68,6 +71,7 @@ def check_allocator(
         prefix_caching=prefix_caching,
         name=name or f"Check{getattr(factory, '__name__', 'Allocator')}",
         connector=connector,
+        peer=peer,
     )
     config = Settings(
         max_examples=examples,

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 
 from sim.config.errors import error_at
 from sim.config.policy_names import check_policy_name
-from sim.inputs.schema import StrictModel
+from sim.inputs.schema import StrictModel, drop_unset
 
 #: The links a prefill instance's KV can cross to a decode instance (sim/catalog/links.py
 #: prices each): NVLink inside a node, an RDMA NIC per GPU across nodes, or PCIe through
@@ -54,6 +54,11 @@ class PoolSpec(StrictModel):
     @classmethod
     def _registered(cls, name: str) -> str:
         return check_policy_name("routing", name)
+
+    @model_serializer(mode="wrap")
+    def _leave_out_the_scenarios_own(self, handler) -> dict[str, Any]:
+        unset = {"hardware": None, "tensor_parallel": None, "params": {}}
+        return drop_unset(handler(self), unset | {k: {} for k in _SECTIONS[:3]})
 
     def overrides(self) -> dict[str, Any]:
         """The scenario fields this pool sets, as a partial scenario mapping."""

@@ -271,6 +271,12 @@ class Scenario(StrictModel):
         del split
         return pools[0], pools[1]
 
+    def gpu_groups(self) -> list[tuple[str, int]]:
+        """(hardware name, GPUs) of each kind of instance the scenario runs: its replicas,
+        or its prefill and its decode pool."""
+        pools = self.pools or (self,)
+        return [(p.hardware.name, p.tensor_parallel * p.routing.replicas) for p in pools]
+
     @property
     def pool_role(self) -> str | None:
         """``prefill`` or ``decode`` for the scenario of a pool's instances, else None."""

@@ -257,9 +257,25 @@ def summary_problem(summary: Any) -> str:
             summary,
             "",
             numbers=_SUMMARY_NUMBERS,
-            mappings=("steady_state", "kv", "kv_offload", *_LATENCIES),
+            mappings=("steady_state", "kv", "kv_offload", "disaggregation", *_LATENCIES),
         ),
         _offload_problem(summary.get("kv_offload")),
+        _fields(
+            summary.get("disaggregation"),
+            "disaggregation.",
+            numbers=_POOL_NUMBERS,
+            mappings=_POOL_TIMES,
+        ),
+        *(
+            _fields(
+                (summary.get("disaggregation") or {}).get(k)
+                if isinstance(summary.get("disaggregation"), Mapping)
+                else None,
+                f"disaggregation.{k}.",
+                numbers=_LATENCY_NUMBERS,
+            )
+            for k in _POOL_TIMES
+        ),
         _fields(summary.get("kv"), "kv.", numbers=_KV_NUMBERS),
         *(_fields(summary.get(k), f"{k}.", numbers=_LATENCY_NUMBERS) for k in _LATENCIES),
         _fields(
@@ -280,6 +296,10 @@ def summary_problem(summary: Any) -> str:
         ]
     return next((problem for problem in checks if problem), "")
 
+
+#: The prefill and decode pools' numbers and times compare shows (tables._pool_rows).
+_POOL_NUMBERS = ("prefill_instances", "decode_instances", "bytes_moved", "link_busy_fraction")
+_POOL_TIMES = ("transfer_wait_s", "transfer_s")
 
 #: Each offload tier's numbers compare shows (sim.output.tables._offload_rows).
 _TIER_NUMBERS = ("hit_tokens", "loaded_bytes", "stored_bytes", "evicted_blocks")

@@ -37,11 +37,12 @@ MetricRow = tuple[str, Any, str]
 
 
 def metric_rows(
-    summary: Mapping[str, Any], offload: Sequence[str] | None = None
+    summary: Mapping[str, Any], offload: Sequence[str] | None = None, pools: bool | None = None
 ) -> list[MetricRow]:
     """Headline metrics in display order, each as (label, value, text); missing keys give
     None and '-'. Each offload tier named in ``offload`` has its rows (default: the tiers
-    the run had). Values are in the label's unit: ms for 'ms' rows, percent for '%'
+    the run had); ``pools`` adds the prefill and decode pools' rows (default: whether the
+    run had them). Values are in the label's unit: ms for 'ms' rows, percent for '%'
     rows (summary.json keeps seconds and fractions). KV figures are in token slots and %
     of one replica's pool, so paged runs (blocks of 16 slots) and contiguous baselines
     (1-slot blocks) compare directly."""
@@ -96,6 +97,8 @@ def metric_rows(
     ]
     for name in offload_tiers(s) if offload is None else offload:
         rows += _offload_rows(s, name)
+    if s.get("disaggregation") is not None if pools is None else pools:
+        rows += _pool_rows(s.get("disaggregation") or {})
     if s.get("observed") is not None:  # a client's recording: the engine's side is unseen
         rows = [
             (label, value, NOT_OBSERVABLE if value is None and _engine_side(label) else text)
@@ -135,6 +138,32 @@ def _offload_rows(summary: Mapping[str, Any], name: str) -> list[MetricRow]:
         (f"{name} tier GiB loaded", gib("loaded_bytes"), _num(gib("loaded_bytes"), 1)),
         (f"{name} tier GiB stored", gib("stored_bytes"), _num(gib("stored_bytes"), 1)),
         (f"{name} tier blocks evicted", evicted, "-" if evicted is None else f"{evicted:,}"),
+    ]
+
+
+def _pool_rows(split: Mapping[str, Any]) -> list[MetricRow]:
+    """Prefill and decode pools' figures (summary["disaggregation"], sim.run.pools); '-'
+    for a run whose replicas served both phases."""
+
+    def p90_ms(key: str) -> MetricRow:
+        value = (split.get(key) or {}).get("p90")
+        return (
+            f"{key.removesuffix('_s').replace('_', ' ')} p90 ms",
+            _scaled(value, 1000.0),
+            _ms(value),
+        )
+
+    moved = split.get("bytes_moved")
+    gib = None if moved is None else moved / 2**30
+    instances = split.get("prefill_instances"), split.get("decode_instances")
+    text = "-" if None in instances else f"{instances[0]} / {instances[1]}"
+    busy = split.get("link_busy_fraction")
+    return [
+        ("prefill / decode instances", text if None not in instances else None, text),
+        ("KV GiB read", gib, _num(gib, 1)),
+        p90_ms("transfer_wait_s"),
+        p90_ms("transfer_s"),
+        ("link busy %", _scaled(busy, 100.0), _pct(busy)),
     ]
 
 
@@ -372,7 +401,8 @@ def compare_rows(
         raise ValueError("compare needs at least one summary")
     names = [name for summary in summaries.values() for name in offload_tiers(summary)]
     offload = sorted(set(names), key=names.index)  # every run shows every tier's rows
-    per_run = [metric_rows(summary, offload) for summary in summaries.values()]
+    pools = any(summary.get("disaggregation") is not None for summary in summaries.values())
+    per_run = [metric_rows(summary, offload, pools) for summary in summaries.values()]
     rows = []
     for i, (label, _, _) in enumerate(per_run[0]):
         rows.append((label, [run[i][1] for run in per_run], [run[i][2] for run in per_run]))

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.catalog.prices import cost_per_million_tokens, gpu_price
+from sim.catalog.prices import Price, cost_per_million_tokens, gpu_price
 from sim.config.errors import ScenarioError
 from sim.config.loader import _read_yaml
 from sim.sweep.points import Point, resolve_point
@@ -73,7 +73,23 @@ class Config:
         return next((p for p in self.probes if p.rate == rate), None)
 
     def gpus(self) -> int:
-        return self.scenario.tensor_parallel * self.scenario.routing.replicas
+        """Every GPU the configuration runs (both pools' with prefill and decode pools)."""
+        return sum(count for _, count in self.scenario.gpu_groups())
+
+    def price(self, prices: dict[str, float] | None) -> tuple[str, Price | None]:
+        """The configuration's hardware name(s) and its price per GPU-hour: the mean over
+        its GPUs where pools run different ones (None: a GPU without a price)."""
+        groups = self.scenario.gpu_groups()
+        names = list(dict.fromkeys(name for name, _ in groups))
+        found = [gpu_price(name, prices) for name in names]
+        if None in found:
+            return "+".join(names), None
+        if len(found) == 1:
+            return names[0], found[0]
+        by_name = dict(zip(names, found, strict=True))
+        spend = sum(by_name[name].usd_per_gpu_hour * count for name, count in groups)
+        sources = "; ".join(dict.fromkeys(p.source for p in found))
+        return "+".join(names), Price(spend / self.gpus(), sources)
 
 
 class CapacityPlan:
@@ -210,8 +226,7 @@ def results(plan: CapacityPlan, prices: dict[str, float] | None = None) -> list[
         at = config.at_capacity()
         steady = (at.summary or {}).get("steady_state", {}) if at else {}
         tokens = steady.get("throughput_tok_s") if at else None
-        hardware = config.scenario.hardware.name
-        price = gpu_price(hardware, prices)
+        hardware, price = config.price(prices)
         rows.append(
             {
                 "config": config.index,

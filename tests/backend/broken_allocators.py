@@ -1,6 +1,7 @@
 """Deliberately broken block managers, for the tests of the allocator checker
 (``backend.testing``): each breaks one part of the contract in backend/base.py; and
-broken offload connectors (``Tier*``), each beside a sound manager.
+broken offload connectors (``Tier*``) and peer connectors of prefill/decode hand-offs
+(``Peer*``), each beside a sound manager.
 
 ``Unchecked*`` variants also turn their own ``check_invariants`` off, as a user's
 allocator with a weak self-check would be, so that only the checker's own model can
@@ -16,6 +17,7 @@ from backend.blocks import BlockManager
 from backend.blocks.full_attention import FullAttention
 from backend.blocks.sliding_window import SlidingWindow
 from backend.connectors.offload import OffloadConnector, OffloadTiers
+from backend.connectors.peer import PeerConnector
 from backend.transfer import GPU, SWAP_IN, Transfer
 
 
@@ -289,6 +291,33 @@ class TierLoadsTheWindowOneOff(OffloadConnector):
 
 
 UncheckedWindowReleasesTooEarly = unchecked(WindowReleasesTooEarly)
+
+
+class PeerFreesAtFinish(PeerConnector):
+    """Holds nothing for the reader: a prefill's blocks go back to the pool when it
+    finishes, and another sequence may write into them before the decode side reads."""
+
+    def request_finished(self, req_id):
+        super().request_finished(req_id)
+        return False
+
+
+class PeerReadsOneBlockShort(PeerConnector):
+    """Reads every block of a hand-off but the last: the decode side's last prompt
+    block holds no KV when the prompt is marked computed."""
+
+    def start_load(self, req_id, local_tokens, prompt_len):
+        load = super().start_load(req_id, local_tokens, prompt_len)
+        return load._replace(blocks=load.blocks - 1)
+
+
+class PeerForgetsTheSource(PeerConnector):
+    """Forgets a request given up before its read without saying where its KV is held:
+    the prefill side's blocks stay held for nobody."""
+
+    def forget(self, req_id):
+        super().forget(req_id)
+        return None
 
 
 class RaisesOnFork(BlockManager):

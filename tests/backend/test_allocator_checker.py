@@ -101,17 +101,21 @@ BROKEN = {
     "TierLoadsTheWrongBlock": "prefix hit of",
     "TierCascadesTheWrongBlock": "twice in the disk tier",
     "TierLoadsTheWindowOneOff": "prefix hit of",
+    "PeerFreesAtFinish": "'s KV through its block table",
+    "PeerReadsOneBlockShort": "holds no KV",
+    "PeerForgetsTheSource": "held for a read that will never come",
 }
 
 
 @functools.cache
 def checked(name: str):
     """check_allocator on the broken class ``name`` (once per session): an allocator, or
-    an offload connector (``Tier*``) beside the sound manager."""
-    if name.startswith("Tier"):
-        tiers = getattr(broken, name)
+    an offload connector (``Tier*``) or a peer connector (``Peer*``) beside the sound
+    manager."""
+    if name.startswith(("Tier", "Peer")):
+        beside = {"connector" if name.startswith("Tier") else "peer": getattr(broken, name)}
         return check_allocator(
-            BlockManager, examples=800, seed_value=0, name=f"Check{name}", connector=tiers
+            BlockManager, examples=800, seed_value=0, name=f"Check{name}", **beside
         )
     return check_allocator(getattr(broken, name), examples=800, seed_value=0)
 
