@@ -106,7 +106,7 @@ RULES = (
         "run",
         output=True,
     ),
-    Rule(r"pagesim run scenarios/(tiny\.yaml|policies/)", "run"),
+    Rule(r"pagesim run scenarios/(tiny\.yaml|policies/|disaggregated\.yaml)", "run"),
     Rule(
         r"paged-vs-contiguous|--out runs/a100-|batching|rate_rps=40 --out runs/default-40",
         "run",
