@@ -385,7 +385,11 @@ class RoutingSpec(StrictModel):
 
     @model_serializer(mode="wrap")
     def _leave_out_colocated(self, handler) -> dict[str, Any]:
-        return drop_unset(handler(self), {"disaggregation": None})
+        data = drop_unset(handler(self), {"disaggregation": None})
+        if self.disaggregation is not None:  # (each pool's, then: a dump validates again)
+            for field in ("replicas", "router", "params"):
+                data.pop(field, None)
+        return data
 
     @model_validator(mode="after")
     def _policy_takes_params(self) -> RoutingSpec:

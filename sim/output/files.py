@@ -48,6 +48,18 @@ def write_outputs(
     return paths
 
 
+def write_table(path: str | Path, columns: Mapping[str, np.ndarray]) -> Path:
+    """A table of numeric columns as CSV at ``path``, the columns in the mapping's order:
+    integer columns as integers, the others as shortest round-trip floats (NaN as
+    ``nan``), as requests.csv writes them."""
+    path = Path(path)
+    names = list(columns)
+    rows = len(columns[names[0]]) if names else 0
+    formatted = [_format_column(columns[n], columns[n].dtype.kind == "f") for n in names]
+    _write_csv(path, names, formatted, rows)
+    return path
+
+
 def summary_json(summary: Mapping[str, Any]) -> str:
     """Canonical JSON text of a summary: sorted keys, NaN/inf as null, repr floats."""
     return json.dumps(_json_ready(summary), sort_keys=True, indent=2, allow_nan=False) + "\n"

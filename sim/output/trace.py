@@ -28,9 +28,10 @@ from __future__ import annotations
 import bisect
 import gzip
 import io
+import itertools
 import json
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -93,15 +94,18 @@ def write_trace(
     *,
     fmt: str = "auto",
     title: str = "pagesim run",
+    hand_offs: Mapping[str, np.ndarray] | None = None,
 ) -> Path:
     """Write ``out_dir``/trace.json or trace.json.gz (``fmt``: one of TRACE_FORMATS;
     ``auto`` picks gzip above GZIP_THRESHOLD_EVENTS events) and return its path.
     ``pool_blocks`` is one replica's KV pool in the step log's units (blocks, or slots
-    for contiguous baselines). Reads its inputs only."""
+    for contiguous baselines). ``hand_offs`` (hand_offs.csv's columns, sim.run.pools):
+    the peer link's reads, on a track of their own. Reads its inputs only."""
     if fmt not in TRACE_FORMATS:
         raise ValueError(f"trace format must be one of {TRACE_FORMATS}, got {fmt!r}")
     layout = _layout(outcomes, steps)  # once: the count and the lines both need it
-    count = _event_count(outcomes, layout)
+    reads = _reads(hand_offs)
+    count = _event_count(outcomes, layout) + (3 + len(reads) if hand_offs is not None else 0)
     compress = fmt == "gzip" or (fmt == "auto" and count > GZIP_THRESHOLD_EVENTS)
     path = Path(out_dir) / ("trace.json.gz" if compress else "trace.json")
     with open(path, "wb") as raw:
@@ -113,8 +117,33 @@ def write_trace(
         )
         with io.TextIOWrapper(binary, encoding="ascii", newline="\n") as text:
             lines = _lines(outcomes, layout, pool_blocks)
+            if hand_offs is not None:
+                lines = itertools.chain(lines, _link_lines(reads, max(layout[1], default=0) + 1))
             _write_document(text, lines, pool_blocks, title, count)
     return path
+
+
+def _reads(hand_offs: Mapping[str, np.ndarray] | None) -> list[tuple]:
+    """(request, source, target, start s, end s, bytes) of each read that ended."""
+    if hand_offs is None:
+        return []
+    names = ("req_id", "prefill_instance", "decode_instance", "transfer_start_s")
+    rows = zip(*(hand_offs[n].tolist() for n in (*names, "transfer_end_s", "bytes")))
+    return [row for row in rows if math.isfinite(row[4])]
+
+
+def _link_lines(reads: list[tuple], link: int) -> Iterator[str]:
+    """The peer link as a process after the replicas': one slice per read, from its
+    start to its end (concurrent reads overlap: they share the link)."""
+    pid, tid = _pid(link), _tids(link)[0]
+    yield _canonical(_meta("process_name", pid, tid, name="peer link"))
+    yield _canonical(_meta("process_sort_index", pid, tid, sort_index=link))
+    yield _canonical(_meta("thread_name", pid, tid, name="KV reads"))
+    for req_id, source, target, start, end, nbytes in reads:
+        ts, dur = _ns(start), _ns(end) - _ns(start)
+        args = {"request": req_id, "from": source, "to": target, "bytes": nbytes}
+        event = {"name": f"read {req_id}", "ph": "X", "pid": pid, "tid": tid, "args": args}
+        yield _canonical(event | {"ts": ts / 1000, "dur": dur / 1000})
 
 
 def _write_document(text, lines, pool_blocks, title, count) -> None:

@@ -112,3 +112,56 @@ def _spread(values) -> dict:
         return {"mean": None, "p50": None, "p90": None, "p99": None}
     p50, p90, p99 = np.percentile(values, [50, 90, 99])
     return {"mean": float(values.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+#: hand_offs.csv's columns: the request, its instances, when each phase began and ended
+#: (simulated seconds, NaN where not reached), the bytes read, the read on an idle link,
+#: and the TTFT's parts before the decode instance's first step.
+HAND_OFF_COLUMNS = (
+    "req_id",
+    "prefill_instance",
+    "decode_instance",
+    "arrival_s",
+    "prefill_start_s",
+    "prefill_end_s",
+    "transfer_start_s",
+    "transfer_end_s",
+    "transfer_alone_s",
+    "bytes",
+    "queue_s",
+    "prefill_s",
+    "transfer_wait_s",
+    "transfer_s",
+)
+
+
+def hand_off_table(cluster: DisaggregatedCluster) -> dict[str, np.ndarray]:
+    """hand_offs.csv's columns (:data:`HAND_OFF_COLUMNS`), one row per request sent
+    through the prefill pool, by request id."""
+    offs = sorted(cluster.hand_offs.values(), key=lambda h: h.req_id)
+
+    def times(name: str) -> np.ndarray:
+        return np.array([getattr(h, name) for h in offs], dtype=np.float64)
+
+    arrival, start, end = times("arrival_s"), times("prefill_started_s"), times("prefill_done_s")
+    read_start, read_end = times("transfer_start_s"), times("transfer_end_s")
+    ints = {
+        "req_id": [h.req_id for h in offs],
+        "prefill_instance": [h.prefill for h in offs],
+        "decode_instance": [h.decode for h in offs],
+    }
+    table = {name: np.array(values, dtype=np.int64) for name, values in ints.items()}
+    table |= {
+        "arrival_s": arrival,
+        "prefill_start_s": start,
+        "prefill_end_s": end,
+        "transfer_start_s": read_start,
+        "transfer_end_s": read_end,
+        "transfer_alone_s": times("transfer_alone_s"),
+        "bytes": np.array([h.nbytes for h in offs], dtype=np.int64),
+        "queue_s": start - arrival,
+        "prefill_s": end - start,
+        "transfer_wait_s": read_start - end,
+        "transfer_s": read_end - read_start,
+    }
+    return table

@@ -23,14 +23,14 @@ from sim.engine.policy_guard import PolicyFailure
 from sim.engine.records import UNFINISHED_REASON, RequestOutcome
 from sim.engine.replica import Replica
 from sim.output.benchmark import DEFAULT_PERCENTILES
-from sim.output.files import write_outputs
+from sim.output.files import write_outputs, write_table
 from sim.output.report import write_report
 from sim.output.steplog import StepLog
 from sim.output.summary import summarize
 from sim.output.trace import write_trace
 from sim.run.build import build_cluster, build_executor, build_replica
 from sim.run.folders import atomic_folder, run_metadata
-from sim.run.pools import build_pools, pool_figures
+from sim.run.pools import build_pools, hand_off_table, pool_figures
 from sim.run.progress import Progress
 from sim.run.warnings import run_warnings
 from sim.workload.generate import WorkloadError, generate_requests
@@ -47,6 +47,8 @@ class RunResult:
     wall_s: float
     num_steps: int
     fast_forwarded_steps: int = 0  # of num_steps, applied within decode stretches
+    #: hand_offs.csv's columns with prefill and decode pools (sim.run.pools), else None
+    hand_offs: dict[str, np.ndarray] | None = None
 
 
 def simulate(
@@ -92,8 +94,10 @@ def simulate(
         done[outcome.req_id] = outcome
     outcomes = [done[request.req_id] for request in requests]
     engine = _engine_figures(scenario, replicas, executors)
+    hand_offs = None
     if scenario.pools is not None:
         engine["disaggregation"] = pool_figures(cluster)
+        hand_offs = hand_off_table(cluster)
     num_steps = sum(r.num_steps for r in replicas)
     forwarded = sum(r.fast_forwarded_steps for r in replicas)
     # The engine is not read again: free it (and the outcome dict) before the summary's
@@ -113,7 +117,7 @@ def simulate(
     )
     summary["warnings"] = run_warnings(scenario, summary)
     wall_s = time.perf_counter() - wall_start
-    return RunResult(outcomes, steps, summary, wall_s, num_steps, forwarded)
+    return RunResult(outcomes, steps, summary, wall_s, num_steps, forwarded, hand_offs)
 
 
 def _build_cluster(scenario, requests, env, steps, on_done, make_executor, fast_forward):
@@ -248,6 +252,8 @@ def write_run(
     bar = Progress(parts, "writing", enabled=progress, unit="part")
     with atomic_folder(out, force=force) as partial:
         write_outputs(partial, result.outcomes, result.steps, result.summary)
+        if result.hand_offs is not None:
+            write_table(partial / "hand_offs.csv", result.hand_offs)
         bar.update(1)
         scenario_json = scenario.model_dump(mode="json")
         (partial / "scenario.json").write_text(
@@ -271,7 +277,13 @@ def write_run(
         if trace is not None:
             pool = result.summary["num_blocks"]  # one replica's, in the step log's units
             write_trace(
-                partial, result.outcomes, result.steps, pool, fmt=trace, title=scenario.name
+                partial,
+                result.outcomes,
+                result.steps,
+                pool,
+                fmt=trace,
+                title=scenario.name,
+                hand_offs=result.hand_offs,
             )
             bar.update(parts)
     bar.close()

@@ -186,3 +186,30 @@ def test_bad_pool_settings_are_one_line(split, extra, message):
     with pytest.raises(ScenarioError) as err:
         scenario(routing={"disaggregation": raw_split, **extra})
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_run_folder_splits_each_ttft_and_the_trace_shows_the_link(tmp_path):
+    import csv
+    import json
+
+    from sim.cli import main
+
+    scenario_path = tmp_path / "pd.yaml"
+    raw = scenario(simulation={"num_requests": 60, "seed": 3}).model_dump(mode="json")
+    scenario_path.write_text(json.dumps(raw))  # (YAML reads JSON)
+    out = tmp_path / "run"
+    args = ["run", str(scenario_path), "--out", str(out), "--quiet", "--no-report"]
+    assert main([*args, "--export-trace", "json"]) == 0
+    rows = list(csv.DictReader((out / "hand_offs.csv").open()))
+    requests = {r["req_id"]: r for r in csv.DictReader((out / "requests.csv").open())}
+    assert len(rows) == 60
+    for row in rows:
+        parts = [float(row[k]) for k in ("queue_s", "prefill_s", "transfer_wait_s", "transfer_s")]
+        assert min(parts) >= 0
+        ttft = float(requests[row["req_id"]]["ttft_s"])
+        assert sum(parts) < ttft  # the decode instance's first step comes after them
+        assert float(row["transfer_s"]) >= float(row["transfer_alone_s"]) * (1 - 1e-9)
+    events = json.loads((out / "trace.json").read_text())["traceEvents"]
+    link = next(e["pid"] for e in events if e.get("args", {}).get("name") == "peer link")
+    reads = [e for e in events if e["pid"] == link and e["ph"] == "X"]
+    assert len(reads) == 60 and all(e["dur"] > 0 for e in reads)
