@@ -1,6 +1,6 @@
 """Hostile input to the surfaces added since 2026-12-05 (issue 51), through the real
 command line: router params, offload tiers, sliding windows and their prefix-cache
-retention. Each case must end in exit code 2, no traceback, one stderr line naming the
+retention, prefill and decode pools. Each case must end in exit code 2, no traceback, one stderr line naming the
 scenario file and the field, and nothing written (tests/adversarial/cli.py).
 """
 
@@ -312,6 +312,51 @@ plugin_case(
     "plugins.py:ContiguousClaimingGroups",
     WINDOWED,
     ["cache.allocator", "cannot construct ContiguousClaimingGroups("],
+)
+
+
+# -- prefill and decode pools (routing.disaggregation) ----------------------------------------
+def _pools(**split) -> dict:
+    return {"disaggregation": {"prefill": {"replicas": 1}, "decode": {"replicas": 1}, **split}}
+
+
+for _value in (0, -1, "x", True, 1.5, NAN, INF):
+    scenario_case(
+        f"prefill replicas {_value!r}",
+        ["routing.disaggregation.prefill.replicas"],
+        routing=_pools(prefill={"replicas": _value}),
+    )
+for _value in ("carrier-pigeon", 1, None, True):
+    scenario_case(f"link {_value!r}", ["routing.disaggregation.link"], routing=_pools(link=_value))
+for _value in (-1, "x", True, NAN, INF, 1.5):
+    scenario_case(
+        f"decider threshold {_value!r}",
+        ["routing.disaggregation.threshold"],
+        routing=_pools(decider="prefix-aware", threshold=_value),
+    )
+for _field, _value in [
+    ("hardware", "h999"),
+    ("tensor_parallel", 3),
+    ("tensor_parallel", NAN),
+    ("cache", {"num_blocks": 0}),
+    ("cache", {"block_size": "x"}),
+    ("scheduler", {"max_num_seqs": True}),
+    ("router", "nope"),
+    ("cache", "big"),
+    ("nonsense", 1),
+]:
+    scenario_case(
+        f"decode pool {_field} {_value!r}",
+        ["routing.disaggregation.decode"],
+        routing=_pools(decode={"replicas": 1, _field: _value}),
+    )
+scenario_case("pools not a mapping", ["routing.disaggregation"], routing={"disaggregation": "1P1D"})
+scenario_case("replicas beside pools", ["routing.replicas"], routing={**_pools(), "replicas": 2})
+scenario_case(
+    "pools with a contiguous allocator",
+    ["cache.allocator", "paged"],
+    routing=_pools(),
+    cache={"allocator": "contiguous-max"},
 )
 
 
