@@ -34,7 +34,7 @@ class Medium(Enum):
     __hash__ = object.__hash__
 
 
-GPU, CPU, DISK, REMOTE = Medium.GPU, Medium.CPU, Medium.DISK, Medium.REMOTE
+GPU, CPU, DISK, REMOTE, PEER = Medium.GPU, Medium.CPU, Medium.DISK, Medium.REMOTE, Medium.PEER
 
 #: ``(source medium, destination medium)``.
 Route = tuple[Medium, Medium]

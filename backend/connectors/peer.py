@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from backend.transfer import GPU, PEER, Transfer
+
 
 class PeerLoad(NamedTuple):
     """One request's prompt KV read from ``source`` (an instance index): the blocks of
@@ -27,6 +29,14 @@ class PeerLoad(NamedTuple):
     source: int
     first_block: int
     blocks: int
+
+
+def read_moves(load: PeerLoad, source_table, target_table) -> list[Transfer]:
+    """The moves of ``load``'s read: each of its blocks from the prefill instance's table
+    ``source_table`` (its device pool, PEER) into the same position of this instance's
+    ``target_table`` (GPU), one KV cache group's tables."""
+    positions = range(load.first_block, load.first_block + load.blocks)
+    return [Transfer(int(source_table[i]), int(target_table[i]), PEER, GPU) for i in positions]
 
 
 class PeerConnector:

@@ -17,7 +17,7 @@ import torch
 
 from backend.real import ops
 from backend.real.shape import ModelShape
-from backend.transfer import CPU, DEVICE_COPY, GPU, Medium, Transfer
+from backend.transfer import CPU, DEVICE_COPY, GPU, PEER, Medium, Transfer
 
 
 class KVCache:
@@ -113,6 +113,20 @@ class KVCache:
         for wave in independent_waves(moves, same_pool=False):
             src, dst = self._move_indices(wave, source.device, target.device)
             target.index_copy_(2, dst, source.index_select(2, src).to(target.device))
+
+    def receive(self, moves: Sequence[Transfer], peer: KVCache) -> None:
+        """A prefill/decode hand-off's read: block ``src`` of ``peer``'s device pool (route
+        PEER -> GPU) into block ``dst`` of this one, all layers, for every move, in order.
+        Mutates this cache's device blocks only. Raises ValueError for another route or a
+        peer of another block geometry."""
+        moves = list(_unit_moves(moves))
+        bad = next((m for m in moves if m.route != (PEER, GPU)), None)
+        if bad is not None:
+            src, dst = bad.route
+            raise ValueError(f"a read from a peer goes peer -> gpu, not {src.value} -> {dst.value}")
+        if peer.data.shape[:2] + peer.data.shape[3:] != self.data.shape[:2] + self.data.shape[3:]:
+            raise ValueError("the peer's KV blocks have another geometry")
+        self._move_between(peer.data, self.data, moves)
 
     def _pool(self, medium: Medium) -> torch.Tensor | None:
         """The tensor of ``medium``'s blocks (None: this cache keeps none there)."""

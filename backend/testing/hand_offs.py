@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, multiple, precondition, rule
 
-from backend.connectors.peer import PeerLoad
+from backend.connectors.peer import PeerLoad, read_moves
 from backend.testing.shadow import SeqRef
-from backend.transfer import DEVICE_COPY
+from backend.transfer import DEVICE_COPY, GPU, PEER
 
 #: added to a prompt's salt on the decode side: its cache is another instance's
 DECODE_SALT = 2
@@ -124,10 +124,11 @@ class HandOffRules:
         did, load = hand_off.decode, hand_off.load
         decode = self.outside.pop(did)
         self.seqs[did] = decode
-        target = self.blocks(did)[0]
-        for index in range(load.first_block, load.first_block + load.blocks):
-            source = hand_off.tables[0][index]
-            self.memory.device[target[index]] = self.memory.device[source].copy()
+        # The executor performs the connector's moves: the prefill side's device blocks
+        # (as its table was at the hand-off) into the decode side's.
+        for move in read_moves(load, hand_off.tables[0], self.blocks(did)[0]):
+            assert move.route == (PEER, GPU), f"a read {move} is not peer -> gpu"
+            self.memory.device[move.dst] = self.memory.device[move.src].copy()
         # The read is the prompt's KV: the decode side marks it computed (and the
         # machine's read-back right after this call says whether it is).
         self.alloc.mark_computed(did, len(decode.tokens))

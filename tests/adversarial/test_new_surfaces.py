@@ -1,7 +1,8 @@
-"""Hostile input to the surfaces added since 2026-12-05 (issue 51), through the real
+"""Hostile input to the surfaces added since 2026-12-05 (issues 51-53), through the real
 command line: router params, offload tiers, sliding windows and their prefix-cache
-retention, prefill and decode pools. Each case must end in exit code 2, no traceback, one stderr line naming the
-scenario file and the field, and nothing written (tests/adversarial/cli.py).
+retention, prefill and decode pools. Each case must end in exit code 2, no traceback,
+one stderr line naming the scenario file and the field, and nothing written
+(tests/adversarial/cli.py).
 """
 
 from __future__ import annotations

@@ -1,14 +1,17 @@
 """Paging never changes the answer: greedy generation through the paged pool (block
 manager + executor) against the contiguous baseline (dense KV per sequence, torch SDPA),
 for plain batches with chunked prefill, prefix-cache hits, a prefix loaded back from the
-offload tier, preemption by recompute, a swap round trip and copy-on-write forks."""
+offload tier, a prompt handed off from a prefill pool to a decode pool, preemption by
+recompute, a swap round trip and copy-on-write forks."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from backend.connectors.offload import TierSpec
+from backend.connectors.peer import PeerConnector, read_moves
 from backend.real.model import LlamaModel
 from backend.real.reference import ContiguousRunner
 from backend.transfer import CPU, DISK
@@ -132,6 +135,41 @@ def test_a_prefix_loaded_from_the_offload_tier_equals_full_recomputation(rng, di
     token, logit = harness.prefill(1, second, start=skip)  # the loads run first
     rest, rest_logits = harness.decode(1, token, NEW_TOKENS - 1)
     expected = _contiguous(torch.float64).generate(1, second, NEW_TOKENS)
+    _assert_same([token, *rest], [logit, *rest_logits], *expected, torch.float64)
+
+
+@pytest.mark.parametrize(
+    "decode_hit", [False, True], ids=["no hit", "a prefix hit on the decode side"]
+)
+def test_a_prompt_handed_off_between_two_pools_generates_the_colocated_answer(rng, decode_hit):
+    """Prefill on one KV pool, its blocks held; the decode pool allocates the whole
+    prompt, reads every block after its own prefix hit from the first pool (the peer
+    connector's moves, the partial last block too), marks the prompt computed and
+    computes only the last prompt token, as vLLM's decode instance does: it generates
+    exactly what one pool generates."""
+    block_size = 4
+    shared = _prompt(rng, 2 * block_size)
+    prompt = shared + _prompt(rng, 2 * block_size + 3)
+    prefill = PagedHarness(num_blocks=32, block_size=block_size)
+    decode = PagedHarness(num_blocks=32, block_size=block_size, prefix_caching=True)
+    prefill.admit(0, prompt)
+    prefill.prefill(0, prompt)  # (sequence 0 stays allocated: held for the reader)
+    if decode_hit:  # the decode pool computed the shared prefix for another request
+        other = shared + _prompt(rng, 3)
+        decode.admit(9, other)
+        decode.prefill(9, other)
+    peer = PeerConnector(block_size)
+    peer.expect(7, 0)
+    hit = decode.alloc.allocate(5, np.asarray(prompt, dtype=np.int32), computed_tokens=0)
+    assert hit == (len(shared) if decode_hit else 0)
+    load = peer.start_load(7, hit, len(prompt))
+    assert load.blocks == -(-len(prompt) // block_size) - hit // block_size
+    moves = read_moves(load, prefill.alloc.block_table(0), decode.alloc.block_table(5))
+    decode.executor.kv.receive(moves, prefill.executor.kv)
+    decode.alloc.mark_computed(5, len(prompt))
+    token, logit = decode.prefill(5, prompt, start=len(prompt) - 1)
+    rest, rest_logits = decode.decode(5, token, NEW_TOKENS - 1)
+    expected = _contiguous(torch.float64).generate(0, prompt, NEW_TOKENS)
     _assert_same([token, *rest], [logit, *rest_logits], *expected, torch.float64)
 
 

@@ -8,8 +8,9 @@ import torch
 
 from backend.real import KVCache, ModelShape, slot_mapping
 from backend.real.kv_cache import independent_waves
-from backend.transfer import CPU, DISK, GPU, Medium, Transfer
+from backend.transfer import CPU, DISK, GPU, PEER, Medium, Transfer
 
+from .harness import TINY
 from .helpers import TRITON_DEVICE, needs_triton
 
 SHAPE = ModelShape(
@@ -172,3 +173,14 @@ def test_pool_size_matches_the_capacity_formula():
     per_token = SHAPE.num_layers * 2 * SHAPE.num_kv_heads * SHAPE.head_dim * 2
     assert cache.bytes_per_block == per_token * 8
     assert cache.key_cache(1).shape == (3, 8, SHAPE.num_kv_heads, SHAPE.head_dim)
+
+
+def test_a_read_from_a_peer_takes_only_peer_to_gpu_moves_of_its_geometry():
+    mine, peer = KVCache(TINY, 4, 2), KVCache(TINY, 6, 2)
+    peer.data[:, :, 5] = 7.0
+    mine.receive([Transfer(5, 1, PEER, GPU)], peer)
+    assert (mine.data[:, :, 1] == 7.0).all() and (mine.data[:, :, 0] == 0).all()
+    with pytest.raises(ValueError, match="peer -> gpu"):
+        mine.receive([Transfer(0, 1, CPU, GPU)], peer)
+    with pytest.raises(ValueError, match="geometry"):
+        mine.receive([Transfer(0, 1, PEER, GPU)], KVCache(TINY, 4, 4))
