@@ -52,6 +52,10 @@ class PeerConnector:
         """``req_id`` is prefilled here for a decode instance to read."""
         self._sending.add(req_id)
 
+    def abandon(self, req_id: int) -> None:
+        """``req_id`` was aborted before it finished here: nothing will be read."""
+        self._sending.discard(req_id)
+
     def request_finished(self, req_id: int) -> bool:
         """``req_id`` finished here: whether its blocks stay held for the reader (vLLM:
         ``request_finished``'s delay_free_blocks)."""

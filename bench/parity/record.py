@@ -335,10 +335,44 @@ class Driver:
         return self.pending[-1][0] if self.pending else None
 
     def _next_event(self):
-        """The next arrival or, in a P/D stream, the next read to end (None: none)."""
+        """The next arrival or, in a P/D stream, the next read to end or client to give
+        up (None: none)."""
         events = [self._next_arrival(), self.pd.next_event() if self.pd else None]
+        events.append(self._next_deadline())
         events = [t for t in events if t is not None]
         return min(events) if events else None
+
+    def _next_deadline(self):
+        """When the next client still waiting gives up (``request_timeout_s`` after its
+        arrival; None: no timeout, or none left)."""
+        timeout = self.cfg.get("request_timeout_s")
+        if timeout is None:
+            return None
+        left = [
+            tm["arrival_s"] + timeout
+            for rid, tm in self.times.items()
+            if rid in self.sched.requests and not self.requests_by_id[rid].is_finished()
+        ]
+        return min(left) if left else None
+
+    def _abort_due(self, now: float) -> None:
+        """Abort the requests whose clients gave up by ``now``, as vLLM's engine core
+        handles aborts between steps (``finish_requests`` with FINISHED_ABORTED)."""
+        timeout = self.cfg.get("request_timeout_s")
+        if timeout is None:
+            return
+        from vllm.v1.request import RequestStatus
+
+        due = sorted(
+            (tm["arrival_s"] + timeout, rid)
+            for rid, tm in self.times.items()
+            if tm["arrival_s"] + timeout <= now
+            and rid in self.sched.requests
+            and not self.requests_by_id[rid].is_finished()
+        )
+        for _, rid in due:
+            self.sched.finish_requests([rid], RequestStatus.FINISHED_ABORTED)
+            self.times[rid]["aborted_s"] = now
 
     # ------------------------------------------------------------ loop
     def run(self) -> dict:
@@ -356,6 +390,7 @@ class Driver:
         while True:
             if sched.has_requests() or (self.pending and not queue):
                 self._add_arrivals(now)
+                self._abort_due(now)
             if sched.has_requests():
                 running_before = {r.request_id for r in sched.running}
                 known = {
@@ -408,9 +443,11 @@ class Driver:
                 queue.appendleft((out, sampling, t_end, rec))
                 idle = total == 0 and not any(q[0].total_num_scheduled_tokens for q in queue)
                 reads = self.pd is not None and self.pd.next_event() is not None
-                if idle and (sched.get_num_unfinished_requests() > 0 or reads):
+                waits = sched.get_num_unfinished_requests() > 0 or reads
+                if idle and waits and not self._preempted_now:
                     # Nothing runs and nothing is in flight: the engine would idle (or
                     # step empty, polling its connector) until the next arrival or read.
+                    # (A step that only preempted is followed by a schedule at once.)
                     nxt = self._next_event()
                     if nxt is None:
                         raise RuntimeError(f"{self.stream['stream']}: scheduler stuck")
@@ -473,7 +510,7 @@ class Driver:
             tm["num_preemptions"] = npre.get(rid, 0)
             if hasattr(self.requests_by_id[rid], "num_preemptions"):
                 assert self.requests_by_id[rid].num_preemptions == tm["num_preemptions"], rid
-            assert tm["finished_s"] is not None, (self.stream["stream"], rid)
+            assert tm["finished_s"] is not None or "aborted_s" in tm, (self.stream["stream"], rid)
         return {
             "steps": steps,
             "cpu": {"steps": len(steps), "schedule_calls": n_sched_calls, "scheduler_cpu_s": cpu},

@@ -545,6 +545,19 @@ def pd_decode_mixed_local(b: _Builder) -> dict:
     return _pd("kv_consumer", num_gpu_blocks=700, max_num_batched_tokens=512)
 
 
+def pd_decode_aborts(b: _Builder) -> dict:
+    """Clients giving up under pressure: aborted while queued, while their KV is read
+    (its blocks held until the read ends), once it is in and while decoding."""
+    for t in b.poisson_times(120, 18.0):
+        b.add(t, [[b.unique_key(), b.rng.randint(64, 1024)]], b.rng.randint(50, 200))
+    return _pd(
+        "kv_consumer",
+        num_gpu_blocks=200,
+        request_timeout_s=0.8,
+        kv_read={"latency_s": 0.003, "block_s": 0.01},
+    )
+
+
 def pd_decode_async(b: _Builder) -> dict:
     """Hand-offs under async scheduling, with some pressure."""
     for t in b.poisson_times(120, 15.0):
@@ -635,6 +648,7 @@ STREAMS = {
     "pd_decode_prefix_hits": (143, pd_decode_prefix_hits),
     "pd_decode_mixed_local": (144, pd_decode_mixed_local),
     "pd_decode_async": (145, pd_decode_async),
+    "pd_decode_aborts": (146, pd_decode_aborts),
     "pd_prefill_light": (151, pd_prefill_light),
     "pd_prefill_pressure": (152, pd_prefill_pressure),
     "pd_prefill_prefix_hits": (153, pd_prefill_prefix_hits),

@@ -154,14 +154,6 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
             "the real backend runs one instance: prefill and decode pools need backend.kind: model"
         ),
     ),
-    Unsupported(
-        "workload.request_timeout_s",
-        lambda s: _split(s) and s.workload.request_timeout_s is not None,
-        lambda s: (
-            "a client giving up while its KV is read or held for a reader is not modelled "
-            "yet with routing.disaggregation"
-        ),
-    ),
     # offload tiers below the CPU's
     Unsupported(
         "cache.offload",

@@ -6,7 +6,10 @@ is freed, and it counts as failed.
 The engine looks at its clients between steps, as vLLM's engine core handles aborts
 between steps: a deadline that passes during a step takes effect at that step's end.
 A decode stretch (sim/engine/fast_forward.py) is planned no further than the next deadline,
-so fast-forwarding aborts the same request at the same step.
+so fast-forwarding aborts the same request at the same step. A replica that waits with
+requests in flight (their KV read from a prefill instance) wakes at the next deadline,
+as vLLM's engine core steps empty while a request waits for remote KV. A request aborted
+while its KV is read keeps its blocks until the read ends (vLLM delays their free).
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ def abort(memory: Memory, request: Request) -> int:
     if len(kept) != len(state.waiting):
         state.waiting.clear()
         state.waiting.extend(kept)
+    _abort_hand_off(memory, request)
     generated = 0
     for item in [s for s in state.swapped if s.request is request]:
         state.swapped.remove(item)
@@ -70,3 +74,17 @@ def abort(memory: Memory, request: Request) -> int:
     for seq_id in (*(p.seq_id for p in prefills), *decodes["seq_id"].tolist()):
         memory.alloc.free(seq_id)
     return generated + int(decodes["generated"].sum())
+
+
+def _abort_hand_off(memory: Memory, request: Request) -> None:
+    """A request whose prompt KV comes from a prefill instance: while it is read, its
+    blocks stay held until the read ends (vLLM delays their free); once it is in but not
+    yet scheduled, they are freed now. Mutates the state and the allocator."""
+    state = memory.state
+    seq = state.loading.pop(request.req_id, None)
+    if seq is not None:
+        state.read_for_nobody[request.req_id] = seq
+    for queue in (state.loaded, state.loaded_ready, state.loaded_arriving):
+        for seq in [s for s in queue if s.request is request]:
+            queue.remove(seq)
+            memory.alloc.free(seq.seq_id)

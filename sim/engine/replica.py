@@ -216,8 +216,12 @@ class Replica:
     def kv_arrived(self, req_id: int) -> None:
         """The prompt KV of ``req_id`` (loading) is all here: its blocks are published
         and it is scheduled before the waiting queue, its last prompt token to compute
-        (vLLM recomputes it so the next token can be sampled)."""
+        (vLLM recomputes it so the next token can be sampled). A request aborted while
+        its KV was read had its blocks held until now: they are freed."""
         self.settle()
+        if req_id in self._state.read_for_nobody:
+            self._free_after_peer(self._state.read_for_nobody.pop(req_id).seq_id)
+            return
         seq = self._state.loading.pop(req_id)
         total = seq.tokens.shape[0]
         self.alloc.mark_computed(seq.seq_id, total)
@@ -234,9 +238,12 @@ class Replica:
         """The decode instance has read ``req_id``'s KV (or gave up on it): the blocks
         held for it are freed."""
         self.settle()
-        seq_id = self._state.held_for_peer.pop(req_id)
+        self._free_after_peer(self._state.held_for_peer.pop(req_id))
+
+    def _free_after_peer(self, seq_id: int) -> None:
+        """Free blocks a peer's transfer held, as vLLM frees them when the step running
+        reports the transfer's end (under async scheduling, after the next plan)."""
         if self._cfg.async_scheduling and self._wake is None:
-            # The read's end is in the output of the step running, after the next plan.
             self._state.lagging_held.append(seq_id)
             return
         self.alloc.free(seq_id)
@@ -307,9 +314,7 @@ class Replica:
         """Plan, execute, apply, one step after another, while there is work."""
         while True:
             if not self._work_ready():
-                self._wake = self.env.event()
-                yield self._wake
-                self._wake = None
+                yield from self._sleep()
                 continue
             step = yield from self._next_step()
             if step is None:
@@ -378,9 +383,7 @@ class Replica:
             elif self._state.waits_on_peer() and self._state.is_idle():
                 # Blocks here wait on a peer (read in, or held for a reader): so does
                 # the queue, until the peer's transfer ends (kv_arrived, release_held).
-                self._wake = self.env.event()
-                yield self._wake
-                self._wake = None
+                yield from self._sleep()
             else:
                 unblock(self._state, self._memory, plan, self._reject)
             return None
@@ -394,10 +397,26 @@ class Replica:
         """A stretch ends by the next arrival or the next client deadline."""
         return min(self.horizon(), self._deadlines.next_s())
 
+    def _sleep(self):
+        """Wait for something from outside (an arrival, a peer's transfer), or, with
+        requests in flight here (KV being read), for the next client deadline: an engine
+        that holds requests polls between steps (vLLM's engine core steps empty while a
+        request waits for remote KV), so an abort takes effect when it is due."""
+        self._wake = self.env.event()
+        until = self._deadlines.next_s() if self._state.in_flight else math.inf
+        if math.isfinite(until):
+            yield self._wake | self.env.timeout(next_delay(self.env.now, until))
+        else:
+            yield self._wake
+        self._wake = None
+        self._expire()
+
     def _expire(self) -> None:
         """Abort the requests whose clients gave up by now (sim/engine/deadlines.py)."""
         for req_id in self._deadlines.due(self.env.now, self._state):
             progress = self._state.in_flight.pop(req_id)
+            if self._state.peer is not None:
+                self._state.peer.abandon(req_id)
             generated = abort(self._memory, progress.request)
             reason = TIMED_OUT.format(timeout=self._deadlines.timeout_s)
             self._on_done(progress.outcome(math.nan, generated, reason))

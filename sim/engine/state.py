@@ -98,6 +98,9 @@ class ReplicaState:
         self.loaded_arriving: list[PrefillSeq] = []
         self.loaded_ready: list[PrefillSeq] = []
         self.held_for_peer: dict[int, int] = {}
+        # Decode role: requests aborted while their KV was read, whose blocks stay held
+        # until the read ends (vLLM delays the free of a WAITING_FOR_REMOTE_KVS request).
+        self.read_for_nobody: dict[int, PrefillSeq] = {}
         # Async scheduling: held sequences whose reads ended in the step in progress,
         # freed after the next plan (made before that step's output is in), as lagging.
         self.lagging_held: list[int] = []
@@ -118,7 +121,7 @@ class ReplicaState:
     def waits_on_peer(self) -> bool:
         """Blocks here wait on another instance: KV being read in, or held for a reader.
         A replica that can schedule nothing then waits for the peer, rejecting nothing."""
-        return bool(self.loading or self.held_for_peer)
+        return bool(self.loading or self.held_for_peer or self.read_for_nobody)
 
     def has_arrivals(self) -> bool:
         """Requests (or the KV of handed-off ones) queued but not yet visible to the

@@ -194,9 +194,11 @@ def scenario_of(record: dict[str, Any]) -> Scenario:
         "async_scheduling": bool(cfg.get("async_scheduling", False)),
         "watermark": float(cfg.get("watermark", 0.0)),
     }
+    timeout = cfg.get("request_timeout_s")  # (clients giving up: a P/D record's)
     return Scenario.model_validate(
         {
             "name": record["stream"],
+            **({"workload": {"request_timeout_s": timeout}} if timeout is not None else {}),
             "model": _model_of(cfg),
             "cache": {
                 "block_size": cfg["block_size"],
@@ -426,7 +428,7 @@ class Parity:
 
 
 def compare(record: dict[str, Any], replayed: Replayed) -> Parity:
-    theirs = record["steps"]
+    theirs = folded(record["steps"])
     first = None
     identical = 0
     for index, (ours_step, their_step) in enumerate(zip(replayed.steps, theirs)):
@@ -440,13 +442,35 @@ def compare(record: dict[str, Any], replayed: Replayed) -> Parity:
     for name, times in parent_times(record["request_times"]).items():
         ours = replayed.request_times.get(name)
         keys = ("first_token_s", "finished_s", *(k for k in HAND_OFF_TIMES if k in times))
-        if ours is None or any(
-            k not in ours
-            or not math.isclose(ours[k], times[k], rel_tol=0, abs_tol=TIME_TOLERANCE_S)
-            for k in keys
-        ):
+        if ours is None or any(not _same_time(ours.get(k), times[k]) for k in keys):
             differing += 1
     return Parity(len(theirs), identical, first, differing)
+
+
+def folded(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recorded steps with each one that scheduled nothing but preempted (vLLM's
+    empty step) folded into the next: pagesim plans again at once and the next step's
+    record carries those preemptions (Replica._run_planned)."""
+    out: list[dict[str, Any]] = []
+    carried: list[str] = []
+    for step in steps:
+        if not step["scheduled"] and step["preempted"]:
+            carried += step["preempted"]
+            continue
+        if carried:
+            step = {**step, "preempted": carried + step["preempted"]}
+            carried = []
+        out.append(step)
+    return out
+
+
+def _same_time(ours: float | None, theirs: float | None) -> bool:
+    """Two recorded times agree: both within the tolerance, or both never (an aborted
+    request's finish: None in a record, NaN in an outcome)."""
+    never = (theirs is None, ours is None or math.isnan(ours))
+    if any(never):
+        return all(never)
+    return math.isclose(ours, theirs, rel_tol=0, abs_tol=TIME_TOLERANCE_S)
 
 
 def parent_times(times: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:

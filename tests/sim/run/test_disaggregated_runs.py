@@ -213,3 +213,51 @@ def test_the_run_folder_splits_each_ttft_and_the_trace_shows_the_link(tmp_path):
     link = next(e["pid"] for e in events if e.get("args", {}).get("name") == "peer link")
     reads = [e for e in events if e["pid"] == link and e["ph"] == "X"]
     assert len(reads) == 60 and all(e["dur"] > 0 for e in reads)
+
+
+def test_clients_giving_up_anywhere_on_the_way_leave_nothing_held():
+    """Timeouts while queued for the prefill, prefilling, held, queued for the decode
+    pool, reading and decoding: every block of both pools comes back, and the two paths
+    of the engine agree."""
+    split = {
+        "prefill": {"replicas": 1, "scheduler": {"max_num_batched_tokens": 256}},
+        "decode": {"replicas": 1, "cache": {"num_blocks": 500}},
+    }
+    workload = {**scenario().model_dump()["workload"], "request_timeout_s": 1.5}
+    workload["arrival"] = {"kind": "poisson", "rate_rps": 30}
+    s = scenario(split, workload=workload, simulation={"num_requests": 200, "seed": 4})
+    outcomes, _, cluster = run_cluster(s)
+    assert any(o.finished for o in outcomes)
+    given_up = {
+        "in the prefill pool": [
+            o
+            for o in outcomes
+            if o.rejected_reason == "prefill pool: timed out: the client gave up after 1.5 s"
+        ],
+        "before its read": [
+            o
+            for o in outcomes
+            if o.req_id in cluster.hand_offs
+            and math.isnan(cluster.hand_offs[o.req_id].transfer_start_s)
+        ],
+        "while read or after": [
+            o
+            for o in outcomes
+            if o.rejected_reason
+            and o.req_id in cluster.hand_offs
+            and not math.isnan(cluster.hand_offs[o.req_id].transfer_start_s)
+        ],
+    }
+    for stage, hit in given_up.items():
+        assert hit, f"no client gave up {stage}"
+        assert all(
+            o.rejected_reason.endswith("timed out: the client gave up after 1.5 s")
+            or o.rejected_reason.startswith("timed out")
+            for o in hit
+        )
+    for replica in cluster.replicas:
+        state = replica.state
+        assert not (state.held_for_peer or state.loading or state.read_for_nobody)
+        assert replica.alloc.usage().used_blocks == 0
+    slow, _, _ = run_cluster(s, fast_forward=False)
+    assert [comparable(o) for o in outcomes] == [comparable(o) for o in slow]
