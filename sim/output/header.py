@@ -96,10 +96,7 @@ def run_facts(
         ("model", _name(g(scenario, "model"))),
         ("GPU", _name(g(scenario, "hardware"))),
         ("tensor parallel", str(g(scenario, "tensor_parallel", "-"))),
-        (
-            "replicas",
-            f"{g(scenario, 'routing.replicas', '-')} (router {g(scenario, 'routing.router', '-')})",
-        ),
+        _replicas_row(scenario),
         (
             "scheduler",
             f"{g(scenario, 'scheduler.policy', '-')}, "
@@ -146,3 +143,18 @@ def _observed_fact(
     if label == "GPU" and live:
         return label, f"not observable (the server at {source}; the scenario says {text})"
     return label, text
+
+
+def _replicas_row(scenario: Mapping[str, Any]) -> tuple[str, str]:
+    """The replicas and their router, or the prefill and decode pools and their link."""
+    g = _get
+    split = g(scenario, "routing.disaggregation")
+    if not isinstance(split, Mapping):
+        router = g(scenario, "routing.router", "-")
+        return "replicas", f"{g(scenario, 'routing.replicas', '-')} (router {router})"
+    pools = []
+    for role in ("prefill", "decode"):
+        router = g(split, f"{role}.router", "round-robin")
+        pools.append(f"{g(split, f'{role}.replicas', 1)} {role} (router {router})")
+    link = f"link {g(split, 'link', '-')}, decider {g(split, 'decider', '-')}"
+    return "pools", f"{' + '.join(pools)}; {link}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -287,3 +288,17 @@ def test_a_live_servers_facts_name_no_gpu_or_cost_model():
     assert imported["GPU"] == "h100-sxm"  # a recording names the GPU it ran on
     simulated = dict(run_facts(scenario))
     assert simulated["GPU"] == "h100-sxm" and simulated["cost model"].startswith("analytic")
+
+
+def test_a_run_with_prefill_and_decode_pools_names_them_and_their_link():
+    from sim.config.loader import load_scenario
+    from sim.output.header import run_facts
+
+    path = Path(__file__).resolve().parents[3] / "scenarios" / "disaggregated.yaml"
+    scenario = load_scenario(path, ["routing.disaggregation.decode.replicas=2"])
+    facts = dict(run_facts(scenario.model_dump(mode="json")))
+    assert "replicas" not in facts
+    assert facts["pools"] == (
+        "1 prefill (router round-robin) + 2 decode (router round-robin); "
+        "link network, decider always"
+    )
