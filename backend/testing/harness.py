@@ -89,11 +89,13 @@ class Harness:
         num_offload_blocks=0,
         num_disk_blocks=0,
         kv_groups=(),
+        hand_offs=False,
     ) -> None:
         """Build the allocator under test, with the KV cache groups ``kv_groups`` if
         any; beside it, through a connector seam, an offload tier of
         ``num_offload_blocks`` blocks if any, and below it a disk tier of
-        ``num_disk_blocks`` if any."""
+        ``num_disk_blocks`` if any; with ``hand_offs``, the peer connector of
+        prefill/decode hand-offs (hand_offs.py) where the tables allow them."""
         assert self.factory is not None, "bind the machine first: for_factory(factory)"
         self.alloc: Allocator = self.factory(
             num_blocks=num_blocks,
@@ -121,7 +123,7 @@ class Harness:
         # Hand-offs between a prefill and a decode side (hand_offs.py), on an allocator of
         # block tables with one group, as the engine runs them.
         plain = self.alloc.block_table_layout == "blocks" and self.alloc.kv_groups == ONE_GROUP
-        self.peer = self.peer_class(block_size) if plain else None
+        self.peer = self.peer_class(block_size) if plain and hand_offs else None
         self.hand_offs: dict = {}
         self.outside: dict[int, Seq] = {}
         self.next_id = 0

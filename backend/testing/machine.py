@@ -73,7 +73,9 @@ def bound_setup(prefix_caching: bool, offload_tier: bool = False, kv_groups: boo
     """The machine's first step: build an allocator (with prefix caching 3 times in 4 if
     ``prefix_caching``, then with an offload tier of 0-24 blocks if ``offload_tier``, and
     below that a disk tier of 0-24; 1 time in 3 with several KV cache groups or sliding
-    windows of 1-12 tokens if ``kv_groups``, then without swap space)."""
+    windows of 1-12 tokens if ``kv_groups``, then without swap space; with an even
+    number of CPU blocks, prefill/decode hand-offs, hand_offs.py, where its tables allow
+    them)."""
 
     @initialize(
         num_blocks=st.integers(4, 16),
@@ -89,7 +91,12 @@ def bound_setup(prefix_caching: bool, offload_tier: bool = False, kv_groups: boo
         cpu = min(cpu, 1 + cpu % 4) if disk else cpu  # it overflows: the disk serves hits
         if kv_groups not in ((), ONE_GROUP):  # (no swap space with groups)
             num_cpu_blocks = 0
-        self.build(num_blocks, block_size, num_cpu_blocks, prefix_caching, cpu, disk, kv_groups)
+        # Hand-offs in about half the runs (an even CPU pool: none, or 2-6 blocks), so
+        # that the other rules keep the rest to themselves.
+        hand_offs = num_cpu_blocks % 2 == 0
+        self.build(
+            num_blocks, block_size, num_cpu_blocks, prefix_caching, cpu, disk, kv_groups, hand_offs
+        )
 
     return setup
 
