@@ -36,14 +36,13 @@ def checked_route(
     return chosen
 
 
-class Cluster:
-    """Replicas behind a router, fed by one arrival process."""
+class Arrivals:
+    """Replicas fed by one arrival process; :meth:`dispatch` (a subclass's) sends each
+    request on its way at its arrival time."""
 
-    def __init__(self, env: simpy.Environment, replicas: Sequence[Replica], router: Router):
+    def __init__(self, env: simpy.Environment, replicas: Sequence[Replica]):
         self.env = env
         self.replicas = list(replicas)
-        self.router = router
-        self._views = tuple(replica.view for replica in self.replicas)  # what routers read
         self._requests: Sequence[Request] = ()
         self._num_arrived = 0
         for replica in self.replicas:
@@ -57,24 +56,44 @@ class Cluster:
         return self._requests[index].arrival_s if index < len(self._requests) else math.inf
 
     def arrivals(self, requests: Sequence[Request]):
-        """SimPy process: hand each request to a replica at its arrival time."""
+        """SimPy process: dispatch each request at its arrival time."""
         self._requests, self._num_arrived = requests, 0
-        env, replicas = self.env, self.replicas
+        env = self.env
         for i, request in enumerate(requests):
             delay = arrival_delay(env.now, request.arrival_s)
             if delay > 0:
                 yield env.timeout(delay)
             self._num_arrived = i + 1
-            replicas[self.route(request)].submit(request)
+            self.dispatch(request)
+
+    def dispatch(self, request: Request) -> None:
+        raise NotImplementedError
+
+    def in_flight_outcomes(self, reason: str) -> list[RequestOutcome]:
+        """Outcomes of the requests in flight on the replicas (the run stopped)."""
+        return [o for replica in self.replicas for o in replica.unfinished_outcomes(reason)]
+
+    def unfinished_outcomes(self, reason: str) -> list[RequestOutcome]:
+        """Outcomes of every request the run did not finish or reject: those in flight
+        and those that had not arrived (replica 0, nothing observed)."""
+        outcomes = self.in_flight_outcomes(reason)
+        not_arrived = self._requests[self._num_arrived :]
+        outcomes += [RequestOutcome.unserved(r, 0, reason) for r in not_arrived]
+        return outcomes
+
+
+class Cluster(Arrivals):
+    """Replicas behind a router, fed by one arrival process."""
+
+    def __init__(self, env: simpy.Environment, replicas: Sequence[Replica], router: Router):
+        super().__init__(env, replicas)
+        self.router = router
+        self._views = tuple(replica.view for replica in self.replicas)  # what routers read
+
+    def dispatch(self, request: Request) -> None:
+        """Hand ``request`` to the replica the router picks."""
+        self.replicas[self.route(request)].submit(request)
 
     def route(self, request: Request) -> int:
         """The router's choice for ``request``, checked: an index into the replicas."""
         return checked_route(self.router, request, self._views, self.env.now)
-
-    def unfinished_outcomes(self, reason: str) -> list[RequestOutcome]:
-        """Outcomes of every request the run did not finish or reject: those in flight
-        on a replica and those that had not arrived (replica 0, nothing observed)."""
-        outcomes = [o for replica in self.replicas for o in replica.unfinished_outcomes(reason)]
-        not_arrived = self._requests[self._num_arrived :]
-        outcomes += [RequestOutcome.unserved(r, 0, reason) for r in not_arrived]
-        return outcomes

@@ -32,7 +32,7 @@ import simpy
 
 from backend.connectors.peer import PeerLoad
 from policies.routing import Router
-from sim.engine.cluster import arrival_delay, checked_route
+from sim.engine.cluster import Arrivals, checked_route
 from sim.engine.peer_link import PeerLink, PeerTransfer
 from sim.engine.records import RequestOutcome
 from sim.engine.replica import Replica
@@ -72,7 +72,7 @@ class Decider:
         return request.prompt_len - decode.view.cached_prefix_tokens(request) > self.threshold
 
 
-class DisaggregatedCluster:
+class DisaggregatedCluster(Arrivals):
     """A prefill pool and a decode pool joined by a peer link, fed by one arrival
     process. Instances are numbered prefill first (the link's ports, steps.csv's
     ``replica``); ``on_done`` gets each request's one outcome."""
@@ -88,9 +88,8 @@ class DisaggregatedCluster:
         block_bytes: float,
         on_done: Callable[[RequestOutcome], None],
     ):
-        self.env = env
+        super().__init__(env, [*prefill, *decode])
         self.prefill, self.decode = list(prefill), list(decode)
-        self.replicas = self.prefill + self.decode
         self.routers = routers
         self.decider = decider
         self.link = link
@@ -102,28 +101,8 @@ class DisaggregatedCluster:
         )
         self.hand_offs: dict[int, HandOff] = {}
         self._originals: dict[int, Request] = {}  # requests in the prefill pool
-        self._requests: Sequence[Request] = ()
-        self._num_arrived = 0
         for replica in self.decode:
             replica.state.on_peer_load = self._transfer_starter(replica)
-        count = len(self.replicas)
-        for replica in self.replicas:
-            replica.horizon = lambda: self.arrival_after(count)
-
-    def arrival_after(self, count: int) -> float:
-        """When the ``count``-th request still to arrive arrives (inf: fewer are left)."""
-        index = self._num_arrived + count - 1
-        return self._requests[index].arrival_s if index < len(self._requests) else math.inf
-
-    def arrivals(self, requests: Sequence[Request]):
-        """SimPy process: send each request on its way at its arrival time."""
-        self._requests, self._num_arrived = requests, 0
-        for i, request in enumerate(requests):
-            delay = arrival_delay(self.env.now, request.arrival_s)
-            if delay > 0:
-                yield self.env.timeout(delay)
-            self._num_arrived = i + 1
-            self.dispatch(request)
 
     def dispatch(self, request: Request) -> None:
         """Route ``request`` to its decode instance, through the prefill pool or not."""
@@ -173,14 +152,13 @@ class DisaggregatedCluster:
             outcome = outcome._replace(first_scheduled_s=hand_off.prefill_started_s)
         self._on_done(outcome)
 
-    def unfinished_outcomes(self, reason: str) -> list[RequestOutcome]:
-        """Outcomes of every request in flight in either pool or not yet arrived."""
+    def in_flight_outcomes(self, reason: str) -> list[RequestOutcome]:
+        """Outcomes of the requests in flight in either pool (the prefill pool's as the
+        requests the clients sent)."""
         outcomes = [o for replica in self.decode for o in replica.unfinished_outcomes(reason)]
         for replica in self.prefill:
             for outcome in replica.unfinished_outcomes(reason):
                 outcomes.append(outcome._replace(request=self._originals[outcome.req_id]))
-        not_arrived = self._requests[self._num_arrived :]
-        outcomes += [RequestOutcome.unserved(r, 0, reason) for r in not_arrived]
         return outcomes
 
     # -- the transfer ---------------------------------------------------------------------

@@ -184,7 +184,7 @@ class Replica:
         """Queue a newly arrived request (called by the router at its arrival time)."""
         self.settle()
         progress = RequestProgress(request, self.index, samples_left=request.n)
-        reason = self._never_fits(request)
+        reason = self.never_fits(request)
         if reason:
             self._on_done(progress.outcome(math.nan, 0, reason))
             return
@@ -249,17 +249,13 @@ class Replica:
         self.alloc.free(seq_id)
         self._wake_up()
 
-    def never_fits(self, request: Request) -> str:
-        """Why ``request`` can never be served here ('' if it can): checked before a
-        prefill instance computes a prompt for this one."""
-        return self._never_fits(request)
-
     def _wake_up(self) -> None:
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
-    def _never_fits(self, request: Request) -> str:
-        """Why ``request`` can never be served by this replica ('' if it can)."""
+    def never_fits(self, request: Request) -> str:
+        """Why ``request`` can never be served by this replica ('' if it can); also asked
+        before a prefill instance computes a prompt for this one."""
         prompt, out, n = request.prompt_len, request.output_len, request.n
         if prompt + out > self._cfg.max_model_len:
             limit = self._cfg.max_model_len

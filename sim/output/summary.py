@@ -89,7 +89,7 @@ def summarize(
         steps.column("limit"),
         warmup_requests=warmup_requests,
         met_slo=meets,
-        distribution=_distribution,
+        distribution=distribution,
     )
     # Per replica first (its step columns read once and dropped), so the step log's
     # columns are not held through the token gaps' percentiles, a long run's largest
@@ -129,9 +129,9 @@ def _request_figures(table, measured, duration, meets, slo_ttft_s, slo_tpot_s) -
         "duration_s": duration,
         "throughput_rps": _rate(done.sum(), duration),
         "throughput_tok_s": _rate(table["output_tokens"][done].sum(), duration),
-        "ttft_s": _distribution(table["ttft_s"][measured]),
-        "tpot_s": _distribution(table["tpot_s"][measured]),
-        "e2e_s": _distribution(table["e2e_s"][measured]),
+        "ttft_s": distribution(table["ttft_s"][measured]),
+        "tpot_s": distribution(table["tpot_s"][measured]),
+        "e2e_s": distribution(table["e2e_s"][measured]),
         "slo_ttft_s": float(slo_ttft_s),
         "slo_tpot_s": float(slo_tpot_s),
         "goodput": _ratio(met_slo.sum(), measured.sum()),
@@ -196,7 +196,7 @@ def _meets_slo(table: Mapping[str, np.ndarray], slo_ttft_s: float, slo_tpot_s: f
     return table["finished"] & (table["ttft_s"] <= slo_ttft_s) & tpot_ok
 
 
-def _distribution(values: np.ndarray) -> dict[str, float | None]:
+def distribution(values: np.ndarray) -> dict[str, float | None]:
     values = values[~np.isnan(values)]
     if values.size == 0:
         return {"mean": None, "p50": None, "p90": None, "p99": None}

@@ -31,6 +31,7 @@ import simpy
 from backend.connectors.peer import PeerConnector, PeerLoad
 from sim.config import Scenario
 from sim.engine import Replica
+from sim.engine.cluster import arrival_delay
 from sim.inputs.textfile import parse_json, read_text
 from sim.run.build import build_cluster, build_replica
 from sim.workload.request import Request
@@ -348,8 +349,9 @@ class HandOffs:
     def arrivals(self, requests: list[Request]):
         """SimPy process: each request reaches the instance at its arrival time."""
         for request in requests:
-            if request.arrival_s > self.env.now:
-                yield self.env.timeout(request.arrival_s - self.env.now)
+            delay = arrival_delay(self.env.now, request.arrival_s)
+            if delay > 0:
+                yield self.env.timeout(delay)
             if not self.decode:
                 self.replica.submit_to_hand_off(request)
             elif self.flags[request.req_id].get("local"):

@@ -17,6 +17,7 @@ from sim.engine.disaggregation import Decider, DisaggregatedCluster
 from sim.engine.peer_link import PeerLink
 from sim.engine.records import RequestOutcome
 from sim.engine.replica import Replica
+from sim.output.summary import distribution
 from sim.run.build import make_policy, policy_context
 
 
@@ -88,8 +89,12 @@ def pool_figures(cluster: DisaggregatedCluster) -> dict:
     offs = [h for h in cluster.hand_offs.values() if not math.isnan(h.transfer_end_s)]
     link = cluster.link
     elapsed = max((h.transfer_end_s for h in offs), default=0.0)  # (the run's clock ran on)
-    transfer = np.array([h.transfer_end_s - h.transfer_start_s for h in offs])
-    alone = np.array([h.transfer_alone_s for h in offs])
+
+    def spans(start: str, end: str) -> np.ndarray:
+        return np.array([getattr(h, end) - getattr(h, start) for h in offs], dtype=np.float64)
+
+    transfer = spans("transfer_start_s", "transfer_end_s")
+    alone = np.array([h.transfer_alone_s for h in offs], dtype=np.float64)
     return {
         "prefill_instances": len(cluster.prefill),
         "decode_instances": len(cluster.decode),
@@ -97,21 +102,13 @@ def pool_figures(cluster: DisaggregatedCluster) -> dict:
         "bytes_moved": float(link.bytes_moved),
         # Of the time until the last read ended, the share with a read flowing.
         "link_busy_fraction": link.busy_s / elapsed if elapsed > 0 else None,
-        "prefill_queue_s": _spread([h.prefill_started_s - h.arrival_s for h in offs]),
-        "prefill_s": _spread([h.prefill_done_s - h.prefill_started_s for h in offs]),
-        "transfer_wait_s": _spread([h.transfer_start_s - h.prefill_done_s for h in offs]),
-        "transfer_s": _spread(transfer),
+        "prefill_queue_s": distribution(spans("arrival_s", "prefill_started_s")),
+        "prefill_s": distribution(spans("prefill_started_s", "prefill_done_s")),
+        "transfer_wait_s": distribution(spans("prefill_done_s", "transfer_start_s")),
+        "transfer_s": distribution(transfer),
         # How much slower than alone on the link each read ran (1: no contention).
-        "transfer_slowdown": _spread(transfer / alone) if offs else _spread([]),
+        "transfer_slowdown": distribution(transfer / alone),
     }
-
-
-def _spread(values) -> dict:
-    values = np.asarray(values, dtype=np.float64)
-    if values.size == 0:
-        return {"mean": None, "p50": None, "p90": None, "p99": None}
-    p50, p90, p99 = np.percentile(values, [50, 90, 99])
-    return {"mean": float(values.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
 #: hand_offs.csv's columns: the request, its instances, when each phase began and ended
