@@ -122,7 +122,7 @@ TARGETS = {
     ],
     (ARRIVE, "req"): [
         ENGINE + "replica:Replica.submit",
-        ENGINE + "replica:Replica._never_fits",
+        ENGINE + "replica:Replica.never_fits",
         ENGINE + "replica:Replica.settle",
         TOKENS + "SyntheticOutputs.prompt",
     ],
@@ -149,7 +149,7 @@ TARGETS = {
         "sim.run.build:build_allocator",
         "sim.run.runner:build_executor",
         ENGINE + "replica:Replica.__init__",
-        ENGINE + "cluster:Cluster.unfinished_outcomes",
+        ENGINE + "cluster:Arrivals.unfinished_outcomes",
         "sim.run.runner:_all_token_gaps",
         "sim.run.runner:cost_model_report",
         "gc:collect",
